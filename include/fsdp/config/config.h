@@ -1,0 +1,195 @@
+// The run's configuration: YAML sections mirror the structs below one to one (after
+// torchtitan's job config). Precedence: --set overrides > the file > the defaults here.
+//
+// One table of fields (src/config/schema.cpp: section, key, type, doc line, member,
+// check) drives parsing, --set overrides, validation, dump_yaml and describe_keys; no key
+// is handled outside it. Adding a key = a member here + one line in that table (+ a line in
+// tests/data/config/full.yaml, which the tests keep complete).
+//
+// Everything is checked once, at start-up: an unknown key, a wrong type or an impossible
+// value throws ConfigError with one message naming the place and the key, e.g.
+//   configs/x.yaml:7: unknown key 'train.max_step' (did you mean 'train.max_steps'?)
+//   --set optim.lr=abc: key 'optim.lr' expects a number, got 'abc'
+// Checks that need the resolved model preset (seq_len <= max_seq_len, ...) belong to the
+// model module, not here.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "fsdp/core/dtype.h"
+#include "fsdp/core/error.h"
+
+namespace YAML {
+class Node;
+}
+
+namespace fsdp::config {
+
+class ConfigError : public fsdp::Error {
+ public:
+  using fsdp::Error::Error;
+};
+
+// Choices. The YAML spelling is what to_string returns. Dtypes are fsdp::DType, of which
+// the config accepts F32 ("float32") and BF16 ("bfloat16").
+enum class DataSource { Synthetic, Shards };
+enum class LrSchedule { Cosine, Linear, Constant };
+enum class ShardingStrategy { FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD };
+
+std::string_view to_string(DataSource v);        // "synthetic", "shards"
+std::string_view to_string(LrSchedule v);        // "cosine", "linear", "constant"
+std::string_view to_string(ShardingStrategy v);  // "FULL_SHARD", ...
+
+// Each field's doc line lives in the table (schema.cpp) and is printed by describe_keys().
+struct RunConfig {
+  std::string dir = "runs/default";
+  bool operator==(const RunConfig&) const = default;
+};
+
+struct ModelConfig {
+  std::string preset = "tiny";  // tiny | llama2_7b | llama2_13b | llama2_70b | codellama_7b
+  std::string init_from;        // Hugging Face folder; "" = random init
+  // Shape overrides: unset = the preset's value.
+  std::optional<int> vocab_size;
+  std::optional<int> hidden_size;
+  std::optional<int> intermediate_size;
+  std::optional<int> num_layers;
+  std::optional<int> num_heads;
+  std::optional<int> num_kv_heads;
+  std::optional<int> max_seq_len;
+  std::optional<double> rope_theta;
+  std::optional<double> norm_eps;
+  double init_std = 0.02;
+  bool operator==(const ModelConfig&) const = default;
+};
+
+struct DataConfig {
+  DataSource source = DataSource::Synthetic;
+  std::string path;      // token shards (required when source is shards)
+  std::string val_path;  // validation shards; "" = none
+  int num_workers = 1;
+  int prefetch = 2;
+  int seed = 1234;
+  bool operator==(const DataConfig&) const = default;
+};
+
+struct TrainConfig {
+  int max_steps = 100;
+  int micro_batch_size = 8;
+  int grad_accum_steps = 1;
+  int seq_len = 128;
+  int seed = 42;
+  int log_every = 10;
+  int eval_every = 0;      // 0 = never
+  double grad_clip = 1.0;  // 0 = off
+  DType dtype = DType::F32;  // compute dtype
+  bool operator==(const TrainConfig&) const = default;
+};
+
+struct OptimConfig {
+  double lr = 3e-4;
+  double min_lr = 3e-5;
+  int warmup_steps = 10;
+  LrSchedule schedule = LrSchedule::Cosine;
+  double weight_decay = 0.1;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  bool operator==(const OptimConfig&) const = default;
+};
+
+struct CheckpointConfig {
+  std::string dir;          // "" = <run.dir>/checkpoints, see checkpoint_dir()
+  std::string load_dir;     // "" = search dir
+  int interval = 0;         // 0 = only at the end
+  int keep_last = 3;
+  std::string resume = "auto";  // auto | none | a checkpoint path
+  bool async = false;
+  bool operator==(const CheckpointConfig&) const = default;
+};
+
+struct FsdpConfig {
+  ShardingStrategy sharding_strategy = ShardingStrategy::FULL_SHARD;
+  DType param_dtype = DType::F32;
+  DType reduce_dtype = DType::F32;
+  int shard_group_size = 0;  // 0 = ranks per node
+  int prefetch_limit = 2;
+  bool operator==(const FsdpConfig&) const = default;
+};
+
+struct LoggingConfig {
+  std::string level = "info";  // trace | debug | info | warn | error
+  bool metrics = true;         // write <run.dir>/metrics.jsonl
+  bool operator==(const LoggingConfig&) const = default;
+};
+
+struct EvalConfig {
+  int batches = 10;
+  bool operator==(const EvalConfig&) const = default;
+};
+
+struct Config {
+  RunConfig run;
+  ModelConfig model;
+  DataConfig data;
+  TrainConfig train;
+  OptimConfig optim;
+  CheckpointConfig checkpoint;
+  FsdpConfig fsdp;
+  LoggingConfig logging;
+  EvalConfig eval;
+  bool operator==(const Config&) const = default;
+};
+
+// Reads the YAML file, applies the overrides ("section.key=value", the text after --set;
+// value parsed as a YAML scalar) in order, then validates. Throws ConfigError.
+Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
+
+// The same from text; display_name stands for the file in messages ("configs/x.yaml").
+// Empty text = all defaults (then overrides), e.g. when no --config was given.
+Config load_config_string(const std::string& yaml_text, const std::string& display_name,
+                          const std::vector<std::string>& overrides = {});
+
+// Checks every field and the cross-field rules of a Config built in code; messages say
+// "config: key '...' ..." since there is no file. load_config* already call it.
+void validate(const Config& cfg);
+
+// The effective config as YAML: every key, sections and keys in table order, unset shape
+// overrides as null. Loading it back gives an equal Config.
+std::string dump_yaml(const Config& cfg);
+
+// FNV-1a (64-bit) of dump_yaml: equal on every rank iff the configs are equal.
+uint64_t config_hash(const Config& cfg);
+
+// Every key with its type, default and doc line, grouped by section (for --help).
+std::string describe_keys();
+
+// checkpoint.dir, or <run.dir>/checkpoints when it is empty.
+std::string checkpoint_dir(const Config& cfg);
+
+namespace detail {
+// One row of the field table. Shared by schema.cpp (which fills it) and config.cpp (which
+// walks it); not for callers.
+struct Field {
+  std::string_view section, key;
+  std::string type;  // "integer", "number", "bool", "string" or "a | b | c"
+  std::string_view doc;
+  // Stores the node's value; returns "" or what is wrong ("expects an integer, got 'x'").
+  std::function<std::string(Config&, const YAML::Node&)> read;
+  std::function<std::string(const Config&)> write;  // the value as a YAML scalar
+  std::function<std::string(const Config&)> check;  // "" or "must be > 0, got -1"
+};
+struct Section {
+  std::string_view name, doc;
+};
+std::span<const Field> fields();      // in dump order
+std::span<const Section> sections();  // in dump order
+}  // namespace detail
+
+}  // namespace fsdp::config

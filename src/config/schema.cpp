@@ -1,0 +1,393 @@
+// The field table: every config key with its type, doc line and check; its default is
+// the member initialiser in config.h. Parsing, --set overrides, validation, dump_yaml and
+// describe_keys (config.cpp) all walk this table, so a key added here is known everywhere.
+//
+// Values are typed by the table, not by YAML's tags: `dir: 123` is the string "123" and
+// `lr: "1e-3"` is the number 0.001. An empty value (`key:` or `key: null`) means "" for a
+// string and "unset" for an optional shape override; for any other type it is an error.
+#include <charconv>
+#include <climits>
+#include <cmath>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
+#include "fsdp/config/config.h"
+
+namespace fsdp::config {
+namespace {
+
+// ---- Choices: the YAML spelling of each enumerator -----------------------------------
+template <class E>
+struct Choices;
+template <>
+struct Choices<DataSource> {
+  static constexpr std::pair<DataSource, std::string_view> table[] = {
+      {DataSource::Synthetic, "synthetic"}, {DataSource::Shards, "shards"}};
+};
+template <>
+struct Choices<LrSchedule> {
+  static constexpr std::pair<LrSchedule, std::string_view> table[] = {
+      {LrSchedule::Cosine, "cosine"}, {LrSchedule::Linear, "linear"}, {LrSchedule::Constant, "constant"}};
+};
+template <>
+struct Choices<ShardingStrategy> {
+  static constexpr std::pair<ShardingStrategy, std::string_view> table[] = {
+      {ShardingStrategy::FULL_SHARD, "FULL_SHARD"},
+      {ShardingStrategy::SHARD_GRAD_OP, "SHARD_GRAD_OP"},
+      {ShardingStrategy::NO_SHARD, "NO_SHARD"},
+      {ShardingStrategy::HYBRID_SHARD, "HYBRID_SHARD"}};
+};
+// The dtypes a run may ask for (a subset of fsdp::DType), spelled as dtype_name spells them.
+template <>
+struct Choices<DType> {
+  static constexpr std::pair<DType, std::string_view> table[] = {{DType::F32, "float32"},
+                                                                  {DType::BF16, "bfloat16"}};
+};
+
+template <class E>
+concept Choice = requires { Choices<E>::table; };
+
+template <Choice E>
+std::string_view name_of(E v) {
+  for (const auto& [e, name] : Choices<E>::table)
+    if (e == v) return name;
+  return "?";  // only reachable for a DType outside the accepted subset
+}
+
+template <Choice E>
+std::string choice_list(std::string_view sep) {
+  std::string out;
+  for (const auto& [e, name] : Choices<E>::table) out += (out.empty() ? "" : std::string(sep)) + std::string(name);
+  return out;
+}
+
+// ---- Reading a node as each field type ---------------------------------------------
+std::string shown(const YAML::Node& n) {
+  if (n.IsMap()) return "a map";
+  if (n.IsSequence()) return "a list";
+  if (!n.IsScalar()) return "an empty value";
+  return fmt::format("'{}'", n.Scalar());
+}
+
+// The scalar's text without a leading '+' (from_chars takes only '-').
+std::string_view number_text(const std::string& s) {
+  std::string_view t = s;
+  if (t.size() > 1 && t[0] == '+' && t[1] != '-') t.remove_prefix(1);
+  return t;
+}
+
+std::string read_value(const YAML::Node& n, int& out) {
+  if (!n.IsScalar()) return "expects an integer, got " + shown(n);
+  const std::string_view t = number_text(n.Scalar());
+  long long v = 0;
+  const auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
+  if (t.empty() || end != t.data() + t.size() || (ec != std::errc() && ec != std::errc::result_out_of_range))
+    return "expects an integer, got " + shown(n);
+  if (ec == std::errc::result_out_of_range || v < INT_MIN || v > INT_MAX)
+    return fmt::format("expects an integer, got {} (out of range)", shown(n));
+  out = static_cast<int>(v);
+  return "";
+}
+
+std::string read_value(const YAML::Node& n, double& out) {
+  if (!n.IsScalar()) return "expects a number, got " + shown(n);
+  const std::string_view t = number_text(n.Scalar());
+  double v = 0;
+  const auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
+  if (t.empty() || end != t.data() + t.size() || (ec != std::errc() && ec != std::errc::result_out_of_range))
+    return "expects a number, got " + shown(n);
+  if (ec == std::errc::result_out_of_range || !std::isfinite(v))
+    return fmt::format("expects a finite number, got {}", shown(n));
+  out = v;
+  return "";
+}
+
+std::string read_value(const YAML::Node& n, bool& out) {
+  const std::string s = n.IsScalar() ? n.Scalar() : "";
+  if (s == "true" || s == "True" || s == "TRUE") out = true;
+  else if (s == "false" || s == "False" || s == "FALSE") out = false;
+  else return "expects true or false, got " + shown(n);
+  return "";
+}
+
+std::string read_value(const YAML::Node& n, std::string& out) {
+  if (n.IsNull()) {
+    out.clear();
+    return "";
+  }
+  if (!n.IsScalar()) return "expects a string, got " + shown(n);
+  out = n.Scalar();
+  return "";
+}
+
+template <Choice E>
+std::string read_value(const YAML::Node& n, E& out) {
+  if (n.IsScalar()) {
+    for (const auto& [e, name] : Choices<E>::table) {
+      if (n.Scalar() == name) {
+        out = e;
+        return "";
+      }
+    }
+  }
+  return fmt::format("must be one of {}, got {}", choice_list<E>(", "), shown(n));
+}
+
+template <class T>
+std::string read_value(const YAML::Node& n, std::optional<T>& out) {
+  if (n.IsNull()) {
+    out.reset();
+    return "";
+  }
+  T v{};
+  std::string err = read_value(n, v);
+  if (err.empty()) out = v;
+  return err;
+}
+
+// ---- Writing each field type as a YAML scalar (read_value reads it back equal) --------
+std::string write_value(int v) { return std::to_string(v); }
+std::string write_value(double v) {
+  std::string s = fmt::format("{}", v);  // shortest text that round-trips
+  if (s.find_first_of(".eEn") == std::string::npos) s += ".0";  // 10000 -> 10000.0: reads as a float
+  return s;
+}
+std::string write_value(bool v) { return v ? "true" : "false"; }
+std::string write_value(const std::string& v) {
+  YAML::Emitter e;  // quotes "", "null", "a: b", ... and leaves plain words plain
+  e << v;
+  return e.c_str();
+}
+template <Choice E>
+std::string write_value(E v) {
+  return std::string(name_of(v));
+}
+template <class T>
+std::string write_value(const std::optional<T>& v) {
+  return v ? write_value(*v) : "null";
+}
+
+// ---- Type names for describe_keys ----------------------------------------------------
+template <class T>
+struct Unwrap {
+  using type = T;
+  static constexpr bool optional = false;
+};
+template <class T>
+struct Unwrap<std::optional<T>> {
+  using type = T;
+  static constexpr bool optional = true;
+};
+
+template <class T>
+std::string type_name() {
+  if constexpr (Unwrap<T>::optional) return type_name<typename Unwrap<T>::type>() + " or null";
+  else if constexpr (std::is_same_v<T, int>) return "integer";
+  else if constexpr (std::is_same_v<T, double>) return "number";
+  else if constexpr (std::is_same_v<T, bool>) return "bool";
+  else if constexpr (std::is_same_v<T, std::string>) return "string";
+  else return choice_list<T>(" | ");
+}
+
+// ---- Checks: each returns "" or what is wrong with the value --------------------------
+template <class T>
+std::string show(const T& v) {
+  if constexpr (std::is_same_v<T, std::string>) return fmt::format("'{}'", v);
+  else return fmt::format("{}", v);
+}
+
+auto gt(double lo) {
+  return [lo](const auto& v) -> std::string {
+    return v > lo ? "" : fmt::format("must be > {}, got {}", lo, show(v));
+  };
+}
+auto ge(double lo) {
+  return [lo](const auto& v) -> std::string {
+    return v >= lo ? "" : fmt::format("must be >= {}, got {}", lo, show(v));
+  };
+}
+auto in_unit_interval() {  // [0, 1): Adam's betas
+  return [](const double& v) -> std::string {
+    return v >= 0 && v < 1 ? "" : fmt::format("must be in [0, 1), got {}", v);
+  };
+}
+auto not_empty(std::string_view hint) {
+  return [hint](const std::string& v) -> std::string {
+    return v.empty() ? fmt::format("must not be empty ({})", hint) : "";
+  };
+}
+
+// Adds the rows of one section: .add(key, member, doc, check).
+template <class S>
+class SectionRows {
+ public:
+  SectionRows(std::vector<detail::Field>& out, std::string_view name, S Config::*section)
+      : out_(out), name_(name), section_(section) {}
+
+  template <class T>
+  SectionRows& add(std::string_view key, T S::*member, std::string_view doc,
+                   std::function<std::string(const typename Unwrap<T>::type&)> check = {}) {
+    return add_row(key, member, doc, type_name<T>(), std::move(check));
+  }
+
+  // A string restricted to a list of names that other modules interpret (model presets,
+  // log levels); an enum would make this module the owner of those lists.
+  SectionRows& add_one_of(std::string_view key, std::string S::*member, std::string_view doc,
+                          std::vector<std::string_view> names) {
+    std::string list;
+    for (std::string_view n : names) list += (list.empty() ? "" : " | ") + std::string(n);
+    auto check = [names, list](const std::string& v) -> std::string {
+      for (std::string_view n : names)
+        if (v == n) return "";
+      std::string commas = list;
+      for (size_t p; (p = commas.find(" | ")) != std::string::npos;) commas.replace(p, 3, ", ");
+      return fmt::format("must be one of {}, got '{}'", commas, v);
+    };
+    return add_row(key, member, doc, list, check);
+  }
+
+ private:
+  template <class T>
+  SectionRows& add_row(std::string_view key, T S::*member, std::string_view doc, std::string type,
+                       std::function<std::string(const typename Unwrap<T>::type&)> check) {
+    const auto section = section_;
+    out_.push_back(detail::Field{
+        .section = name_,
+        .key = key,
+        .type = std::move(type),
+        .doc = doc,
+        .read = [section, member](Config& c, const YAML::Node& n) { return read_value(n, (c.*section).*member); },
+        .write = [section, member](const Config& c) { return write_value((c.*section).*member); },
+        .check = [section, member, check](const Config& c) -> std::string {
+          const T& v = (c.*section).*member;
+          if (!check) return "";
+          if constexpr (Unwrap<T>::optional) return v ? check(*v) : "";
+          else return check(v);
+        },
+    });
+    return *this;
+  }
+
+  std::vector<detail::Field>& out_;
+  std::string_view name_;
+  S Config::*section_;
+};
+
+std::vector<detail::Field> build_table() {
+  std::vector<detail::Field> t;
+  SectionRows(t, "run", &Config::run)
+      .add("dir", &RunConfig::dir, "Run directory: logs, metrics.jsonl and, by default, checkpoints.",
+           not_empty("the run directory"));
+
+  SectionRows(t, "model", &Config::model)
+      .add_one_of("preset", &ModelConfig::preset, "Architecture preset; the keys below override single dimensions.",
+                  {"tiny", "llama2_7b", "llama2_13b", "llama2_70b", "codellama_7b"})
+      .add("init_from", &ModelConfig::init_from,
+           "Hugging Face folder (config.json + safetensors) to start from; empty = random init.")
+      .add("vocab_size", &ModelConfig::vocab_size, "Vocabulary size; null = the preset's.", gt(0))
+      .add("hidden_size", &ModelConfig::hidden_size, "Model width; null = the preset's.", gt(0))
+      .add("intermediate_size", &ModelConfig::intermediate_size, "SwiGLU inner width; null = the preset's.", gt(0))
+      .add("num_layers", &ModelConfig::num_layers, "Transformer blocks; null = the preset's.", gt(0))
+      .add("num_heads", &ModelConfig::num_heads, "Query heads; must divide hidden_size; null = the preset's.", gt(0))
+      .add("num_kv_heads", &ModelConfig::num_kv_heads,
+           "Key/value heads (grouped-query attention); must divide num_heads; null = the preset's.", gt(0))
+      .add("max_seq_len", &ModelConfig::max_seq_len, "Longest sequence the RoPE tables cover; null = the preset's.",
+           gt(0))
+      .add("rope_theta", &ModelConfig::rope_theta, "RoPE base frequency; null = the preset's.", gt(0))
+      .add("norm_eps", &ModelConfig::norm_eps, "RMSNorm epsilon; null = the preset's.", gt(0))
+      .add("init_std", &ModelConfig::init_std, "Standard deviation of the random initialisation.", gt(0));
+
+  SectionRows(t, "data", &Config::data)
+      .add("source", &DataConfig::source, "Where batches come from: random tokens, or token shards at data.path.")
+      .add("path", &DataConfig::path, "Folder of training token shards (required when source is shards).")
+      .add("val_path", &DataConfig::val_path, "Folder of validation token shards; empty = no validation data.")
+      .add("num_workers", &DataConfig::num_workers, "Loader threads; 0 = load on the training thread.", ge(0))
+      .add("prefetch", &DataConfig::prefetch, "Batches each worker prepares ahead; 0 = none.", ge(0))
+      .add("seed", &DataConfig::seed, "Seed of the data order (shuffling, synthetic tokens).", ge(0));
+
+  SectionRows(t, "train", &Config::train)
+      .add("max_steps", &TrainConfig::max_steps, "Optimizer steps to run.", gt(0))
+      .add("micro_batch_size", &TrainConfig::micro_batch_size, "Sequences per rank per forward/backward pass.", gt(0))
+      .add("grad_accum_steps", &TrainConfig::grad_accum_steps, "Micro-batches accumulated into one optimizer step.",
+           ge(1))
+      .add("seq_len", &TrainConfig::seq_len, "Tokens per sequence.", gt(0))
+      .add("seed", &TrainConfig::seed, "Seed of parameter init and every other random stream.", ge(0))
+      .add("log_every", &TrainConfig::log_every, "Steps between log lines (and metrics.jsonl records).", ge(1))
+      .add("eval_every", &TrainConfig::eval_every, "Steps between evaluations; 0 = never.", ge(0))
+      .add("grad_clip", &TrainConfig::grad_clip, "Clip the global gradient norm to this; 0 = off.", ge(0))
+      .add("dtype", &TrainConfig::dtype, "Compute dtype of forward and backward (master weights stay float32).");
+
+  SectionRows(t, "optim", &Config::optim)
+      .add("lr", &OptimConfig::lr, "Peak learning rate (AdamW), reached after warmup.", gt(0))
+      .add("min_lr", &OptimConfig::min_lr, "Learning rate at the end of the decay; at most lr.", ge(0))
+      .add("warmup_steps", &OptimConfig::warmup_steps, "Steps of linear warmup from 0 to lr.", ge(0))
+      .add("schedule", &OptimConfig::schedule, "Decay from lr to min_lr after warmup.")
+      .add("weight_decay", &OptimConfig::weight_decay, "Decoupled weight decay (AdamW).", ge(0))
+      .add("beta1", &OptimConfig::beta1, "Adam first-moment decay.", in_unit_interval())
+      .add("beta2", &OptimConfig::beta2, "Adam second-moment decay.", in_unit_interval())
+      .add("eps", &OptimConfig::eps, "Adam denominator epsilon.", gt(0));
+
+  SectionRows(t, "checkpoint", &Config::checkpoint)
+      .add("dir", &CheckpointConfig::dir, "Where checkpoints are written; empty = <run.dir>/checkpoints.")
+      .add("load_dir", &CheckpointConfig::load_dir, "Where resume looks for checkpoints; empty = checkpoint.dir.")
+      .add("interval", &CheckpointConfig::interval, "Steps between checkpoints; 0 = only at the end.", ge(0))
+      .add("keep_last", &CheckpointConfig::keep_last, "Complete checkpoints kept; older ones are deleted.", ge(1))
+      .add("resume", &CheckpointConfig::resume,
+           "auto = newest complete checkpoint if any, none = start fresh, or a checkpoint path.",
+           not_empty("auto, none or a checkpoint path"))
+      .add("async", &CheckpointConfig::async, "Write checkpoints in the background while training goes on.");
+
+  SectionRows(t, "fsdp", &Config::fsdp)
+      .add("sharding_strategy", &FsdpConfig::sharding_strategy,
+           "What is sharded: everything / gradients+optimizer / nothing (DDP) / everything within a shard group.")
+      .add("param_dtype", &FsdpConfig::param_dtype, "Dtype parameters are all-gathered in.")
+      .add("reduce_dtype", &FsdpConfig::reduce_dtype, "Dtype gradients are reduce-scattered in.")
+      .add("shard_group_size", &FsdpConfig::shard_group_size,
+           "Ranks a unit is sharded over (HYBRID_SHARD); 0 = the ranks of one node.", ge(0))
+      .add("prefetch_limit", &FsdpConfig::prefetch_limit, "Units whose all-gather may run ahead of compute.", ge(0));
+
+  SectionRows(t, "logging", &Config::logging)
+      .add_one_of("level", &LoggingConfig::level, "Console log level.", {"trace", "debug", "info", "warn", "error"})
+      .add("metrics", &LoggingConfig::metrics, "Also write every logged step to <run.dir>/metrics.jsonl.");
+
+  SectionRows(t, "eval", &Config::eval)
+      .add("batches", &EvalConfig::batches, "Validation batches per evaluation.", ge(1));
+  return t;
+}
+
+}  // namespace
+
+std::string_view to_string(DataSource v) { return name_of(v); }
+std::string_view to_string(LrSchedule v) { return name_of(v); }
+std::string_view to_string(ShardingStrategy v) { return name_of(v); }
+
+namespace detail {
+
+std::span<const Field> fields() {
+  static const std::vector<Field> table = build_table();
+  return table;
+}
+
+std::span<const Section> sections() {
+  static constexpr Section list[] = {
+      {"run", "The run directory."},
+      {"model", "Architecture: a preset, optional shape overrides, initialisation."},
+      {"data", "Where training batches come from."},
+      {"train", "The training loop."},
+      {"optim", "AdamW and the learning-rate schedule."},
+      {"checkpoint", "Saving and resuming."},
+      {"fsdp", "Sharding and mixed precision."},
+      {"logging", "Console log and metrics.jsonl."},
+      {"eval", "Evaluation on data.val_path."},
+  };
+  return list;
+}
+
+}  // namespace detail
+}  // namespace fsdp::config
