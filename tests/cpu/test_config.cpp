@@ -1,0 +1,380 @@
+// The config module: defaults, a full file, --set overrides, every kind of error (checked
+// by its whole message, so the file:line and the key are pinned), dump_yaml round trips
+// and the hash.
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "fsdp/config/config.h"
+
+namespace fsdp::config {
+namespace {
+
+const std::string kDataDir = std::string(FSDP_SOURCE_DIR) + "/tests/data/config/";
+
+// The message of the ConfigError that loading throws, or "no error".
+std::string error_of(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
+  try {
+    load_config_string(yaml, "configs/x.yaml", overrides);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+std::string file_error_of(const std::string& path, const std::vector<std::string>& overrides = {}) {
+  try {
+    load_config(path, overrides);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+// ---- Defaults -----------------------------------------------------------------------------
+TEST(ConfigDefaults, EmptyTextGivesTheDocumentedDefaults) {
+  const Config c = load_config_string("", "none");
+  EXPECT_EQ(c, Config{});
+  EXPECT_EQ(c.run.dir, "runs/default");
+  EXPECT_EQ(c.model.preset, "tiny");
+  EXPECT_FALSE(c.model.hidden_size.has_value());
+  EXPECT_DOUBLE_EQ(c.model.init_std, 0.02);
+  EXPECT_EQ(c.data.source, DataSource::Synthetic);
+  EXPECT_EQ(c.data.seed, 1234);
+  EXPECT_EQ(c.train.max_steps, 100);
+  EXPECT_EQ(c.train.micro_batch_size, 8);
+  EXPECT_EQ(c.train.seq_len, 128);
+  EXPECT_EQ(c.train.dtype, DType::F32);
+  EXPECT_DOUBLE_EQ(c.optim.lr, 3e-4);
+  EXPECT_DOUBLE_EQ(c.optim.min_lr, 3e-5);
+  EXPECT_EQ(c.optim.schedule, LrSchedule::Cosine);
+  EXPECT_DOUBLE_EQ(c.optim.eps, 1e-8);
+  EXPECT_EQ(c.checkpoint.resume, "auto");
+  EXPECT_FALSE(c.checkpoint.async);
+  EXPECT_EQ(c.fsdp.sharding_strategy, ShardingStrategy::FULL_SHARD);
+  EXPECT_EQ(c.logging.level, "info");
+  EXPECT_TRUE(c.logging.metrics);
+  EXPECT_EQ(c.eval.batches, 10);
+  EXPECT_NO_THROW(validate(Config{}));
+}
+
+TEST(ConfigDefaults, CommentsAndEmptySectionsKeepDefaults) {
+  EXPECT_EQ(load_config_string("# nothing here\n", "x"), Config{});
+  EXPECT_EQ(load_config_string("train:\noptim:\n", "x"), Config{});
+}
+
+TEST(ConfigDefaults, CheckpointDirFollowsRunDir) {
+  Config c;
+  c.run.dir = "runs/a";
+  EXPECT_EQ(checkpoint_dir(c), "runs/a/checkpoints");
+  c.checkpoint.dir = "/ckpt";
+  EXPECT_EQ(checkpoint_dir(c), "/ckpt");
+}
+
+TEST(ConfigDefaults, ChoicesSpellTheirYamlNames) {
+  EXPECT_EQ(to_string(DataSource::Shards), "shards");
+  EXPECT_EQ(to_string(LrSchedule::Constant), "constant");
+  EXPECT_EQ(to_string(ShardingStrategy::SHARD_GRAD_OP), "SHARD_GRAD_OP");
+}
+
+// ---- A full file ----------------------------------------------------------------------------
+TEST(ConfigFile, EveryKeyIsRead) {
+  const Config c = load_config(kDataDir + "full.yaml", {});
+  EXPECT_EQ(c.run.dir, "/tmp/fsdp-run");
+  EXPECT_EQ(c.model.preset, "llama2_7b");
+  EXPECT_EQ(c.model.init_from, "/models/Llama-2-7b-hf");
+  EXPECT_EQ(c.model.vocab_size, 32000);
+  EXPECT_EQ(c.model.hidden_size, 4096);
+  EXPECT_EQ(c.model.intermediate_size, 11008);
+  EXPECT_EQ(c.model.num_layers, 32);
+  EXPECT_EQ(c.model.num_heads, 32);
+  EXPECT_EQ(c.model.num_kv_heads, 8);
+  EXPECT_EQ(c.model.max_seq_len, 4096);
+  EXPECT_EQ(c.model.rope_theta, 10000.0);
+  EXPECT_EQ(c.model.norm_eps, 1e-5);
+  EXPECT_EQ(c.model.init_std, 0.01);
+  EXPECT_EQ(c.data.source, DataSource::Shards);
+  EXPECT_EQ(c.data.path, "data/shards/train");
+  EXPECT_EQ(c.data.val_path, "data/shards/val");
+  EXPECT_EQ(c.data.num_workers, 4);
+  EXPECT_EQ(c.data.prefetch, 3);
+  EXPECT_EQ(c.data.seed, 7);
+  EXPECT_EQ(c.train.max_steps, 5000);
+  EXPECT_EQ(c.train.micro_batch_size, 2);
+  EXPECT_EQ(c.train.grad_accum_steps, 16);
+  EXPECT_EQ(c.train.seq_len, 4096);
+  EXPECT_EQ(c.train.seed, 1);
+  EXPECT_EQ(c.train.log_every, 1);
+  EXPECT_EQ(c.train.eval_every, 500);
+  EXPECT_EQ(c.train.grad_clip, 0.5);
+  EXPECT_EQ(c.train.dtype, DType::BF16);
+  EXPECT_EQ(c.optim.lr, 1.5e-4);
+  EXPECT_EQ(c.optim.min_lr, 0.0);
+  EXPECT_EQ(c.optim.warmup_steps, 2000);
+  EXPECT_EQ(c.optim.schedule, LrSchedule::Linear);
+  EXPECT_EQ(c.optim.weight_decay, 0.0);
+  EXPECT_EQ(c.optim.beta1, 0.8);
+  EXPECT_EQ(c.optim.beta2, 0.999);
+  EXPECT_EQ(c.optim.eps, 1e-6);
+  EXPECT_EQ(c.checkpoint.dir, "/ckpt/llama2_7b");
+  EXPECT_EQ(c.checkpoint.load_dir, "/ckpt/pretrained");
+  EXPECT_EQ(c.checkpoint.interval, 1000);
+  EXPECT_EQ(c.checkpoint.keep_last, 2);
+  EXPECT_EQ(c.checkpoint.resume, "none");
+  EXPECT_TRUE(c.checkpoint.async);
+  EXPECT_EQ(c.fsdp.sharding_strategy, ShardingStrategy::HYBRID_SHARD);
+  EXPECT_EQ(c.fsdp.param_dtype, DType::BF16);
+  EXPECT_EQ(c.fsdp.reduce_dtype, DType::BF16);
+  EXPECT_EQ(c.fsdp.shard_group_size, 8);
+  EXPECT_EQ(c.fsdp.prefetch_limit, 1);
+  EXPECT_EQ(c.logging.level, "debug");
+  EXPECT_FALSE(c.logging.metrics);
+  EXPECT_EQ(c.eval.batches, 20);
+}
+
+TEST(ConfigFile, FullFileSetsEveryKeyAwayFromItsDefault) {
+  // Guards the file above: a key added to the table must be added there too.
+  const std::string loaded = dump_yaml(load_config(kDataDir + "full.yaml"));
+  const std::string defaults = dump_yaml(Config{});
+  std::set<std::string> default_lines;
+  for (size_t p = 0, q; (q = defaults.find('\n', p)) != std::string::npos; p = q + 1)
+    default_lines.insert(defaults.substr(p, q - p));
+  for (size_t p = 0, q; (q = loaded.find('\n', p)) != std::string::npos; p = q + 1) {
+    const std::string line = loaded.substr(p, q - p);
+    if (line.starts_with("  ")) {
+      EXPECT_FALSE(default_lines.count(line)) << line;
+    }
+  }
+}
+
+TEST(ConfigFile, QuotingDoesNotChangeTheType) {
+  const Config c = load_config_string("run:\n  dir: 123\noptim:\n  lr: \"1e-3\"\n", "x");
+  EXPECT_EQ(c.run.dir, "123");
+  EXPECT_EQ(c.optim.lr, 1e-3);
+}
+
+// ---- --set overrides ------------------------------------------------------------------------
+TEST(ConfigOverride, EachTypeOfKey) {
+  const Config c = load_config_string("", "x",
+                                      {"train.max_steps=5", "optim.lr=1e-3", "checkpoint.async=true",
+                                       "run.dir=/tmp/x", "optim.schedule=constant", "train.dtype=bfloat16",
+                                       "fsdp.sharding_strategy=NO_SHARD", "model.num_layers=2",
+                                       "model.rope_theta=500000", "checkpoint.dir="});
+  EXPECT_EQ(c.train.max_steps, 5);
+  EXPECT_EQ(c.optim.lr, 1e-3);
+  EXPECT_TRUE(c.checkpoint.async);
+  EXPECT_EQ(c.run.dir, "/tmp/x");
+  EXPECT_EQ(c.optim.schedule, LrSchedule::Constant);
+  EXPECT_EQ(c.train.dtype, DType::BF16);
+  EXPECT_EQ(c.fsdp.sharding_strategy, ShardingStrategy::NO_SHARD);
+  EXPECT_EQ(c.model.num_layers, 2);
+  EXPECT_EQ(c.model.rope_theta, 500000.0);
+  EXPECT_EQ(c.checkpoint.dir, "");
+}
+
+TEST(ConfigOverride, BeatsTheFileAndLaterBeatsEarlier) {
+  const Config c = load_config(kDataDir + "full.yaml",
+                               {"train.max_steps=7", "train.max_steps=9", "model.hidden_size=null"});
+  EXPECT_EQ(c.train.max_steps, 9);
+  EXPECT_FALSE(c.model.hidden_size.has_value());
+  EXPECT_EQ(c.train.seq_len, 4096);  // untouched keys keep the file's value
+}
+
+TEST(ConfigOverride, CanFixAnImpossibleFileValue) {
+  // Validation sees the effective config, so the command line can rescue a bad file.
+  EXPECT_EQ(load_config(kDataDir + "bad_value.yaml", {"optim.lr=1e-3"}).optim.lr, 1e-3);
+}
+
+// ---- Errors: the whole message, so file:line and key are pinned ---------------------------
+TEST(ConfigErrors, UnknownKeySuggestsTheClosestKey) {
+  EXPECT_EQ(file_error_of(kDataDir + "unknown_key.yaml"),
+            kDataDir + "unknown_key.yaml:7: unknown key 'train.max_step' (did you mean 'train.max_steps'?)");
+  EXPECT_EQ(error_of("optim:\n  wieght_decay: 0.1\n"),
+            "configs/x.yaml:2: unknown key 'optim.wieght_decay' (did you mean 'optim.weight_decay'?)");
+}
+
+TEST(ConfigErrors, UnknownKeyWithoutACloseMatchHasNoSuggestion) {
+  EXPECT_EQ(error_of("train:\n  max_steps: 3\n  flux_capacitor: 1\n"),
+            "configs/x.yaml:3: unknown key 'train.flux_capacitor'");
+}
+
+TEST(ConfigErrors, KeyInTheWrongSectionPointsToItsSection) {
+  EXPECT_EQ(error_of("train:\n  lr: 1e-3\n"), "configs/x.yaml:2: unknown key 'train.lr' (did you mean 'optim.lr'?)");
+}
+
+TEST(ConfigErrors, UnknownSection) {
+  EXPECT_EQ(error_of("run:\n  dir: a\ntrian:\n  max_steps: 3\n"),
+            "configs/x.yaml:3: unknown section 'trian' (did you mean 'train'?)");
+  const std::string far = error_of("scheduler:\n  x: 1\n");
+  EXPECT_TRUE(far.starts_with("configs/x.yaml:1: unknown section 'scheduler' (sections are run, model,")) << far;
+  EXPECT_EQ(far.find("did you mean"), std::string::npos) << far;
+}
+
+TEST(ConfigErrors, WrongType) {
+  EXPECT_EQ(file_error_of(kDataDir + "bad_type.yaml"),
+            kDataDir + "bad_type.yaml:3: key 'train.micro_batch_size' expects an integer, got 'eight'");
+  EXPECT_EQ(error_of("train:\n  max_steps: 2.5\n"), "configs/x.yaml:2: key 'train.max_steps' expects an integer, got '2.5'");
+  EXPECT_EQ(error_of("optim:\n  lr: fast\n"), "configs/x.yaml:2: key 'optim.lr' expects a number, got 'fast'");
+  EXPECT_EQ(error_of("optim:\n  lr: .inf\n"), "configs/x.yaml:2: key 'optim.lr' expects a number, got '.inf'");
+  EXPECT_EQ(error_of("checkpoint:\n  async: maybe\n"),
+            "configs/x.yaml:2: key 'checkpoint.async' expects true or false, got 'maybe'");
+  EXPECT_EQ(error_of("train:\n  seed: 99999999999\n"),
+            "configs/x.yaml:2: key 'train.seed' expects an integer, got '99999999999' (out of range)");
+  EXPECT_EQ(error_of("train:\n  max_steps:\n"), "configs/x.yaml:2: key 'train.max_steps' expects an integer, got an empty value");
+}
+
+TEST(ConfigErrors, MapWhereAScalarBelongsAndViceVersa) {
+  EXPECT_EQ(error_of("train:\n  max_steps:\n    value: 3\n"),
+            "configs/x.yaml:2: key 'train.max_steps' expects an integer, got a map");
+  EXPECT_EQ(error_of("run:\n  dir: [a, b]\n"), "configs/x.yaml:2: key 'run.dir' expects a string, got a list");
+  EXPECT_EQ(error_of("run: runs/x\n"), "configs/x.yaml:1: section 'run' expects a map of keys, got 'runs/x'");
+  EXPECT_EQ(error_of("- train\n"), "configs/x.yaml:1: expected a map of sections, got a list");
+}
+
+TEST(ConfigErrors, ImpossibleValue) {
+  EXPECT_EQ(file_error_of(kDataDir + "bad_value.yaml"),
+            kDataDir + "bad_value.yaml:5: key 'optim.lr' must be > 0, got -1");
+  EXPECT_EQ(error_of("optim:\n  schedule: cosin\n"),
+            "configs/x.yaml:2: key 'optim.schedule' must be one of cosine, linear, constant, got 'cosin'");
+  EXPECT_EQ(error_of("train:\n  micro_batch_size: 0\n"), "configs/x.yaml:2: key 'train.micro_batch_size' must be > 0, got 0");
+  EXPECT_EQ(error_of("train:\n  grad_accum_steps: 0\n"), "configs/x.yaml:2: key 'train.grad_accum_steps' must be >= 1, got 0");
+  EXPECT_EQ(error_of("optim:\n  beta2: 1.0\n"), "configs/x.yaml:2: key 'optim.beta2' must be in [0, 1), got 1");
+  EXPECT_EQ(error_of("checkpoint:\n  keep_last: 0\n"), "configs/x.yaml:2: key 'checkpoint.keep_last' must be >= 1, got 0");
+  EXPECT_EQ(error_of("model:\n  norm_eps: 0\n"), "configs/x.yaml:2: key 'model.norm_eps' must be > 0, got 0");
+  EXPECT_EQ(error_of("model:\n  preset: llama3_8b\n"),
+            "configs/x.yaml:2: key 'model.preset' must be one of tiny, llama2_7b, llama2_13b, llama2_70b, "
+            "codellama_7b, got 'llama3_8b'");
+  EXPECT_EQ(error_of("train:\n  dtype: float16\n"),
+            "configs/x.yaml:2: key 'train.dtype' must be one of float32, bfloat16, got 'float16'");
+  EXPECT_EQ(error_of("run:\n  dir: \"\"\n"), "configs/x.yaml:2: key 'run.dir' must not be empty (the run directory)");
+}
+
+TEST(ConfigErrors, RulesOverTwoKeysBlameTheOneSetLast) {
+  // min_lr is left at its default 3e-5, so the lr line is the one to fix.
+  EXPECT_EQ(error_of("optim:\n  lr: 1e-5\n"), "configs/x.yaml:2: key 'optim.lr' must be >= optim.min_lr (3e-05), got 1e-05");
+  EXPECT_EQ(error_of("optim:\n  lr: 1e-3\n  min_lr: 1e-2\n"),
+            "configs/x.yaml:3: key 'optim.min_lr' must be <= optim.lr (0.001), got 0.01");
+  EXPECT_EQ(error_of("model:\n  num_heads: 8\n  num_kv_heads: 3\n"),
+            "configs/x.yaml:3: key 'model.num_kv_heads' must divide model.num_heads (8), got 3");
+  EXPECT_EQ(error_of("model:\n  hidden_size: 100\n  num_heads: 8\n"),
+            "configs/x.yaml:3: key 'model.num_heads' must divide model.hidden_size (100), got 8");
+  EXPECT_EQ(error_of("model:\n  num_heads: 8\n", {"model.hidden_size=100"}),
+            "--set model.hidden_size=100: key 'model.hidden_size' must be a multiple of model.num_heads (8), got 100");
+  EXPECT_EQ(error_of("model:\n  num_heads: 8\n"), "no error");  // divisibility only when both are given
+  EXPECT_EQ(error_of("data:\n  source: shards\n"),
+            "configs/x.yaml:2: key 'data.source' is 'shards', which needs data.path (the folder of token shards)");
+}
+
+TEST(ConfigErrors, ValidateOnAConfigBuiltInCode) {
+  Config c;
+  c.optim.lr = -1;
+  try {
+    validate(c);
+    FAIL() << "no error";
+  } catch (const ConfigError& e) {
+    EXPECT_STREQ(e.what(), "config: key 'optim.lr' must be > 0, got -1");
+  }
+}
+
+TEST(ConfigErrors, BadOverride) {
+  EXPECT_EQ(error_of("", {"train.max_steps=abc"}),
+            "--set train.max_steps=abc: key 'train.max_steps' expects an integer, got 'abc'");
+  EXPECT_EQ(error_of("", {"foo"}), "--set foo: expected section.key=value, e.g. --set train.max_steps=5");
+  EXPECT_EQ(error_of("", {"max_steps=5"}),
+            "--set max_steps=5: 'max_steps' is not of the form section.key, e.g. --set train.max_steps=5");
+  EXPECT_EQ(error_of("", {"train.max_step=5"}),
+            "--set train.max_step=5: unknown key 'train.max_step' (did you mean 'train.max_steps'?)");
+  EXPECT_EQ(error_of("", {"trainn.max_steps=5"}),
+            "--set trainn.max_steps=5: unknown section 'trainn' (did you mean 'train'?)");
+  EXPECT_EQ(error_of("", {"optim.lr=0"}), "--set optim.lr=0: key 'optim.lr' must be > 0, got 0");
+  const std::string bad_yaml = error_of("", {"run.dir=[oops"});
+  EXPECT_TRUE(bad_yaml.starts_with("--set run.dir=[oops: key 'run.dir': the value is not valid YAML (")) << bad_yaml;
+}
+
+TEST(ConfigErrors, MissingFileAndSyntaxError) {
+  const std::string missing = kDataDir + "no_such_file.yaml";
+  EXPECT_EQ(file_error_of(missing), missing + ": cannot open config file: No such file or directory");
+  EXPECT_EQ(file_error_of(kDataDir), kDataDir + ": cannot read config file: Is a directory");
+  const std::string syntax = file_error_of(kDataDir + "syntax_error.yaml");
+  EXPECT_TRUE(syntax.starts_with(kDataDir + "syntax_error.yaml:4: invalid YAML: ")) << syntax;
+}
+
+TEST(ConfigErrors, DuplicateKeysAndSections) {
+  EXPECT_EQ(file_error_of(kDataDir + "duplicate_key.yaml"),
+            kDataDir + "duplicate_key.yaml:5: duplicate key 'train.max_steps' (first at line 3)");
+  EXPECT_EQ(error_of("train:\n  max_steps: 1\noptim:\n  lr: 1e-3\ntrain:\n  seq_len: 8\n"),
+            "configs/x.yaml:5: duplicate section 'train' (first at line 1)");
+}
+
+// ---- dump_yaml, hash, describe_keys ----------------------------------------------------------
+TEST(ConfigDump, RoundTripsToAnEqualConfig) {
+  const Config defaults;
+  EXPECT_EQ(load_config_string(dump_yaml(defaults), "dump"), defaults);
+  // Strings YAML would otherwise read as null, a map or a comment, and doubles that need
+  // every digit.
+  const Config full = load_config(kDataDir + "full.yaml",
+                                  {"run.dir=\"null\"", "model.init_from='a: b # c'", "checkpoint.resume=\"~\"",
+                                   "optim.lr=0.1", "optim.min_lr=0.030000000000000002", "model.norm_eps=1e-300"});
+  EXPECT_EQ(full.run.dir, "null");
+  EXPECT_EQ(full.model.init_from, "a: b # c");
+  EXPECT_EQ(load_config_string(dump_yaml(full), "dump"), full);
+}
+
+TEST(ConfigDump, EveryKeyInSectionOrder) {
+  const std::string text = dump_yaml(Config{});
+  EXPECT_TRUE(text.starts_with("run:\n  dir: runs/default\nmodel:\n  preset: tiny\n  init_from: \"\"\n"
+                               "  vocab_size: null\n"))
+      << text;
+  size_t last = 0;
+  for (const char* section : {"\nmodel:", "\ndata:", "\ntrain:", "\noptim:", "\ncheckpoint:", "\nfsdp:",
+                              "\nlogging:", "\neval:"}) {
+    const size_t at = text.find(section);
+    ASSERT_NE(at, std::string::npos) << section;
+    EXPECT_GT(at, last) << section;
+    last = at;
+  }
+  EXPECT_NE(text.find("  rope_theta: null\n"), std::string::npos);
+  EXPECT_NE(text.find("  init_std: 0.02\n"), std::string::npos);
+  EXPECT_NE(text.find("  grad_clip: 1.0\n"), std::string::npos);
+  EXPECT_NE(text.find("  sharding_strategy: FULL_SHARD\n"), std::string::npos);
+  EXPECT_NE(text.find("  dtype: float32\n"), std::string::npos);
+  const size_t lines = static_cast<size_t>(std::count(text.begin(), text.end(), '\n'));
+  EXPECT_EQ(lines, 9 + 50u);  // 9 sections, 50 keys
+}
+
+TEST(ConfigDump, HashIsDeterministicAndSeesEveryChange) {
+  const Config a;
+  EXPECT_EQ(config_hash(a), config_hash(Config{}));
+  Config b = a;
+  b.optim.lr = 3.0001e-4;
+  EXPECT_NE(config_hash(a), config_hash(b));
+  b = a;
+  b.model.num_layers = 2;
+  EXPECT_NE(config_hash(a), config_hash(b));
+  b = a;
+  b.checkpoint.async = true;
+  EXPECT_NE(config_hash(a), config_hash(b));
+  EXPECT_EQ(config_hash(load_config_string(dump_yaml(a), "x")), config_hash(a));
+}
+
+TEST(ConfigDump, DescribeKeysListsTypeDefaultAndDoc) {
+  const std::string help = describe_keys();
+  EXPECT_NE(help.find("  train.max_steps = 100  (integer)\n      Optimizer steps to run.\n"), std::string::npos) << help;
+  EXPECT_NE(help.find("  optim.schedule = cosine  (cosine | linear | constant)\n"), std::string::npos);
+  EXPECT_NE(help.find("  model.hidden_size = null  (integer or null)\n"), std::string::npos);
+  EXPECT_NE(help.find("  model.preset = tiny  (tiny | llama2_7b | llama2_13b | llama2_70b | codellama_7b)\n"),
+            std::string::npos);
+  for (const detail::Field& f : detail::fields()) {
+    EXPECT_NE(help.find(fmt::format("  {}.{} = ", f.section, f.key)), std::string::npos) << f.key;
+    EXPECT_FALSE(f.doc.empty()) << f.key;
+  }
+}
+
+}  // namespace
+}  // namespace fsdp::config
