@@ -1,0 +1,56 @@
+// Front end of the embedding op: validates every argument once for all backends, then
+// dispatches on the device. Id range checks need the ids' values, which only the backend
+// can read (they may live on a GPU), so each backend reports those itself.
+#include "fsdp/ops/embedding.h"
+
+namespace fsdp {
+
+FSDP_DEFINE_DISPATCH(embedding_forward_stub);
+FSDP_DEFINE_DISPATCH(embedding_backward_stub);
+
+namespace {
+
+void check_ids(const Tensor& ids) {
+  check_defined(ids, "ids");
+  FSDP_CHECK(ids.dtype() == DType::I32 || ids.dtype() == DType::I64, "ids must be int32 or int64, got {}",
+             ids.str());
+  check_dim(ids, 1, "ids");
+  check_contiguous(ids, "ids");
+}
+
+// table / dtable: [V, C] float with packed rows (row stride free, so a view works).
+void check_table(const Tensor& table, const char* what) {
+  check_dim(table, 2, what);
+  FSDP_CHECK(is_floating(table.dtype()), "{} must be a floating-point tensor, got {}", what, table.str());
+  check_rows_packed(table, what);
+}
+
+// rows: [N, C] with the table's dtype, device and width, packed rows.
+void check_rows(const Tensor& rows, const Tensor& ids, const Tensor& table, const char* what,
+                const char* table_what) {
+  check_shape(rows, Dims{ids.size(0), table.size(1)}, what);
+  check_same_dtype(rows, table, what, table_what);
+  check_rows_packed(rows, what);
+}
+
+}  // namespace
+
+void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out) {
+  check_ids(ids);
+  check_table(table, "table");
+  check_rows(out, ids, table, "out", "table");
+  check_same_device(table, ids, "table", "ids");
+  check_same_device(out, ids, "out", "ids");
+  embedding_forward_stub.get(table.device())(ids, table, out);
+}
+
+void embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dtable) {
+  check_ids(ids);
+  check_table(dtable, "dtable");
+  check_rows(dout, ids, dtable, "dout", "dtable");
+  check_same_device(dtable, ids, "dtable", "ids");
+  check_same_device(dout, ids, "dout", "ids");
+  embedding_backward_stub.get(dtable.device())(ids, dout, dtable);
+}
+
+}  // namespace fsdp
