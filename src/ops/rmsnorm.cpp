@@ -1,0 +1,68 @@
+// Front end of RMSNorm: validates every argument once for all backends, then dispatches
+// on the device. x, y, dy and dx may be row-strided views (packed rows suffice), so a
+// column slice of a wider activation buffer needs no copy.
+#include "fsdp/ops/rmsnorm.h"
+
+#include <cmath>
+
+namespace fsdp {
+
+FSDP_DEFINE_DISPATCH(rmsnorm_forward_stub);
+FSDP_DEFINE_DISPATCH(rmsnorm_backward_stub);
+
+namespace {
+
+// The per-row statistic is float32 unless x is float64 (then the tests' float64
+// reference keeps full precision end to end).
+DType stat_dtype(DType x) { return x == DType::F64 ? DType::F64 : DType::F32; }
+
+void check_x(const Tensor& x) {
+  check_dim(x, 2, "x");
+  FSDP_CHECK(is_floating(x.dtype()), "x must be a floating-point tensor, got {}", x.str());
+  check_rows_packed(x, "x");
+}
+
+void check_like_x(const Tensor& t, const Tensor& x, const char* what) {
+  check_shape(t, x.sizes(), what);
+  check_same_dtype(t, x, what, "x");
+  check_rows_packed(t, what);
+  check_same_device(t, x, what, "x");
+}
+
+void check_channel(const Tensor& t, const Tensor& x, const char* what) {
+  check_shape(t, Dims{x.size(1)}, what);
+  check_same_dtype(t, x, what, "x");
+  check_contiguous(t, what);
+  check_same_device(t, x, what, "x");
+}
+
+void check_rstd(const Tensor& rstd, const Tensor& x) {
+  check_dtype(rstd, stat_dtype(x.dtype()), "rstd");
+  check_shape(rstd, Dims{x.size(0)}, "rstd");
+  check_contiguous(rstd, "rstd");
+  check_same_device(rstd, x, "rstd", "x");
+}
+
+}  // namespace
+
+void rmsnorm_forward(const Tensor& x, const Tensor& w, const Tensor& y, const Tensor& rstd, double eps) {
+  check_x(x);
+  check_channel(w, x, "w");
+  check_like_x(y, x, "y");
+  check_rstd(rstd, x);
+  FSDP_CHECK(std::isfinite(eps) && eps >= 0, "eps must be finite and >= 0, got {}", eps);
+  rmsnorm_forward_stub.get(x.device())(x, w, y, rstd, eps);
+}
+
+void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dx,
+                      const Tensor& dw, bool accumulate_dx) {
+  check_x(x);
+  check_like_x(dy, x, "dy");
+  check_channel(w, x, "w");
+  check_rstd(rstd, x);
+  check_like_x(dx, x, "dx");
+  check_channel(dw, x, "dw");
+  rmsnorm_backward_stub.get(x.device())(dy, x, w, rstd, dx, dw, accumulate_dx);
+}
+
+}  // namespace fsdp
