@@ -104,6 +104,9 @@ void Tensor::recompute() {
     if (sizes_[i] != 1 && strides_[i] != expect) contiguous_ = false;
     expect *= sizes_[i];
   }
+  // An empty view (e.g. narrow(1, k, 0) of a matrix) holds no elements to be out of
+  // place; calling it non-contiguous would make ops reject an empty shard or batch.
+  if (numel_ == 0) contiguous_ = true;
 }
 
 int Tensor::wrap_dim(int d) const {

@@ -72,6 +72,7 @@ TEST(Tensor, SliceWithStep) {
     for (int64_t k = 0; k < 3; ++k) EXPECT_EQ(s.get({r, k}), t.get({r, 1 + 2 * k}));
   EXPECT_EQ(t.slice(1, 0, 5, 2).size(1), 3);  // ceil(5 / 2)
   EXPECT_EQ(t.slice(0, 2, 2).numel(), 0);     // empty slice
+  EXPECT_TRUE(t.narrow(1, 3, 0).is_contiguous());  // empty views are trivially contiguous
   s.set({0, 2}, 100.0);
   EXPECT_EQ(t.get({0, 5}), 100.0);
 }
