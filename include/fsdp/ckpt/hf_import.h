@@ -1,0 +1,28 @@
+// Loading a Hugging Face Llama folder (config.json + one or many *.safetensors, with or
+// without model.safetensors.index.json) into the model's flat parameter units.
+// Refuses, with one message naming the folder and tensor, a missing tensor, a shape that
+// differs from the model's, an unsupported dtype, or a config.json the model cannot
+// represent (rope scaling, biases, tied embeddings without lm_head, non-silu activation).
+#pragma once
+
+#include <string>
+
+#include "fsdp/ckpt/safetensors.h"
+#include "fsdp/core/tensor.h"
+#include "fsdp/model/llama_config.h"
+#include "fsdp/model/param_units.h"
+
+namespace fsdp::ckpt {
+
+// Reads <folder>/config.json into a LlamaConfig.
+model::LlamaConfig read_hf_llama_config(const std::string& folder);
+
+// Checks that every parameter of `unit` exists in the folder with the right shape and a
+// float dtype, then fills `flat`, which holds the elements [begin, begin + flat.numel())
+// of the unit's flat buffer (float32, CPU). Only that range is read from the files, so a
+// rank can load its shard without ever holding the whole model. Padding past the unit's
+// parameters is zeroed.
+void load_hf_unit(const SafetensorsFolder& folder, const model::UnitLayout& unit, const Tensor& flat,
+                  int64_t begin = 0);
+
+}  // namespace fsdp::ckpt

@@ -1,0 +1,40 @@
+// Llama 2 shapes: the hyper-parameters Hugging Face's LlamaConfig carries, the published
+// presets, and the arithmetic other layers need (parameter counts, FLOPs per token).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace fsdp::model {
+
+struct LlamaConfig {
+  int64_t vocab_size = 0;
+  int64_t hidden_size = 0;        // C
+  int64_t intermediate_size = 0;  // F (SwiGLU width)
+  int64_t num_layers = 0;
+  int64_t num_heads = 0;     // H
+  int64_t num_kv_heads = 0;  // KVH, divides H (GQA); == H is plain multi-head attention
+  int64_t max_seq_len = 0;
+  double rope_theta = 10000.0;
+  double norm_eps = 1e-5;
+
+  int64_t head_dim() const { return hidden_size / num_heads; }
+  int64_t q_dim() const { return num_heads * head_dim(); }
+  int64_t kv_dim() const { return num_kv_heads * head_dim(); }
+  int64_t qkv_dim() const { return q_dim() + 2 * kv_dim(); }
+
+  int64_t num_parameters() const;
+  // Training FLOPs per token (forward + backward = 3x forward), counting GEMMs at
+  // 2 FLOPs per multiply-add and the attention score/value products for a causal mask.
+  double train_flops_per_token(int64_t seq_len) const;
+  // Throws fsdp::Error naming the offending field.
+  void validate() const;
+  std::string summary() const;
+};
+
+// tiny, llama2_7b, llama2_13b, llama2_70b, codellama_7b. Unknown name -> error listing them.
+LlamaConfig llama_preset(const std::string& name);
+std::vector<std::string> llama_preset_names();
+
+}  // namespace fsdp::model

@@ -1,0 +1,49 @@
+// Step metrics: one rank-0 log line per `train.log_every` steps and the same fields as one
+// JSON object per line in <run.dir>/metrics.jsonl (stable field names: step, loss, lr,
+// grad_norm, tokens_per_sec, and val_loss when evaluated).
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <optional>
+#include <string>
+
+namespace fsdp::train {
+
+struct StepMetrics {
+  int64_t step = 0;
+  double loss = 0;
+  double lr = 0;
+  double grad_norm = 0;
+  double step_ms = 0;
+  double samples_per_sec = 0;
+  double tokens_per_sec = 0;
+  double gflops_per_sec = 0;    // achieved model FLOP/s (6N + attention per token)
+  int64_t tokens = 0;           // tokens in this step's global batch
+  int64_t tokens_seen = 0;      // since the start of training
+  uint64_t peak_tensor_bytes = 0;  // allocator peak since the last step's report
+  uint64_t max_rss_bytes = 0;      // process peak resident set size
+  std::optional<double> val_loss;
+};
+
+std::string format_step_line(const StepMetrics& m, int64_t max_steps);
+std::string to_json_line(const StepMetrics& m);
+
+// Appends JSON lines to a file, flushed per line so a killed job keeps what it logged.
+class MetricsWriter {
+ public:
+  MetricsWriter() = default;
+  // truncate: start a new file (a fresh run) instead of appending (a resumed run).
+  MetricsWriter(const std::string& path, bool truncate);
+  ~MetricsWriter();
+  MetricsWriter(const MetricsWriter&) = delete;
+  MetricsWriter& operator=(const MetricsWriter&) = delete;
+  void write(const StepMetrics& m);
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  std::FILE* f_ = nullptr;
+};
+
+}  // namespace fsdp::train

@@ -1,0 +1,115 @@
+#include "fsdp/ckpt/hf_import.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "fsdp/core/error.h"
+
+namespace fsdp::ckpt {
+
+namespace {
+
+using nlohmann::json;
+
+template <typename T>
+T required(const json& j, const std::string& key, const std::string& path) {
+  FSDP_CHECK(j.contains(key) && !j[key].is_null(), "{}: missing '{}'", path, key);
+  try {
+    return j[key].get<T>();
+  } catch (const json::exception& e) {
+    FSDP_FAIL("{}: '{}' has the wrong type ({})", path, key, e.what());
+  }
+}
+
+std::string shape_string(const std::vector<int64_t>& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+}  // namespace
+
+model::LlamaConfig read_hf_llama_config(const std::string& folder) {
+  const std::string path = (std::filesystem::path(folder) / "config.json").string();
+  std::ifstream in(path);
+  FSDP_CHECK(in.good(), "cannot open {} (model.init_from must be a Hugging Face model folder)", path);
+  json j;
+  try {
+    j = json::parse(in);
+  } catch (const json::exception& e) {
+    FSDP_FAIL("{}: not valid JSON: {}", path, e.what());
+  }
+  const std::string type = j.value("model_type", std::string("llama"));
+  FSDP_CHECK(type == "llama", "{}: model_type '{}' is not supported (expected llama)", path, type);
+  FSDP_CHECK(j.value("hidden_act", std::string("silu")) == "silu", "{}: hidden_act '{}' is not supported (silu only)",
+             path, j.value("hidden_act", std::string()));
+  FSDP_CHECK(!j.value("attention_bias", false), "{}: attention_bias=true is not supported", path);
+  FSDP_CHECK(!j.value("mlp_bias", false), "{}: mlp_bias=true is not supported", path);
+  FSDP_CHECK(!j.contains("rope_scaling") || j["rope_scaling"].is_null(), "{}: rope_scaling is not supported", path);
+  model::LlamaConfig c;
+  c.vocab_size = required<int64_t>(j, "vocab_size", path);
+  c.hidden_size = required<int64_t>(j, "hidden_size", path);
+  c.intermediate_size = required<int64_t>(j, "intermediate_size", path);
+  c.num_layers = required<int64_t>(j, "num_hidden_layers", path);
+  c.num_heads = required<int64_t>(j, "num_attention_heads", path);
+  c.num_kv_heads = j.contains("num_key_value_heads") && !j["num_key_value_heads"].is_null()
+                       ? j["num_key_value_heads"].get<int64_t>()
+                       : c.num_heads;
+  c.max_seq_len = required<int64_t>(j, "max_position_embeddings", path);
+  c.rope_theta = j.value("rope_theta", 10000.0);
+  c.norm_eps = j.value("rms_norm_eps", 1e-6);
+  if (j.contains("head_dim") && !j["head_dim"].is_null()) {
+    FSDP_CHECK(j["head_dim"].get<int64_t>() == c.hidden_size / c.num_heads,
+               "{}: head_dim {} differs from hidden_size / num_attention_heads = {}; not supported", path,
+               j["head_dim"].get<int64_t>(), c.hidden_size / c.num_heads);
+  }
+  try {
+    c.validate();
+  } catch (const Error& e) {
+    FSDP_FAIL("{}: {}", path, e.what());
+  }
+  return c;
+}
+
+void load_hf_unit(const SafetensorsFolder& folder, const model::UnitLayout& unit, const Tensor& flat, int64_t begin) {
+  check_dtype(flat, DType::F32, "flat");
+  check_contiguous(flat, "flat");
+  FSDP_CHECK(flat.device().is_cpu(), "load_hf_unit: {} must be a CPU tensor", flat.str());
+  const int64_t end = begin + flat.numel();
+  float* out = flat.data<float>();
+  // Validate every tensor of the unit first, so a bad folder fails before any copying.
+  for (const auto& p : unit.params) {
+    FSDP_CHECK(folder.contains(p.hf_name), "{}: missing tensor '{}' (needed for {})", folder.dir(), p.hf_name,
+               p.name);
+    const TensorEntry& e = folder.entry(p.hf_name);
+    std::vector<int64_t> want(p.shape.begin(), p.shape.end());
+    FSDP_CHECK(e.shape == want, "{}: tensor '{}' has shape {} but the model expects {}", e.file, p.hf_name,
+               shape_string(e.shape), p.shape.str());
+    FSDP_CHECK(e.dtype == "F32" || e.dtype == "BF16" || e.dtype == "F16" || e.dtype == "F64",
+               "{}: tensor '{}' has unsupported dtype {} (F32, BF16, F16 or F64)", e.file, p.hf_name, e.dtype);
+  }
+  std::vector<float> buf;
+  for (const auto& p : unit.params) {
+    const int64_t lo = std::max(begin, p.offset), hi = std::min(end, p.offset + p.numel);
+    if (lo >= hi) continue;
+    const TensorEntry& e = folder.entry(p.hf_name);
+    if (lo == p.offset && hi == p.offset + p.numel) {
+      read_as_f32(e, out + (lo - begin));
+      continue;
+    }
+    // Part of the tensor: convert only the needed elements via a sub-entry.
+    TensorEntry part = e;
+    const size_t es = safetensors_dtype_size(e.dtype);
+    part.data = e.data + size_t(lo - p.offset) * es;
+    part.nbytes = size_t(hi - lo) * es;
+    part.shape = {hi - lo};
+    read_as_f32(part, out + (lo - begin));
+  }
+  for (int64_t i = std::max(begin, unit.numel); i < end; ++i) out[i - begin] = 0.0f;
+}
+
+}  // namespace fsdp::ckpt

@@ -1,0 +1,148 @@
+// fsdp_train: the command line. Subcommands parse their flags here and hand a validated
+// Config to the library; this file holds no training logic.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <spdlog/spdlog.h>
+
+#include "fsdp/config/config.h"
+#include "fsdp/core/error.h"
+#include "fsdp/train/trainer.h"
+
+namespace {
+
+// Exit codes scripts can rely on.
+constexpr int kExitOk = 0;
+constexpr int kExitError = 1;  // a run that failed after starting (bad data, NaN loss, ...)
+constexpr int kExitUsage = 2;  // bad command line or config: nothing was done
+
+const char* kUsage =
+    "usage: fsdp_train <command> [options]\n"
+    "\n"
+    "commands:\n"
+    "  train --config FILE [--set section.key=value]...   train a model\n"
+    "  eval  --config FILE [--set section.key=value]...   mean loss over eval.batches batches\n"
+    "\n"
+    "options:\n"
+    "  --help       this text (with a command: its options and every config key)\n"
+    "  --version    print the version\n";
+
+struct Args {
+  std::string command;
+  std::string config_path;
+  std::vector<std::string> overrides;
+  bool help = false;
+  bool version = false;
+};
+
+struct UsageError {
+  std::string message;
+};
+
+Args parse_args(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    auto value = [&](const char* flag) -> std::string {
+      if (i + 1 >= argc) throw UsageError{std::string(flag) + " needs a value"};
+      return argv[++i];
+    };
+    if (arg == "--help" || arg == "-h") {
+      a.help = true;
+    } else if (arg == "--version") {
+      a.version = true;
+    } else if (arg == "--config") {
+      a.config_path = value("--config");
+    } else if (arg.starts_with("--config=")) {
+      a.config_path = arg.substr(9);
+    } else if (arg == "--set") {
+      a.overrides.push_back(value("--set"));
+    } else if (arg.starts_with("--set=")) {
+      a.overrides.push_back(arg.substr(6));
+    } else if (a.command.empty() && !arg.starts_with("-")) {
+      a.command = arg;
+    } else {
+      throw UsageError{"unknown argument '" + arg + "'"};
+    }
+  }
+  return a;
+}
+
+void print_command_help(const std::string& command) {
+  std::printf("usage: fsdp_train %s --config FILE [--set section.key=value]...\n\n", command.c_str());
+  if (command == "train") {
+    std::printf("Trains the model the config describes; logs one line per train.log_every steps and writes\n"
+                "every step to <run.dir>/metrics.jsonl.\n\n");
+  } else {
+    std::printf("Evaluates the model (model.init_from, or the seeded initialisation) on eval.batches\n"
+                "validation batches; the last line of output is `eval_loss <value>`.\n\n");
+  }
+  std::printf("Config keys (YAML sections; any key can be overridden with --set section.key=value):\n\n%s",
+              fsdp::config::describe_keys().c_str());
+}
+
+fsdp::config::Config load(const Args& a) {
+  if (a.config_path.empty()) throw UsageError{"fsdp_train " + a.command + ": --config FILE is required"};
+  return fsdp::config::load_config(a.config_path, a.overrides);
+}
+
+void setup_logging(const fsdp::config::Config& cfg) {
+  spdlog::set_pattern("[%Y-%m-%d %H:%M:%S.%e] [%^%l%$] %v");
+  spdlog::set_level(spdlog::level::from_str(cfg.logging.level));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args args;
+  try {
+    args = parse_args(argc, argv);
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "error: %s\n\n%s", e.message.c_str(), kUsage);
+    return kExitUsage;
+  }
+  if (args.version) {
+    std::printf("fsdp_train %s\n", FSDP_VERSION);
+    return kExitOk;
+  }
+  if (args.command.empty()) {
+    std::fputs(kUsage, args.help ? stdout : stderr);
+    return args.help ? kExitOk : kExitUsage;
+  }
+  if (args.command != "train" && args.command != "eval") {
+    std::fprintf(stderr, "error: unknown command '%s'\n\n%s", args.command.c_str(), kUsage);
+    return kExitUsage;
+  }
+  if (args.help) {
+    print_command_help(args.command);
+    return kExitOk;
+  }
+
+  fsdp::config::Config cfg;
+  try {
+    cfg = load(args);
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "error: %s\n", e.message.c_str());
+    return kExitUsage;
+  } catch (const fsdp::config::ConfigError& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return kExitUsage;
+  }
+  setup_logging(cfg);
+
+  try {
+    spdlog::info("fsdp_train {} {}: effective config\n{}", FSDP_VERSION, args.command, fsdp::config::dump_yaml(cfg));
+    fsdp::train::Trainer trainer(cfg);
+    if (args.command == "train") return trainer.run();
+    const double loss = trainer.evaluate(cfg.eval.batches);
+    std::printf("eval_loss %.6f\n", loss);
+    return kExitOk;
+  } catch (const fsdp::config::ConfigError& e) {
+    spdlog::error("{}", e.what());
+    return kExitUsage;
+  } catch (const std::exception& e) {
+    spdlog::error("{}", e.what());
+    return kExitError;
+  }
+}

@@ -1,0 +1,57 @@
+#include "fsdp/train/metrics.h"
+
+#include <cerrno>
+#include <cstring>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "fsdp/core/error.h"
+
+namespace fsdp::train {
+
+std::string format_step_line(const StepMetrics& m, int64_t max_steps) {
+  std::string line = fmt::format(
+      "step {:>6}/{} | loss {:.4f} | lr {:.3e} | grad_norm {:.4f} | {:.1f} samples/s | {:.0f} tokens/s | "
+      "{:.1f} ms/step | {:.2f} GFLOP/s | peak mem {:.1f} MiB (rss {:.1f} MiB)",
+      m.step, max_steps, m.loss, m.lr, m.grad_norm, m.samples_per_sec, m.tokens_per_sec, m.step_ms,
+      m.gflops_per_sec, double(m.peak_tensor_bytes) / (1 << 20), double(m.max_rss_bytes) / (1 << 20));
+  if (m.val_loss) line += fmt::format(" | val_loss {:.4f}", *m.val_loss);
+  return line;
+}
+
+std::string to_json_line(const StepMetrics& m) {
+  nlohmann::ordered_json j;
+  j["step"] = m.step;
+  j["loss"] = m.loss;
+  j["lr"] = m.lr;
+  j["grad_norm"] = m.grad_norm;
+  j["samples_per_sec"] = m.samples_per_sec;
+  j["tokens_per_sec"] = m.tokens_per_sec;
+  j["step_ms"] = m.step_ms;
+  j["gflops_per_sec"] = m.gflops_per_sec;
+  j["tokens"] = m.tokens;
+  j["tokens_seen"] = m.tokens_seen;
+  j["peak_mem_bytes"] = m.peak_tensor_bytes;
+  j["max_rss_bytes"] = m.max_rss_bytes;
+  if (m.val_loss) j["val_loss"] = *m.val_loss;
+  return j.dump();
+}
+
+MetricsWriter::MetricsWriter(const std::string& path, bool truncate) : path_(path) {
+  f_ = std::fopen(path.c_str(), truncate ? "w" : "a");
+  FSDP_CHECK(f_ != nullptr, "cannot open metrics file {}: {}", path, std::strerror(errno));
+}
+
+MetricsWriter::~MetricsWriter() {
+  if (f_ != nullptr) std::fclose(f_);
+}
+
+void MetricsWriter::write(const StepMetrics& m) {
+  if (f_ == nullptr) return;
+  const std::string line = to_json_line(m) + "\n";
+  FSDP_CHECK(std::fwrite(line.data(), 1, line.size(), f_) == line.size() && std::fflush(f_) == 0,
+             "cannot write metrics file {}: {}", path_, std::strerror(errno));
+}
+
+}  // namespace fsdp::train

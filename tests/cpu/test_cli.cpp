@@ -1,0 +1,123 @@
+// The fsdp_train command line, run as a user runs it: exit codes, error messages that
+// name file, line and key, --help / --version, eval's last line, and a short training
+// run whose metrics.jsonl shows the loss falling.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "test_util.h"
+
+namespace fsdp {
+namespace {
+
+struct Result {
+  int code = -1;
+  std::string out;  // stdout and stderr together
+};
+
+Result run(const std::string& args) {
+  // One log per test: ctest runs the tests of this binary in parallel processes.
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  const std::string log =
+      std::filesystem::temp_directory_path() / (std::string("fsdp_cli_") + info->name() + ".log");
+  const std::string cmd = std::string(FSDP_TRAIN_BIN) + " " + args + " > " + log + " 2>&1";
+  const int status = std::system(cmd.c_str());
+  Result r;
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  std::ifstream in(log);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  r.out = ss.str();
+  return r;
+}
+
+std::string write_config(const std::string& name, const std::string& text) {
+  const auto dir = std::filesystem::temp_directory_path() / "fsdp_cli_configs";
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / name).string();
+  std::ofstream(path) << text;
+  return path;
+}
+
+const std::string kTiny = test::source_path("configs/tiny.yaml");
+
+TEST(Cli, VersionAndHelp) {
+  Result v = run("--version");
+  EXPECT_EQ(v.code, 0);
+  EXPECT_NE(v.out.find("fsdp_train "), std::string::npos);
+  Result h = run("train --help");
+  EXPECT_EQ(h.code, 0);
+  EXPECT_NE(h.out.find("train.max_steps"), std::string::npos) << h.out;
+  EXPECT_NE(h.out.find("checkpoint.resume"), std::string::npos);
+  EXPECT_EQ(run("eval --help").code, 0);
+  EXPECT_EQ(run("").code, 2);
+  EXPECT_EQ(run("fly").code, 2);
+  EXPECT_EQ(run("train").code, 2);  // --config missing
+}
+
+TEST(Cli, UnknownKeyNamesFileLineAndSuggests) {
+  const std::string path = write_config("unknown.yaml", "train:\n  max_steps: 5\n  micro_batchsize: 4\n");
+  Result r = run("train --config " + path);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.out.find(path + ":3"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("unknown key 'train.micro_batchsize'"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("did you mean 'train.micro_batch_size'"), std::string::npos) << r.out;
+}
+
+TEST(Cli, WrongTypeAndImpossibleValue) {
+  const std::string typ = write_config("type.yaml", "optim:\n  lr: fast\n");
+  Result r = run("train --config " + typ);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.out.find(typ + ":2"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("'optim.lr'"), std::string::npos) << r.out;
+  Result v = run("train --config " + kTiny + " --set train.max_steps=-3");
+  EXPECT_EQ(v.code, 2);
+  EXPECT_NE(v.out.find("train.max_steps"), std::string::npos) << v.out;
+  Result m = run("train --config /nonexistent/x.yaml");
+  EXPECT_EQ(m.code, 2);
+  EXPECT_NE(m.out.find("/nonexistent/x.yaml"), std::string::npos) << m.out;
+}
+
+TEST(Cli, ModelShapeErrorsStopBeforeTraining) {
+  Result r = run("train --config " + kTiny + " --set train.seq_len=4096 --set run.dir=/tmp/fsdp_cli_bad");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("exceeds the model's max_seq_len"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("step "), std::string::npos) << "a step ran: " << r.out;
+}
+
+TEST(Cli, EvalPrintsEvalLossLast) {
+  Result r = run("eval --config " + kTiny + " --set eval.batches=2");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto pos = r.out.rfind("eval_loss ");
+  ASSERT_NE(pos, std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find('\n', pos), r.out.size() - 1) << "eval_loss is not the last line";
+  EXPECT_NEAR(std::stod(r.out.substr(pos + 10)), std::log(1024.0), 0.1);
+}
+
+TEST(Cli, TrainWritesFallingLossToMetricsJsonl) {
+  const std::string dir = (std::filesystem::temp_directory_path() / "fsdp_cli_train").string();
+  std::filesystem::remove_all(dir);
+  Result r = run("train --config " + kTiny + " --set train.max_steps=40 --set train.eval_every=20 --set run.dir=" +
+                 dir);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("step     40/40 | loss"), std::string::npos) << r.out;
+  std::ifstream in(dir + "/metrics.jsonl");
+  std::string line;
+  std::vector<nlohmann::json> rows;
+  while (std::getline(in, line)) rows.push_back(nlohmann::json::parse(line));
+  ASSERT_EQ(rows.size(), 40u);
+  for (const auto& key : {"step", "loss", "lr", "grad_norm", "tokens_per_sec"}) EXPECT_TRUE(rows[0].contains(key)) << key;
+  EXPECT_TRUE(rows[19].contains("val_loss"));
+  EXPECT_FALSE(rows[18].contains("val_loss"));
+  EXPECT_LT(rows.back()["loss"].get<double>(), rows.front()["loss"].get<double>() - 1.5);
+}
+
+}  // namespace
+}  // namespace fsdp
