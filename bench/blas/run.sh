@@ -19,6 +19,7 @@
 #   3. variants: OpenMP builds of OpenBLAS and BLIS, BLIS with BLIS_ARCH_TYPE=skx
 #   4. which environment variable sets each library's thread count
 #   5. OpenMP interleave: an OpenMP row loop between GEMMs, as the CPU backend runs them
+#   6. weight-gradient GEMMs (A^T B), the third GEMM form of a training step
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -33,7 +34,7 @@ while [[ $# -gt 0 ]]; do
     --build-dir) build_dir="$2"; shift 2 ;;
     --passes) passes="$2"; shift 2 ;;
     --wait-idle) wait_idle_min="$2"; shift 2 ;;
-    -h|--help) sed -n '2,23p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    -h|--help) sed -n '2,22p' "${BASH_SOURCE[0]}"; exit 0 ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
 done
@@ -290,5 +291,16 @@ for shape in qkvo up down head; do
   done
   echo "$row"
 done
+echo
+
+for ((p = 1; p <= passes; p++)); do
+  wait_idle
+  for bin in openblas blis onednn openblas-omp; do
+    run wgrad "$bin" "$bin" -- "${common[@]}" --shapes wgrad --ops TN
+  done
+done
+echo "### 6. weight gradients, C = A^T B (dW = dy^T x over 4096 tokens; not part of the main table)"
+echo
+table "$results/wgrad.txt"
 echo
 echo "raw results: $results"

@@ -11,6 +11,8 @@
 // Ops (row-major, C is M x N, beta = 0):
 //   NT: C = A * B^T   A: M x K, B: N x K   (forward:  y = x W^T, W stored [out, in])
 //   NN: C = A * B     A: M x K, B: K x N   (backward: dx = dy W)
+//   TN: C = A^T * B   A: K x M, B: K x N   (backward: dW = dy^T x; not in the default set,
+//                                           use --shapes wgrad --ops TN)
 //
 // Output: one "# ..." header block (library, version, kernel/arch, threads), then one
 //   RESULT <lib> <shape> <op> <M> <N> <K> <gflops> <relerr> <OK|FAIL> [<extra>]
@@ -21,9 +23,9 @@
 // Options:
 //   --threads N     set the library's thread count through its API (default 2);
 //                   0 = do not touch it, let the environment decide (for the thread-variable check)
-//   --shapes LIST   comma list of: square, llama, or single names (512,1024,2048,4096,
-//                   qkvo,up,down,head); default square,llama
-//   --ops LIST      NT,NN (default both)
+//   --shapes LIST   comma list of: square, llama, wgrad, or single names (512,1024,2048,4096,
+//                   qkvo,up,down,head, wg_qkvo,wg_up,wg_down,wg_head); default square,llama
+//   --ops LIST      NT,NN,TN (default NT,NN)
 //   --reps N        timed repetitions, best is reported (default 5; plus one warm-up)
 //   --min-time S    keep repeating until S seconds were spent in the timed loop (default 1.0)
 //   --max-time S    ...and, up to S seconds, until one run was not slowed by other processes
@@ -108,6 +110,20 @@ void add_shapes(const std::string& what, std::vector<Shape>& out) {
                          {"up", 4096, 1536, 512},
                          {"down", 4096, 512, 1536},
                          {"head", 4096, 32000, 512}};
+  // Weight gradients of the same layers: dW[out, in] = dy^T[out, tokens] x[tokens, in].
+  const Shape wgrad[] = {{"wg_qkvo", 512, 512, 4096},
+                         {"wg_up", 1536, 512, 4096},
+                         {"wg_down", 512, 1536, 4096},
+                         {"wg_head", 32000, 512, 4096}};
+  if (what == "wgrad") {
+    out.insert(out.end(), std::begin(wgrad), std::end(wgrad));
+    return;
+  }
+  for (const Shape& s : wgrad)
+    if (what == s.name) {
+      out.push_back(s);
+      return;
+    }
   if (what == "square") {
     out.insert(out.end(), std::begin(square), std::end(square));
     return;
@@ -160,22 +176,25 @@ Options parse(int argc, char** argv) {
   if (o.max_time < 0) o.max_time = 5 * o.min_time;
   for (const std::string& s : split(shapes)) add_shapes(s, o.shapes);
   for (const std::string& op : o.ops)
-    if (op != "NT" && op != "NN") {
-      std::fprintf(stderr, "unknown op '%s' (NT or NN)\n", op.c_str());
+    if (op != "NT" && op != "NN" && op != "TN") {
+      std::fprintf(stderr, "unknown op '%s' (NT, NN or TN)\n", op.c_str());
       std::exit(2);
     }
   return o;
 }
 
-// Row-major C[M,N] = A[M,K] * (trans_b ? B[N,K]^T : B[K,N]), beta = 0.
-void sgemm(bool trans_b, long m, long n, long k, const float* a, const float* b, float* c) {
-  const long ldb = trans_b ? k : n;
+// Row-major C[M,N] = op(A) * op(B), beta = 0; A is A[M,K] or (trans_a) A[K,M], B is B[K,N] or
+// (trans_b) B[N,K].
+void sgemm(bool trans_a, bool trans_b, long m, long n, long k, const float* a, const float* b,
+           float* c) {
+  const long lda = trans_a ? m : k, ldb = trans_b ? k : n;
 #if defined(USE_OPENBLAS) || defined(USE_BLIS)
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, (int)m, (int)n,
-              (int)k, 1.0f, a, (int)k, b, (int)ldb, 0.0f, c, (int)n);
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+              trans_b ? CblasTrans : CblasNoTrans, (int)m, (int)n, (int)k, 1.0f, a, (int)lda, b,
+              (int)ldb, 0.0f, c, (int)n);
 #else
-  dnnl_status_t st =
-      dnnl_sgemm('N', trans_b ? 'T' : 'N', m, n, k, 1.0f, a, k, b, ldb, 0.0f, c, n);
+  dnnl_status_t st = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k, 1.0f, a, lda,
+                                b, ldb, 0.0f, c, n);
   if (st != dnnl_success) {
     std::fprintf(stderr, "dnnl_sgemm failed: status %d\n", (int)st);
     std::exit(1);
@@ -252,8 +271,8 @@ void fill_random(std::vector<float>& v, uint64_t seed) {
 
 // Normwise relative error of C on a sampled sub-block (up to 48 rows x 48 columns, spread over
 // the whole matrix and including the last row and column) against a double-precision reference.
-double check(bool trans_b, long m, long n, long k, const float* a, const float* b,
-             const float* c) {
+double check(bool trans_a, bool trans_b, long m, long n, long k, const float* a,
+             const float* b, const float* c) {
   const long rows = std::min<long>(m, 48), cols = std::min<long>(n, 48);
   double err2 = 0, ref2 = 0;
   for (long ri = 0; ri < rows; ++ri) {
@@ -262,7 +281,8 @@ double check(bool trans_b, long m, long n, long k, const float* a, const float* 
       const long j = cols == 1 ? 0 : ci * (n - 1) / (cols - 1);
       double ref = 0;
       for (long p = 0; p < k; ++p)
-        ref += (double)a[i * k + p] * (double)(trans_b ? b[j * k + p] : b[p * n + j]);
+        ref += (double)(trans_a ? a[p * m + i] : a[i * k + p]) *
+               (double)(trans_b ? b[j * k + p] : b[p * n + j]);
       const double got = c[i * n + j];
       if (!std::isfinite(got)) return std::numeric_limits<double>::infinity();
       err2 += (got - ref) * (got - ref);
@@ -352,15 +372,15 @@ int main(int argc, char** argv) {
     fill_random(b, 5678 + s.n * 11 + s.k);
     const double flops = 2.0 * s.m * s.n * s.k;
     for (const std::string& op : o.ops) {
-      const bool trans_b = op == "NT";
+      const bool trans_a = op[0] == 'T', trans_b = op[1] == 'T';
       // beta = 0 must not read C: poison it so a library that computes 0 * C fails the check.
       std::fill(c.begin(), c.end(), std::numeric_limits<float>::quiet_NaN());
-      sgemm(trans_b, s.m, s.n, s.k, a.data(), b.data(), c.data());
-      const double relerr = check(trans_b, s.m, s.n, s.k, a.data(), b.data(), c.data());
+      sgemm(trans_a, trans_b, s.m, s.n, s.k, a.data(), b.data(), c.data());
+      const double relerr = check(trans_a, trans_b, s.m, s.n, s.k, a.data(), b.data(), c.data());
       const bool ok = relerr <= o.tol;
       if (!ok) ++failures;
 
-      auto gemm = [&] { sgemm(trans_b, s.m, s.n, s.k, a.data(), b.data(), c.data()); };
+      auto gemm = [&] { sgemm(trans_a, trans_b, s.m, s.n, s.k, a.data(), b.data(), c.data()); };
       const Timing t_gemm = best_time(o, gemm);
       double gflops = ok ? flops / t_gemm.best * 1e-9 : 0.0;
       char extra[200];
