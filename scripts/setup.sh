@@ -11,7 +11,7 @@ packages=(
   nlohmann-json3-dev         # metrics.jsonl, safetensors headers, HF config.json
   libsentencepiece-dev sentencepiece   # tokenizer (library + spm_train)
   libopenmpi-dev openmpi-bin # MPI communicator and launcher
-  libopenblas-dev libopenblas0-pthread # BLAS: fastest sgemm measured here, see bench/README.md
+  libopenblas-openmp-dev libopenblas0-openmp # BLAS, OpenMP build: see bench/README.md
   libgtest-dev libgmock-dev  # tests
   zlib1g-dev libzstd-dev     # compressed corpora
 )
