@@ -1,0 +1,270 @@
+// Start-up of the distributed runtime: which launcher started this process, MPI
+// initialisation, the node layout, and the FSDP process groups (communicator.h).
+//
+// Detection reads only the environment, before any MPI call, so a process started by
+// hand (a laptop, CI, `fsdp_train train ...`) gets single-rank communicators and never
+// initialises MPI. Order matters: `mpirun` inside a Slurm allocation also sets
+// PMIX_RANK and SLURM_JOB_ID, so OpenMPI's own variable is looked at first.
+//
+//   OMPI_COMM_WORLD_SIZE                -> "mpirun" (OpenMPI's mpirun / mpiexec)
+//   PMIX_RANK or PMI_RANK + SLURM_JOB_ID -> "srun"  (srun --mpi=pmix / pmi2)
+//   PMIX_RANK, PMI_RANK, MV2_COMM_WORLD_SIZE -> "mpirun" (prterun, MPICH hydra, MVAPICH)
+//   none of them                        -> "none"  (unless srun started several tasks
+//                                          without an MPI plugin: an error, not N
+//                                          independent copies of rank 0)
+//
+// Once MPI is up the size the launcher announced is compared with MPI's: a binary linked
+// against one MPI but started by another's launcher comes up as N singletons, which
+// would otherwise train N unrelated models without a word.
+#include <mpi.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "fsdp/dist/communicator.h"
+
+namespace fsdp::dist::detail {
+// Defined in local_communicator.cpp and mpi_communicator.cpp.
+std::unique_ptr<Communicator> make_local_communicator(std::string name);
+std::unique_ptr<Communicator> make_mpi_communicator(MPI_Comm comm, std::string name);
+MPI_Comm mpi_comm_of(const Communicator& c);
+[[noreturn]] void mpi_fail(int rc, const char* call, const char* group, int group_rank, int group_size,
+                           const char* file, int line);
+}  // namespace fsdp::dist::detail
+
+// As in mpi_communicator.cpp: the call text, group and rank go into the error.
+#define FSDP_MPI_CHECK(call, group, group_rank, group_size)                                            \
+  do {                                                                                                 \
+    const int fsdp_mpi_rc_ = (call);                                                                   \
+    if (fsdp_mpi_rc_ != MPI_SUCCESS) [[unlikely]]                                                      \
+      ::fsdp::dist::detail::mpi_fail(fsdp_mpi_rc_, #call, group, group_rank, group_size, __FILE__, __LINE__); \
+  } while (0)
+
+namespace fsdp::dist {
+namespace {
+
+struct Launch {
+  std::string launcher = "none";
+  int announced_size = -1;         // ranks the launcher says it started (-1: not said)
+  const char* size_var = nullptr;  // the variable that said it
+};
+
+const char* env(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr && v[0] != '\0' ? v : nullptr;
+}
+
+int env_int(const char* name) {
+  const char* v = env(name);
+  if (v == nullptr) return -1;
+  char* end = nullptr;
+  const long x = std::strtol(v, &end, 10);
+  FSDP_CHECK(end != v && *end == '\0' && x > 0 && x < (1L << 30), "environment variable {}={} is not a rank count",
+             name, v);
+  return int(x);
+}
+
+Launch detect_launch() {
+  Launch l;
+  const bool slurm = env("SLURM_JOB_ID") != nullptr;
+  auto announce = [&](const char* var) {
+    if (l.size_var == nullptr && env(var) != nullptr) {
+      l.announced_size = env_int(var);
+      l.size_var = var;
+    }
+  };
+  if (env("OMPI_COMM_WORLD_SIZE") != nullptr) {
+    l.launcher = "mpirun";
+    announce("OMPI_COMM_WORLD_SIZE");
+  } else if (env("PMIX_RANK") != nullptr || env("PMI_RANK") != nullptr || env("MV2_COMM_WORLD_SIZE") != nullptr) {
+    const bool srun = slurm && env("MV2_COMM_WORLD_SIZE") == nullptr;
+    l.launcher = srun ? "srun" : "mpirun";
+    announce("PMI_SIZE");
+    announce("MV2_COMM_WORLD_SIZE");
+    if (srun) announce("SLURM_STEP_NUM_TASKS");
+  } else if (slurm && env_int("SLURM_STEP_NUM_TASKS") > 1) {
+    FSDP_FAIL("started by srun as one of {} tasks (SLURM_PROCID={}) but without an MPI plugin, so the tasks cannot "
+              "talk to each other: launch with `srun --mpi=pmix` (this OpenMPI supports pmix only)",
+              env_int("SLURM_STEP_NUM_TASKS"), env("SLURM_PROCID") ? env("SLURM_PROCID") : "?");
+  }
+  return l;
+}
+
+std::string host_name() {
+  char host[256] = {};
+  if (gethostname(host, sizeof(host) - 1) != 0) return "unknown-host";
+  return host;
+}
+
+bool g_mpi_ours = false;  // MPI_Init was called here, so MPI_Finalize is ours too
+
+void finalize_at_exit() {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (g_mpi_ours && initialized && !finalized) MPI_Finalize();
+}
+
+// Resolves shard_group_size (0: whole world, -1: one node) to a group size dividing the
+// world size, or throws naming both and the rank. The inputs are the same on every rank
+// (split_process_groups makes node sizes agree first), so all ranks throw together.
+int resolve_shard_group_size(int shard_group_size, int world_size, int rank, int local_size) {
+  const int s = shard_group_size == 0 ? world_size : shard_group_size == -1 ? local_size : shard_group_size;
+  FSDP_CHECK(shard_group_size >= -1 && s > 0 && world_size % s == 0,
+             "shard_group_size {} does not divide the world size {} (rank {}); use a divisor of {}, 0 for the whole "
+             "world or -1 for the ranks of one node",
+             shard_group_size, world_size, rank, world_size);
+  return s;
+}
+
+const std::string& host_name_cached() {
+  static const std::string h = host_name();
+  return h;
+}
+
+// MPI up (once per process) with funneled threading: OpenMP threads compute, only the
+// main thread talks to MPI.
+void ensure_mpi(const Launch& launch) {
+  int initialized = 0, finalized = 0;
+  FSDP_MPI_CHECK(MPI_Initialized(&initialized), "world", -1, 0);
+  FSDP_MPI_CHECK(MPI_Finalized(&finalized), "world", -1, 0);
+  FSDP_CHECK(!finalized, "init_process_groups after shutdown_distributed: MPI cannot be initialised twice");
+  int provided = MPI_THREAD_SINGLE;
+  if (!initialized) {
+    FSDP_MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "world", -1, 0);
+    g_mpi_ours = true;
+    std::atexit(&finalize_at_exit);
+  } else {
+    FSDP_MPI_CHECK(MPI_Query_thread(&provided), "world", -1, 0);
+  }
+  // Errors come back as return codes (thrown with context) instead of killing the job
+  // from inside the library; communicators created from the world inherit this.
+  FSDP_MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN), "world", -1, 0);
+  int rank = 0, size = 1;
+  FSDP_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank), "world", -1, 0);
+  FSDP_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size), "world", -1, 0);
+  FSDP_CHECK(provided >= MPI_THREAD_FUNNELED,
+             "MPI provides thread level {} but fsdp_train needs MPI_THREAD_FUNNELED ({}) (rank {} on host {})",
+             provided, int(MPI_THREAD_FUNNELED), rank, host_name_cached());
+  FSDP_CHECK(launch.announced_size < 0 || launch.announced_size == size,
+             "the launcher ({}) announced {} ranks ({}={}) but MPI sees {} (rank {} on host {}): the program is "
+             "linked against a different MPI than the launcher's, or srun lacks --mpi=pmix",
+             launch.launcher, launch.announced_size, launch.size_var, launch.announced_size, size, rank,
+             host_name_cached());
+}
+
+}  // namespace
+
+ProcessGroups local_process_groups() {
+  ProcessGroups g;
+  g.world_info.hostname = host_name_cached();
+  g.world_info.launcher = "none";
+  g.world = detail::make_local_communicator("world");
+  g.shard = detail::make_local_communicator("shard");
+  g.replicate = detail::make_local_communicator("replicate");
+  return g;
+}
+
+ProcessGroups init_process_groups(int shard_group_size) {
+  const Launch launch = detect_launch();
+  if (launch.launcher == "none") {
+    resolve_shard_group_size(shard_group_size, 1, 0, 1);
+    return local_process_groups();
+  }
+
+  ensure_mpi(launch);
+  MPI_Comm world = MPI_COMM_NULL;
+  FSDP_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &world), "world", -1, 0);
+  ProcessGroups base;
+  base.world = detail::make_mpi_communicator(world, "world");  // owns `world` from here on
+  WorldInfo& w = base.world_info;
+  w.rank = base.world->rank();
+  w.size = base.world->size();
+  w.hostname = host_name_cached();
+  w.launcher = launch.launcher;
+
+  // Node layout: MPI's shared-memory split is the node. Its rank 0 (key = world rank) is
+  // the node's lowest world rank, its leader; nodes are numbered in leader order. Exact
+  // (no hostname hashing), and the same grouping MPI uses for shared memory.
+  MPI_Comm node = MPI_COMM_NULL;
+  FSDP_MPI_CHECK(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, w.rank, MPI_INFO_NULL, &node), "world", w.rank,
+                 w.size);
+  FSDP_MPI_CHECK(MPI_Comm_rank(node, &w.local_rank), "node", -1, 0);
+  FSDP_MPI_CHECK(MPI_Comm_size(node, &w.local_size), "node", -1, 0);
+  int leader = w.rank;
+  FSDP_MPI_CHECK(MPI_Bcast(&leader, 1, MPI_INT, 0, node), "node", w.local_rank, w.local_size);
+  FSDP_MPI_CHECK(MPI_Comm_free(&node), "node", w.local_rank, w.local_size);
+  const int is_leader = w.local_rank == 0 ? 1 : 0;
+  std::vector<int> leaders(size_t(w.size), 0);
+  FSDP_MPI_CHECK(MPI_Allgather(&is_leader, 1, MPI_INT, leaders.data(), 1, MPI_INT, world), "world", w.rank, w.size);
+  w.num_nodes = w.node_index = 0;
+  for (int r = 0; r < w.size; ++r) {
+    w.num_nodes += leaders[size_t(r)];
+    if (r < leader) w.node_index += leaders[size_t(r)];
+  }
+  return split_process_groups(base, shard_group_size);
+}
+
+ProcessGroups split_process_groups(const ProcessGroups& base, int shard_group_size) {
+  FSDP_CHECK(base.world != nullptr, "split_process_groups: the base groups have no world communicator");
+  const WorldInfo& w = base.world_info;
+  const MPI_Comm world = detail::mpi_comm_of(*base.world);
+  if (world == MPI_COMM_NULL) {  // a single-rank world: every group is this rank
+    FSDP_CHECK(base.world->size() == 1, "split_process_groups: world '{}' of {} ranks is not an MPI communicator",
+               base.world->name(), base.world->size());
+    resolve_shard_group_size(shard_group_size, 1, 0, 1);
+    ProcessGroups g = local_process_groups();
+    g.world_info = w;
+    g.world = base.world;
+    return g;
+  }
+  // -1 needs equal nodes: agree on the smallest and largest before anyone throws.
+  if (shard_group_size == -1) {
+    int sizes[2] = {-w.local_size, w.local_size};  // max of the negation = -min
+    FSDP_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, sizes, 2, MPI_INT, MPI_MAX, world), "world", w.rank, w.size);
+    FSDP_CHECK(-sizes[0] == sizes[1],
+               "shard_group_size -1 (the ranks of one node) needs the same number of ranks on every node, but nodes "
+               "run between {} and {} ranks (rank {} on host {})",
+               -sizes[0], sizes[1], w.rank, w.hostname);
+  }
+  const int s = resolve_shard_group_size(shard_group_size, w.size, w.rank, w.local_size);
+  // shard: s consecutive ranks, or for -1 the node's ranks (the same thing under the
+  // default block mapping of mpirun and srun, and still right under any other);
+  // replicate: the ranks at the same position of their shard groups. Keys keep world
+  // order, so a rank's place in its shard group is the index of the shard it holds.
+  const bool by_node = shard_group_size == -1;
+  const int shard_color = by_node ? w.node_index : w.rank / s;
+  const int replicate_color = by_node ? w.local_rank : w.rank % s;
+  ProcessGroups g;
+  g.world_info = w;
+  g.world = base.world;
+  MPI_Comm shard = MPI_COMM_NULL, replicate = MPI_COMM_NULL;
+  FSDP_MPI_CHECK(MPI_Comm_split(world, shard_color, w.rank, &shard), "world", w.rank, w.size);
+  g.shard = detail::make_mpi_communicator(shard, "shard");
+  FSDP_MPI_CHECK(MPI_Comm_split(world, replicate_color, w.rank, &replicate), "world", w.rank, w.size);
+  g.replicate = detail::make_mpi_communicator(replicate, "replicate");
+  return g;
+}
+
+void shutdown_distributed() {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (g_mpi_ours && initialized && !finalized) FSDP_MPI_CHECK(MPI_Finalize(), "world", -1, 0);
+}
+
+void abort_all(int exit_code) {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, exit_code);
+  std::exit(exit_code);
+}
+
+}  // namespace fsdp::dist
