@@ -119,7 +119,8 @@ std::string case_name(const testing::TestParamInfo<Case>& info) {
   return std::string(dtype_name(info.param.dtype)) + "_n" + std::to_string(info.param.n);
 }
 
-INSTANTIATE_TEST_SUITE_P(DTypesAndSizes, Collectives,
+// Named so that --gtest_filter='MpiCommunicator*' selects every test of this file.
+INSTANTIATE_TEST_SUITE_P(MpiCommunicator, Collectives,
                          testing::Values(Case{DType::F32, 0}, Case{DType::F32, 1}, Case{DType::F32, 7},
                                          Case{DType::F32, 1001}, Case{DType::F64, 0}, Case{DType::F64, 13},
                                          Case{DType::BF16, 0}, Case{DType::BF16, 3}, Case{DType::BF16, 1001}),
