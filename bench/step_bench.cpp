@@ -56,7 +56,8 @@ int main(int argc, char** argv) {
     std::vector<std::string> o = c.overrides;
     o.push_back("logging.metrics=false");
     o.push_back("train.max_steps=1000");
-    fsdp::train::Trainer trainer(fsdp::config::load_config_string("", "step_bench", o));
+    auto groups = fsdp::dist::local_process_groups();
+    fsdp::train::Trainer trainer(fsdp::config::load_config_string("", "step_bench", o), groups);
     for (int i = 0; i < 2; ++i) trainer.train_step();
     double ms = 0, tok = 0, gf = 0;
     for (int i = 0; i < steps; ++i) {

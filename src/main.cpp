@@ -8,6 +8,8 @@
 
 #include "fsdp/config/config.h"
 #include "fsdp/core/error.h"
+#include "fsdp/dist/communicator.h"
+#include "fsdp/train/launch_checks.h"
 #include "fsdp/train/trainer.h"
 
 namespace {
@@ -87,9 +89,16 @@ fsdp::config::Config load(const Args& a) {
   return fsdp::config::load_config(a.config_path, a.overrides);
 }
 
-void setup_logging(const fsdp::config::Config& cfg) {
-  spdlog::set_pattern("[%Y-%m-%d %H:%M:%S.%e] [%^%l%$] %v");
-  spdlog::set_level(spdlog::level::from_str(cfg.logging.level));
+// Rank 0 speaks for the job; other ranks report only warnings and errors, prefixed with
+// their rank so a failing rank is identifiable in a merged Slurm log.
+void setup_logging(const fsdp::config::Config& cfg, int rank) {
+  if (rank == 0) {
+    spdlog::set_pattern("[%Y-%m-%d %H:%M:%S.%e] [%^%l%$] %v");
+    spdlog::set_level(spdlog::level::from_str(cfg.logging.level));
+  } else {
+    spdlog::set_pattern("[%Y-%m-%d %H:%M:%S.%e] [%^%l%$] [rank " + std::to_string(rank) + "] %v");
+    spdlog::set_level(spdlog::level::warn);
+  }
 }
 
 }  // namespace
@@ -129,20 +138,30 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return kExitUsage;
   }
-  setup_logging(cfg);
-
+  // From here on every rank runs the same code; an error on any rank aborts all of them
+  // (a rank left alone inside a collective would hang until the job's time limit).
+  fsdp::dist::ProcessGroups groups;
+  int code = kExitOk;
   try {
-    spdlog::info("fsdp_train {} {}: effective config\n{}", FSDP_VERSION, args.command, fsdp::config::dump_yaml(cfg));
-    fsdp::train::Trainer trainer(cfg);
-    if (args.command == "train") return trainer.run();
-    const double loss = trainer.evaluate(cfg.eval.batches);
-    std::printf("eval_loss %.6f\n", loss);
-    return kExitOk;
-  } catch (const fsdp::config::ConfigError& e) {
-    spdlog::error("{}", e.what());
-    return kExitUsage;
+    groups = fsdp::dist::init_process_groups(fsdp::train::shard_group_size(cfg));
+    setup_logging(cfg, groups.world_info.rank);
+    fsdp::train::check_launch(cfg, groups);
+    spdlog::info("fsdp_train {} {}: {} rank(s) on {} node(s), launched by {}; effective config\n{}", FSDP_VERSION,
+                 args.command, groups.world_info.size, groups.world_info.num_nodes, groups.world_info.launcher,
+                 fsdp::config::dump_yaml(cfg));
+    fsdp::train::Trainer trainer(cfg, groups);
+    if (args.command == "train") {
+      code = trainer.run();
+    } else {
+      const double loss = trainer.evaluate(cfg.eval.batches);
+      if (groups.world_info.rank == 0) std::printf("eval_loss %.6f\n", loss);
+    }
   } catch (const std::exception& e) {
     spdlog::error("{}", e.what());
-    return kExitError;
+    const bool usage = dynamic_cast<const fsdp::config::ConfigError*>(&e) != nullptr;
+    if (groups.world && groups.world->size() > 1) fsdp::dist::abort_all(usage ? kExitUsage : kExitError);
+    return usage ? kExitUsage : kExitError;
   }
+  fsdp::dist::shutdown_distributed();
+  return code;
 }

@@ -205,6 +205,7 @@ LossSum Llama::forward(LlamaActivations& a, ParamProvider& p) {
   head_forward(a, p.params(h));
   cross_entropy_forward(a.logits, a.targets, a.losses);
   p.after_forward(h);
+  p.finish();
   return loss_sum(a);
 }
 
@@ -228,13 +229,13 @@ LossSum Llama::forward_backward(LlamaActivations& a, ParamProvider& p, double gr
   head_forward(a, hflat);
   cross_entropy_forward_backward(a.logits, a.targets, a.losses, a.logits, grad_scale);
   const LossSum loss = loss_sum(a);
+  p.after_forward(h);
   p.before_backward(h);
   const Tensor hgrad = p.grads(h);
   matmul(a.logits, a.hf, head_lm(hgrad), true, false, 1.0, 1.0);
   matmul(a.logits, head_lm(hflat), a.dh, false, false);
   rmsnorm_backward(a.dh, a.resid[cfg_.num_layers], head_norm(hflat), a.rstdf, a.dres, head_norm(hgrad),
                    /*accumulate_dx=*/false);
-  p.after_forward(h);
   p.after_backward(h);
 
   for (int l = int(cfg_.num_layers) - 1; l >= 0; --l) {
@@ -246,6 +247,7 @@ LossSum Llama::forward_backward(LlamaActivations& a, ParamProvider& p, double gr
   p.before_backward(embedding_unit());
   embedding_backward(a.ids, a.dres, embedding_table(p.grads(embedding_unit())));
   p.after_backward(embedding_unit());
+  p.finish();
   return loss;
 }
 

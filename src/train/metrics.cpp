@@ -16,6 +16,10 @@ std::string format_step_line(const StepMetrics& m, int64_t max_steps) {
       "{:.1f} ms/step | {:.2f} GFLOP/s | peak mem {:.1f} MiB (rss {:.1f} MiB)",
       m.step, max_steps, m.loss, m.lr, m.grad_norm, m.samples_per_sec, m.tokens_per_sec, m.step_ms,
       m.gflops_per_sec, double(m.peak_tensor_bytes) / (1 << 20), double(m.max_rss_bytes) / (1 << 20));
+  if (m.world_size > 1) {
+    line += fmt::format(" | comm {:.2f} MiB, wait {:.1f} ms ({:.0f}%)", double(m.comm_bytes) / (1 << 20),
+                        m.comm_wait_ms, m.step_ms > 0 ? 100.0 * m.comm_wait_ms / m.step_ms : 0.0);
+  }
   if (m.val_loss) line += fmt::format(" | val_loss {:.4f}", *m.val_loss);
   return line;
 }
@@ -34,6 +38,9 @@ std::string to_json_line(const StepMetrics& m) {
   j["tokens_seen"] = m.tokens_seen;
   j["peak_mem_bytes"] = m.peak_tensor_bytes;
   j["max_rss_bytes"] = m.max_rss_bytes;
+  j["comm_bytes"] = m.comm_bytes;
+  j["comm_wait_ms"] = m.comm_wait_ms;
+  j["world_size"] = m.world_size;
   if (m.val_loss) j["val_loss"] = *m.val_loss;
   return j.dump();
 }

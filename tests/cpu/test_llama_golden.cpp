@@ -12,7 +12,7 @@
 #include "fsdp/ckpt/hf_import.h"
 #include "fsdp/model/llama.h"
 #include "fsdp/ops/cross_entropy.h"
-#include "fsdp/train/trainer.h"
+#include "fsdp/model/local_params.h"
 #include "test_util.h"
 
 namespace fsdp {
@@ -67,7 +67,7 @@ TEST_F(LlamaGolden, ConfigMatchesFixture) {
 
 TEST_F(LlamaGolden, LogitsLossAndEveryGradientMatchTransformers) {
   model::Llama llama(cfg_);
-  train::LocalParams params(llama.units());
+  model::LocalParams params(llama.units());
   const ckpt::SafetensorsFolder folder(dir_);
   for (int u = 0; u < int(llama.units().size()); ++u) ckpt::load_hf_unit(folder, llama.units()[u], params.params(u));
 

@@ -33,6 +33,14 @@ void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
 namespace fsdp {
 namespace {
 
+// Single-process runs: one rank, no MPI.
+struct LocalTrainer {
+  explicit LocalTrainer(const config::Config& cfg) : groups(dist::local_process_groups()), trainer(cfg, groups) {}
+  train::Trainer* operator->() { return &trainer; }
+  dist::ProcessGroups groups;
+  train::Trainer trainer;
+};
+
 config::Config small_config(const std::vector<std::string>& extra = {}) {
   std::vector<std::string> o = {"model.preset=tiny",       "model.num_layers=2",  "train.seq_len=32",
                                 "train.micro_batch_size=4", "train.max_steps=30",  "optim.lr=3e-3",
@@ -43,9 +51,9 @@ config::Config small_config(const std::vector<std::string>& extra = {}) {
 }
 
 TEST(Trainer, LossFallsOnSyntheticData) {
-  train::Trainer t(small_config({"train.max_steps=60", "train.seq_len=64", "train.micro_batch_size=8"}));
+  LocalTrainer t(small_config({"train.max_steps=60", "train.seq_len=64", "train.micro_batch_size=8"}));
   std::vector<double> losses;
-  for (int i = 0; i < 60; ++i) losses.push_back(t.train_step().loss);
+  for (int i = 0; i < 60; ++i) losses.push_back(t->train_step().loss);
   // An untrained model predicts ~uniformly: ln(1024) = 6.93 nats.
   EXPECT_NEAR(losses.front(), std::log(1024.0), 0.1);
   // 60 steps of 512 tokens learn much of the Markov chain's structure (this run reaches
@@ -55,14 +63,14 @@ TEST(Trainer, LossFallsOnSyntheticData) {
 }
 
 TEST(Trainer, RunsAreBitReproducible) {
-  train::Trainer a(small_config()), b(small_config());
+  LocalTrainer a(small_config()), b(small_config());
   for (int i = 0; i < 5; ++i) {
-    const auto ma = a.train_step(), mb = b.train_step();
+    const auto ma = a->train_step(), mb = b->train_step();
     ASSERT_EQ(ma.loss, mb.loss) << "step " << i + 1;
     ASSERT_EQ(ma.grad_norm, mb.grad_norm) << "step " << i + 1;
   }
-  for (int u = 0; u < a.params().num_units(); ++u) {
-    const Tensor pa = a.params().params(u), pb = b.params().params(u);
+  for (int u = 0; u < a->engine().num_units(); ++u) {
+    const Tensor pa = a->engine().master(u), pb = b->engine().master(u);
     ASSERT_EQ(std::memcmp(pa.data_ptr(), pb.data_ptr(), pa.nbytes()), 0) << "unit " << u;
   }
 }
@@ -70,39 +78,39 @@ TEST(Trainer, RunsAreBitReproducible) {
 TEST(Trainer, GradientAccumulationEqualsOneBigMicroBatch) {
   // 2 micro-batches of 4 vs one of 8 over the same samples: the same step up to float
   // summation order (GEMM accumulation splits differently), i.e. ~1e-6 relative.
-  train::Trainer accum(small_config({"train.micro_batch_size=4", "train.grad_accum_steps=2"}));
-  train::Trainer big(small_config({"train.micro_batch_size=8", "train.grad_accum_steps=1"}));
+  LocalTrainer accum(small_config({"train.micro_batch_size=4", "train.grad_accum_steps=2"}));
+  LocalTrainer big(small_config({"train.micro_batch_size=8", "train.grad_accum_steps=1"}));
   for (int i = 0; i < 5; ++i) {
-    const auto ma = accum.train_step(), mb = big.train_step();
+    const auto ma = accum->train_step(), mb = big->train_step();
     EXPECT_NEAR(ma.loss, mb.loss, 1e-5 * mb.loss) << "step " << i + 1;
     EXPECT_NEAR(ma.grad_norm, mb.grad_norm, 1e-4 * mb.grad_norm) << "step " << i + 1;
   }
 }
 
 TEST(Trainer, NoHeapAllocationInsideAStepAfterTheFirst) {
-  train::Trainer t(small_config({"train.grad_accum_steps=2", "optim.weight_decay=0.1"}));
-  t.train_step();  // the first step may size scratch buffers
-  t.train_step();
+  LocalTrainer t(small_config({"train.grad_accum_steps=2", "optim.weight_decay=0.1"}));
+  t->train_step();  // the first step may size scratch buffers
+  t->train_step();
   const size_t tensor_allocs = allocator_for(Device::cpu()).stats().num_allocs;
   const long before = g_news.load();
-  t.train_step();
-  t.train_step();
+  t->train_step();
+  t->train_step();
   EXPECT_EQ(g_news.load() - before, 0) << "operator new called inside train_step";
   EXPECT_EQ(allocator_for(Device::cpu()).stats().num_allocs, tensor_allocs) << "tensor allocated inside train_step";
 }
 
 TEST(Trainer, EvaluateIsDeterministicAndDoesNotTrain) {
-  train::Trainer t(small_config());
-  const double e1 = t.evaluate(2);
-  const double e2 = t.evaluate(2);
+  LocalTrainer t(small_config());
+  const double e1 = t->evaluate(2);
+  const double e2 = t->evaluate(2);
   EXPECT_EQ(e1, e2);
   EXPECT_NEAR(e1, std::log(1024.0), 0.1);
-  EXPECT_EQ(t.step(), 0);
+  EXPECT_EQ(t->step(), 0);
 }
 
 TEST(Trainer, SeqLenLongerThanModelContextIsRefused) {
   try {
-    train::Trainer t(small_config({"model.max_seq_len=16"}));
+    LocalTrainer t(small_config({"model.max_seq_len=16"}));
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("train.seq_len 32 exceeds the model's max_seq_len 16"), std::string::npos)
@@ -112,19 +120,19 @@ TEST(Trainer, SeqLenLongerThanModelContextIsRefused) {
 
 TEST(Trainer, InitFromHuggingFaceFolderLoadsItsWeights) {
   const std::string dir = test::source_path("tests/golden/llama_gqa_tiny");
-  train::Trainer t(small_config({"model.init_from=" + dir, "train.seq_len=13", "train.micro_batch_size=2"}));
-  EXPECT_EQ(t.model().config().vocab_size, 96);
-  EXPECT_EQ(t.model().config().num_kv_heads, 2);
+  LocalTrainer t(small_config({"model.init_from=" + dir, "train.seq_len=13", "train.micro_batch_size=2"}));
+  EXPECT_EQ(t->model().config().vocab_size, 96);
+  EXPECT_EQ(t->model().config().num_kv_heads, 2);
   // The embedding's first element equals the file's.
   const ckpt::SafetensorsFolder folder(dir);
-  EXPECT_EQ(float(t.params().params(0).get_flat(0)), ckpt::read_as_f32(folder.entry("model.embed_tokens.weight"))[0]);
-  EXPECT_TRUE(std::isfinite(t.train_step().loss));
+  EXPECT_EQ(float(t->engine().master(0).get_flat(0)), ckpt::read_as_f32(folder.entry("model.embed_tokens.weight"))[0]);
+  EXPECT_TRUE(std::isfinite(t->train_step().loss));
 }
 
 TEST(Trainer, InitFromRefusesContradictingShapeOverride) {
   const std::string dir = test::source_path("tests/golden/llama_gqa_tiny");
   try {
-    train::Trainer t(small_config({"model.init_from=" + dir, "model.hidden_size=64", "train.seq_len=13"}));
+    LocalTrainer t(small_config({"model.init_from=" + dir, "model.hidden_size=64", "train.seq_len=13"}));
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("model.hidden_size = 64 contradicts"), std::string::npos) << e.what();

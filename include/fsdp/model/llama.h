@@ -36,6 +36,8 @@ class ParamProvider {
   virtual void after_forward(int /*unit*/) {}
   virtual void before_backward(int /*unit*/) {}
   virtual void after_backward(int /*unit*/) {}
+  // End of a forward (or forward + backward) pass: nothing may stay in flight.
+  virtual void finish() {}
 };
 
 struct BlockActivations {

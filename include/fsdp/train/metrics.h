@@ -23,6 +23,9 @@ struct StepMetrics {
   int64_t tokens_seen = 0;      // since the start of training
   uint64_t peak_tensor_bytes = 0;  // allocator peak since the last step's report
   uint64_t max_rss_bytes = 0;      // process peak resident set size
+  uint64_t comm_bytes = 0;         // bytes this rank sent in collectives during the step
+  double comm_wait_ms = 0;         // time this rank spent waiting on collectives
+  int world_size = 1;
   std::optional<double> val_loss;
 };
 

@@ -1,7 +1,13 @@
 // The training loop: micro-batches, gradient accumulation, clipping, AdamW, the LR
-// schedule, evaluation, step logging and metrics.jsonl. Single process for now; the
-// parameters live in LocalParams (one fp32 flat buffer per unit with its gradient and
-// AdamW moments), the layout the FSDP engine shards.
+// schedule, evaluation, step logging and metrics.jsonl, on any number of ranks. The
+// parameters live in the FSDP engine; with one rank it holds every unit whole and the
+// loop is plain single-process training.
+//
+// Global batch and sample order: step s (1-based) trains on the global samples
+// [(s-1)*G, s*G), G = micro_batch_size * grad_accum_steps * world_size; rank r's
+// micro-batch a holds samples (s-1)*G + (a*world + r)*micro .. + micro. Gradients are
+// scaled by 1 / (tokens in the global batch), so the summed gradient is the global mean
+// whatever the world size or accumulation.
 #pragma once
 
 #include <memory>
@@ -9,6 +15,8 @@
 
 #include "fsdp/config/config.h"
 #include "fsdp/data/synthetic.h"
+#include "fsdp/dist/communicator.h"
+#include "fsdp/fsdp/fsdp_engine.h"
 #include "fsdp/model/llama.h"
 #include "fsdp/optim/lr_schedule.h"
 #include "fsdp/optim/optimizer.h"
@@ -21,47 +29,42 @@ namespace fsdp::train {
 // init_from folder is an error naming the key).
 model::LlamaConfig resolve_model_config(const config::ModelConfig& m);
 
-// Every unit's full parameters, gradients and AdamW moments, in float32.
-class LocalParams final : public model::ParamProvider {
- public:
-  explicit LocalParams(const std::vector<model::UnitLayout>& units);
-  Tensor params(int unit) override { return params_[unit]; }
-  Tensor grads(int unit) override { return grads_[unit]; }
-  const Tensor& exp_avg(int unit) const { return exp_avg_[unit]; }
-  const Tensor& exp_avg_sq(int unit) const { return exp_avg_sq_[unit]; }
-  int num_units() const { return int(params_.size()); }
-
- private:
-  std::vector<Tensor> params_, grads_, exp_avg_, exp_avg_sq_;
-};
+// fsdp.* as engine options.
+FsdpOptions fsdp_options(const config::Config& cfg);
 
 class Trainer {
  public:
-  explicit Trainer(const config::Config& cfg);
+  Trainer(const config::Config& cfg, dist::ProcessGroups& groups);
 
-  // One optimizer step over train.grad_accum_steps micro-batches.
+  // One optimizer step over train.grad_accum_steps micro-batches on every rank.
   StepMetrics train_step();
-  // Mean loss over `batches` validation micro-batches (a held-out synthetic stream).
+  // Mean loss over `batches` validation steps of micro_batch_size samples per rank (a
+  // held-out synthetic stream). Every rank must call it.
   double evaluate(int batches);
-  // The whole run: logs, metrics.jsonl, periodic eval; returns the process exit code.
+  // The whole run: logs (rank 0), metrics.jsonl, periodic eval; returns the exit code.
   int run();
 
   int64_t step() const { return step_; }
   const model::Llama& model() const { return model_; }
-  LocalParams& params() { return params_; }
+  FsdpEngine& engine() { return engine_; }
   const config::Config& config() const { return cfg_; }
 
  private:
   void load_micro_batch(int64_t first_sample, bool validation);
+  uint64_t comm_bytes() const;
+  double comm_wait_seconds() const;
+  // Sums (loss, tokens) over the world; the same value on every rank.
+  model::LossSum all_reduce_loss(model::LossSum local);
 
   config::Config cfg_;
+  dist::ProcessGroups& groups_;
   model::Llama model_;
-  LocalParams params_;
+  FsdpEngine engine_;
   model::LlamaActivations act_;
   data::SyntheticSource train_data_, val_data_;
   optim::LrSchedule schedule_;
   optim::AdamWConfig adamw_;
-  std::vector<std::vector<optim::DecaySegment>> segments_;
+  Tensor loss_buf_;  // [2] float64: loss sum, tokens
   double flops_per_token_ = 0;
   int64_t step_ = 0;
   int64_t tokens_seen_ = 0;

@@ -1,0 +1,113 @@
+// Collectives over a process group, the only way ranks talk to each other.
+// Backends: MPI for CPU tensors (OpenMPI), NCCL for CUDA tensors, and a single-rank
+// communicator for a process started without any launcher (no MPI at all, so a laptop
+// run starts instantly and needs no mpirun).
+//
+// Semantics (PyTorch's torch.distributed, rank order = group rank order):
+//   all_gather(shard [n], full [n * size]):   full = concat over ranks of shard
+//   reduce_scatter(full [n * size], shard [n]): shard = sum over ranks of full[rank*n : (rank+1)*n]
+//   all_reduce(x):   x = sum over ranks of x           (in place)
+//   broadcast(x, root): x = root's x                    (in place)
+// All tensors contiguous, same dtype on every rank; float32, float64 and bfloat16
+// (bf16 sums are computed in float32 and rounded once per addition). in/out must not
+// overlap except all_reduce / broadcast, which are in place.
+//
+// Every call is non-blocking: it returns a Request; wait(request) blocks until it has
+// completed (and its output may be read / its input reused). A blocking call is
+// `wait(op(...))`. Requests complete in any order; waiting twice is an error.
+//
+// Byte accounting (stats()): each call adds the bytes THIS rank sends under the ring
+// algorithm, the volume FSDP's cost model uses, independent of what the library does
+// internally: all_gather (size-1)*bytes(shard); reduce_scatter (size-1)*bytes(shard);
+// all_reduce 2*(size-1)/size*bytes(x); broadcast bytes(x) on every rank but the last in
+// the ring (so size-1 ranks send bytes(x) in total). A size-1 group sends nothing.
+// wait_seconds sums the wall time spent inside wait().
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "fsdp/core/tensor.h"
+
+namespace fsdp::dist {
+
+struct CommStats {
+  uint64_t bytes_sent = 0;
+  uint64_t calls = 0;
+  double wait_seconds = 0;
+};
+
+struct Request {
+  int64_t id = -1;  // -1: already complete (nothing to wait for)
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  virtual int rank() const = 0;  // rank inside this group
+  virtual int size() const = 0;
+  virtual std::string name() const = 0;  // "world", "shard", "replicate" (for messages)
+
+  virtual Request all_gather(const Tensor& shard, const Tensor& full) = 0;
+  virtual Request reduce_scatter(const Tensor& full, const Tensor& shard) = 0;
+  virtual Request all_reduce(const Tensor& x) = 0;
+  virtual Request broadcast(const Tensor& x, int root) = 0;
+  virtual void barrier() = 0;
+  virtual void wait(Request r) = 0;
+
+  const CommStats& stats() const { return stats_; }
+  void reset_stats() { stats_ = CommStats{}; }
+
+ protected:
+  CommStats stats_;
+};
+
+// What the launch environment says about this process, read once at start-up.
+struct WorldInfo {
+  int rank = 0, size = 1;
+  int local_rank = 0, local_size = 1;  // among the ranks on this node
+  int num_nodes = 1;
+  int node_index = 0;                  // 0 .. num_nodes-1, in order of each node's lowest rank
+  std::string hostname;
+  std::string launcher;                // "none", "mpirun", "srun" (how it was detected)
+};
+
+// The process groups an FSDP run needs:
+//   world:     every rank
+//   shard:     the ranks that shard parameters among themselves (FULL_SHARD,
+//              SHARD_GRAD_OP: all of them; HYBRID_SHARD: shard_group_size consecutive
+//              ranks; NO_SHARD: only this rank)
+//   replicate: the ranks holding the same shard (world / shard)
+struct ProcessGroups {
+  WorldInfo world_info;
+  std::shared_ptr<Communicator> world, shard, replicate;  // shared: split groups reuse world
+};
+
+// Initialises MPI if the process was started by mpirun / mpiexec / srun --mpi=pmix
+// (detected from the environment: OMPI_COMM_WORLD_SIZE, PMIX_RANK, PMI_RANK, ...) and
+// returns MPI communicators; otherwise returns single-rank communicators without ever
+// touching MPI. shard_group_size must divide the world size (error naming both, and the
+// rank); 0 means the whole world and -1 the ranks of one node (HYBRID_SHARD's default;
+// every node must then run the same number of ranks). Call once per process.
+ProcessGroups init_process_groups(int shard_group_size);
+
+// New shard / replicate groups over an existing world (a collective over base.world; the
+// world communicator is shared, not duplicated): lets one process run several strategies
+// (tests) and is how init_process_groups builds its own. Same size rules as above.
+ProcessGroups split_process_groups(const ProcessGroups& base, int shard_group_size);
+
+// Single-rank groups that never touch MPI: what init_process_groups returns for a
+// process started without a launcher, and what tests use for single-process references.
+ProcessGroups local_process_groups();
+
+// Finalises MPI if init_process_groups initialised it (also done at exit).
+void shutdown_distributed();
+
+// MPI_Abort when MPI is up (so one failing rank does not leave the others hanging in a
+// collective), std::exit otherwise.
+[[noreturn]] void abort_all(int exit_code);
+
+}  // namespace fsdp::dist

@@ -1,0 +1,132 @@
+// The FSDP engine: owns each unit's shard of the flat parameters (fp32 master) with its
+// gradient and AdamW moments, and serves the model full parameters on demand.
+//
+// Per micro-batch, for unit u (see Note [FSDP unit lifecycle] in fsdp_engine.cpp):
+//   before_forward(u)   wait for u's all-gather (issued earlier as a prefetch, or now),
+//                       issue the all-gathers of the next units up to prefetch_limit
+//   after_forward(u)    FULL_SHARD frees u's full parameters (except the last unit, whose
+//                       backward follows at once); SHARD_GRAD_OP keeps them for backward
+//   before_backward(u)  re-gather u if it was freed, prefetch the unit backward needs next
+//   after_backward(u)   on the last micro-batch of a step, reduce-scatter u's gradient
+//                       (asynchronously: the previous unit's backward overlaps it) and
+//                       free u's full parameters; on earlier micro-batches keep the full
+//                       gradient and accumulate (FSDP's no_sync)
+//   finish()            wait for outstanding reduce-scatters, replicate-group
+//                       all-reduce (HYBRID_SHARD), free whatever is still gathered
+//
+// Strategies: FULL_SHARD, SHARD_GRAD_OP, NO_SHARD (every rank holds everything and
+// gradients are all-reduced, i.e. DDP), HYBRID_SHARD (shard within the shard group,
+// all-reduce shards across the replicate group).
+// Mixed precision: parameters are all-gathered in param_dtype and gradients
+// reduce-scattered in reduce_dtype; master weights, gradients shards and moments are fp32.
+// On the CPU backend compute is fp32: a bf16 param_dtype halves the all-gather volume
+// and the model computes on the bf16-rounded parameters held in fp32.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "fsdp/config/config.h"
+#include "fsdp/dist/communicator.h"
+#include "fsdp/fsdp/shard_math.h"
+#include "fsdp/model/llama.h"
+#include "fsdp/optim/optimizer.h"
+
+namespace fsdp {
+
+struct FsdpOptions {
+  config::ShardingStrategy strategy = config::ShardingStrategy::FULL_SHARD;
+  DType param_dtype = DType::F32;   // all-gather dtype
+  DType reduce_dtype = DType::F32;  // reduce-scatter dtype
+  int prefetch_limit = 2;           // gathered units alive ahead of the one computing
+};
+
+class FsdpEngine final : public model::ParamProvider {
+ public:
+  FsdpEngine(const std::vector<model::UnitLayout>& units, dist::ProcessGroups& groups, const FsdpOptions& options);
+  ~FsdpEngine() override;
+
+  // Fills every rank's shards from a function that writes elements [begin, begin+n) of
+  // unit u into a float32 tensor (seeded init or a Hugging Face import): no rank ever
+  // materialises a whole unit it does not own.
+  template <typename Fill>
+  void init_shards(Fill&& fill) {
+    for (int u = 0; u < num_units(); ++u) fill(u, units_[u].shard_range.begin, units_[u].master);
+  }
+
+  // Step structure: begin_step(accum) zeroes gradient state; before each micro-batch
+  // begin_micro_batch(i) tells the engine whether this is the last one (i == accum-1), on
+  // which gradients are reduced; the model's hooks do the rest.
+  void begin_step(int accum_steps);
+  void begin_micro_batch(int index);
+
+  // After the last micro-batch: the global gradient norm (one all-reduce of the local
+  // squared sums over the shard group), then AdamW on the local shards.
+  double grad_norm();
+  void optimizer_step(const optim::AdamWConfig& cfg, double lr, int64_t step, double grad_scale);
+
+  // model::ParamProvider
+  Tensor params(int unit) override;
+  Tensor grads(int unit) override;
+  void before_forward(int unit) override;
+  void after_forward(int unit) override;
+  void before_backward(int unit) override;
+  void after_backward(int unit) override;
+  void finish() override;
+
+  int num_units() const { return int(units_.size()); }
+  const ShardRange& shard_range(int unit) const { return units_[unit].shard_range; }
+  const Tensor& master(int unit) const { return units_[unit].master; }
+  const Tensor& grad_shard(int unit) const { return units_[unit].grad; }
+  const Tensor& exp_avg(int unit) const { return units_[unit].exp_avg; }
+  const Tensor& exp_avg_sq(int unit) const { return units_[unit].exp_avg_sq; }
+  // Bytes of persistent sharded state (master + grad + two moments) on this rank.
+  uint64_t persistent_bytes() const;
+  // A whole unit's fp32 parameters gathered on every rank (tests, export): a collective.
+  Tensor gather_full(int unit);
+
+ private:
+  // A reusable flat buffer: "freeing" full parameters returns their buffer here, so after
+  // the first step the engine allocates nothing (a caching allocator in miniature).
+  struct Buffer {
+    Tensor t;
+    bool in_use = false;
+  };
+  struct Unit {
+    int64_t numel = 0;
+    ShardRange shard_range;
+    std::vector<optim::DecaySegment> segments;
+    Tensor master, grad, exp_avg, exp_avg_sq;  // fp32 shards
+    Tensor shard_cast;                         // param_dtype copy of master (when not fp32)
+    Buffer* full = nullptr;                    // gathered parameters, fp32 for compute
+    Buffer* gather_staging = nullptr;          // param_dtype all-gather target (when not fp32)
+    dist::Request gather_req;
+    bool gather_pending = false;
+    Buffer* full_grad = nullptr;               // full gradient being accumulated (fp32)
+    Buffer* reduce_send = nullptr;             // reduce_dtype copy of full_grad (when not fp32)
+    Tensor reduce_recv;                        // reduce_dtype shard (when not fp32)
+    dist::Request reduce_req;
+    bool reduce_pending = false;
+  };
+  Buffer* acquire(DType dtype);
+  void release(Buffer*& b);
+  void issue_gather(int unit);
+  void wait_gather(int unit);
+  void reduce_gradient(int unit);
+  void complete_reduce(int unit);
+  bool frees_after_forward(int unit) const;
+
+  std::vector<model::UnitLayout> layouts_;
+  std::vector<Unit> units_;
+  std::vector<std::unique_ptr<Buffer>> pool_;
+  dist::Communicator& shard_;
+  dist::Communicator& replicate_;
+  FsdpOptions opt_;
+  int accum_steps_ = 1;
+  bool sync_ = true;    // this micro-batch reduces gradients
+  bool direct_ = false; // one-rank shard group in fp32: the master shard IS the full unit
+  Tensor norm_buf_;     // [1] float64, for the grad-norm all-reduce (no per-step allocation)
+  int64_t max_padded_ = 0;
+};
+
+}  // namespace fsdp

@@ -1,0 +1,28 @@
+// Every unit's full parameters and gradients in float32 in this process: the simplest
+// ParamProvider, for tests that drive the model directly (the golden test). Training
+// always goes through the FSDP engine, which on one rank does the same thing.
+#pragma once
+
+#include <vector>
+
+#include "fsdp/model/llama.h"
+
+namespace fsdp::model {
+
+class LocalParams final : public ParamProvider {
+ public:
+  explicit LocalParams(const std::vector<UnitLayout>& units) {
+    for (const auto& u : units) {
+      params_.push_back(Tensor::zeros({u.numel}, DType::F32));
+      grads_.push_back(Tensor::zeros({u.numel}, DType::F32));
+    }
+  }
+  Tensor params(int unit) override { return params_[unit]; }
+  Tensor grads(int unit) override { return grads_[unit]; }
+  int num_units() const { return int(params_.size()); }
+
+ private:
+  std::vector<Tensor> params_, grads_;
+};
+
+}  // namespace fsdp::model

@@ -1,0 +1,253 @@
+// Note [FSDP unit lifecycle]
+// A unit's full parameters exist only between its gather and its release:
+//   forward:   before_forward waits for the gather (issued as a prefetch while earlier
+//              units computed) and issues the next prefetch_limit units' gathers;
+//              after_forward releases under FULL_SHARD, except for the last unit, whose
+//              backward runs immediately (PyTorch FSDP's root is likewise not resharded).
+//   backward:  before_backward re-gathers if released and prefetches the units backward
+//              needs next (lower indices); after_backward, on the micro-batch that
+//              synchronises, issues the reduce-scatter and releases the parameters. The
+//              reduce-scatter completes in finish(), so it overlaps the remaining backward.
+// Gradient accumulation (FSDP's no_sync): on the other micro-batches the full gradient
+// buffer of every unit is kept and accumulated into; only the last micro-batch reduces.
+// That costs one unsharded gradient per unit between micro-batches (the whole model's
+// gradients in fp32, like PyTorch's no_sync) and saves (accum-1) reduce-scatters.
+// All ranks call the same hooks in the same order, so their collectives match one to
+// one, as MPI and NCCL require.
+#include "fsdp/fsdp/fsdp_engine.h"
+
+#include <cmath>
+
+#include "fsdp/ops/elementwise.h"
+
+namespace fsdp {
+
+using config::ShardingStrategy;
+
+FsdpEngine::FsdpEngine(const std::vector<model::UnitLayout>& units, dist::ProcessGroups& groups,
+                       const FsdpOptions& options)
+    : layouts_(units), shard_(*groups.shard), replicate_(*groups.replicate), opt_(options) {
+  FSDP_CHECK(opt_.param_dtype == DType::F32 || opt_.param_dtype == DType::BF16,
+             "fsdp.param_dtype must be float32 or bfloat16, got {}", dtype_name(opt_.param_dtype));
+  FSDP_CHECK(opt_.reduce_dtype == DType::F32 || opt_.reduce_dtype == DType::BF16,
+             "fsdp.reduce_dtype must be float32 or bfloat16, got {}", dtype_name(opt_.reduce_dtype));
+  FSDP_CHECK(opt_.prefetch_limit >= 0, "fsdp.prefetch_limit must be >= 0, got {}", opt_.prefetch_limit);
+  const int n = shard_.size();
+  norm_buf_ = Tensor::zeros({1}, DType::F64);
+  direct_ = n == 1 && opt_.param_dtype == DType::F32 && opt_.reduce_dtype == DType::F32;
+  units_.resize(layouts_.size());
+  for (size_t u = 0; u < layouts_.size(); ++u) {
+    Unit& x = units_[u];
+    x.numel = layouts_[u].numel;
+    x.shard_range = ::fsdp::shard_range(x.numel, n, shard_.rank());
+    x.segments = optim::decay_segments(layouts_[u]);
+    const int64_t s = x.shard_range.size;
+    x.master = Tensor::zeros({s}, DType::F32);
+    x.grad = Tensor::zeros({s}, DType::F32);
+    x.exp_avg = Tensor::zeros({s}, DType::F32);
+    x.exp_avg_sq = Tensor::zeros({s}, DType::F32);
+    if (opt_.param_dtype != DType::F32) x.shard_cast = Tensor::zeros({s}, opt_.param_dtype);
+    if (opt_.reduce_dtype != DType::F32) x.reduce_recv = Tensor::zeros({s}, opt_.reduce_dtype);
+    max_padded_ = std::max(max_padded_, padded_numel(x.numel, n));
+  }
+}
+
+FsdpEngine::~FsdpEngine() {
+  // Collectives still in flight reference buffers about to be freed: drain them (only
+  // reachable when a step threw half-way).
+  for (Unit& x : units_) {
+    try {
+      if (x.gather_pending) shard_.wait(x.gather_req);
+      if (x.reduce_pending) shard_.wait(x.reduce_req);
+    } catch (...) {
+    }
+  }
+}
+
+uint64_t FsdpEngine::persistent_bytes() const {
+  uint64_t b = 0;
+  for (const Unit& x : units_) b += x.master.nbytes() + x.grad.nbytes() + x.exp_avg.nbytes() + x.exp_avg_sq.nbytes();
+  return b;
+}
+
+// ---------------------------------------------------------------- buffer pool
+
+FsdpEngine::Buffer* FsdpEngine::acquire(DType dtype) {
+  for (auto& b : pool_) {
+    if (!b->in_use && b->t.dtype() == dtype) {
+      b->in_use = true;
+      return b.get();
+    }
+  }
+  pool_.push_back(std::make_unique<Buffer>());
+  pool_.back()->t = Tensor::empty({max_padded_}, dtype);
+  pool_.back()->in_use = true;
+  return pool_.back().get();
+}
+
+void FsdpEngine::release(Buffer*& b) {
+  if (b == nullptr) return;
+  b->in_use = false;
+  b = nullptr;
+}
+
+// ---------------------------------------------------------------- parameters
+
+bool FsdpEngine::frees_after_forward(int unit) const {
+  return opt_.strategy == ShardingStrategy::FULL_SHARD && unit != num_units() - 1;
+}
+
+void FsdpEngine::issue_gather(int unit) {
+  if (direct_ || unit < 0 || unit >= num_units()) return;
+  Unit& x = units_[unit];
+  if (x.full != nullptr || x.gather_pending) return;
+  const int64_t padded = x.shard_range.size * shard_.size();
+  x.full = acquire(DType::F32);
+  if (opt_.param_dtype == DType::F32) {
+    x.gather_req = shard_.all_gather(x.master, x.full->t.narrow(0, 0, padded));
+  } else {
+    cast(x.master, x.shard_cast);
+    x.gather_staging = acquire(opt_.param_dtype);
+    x.gather_req = shard_.all_gather(x.shard_cast, x.gather_staging->t.narrow(0, 0, padded));
+  }
+  x.gather_pending = true;
+}
+
+void FsdpEngine::wait_gather(int unit) {
+  if (direct_) return;
+  Unit& x = units_[unit];
+  if (x.full == nullptr && !x.gather_pending) issue_gather(unit);
+  if (!x.gather_pending) return;
+  shard_.wait(x.gather_req);
+  x.gather_pending = false;
+  if (x.gather_staging != nullptr) {
+    const int64_t padded = x.shard_range.size * shard_.size();
+    cast(x.gather_staging->t.narrow(0, 0, padded), x.full->t.narrow(0, 0, padded));
+    release(x.gather_staging);
+  }
+}
+
+Tensor FsdpEngine::params(int unit) {
+  Unit& x = units_[unit];
+  if (direct_) return x.master.narrow(0, 0, x.numel);
+  FSDP_CHECK(x.full != nullptr && !x.gather_pending, "unit {} ('{}') used before it was gathered", unit,
+             layouts_[unit].name);
+  return x.full->t.narrow(0, 0, x.numel);
+}
+
+void FsdpEngine::before_forward(int unit) {
+  wait_gather(unit);
+  for (int k = 1; k <= opt_.prefetch_limit; ++k) issue_gather(unit + k);
+}
+
+void FsdpEngine::after_forward(int unit) {
+  if (direct_ || !frees_after_forward(unit)) return;
+  release(units_[unit].full);
+}
+
+void FsdpEngine::before_backward(int unit) {
+  wait_gather(unit);
+  for (int k = 1; k <= opt_.prefetch_limit; ++k) issue_gather(unit - k);
+}
+
+// ---------------------------------------------------------------- gradients
+
+void FsdpEngine::begin_step(int accum_steps) {
+  FSDP_CHECK(accum_steps >= 1, "accumulation steps must be >= 1, got {}", accum_steps);
+  accum_steps_ = accum_steps;
+  for (Unit& x : units_) fill_(x.grad, 0.0);
+}
+
+void FsdpEngine::begin_micro_batch(int index) { sync_ = index == accum_steps_ - 1; }
+
+Tensor FsdpEngine::grads(int unit) {
+  Unit& x = units_[unit];
+  if (direct_) return x.grad.narrow(0, 0, x.numel);
+  if (x.full_grad == nullptr) {  // first micro-batch of the step for this unit
+    x.full_grad = acquire(DType::F32);
+    fill_(x.full_grad->t.narrow(0, 0, x.shard_range.size * shard_.size()), 0.0);
+  }
+  return x.full_grad->t.narrow(0, 0, x.numel);
+}
+
+void FsdpEngine::after_backward(int unit) {
+  Unit& x = units_[unit];
+  if (!direct_) release(x.full);  // FULL_SHARD and SHARD_GRAD_OP both reshard here
+  if (!sync_) return;             // no_sync: keep accumulating the full gradient
+  reduce_gradient(unit);
+}
+
+void FsdpEngine::reduce_gradient(int unit) {
+  Unit& x = units_[unit];
+  if (direct_) {
+    if (replicate_.size() > 1) {
+      x.reduce_req = replicate_.all_reduce(x.grad);
+      x.reduce_pending = true;
+    }
+    return;
+  }
+  const int64_t padded = x.shard_range.size * shard_.size();
+  const Tensor full = x.full_grad->t.narrow(0, 0, padded);
+  if (opt_.reduce_dtype == DType::F32) {
+    x.reduce_req = shard_.reduce_scatter(full, x.grad);
+  } else {
+    x.reduce_send = acquire(opt_.reduce_dtype);
+    const Tensor send = x.reduce_send->t.narrow(0, 0, padded);
+    cast(full, send);
+    x.reduce_req = shard_.reduce_scatter(send, x.reduce_recv);
+  }
+  x.reduce_pending = true;
+}
+
+void FsdpEngine::complete_reduce(int unit) {
+  Unit& x = units_[unit];
+  if (!x.reduce_pending) return;
+  if (direct_) {
+    replicate_.wait(x.reduce_req);
+    x.reduce_pending = false;
+    return;
+  }
+  shard_.wait(x.reduce_req);
+  x.reduce_pending = false;
+  const Tensor& shard = opt_.reduce_dtype == DType::F32 ? x.grad : x.reduce_recv;
+  if (replicate_.size() > 1) replicate_.wait(replicate_.all_reduce(shard));  // HYBRID_SHARD, NO_SHARD
+  if (opt_.reduce_dtype != DType::F32) cast(x.reduce_recv, x.grad);
+  release(x.reduce_send);
+  release(x.full_grad);
+}
+
+void FsdpEngine::finish() {
+  for (int u = num_units() - 1; u >= 0; --u) complete_reduce(u);
+  for (int u = 0; u < num_units(); ++u) {
+    Unit& x = units_[u];
+    if (x.gather_pending) wait_gather(u);  // a prefetch nobody used (forward-only pass)
+    release(x.full);
+  }
+}
+
+// ---------------------------------------------------------------- optimizer
+
+double FsdpEngine::grad_norm() {
+  double sq = 0;
+  for (const Unit& x : units_) sq += sum_squares(x.grad);
+  // Replicas hold identical shards, so the shard group alone covers every element once.
+  norm_buf_.data<double>()[0] = sq;
+  shard_.wait(shard_.all_reduce(norm_buf_));
+  return std::sqrt(norm_buf_.data<double>()[0]);
+}
+
+void FsdpEngine::optimizer_step(const optim::AdamWConfig& cfg, double lr, int64_t step, double grad_scale) {
+  for (Unit& x : units_) {
+    optim::adamw_step_range(x.segments, x.shard_range.begin, x.master, x.grad, x.exp_avg, x.exp_avg_sq, cfg, lr, step,
+                            grad_scale);
+  }
+}
+
+Tensor FsdpEngine::gather_full(int unit) {
+  Unit& x = units_[unit];
+  Tensor full = Tensor::empty({x.shard_range.size * shard_.size()}, DType::F32);
+  shard_.wait(shard_.all_gather(x.master, full));
+  return full.narrow(0, 0, x.numel);
+}
+
+}  // namespace fsdp
