@@ -189,7 +189,9 @@ LossSum Llama::loss_sum(const LlamaActivations& a) const {
   return r;
 }
 
-LossSum Llama::forward(LlamaActivations& a, ParamProvider& p) {
+// Embedding and blocks: the part of the forward pass both entry points share. On return
+// a.resid[L] holds the final hidden state and the head has not run.
+void Llama::trunk_forward(LlamaActivations& a, ParamProvider& p) {
   FSDP_CHECK(a.seq_len <= cfg_.max_seq_len, "sequence length {} exceeds model.max_seq_len {}", a.seq_len,
              cfg_.max_seq_len);
   p.before_forward(embedding_unit());
@@ -200,6 +202,10 @@ LossSum Llama::forward(LlamaActivations& a, ParamProvider& p) {
     block_forward(l, a, p.params(block_unit(l)));
     p.after_forward(block_unit(l));
   }
+}
+
+LossSum Llama::forward(LlamaActivations& a, ParamProvider& p) {
+  trunk_forward(a, p);
   const int h = head_unit(cfg_);
   p.before_forward(h);
   head_forward(a, p.params(h));
@@ -210,16 +216,7 @@ LossSum Llama::forward(LlamaActivations& a, ParamProvider& p) {
 }
 
 LossSum Llama::forward_backward(LlamaActivations& a, ParamProvider& p, double grad_scale) {
-  FSDP_CHECK(a.seq_len <= cfg_.max_seq_len, "sequence length {} exceeds model.max_seq_len {}", a.seq_len,
-             cfg_.max_seq_len);
-  p.before_forward(embedding_unit());
-  embedding_forward(a.ids, embedding_table(p.params(embedding_unit())), a.resid[0]);
-  p.after_forward(embedding_unit());
-  for (int l = 0; l < int(cfg_.num_layers); ++l) {
-    p.before_forward(block_unit(l));
-    block_forward(l, a, p.params(block_unit(l)));
-    p.after_forward(block_unit(l));
-  }
+  trunk_forward(a, p);
 
   // The head runs forward and backward back to back: its parameters stay in place and
   // the logits buffer receives its own gradient (no second [N, V] tensor).

@@ -83,6 +83,7 @@ class Llama {
   };
 
  private:
+  void trunk_forward(LlamaActivations& act, ParamProvider& params);
   Tensor embedding_table(const Tensor& flat) const;
   Tensor head_lm(const Tensor& flat) const;
   Tensor head_norm(const Tensor& flat) const;
