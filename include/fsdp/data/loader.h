@@ -1,0 +1,77 @@
+// The streaming loader: turns a source of fixed-length samples (token windows) into this
+// rank's micro-batches, in a global order that never depends on the number of ranks.
+//
+// Global order: global position p = 0, 1, 2, ... maps to epoch e = p / N and sample
+// perm_e[p % N], where perm_e is a seeded Fisher-Yates shuffle of the N samples keyed by
+// (seed, e) (the identity when shuffle is off), so every epoch has its own order.
+// Micro-batch j of rank r (j counts micro-batches from the start of training) covers the
+// global positions
+//     step = j / accum, a = j % accum,
+//     first = step * G + (a * world + r) * micro,   G = micro * accum * world
+// i.e. exactly the trainer's layout (trainer.h): the union over ranks of one step is the
+// global batch [step * G, (step + 1) * G), with no overlap.
+// State: the next micro-batch index j (plus the fixed seed): seek(j) restores it exactly.
+// Prefetch: num_workers threads fill the next `prefetch` micro-batches into a ring of
+// preallocated buffers while the step computes; results are bit-identical to prefetch 0.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "fsdp/core/tensor.h"
+
+namespace fsdp::data {
+
+// Samples of seq_len + 1 tokens: ids are tokens [0, seq_len), targets [1, seq_len].
+class SampleSource {
+ public:
+  virtual ~SampleSource() = default;
+  virtual int64_t num_samples() const = 0;
+  virtual int64_t seq_len() const = 0;
+  // Writes sample `index` (0 <= index < num_samples) as seq_len + 1 int32 tokens. Must be
+  // thread-safe (workers call it concurrently). Errors name the shard and document.
+  virtual void read_sample(int64_t index, int32_t* window) const = 0;
+};
+
+// Documents of the shards <dir>/<split>_*.idx (sorted by name; a single <prefix>.idx when
+// `path` names a shard prefix instead of a directory), concatenated in order into one
+// token stream and cut into windows of seq_len + 1 tokens at stride seq_len (consecutive
+// windows share one token, as Megatron's GPT dataset does): N = (tokens - 1) / seq_len.
+// Any token id >= vocab_size is an error naming the shard, document and id.
+std::unique_ptr<SampleSource> open_token_corpus(const std::string& path, const std::string& split, int64_t seq_len,
+                                                int64_t vocab_size);
+
+struct LoaderOptions {
+  int64_t micro_batch = 1;
+  int64_t seq_len = 1;
+  int64_t accum = 1;
+  int rank = 0, world = 1;
+  uint64_t seed = 0;
+  bool shuffle = true;
+  int num_workers = 1;  // 0: read on the calling thread
+  int prefetch = 2;     // micro-batches prepared ahead (0: none)
+};
+
+class Loader {
+ public:
+  Loader(std::shared_ptr<const SampleSource> source, const LoaderOptions& options);
+  ~Loader();
+
+  // Writes this rank's next micro-batch into ids / targets (int32, [micro_batch * seq_len],
+  // CPU, contiguous) and advances. Blocks only if the workers are behind.
+  void next(const Tensor& ids, const Tensor& targets);
+  // The global position of the first sample of micro-batch j of this rank.
+  int64_t first_position(int64_t j) const;
+  int64_t position() const;      // index of the next micro-batch (the state to checkpoint)
+  void seek(int64_t position);   // restart from there (drops prefetched work)
+  double wait_seconds() const;   // total time next() waited for data
+  int64_t epoch() const;         // epoch of the next sample
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace fsdp::data

@@ -1,0 +1,264 @@
+// The streaming loader (loader.h): global order, this rank's micro-batch layout, and a
+// ring of preallocated micro-batch buffers filled ahead by worker threads.
+//
+// Note [Loader ring]
+// Micro-batch j lives in slot j % prefetch. Workers claim micro-batches in order
+// (claim_ counts them) but only once slot j % prefetch has been consumed (j < next_ +
+// prefetch), fill it outside the lock and mark it ready; next() waits for slot
+// next_ % prefetch to hold micro-batch next_, copies it out and frees the slot. Several
+// workers fill different slots at once, so micro-batches complete out of order but are
+// consumed in order. A worker's exception is stored in its slot and rethrown by the
+// next() that reaches it. seek() stops and joins the workers, resets the ring and starts
+// them again: the results never depend on timing, so prefetching is bit-identical to
+// reading on the calling thread. Steady state allocates nothing: slots, the workers'
+// window scratch and the permutations (once per epoch) are the only buffers.
+#include "fsdp/data/loader.h"
+
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <exception>
+#include <mutex>
+#include <thread>
+
+#include "fsdp/core/error.h"
+#include "fsdp/core/random.h"
+
+namespace fsdp::data {
+namespace {
+
+// Sources this large cannot be shuffled by a permutation held in memory (the synthetic
+// source, whose samples are already independent draws, has INT64_MAX / 2).
+constexpr int64_t kMaxShuffledSamples = int64_t(1) << 34;
+
+}  // namespace
+
+struct Loader::Impl {
+  struct Slot {
+    std::vector<int32_t> ids, targets;
+    int64_t index = -1;  // micro-batch held once ready
+    bool ready = false;
+    std::exception_ptr error;
+  };
+  struct Perm {
+    int64_t epoch = -1;
+    std::shared_ptr<const std::vector<int64_t>> order;
+  };
+
+  std::shared_ptr<const SampleSource> source;
+  LoaderOptions opt;
+  int64_t num_samples = 0, global_batch = 0, tokens = 0;
+
+  // Permutations of the epochs in use (the current and the next one): see sample_at().
+  std::mutex perm_mutex;
+  Perm perms[2];
+
+  // Consumer state and ring (Note [Loader ring]).
+  int64_t next_ = 0;
+  double wait_ = 0;
+  std::vector<int32_t> sync_window;  // scratch when reading on the calling thread
+  std::mutex mutex;
+  std::condition_variable ready_cv, free_cv;
+  std::vector<Slot> slots;
+  int64_t claim_ = 0;
+  bool stop_ = false;
+  std::vector<std::thread> workers;
+
+  bool async() const { return opt.num_workers > 0 && opt.prefetch > 0; }
+
+  int64_t first_position(int64_t j) const {
+    const int64_t step = j / opt.accum, a = j % opt.accum;
+    return step * global_batch + (a * opt.world + opt.rank) * opt.micro_batch;
+  }
+
+  std::shared_ptr<const std::vector<int64_t>> permutation(int64_t epoch) {
+    std::shared_ptr<const std::vector<int64_t>> found;
+    {
+      std::lock_guard<std::mutex> lock(perm_mutex);
+      for (const Perm& p : perms)
+        if (p.epoch == epoch) found = p.order;
+    }
+    if (!found) found = install(epoch, shuffled(epoch));
+    // Prepare the next epoch ahead, so crossing into it costs no consumer a shuffle.
+    bool have_next = false;
+    {
+      std::lock_guard<std::mutex> lock(perm_mutex);
+      for (const Perm& p : perms) have_next = have_next || p.epoch == epoch + 1;
+    }
+    if (!have_next) install(epoch + 1, shuffled(epoch + 1));
+    return found;
+  }
+
+  // Keeps `epoch` in the cache, evicting the oldest other entry; a concurrent caller may
+  // have installed it first (both computed the same permutation).
+  std::shared_ptr<const std::vector<int64_t>> install(int64_t epoch, std::shared_ptr<const std::vector<int64_t>> order) {
+    std::lock_guard<std::mutex> lock(perm_mutex);
+    for (const Perm& p : perms)
+      if (p.epoch == epoch) return p.order;
+    Perm& victim = perms[0].epoch < perms[1].epoch ? perms[0] : perms[1];
+    victim.epoch = epoch;
+    victim.order = std::move(order);
+    return victim.order;
+  }
+
+  // Fisher-Yates keyed by (seed, epoch), drawn from the counter-based generator.
+  std::shared_ptr<const std::vector<int64_t>> shuffled(int64_t epoch) const {
+    auto order = std::make_shared<std::vector<int64_t>>(size_t(num_samples));
+    for (int64_t i = 0; i < num_samples; ++i) (*order)[size_t(i)] = i;
+    Rng rng(mix_key(opt.seed, 0x5ffd1e5ull, uint64_t(epoch)));
+    for (int64_t i = num_samples - 1; i > 0; --i) std::swap((*order)[size_t(i)], (*order)[size_t(rng.below(uint64_t(i + 1)))]);
+    return order;
+  }
+
+  // Reads micro-batch j into ids / targets ([micro * seq_len] each); window is seq_len + 1.
+  void fill(int64_t j, int32_t* ids, int32_t* targets, int32_t* window) {
+    const int64_t first = first_position(j), seq = opt.seq_len;
+    std::shared_ptr<const std::vector<int64_t>> order;
+    int64_t order_epoch = -1;
+    for (int64_t s = 0; s < opt.micro_batch; ++s) {
+      const int64_t p = first + s, epoch = p / num_samples, k = p % num_samples;
+      int64_t sample = k;
+      if (opt.shuffle) {
+        if (epoch != order_epoch) {  // a micro-batch may straddle epochs
+          order = permutation(epoch);
+          order_epoch = epoch;
+        }
+        sample = (*order)[size_t(k)];
+      }
+      source->read_sample(sample, window);
+      std::memcpy(ids + s * seq, window, size_t(seq) * sizeof(int32_t));
+      std::memcpy(targets + s * seq, window + 1, size_t(seq) * sizeof(int32_t));
+    }
+  }
+
+  void worker_loop() {
+    std::vector<int32_t> window(size_t(opt.seq_len + 1));
+    const int64_t ring = int64_t(slots.size());
+    std::unique_lock<std::mutex> lock(mutex);
+    for (;;) {
+      free_cv.wait(lock, [&] { return stop_ || claim_ < next_ + ring; });
+      if (stop_) return;
+      const int64_t j = claim_++;
+      Slot& slot = slots[size_t(j % ring)];
+      lock.unlock();
+      std::exception_ptr error;
+      try {
+        fill(j, slot.ids.data(), slot.targets.data(), window.data());
+      } catch (...) {
+        error = std::current_exception();
+      }
+      lock.lock();
+      slot.index = j;
+      slot.error = error;
+      slot.ready = true;
+      ready_cv.notify_all();
+    }
+  }
+
+  void start() {
+    claim_ = next_;
+    stop_ = false;
+    for (Slot& s : slots) {
+      s.ready = false;
+      s.index = -1;
+      s.error = nullptr;
+    }
+    const int n = std::min(opt.num_workers, opt.prefetch);
+    for (int w = 0; w < n; ++w) workers.emplace_back([this] { worker_loop(); });
+  }
+
+  void stop() {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      stop_ = true;
+    }
+    free_cv.notify_all();
+    for (std::thread& t : workers) t.join();
+    workers.clear();
+  }
+};
+
+Loader::Loader(std::shared_ptr<const SampleSource> source, const LoaderOptions& options) : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  FSDP_CHECK(source != nullptr, "loader needs a sample source");
+  const LoaderOptions& o = options;
+  FSDP_CHECK(o.micro_batch >= 1 && o.accum >= 1, "loader needs micro_batch >= 1 and accum >= 1, got {} and {}",
+             o.micro_batch, o.accum);
+  FSDP_CHECK(o.world >= 1 && o.rank >= 0 && o.rank < o.world, "loader rank {} outside world of {}", o.rank, o.world);
+  FSDP_CHECK(o.seq_len == source->seq_len(), "loader seq_len {} differs from the source's {}", o.seq_len,
+             source->seq_len());
+  FSDP_CHECK(o.num_workers >= 0 && o.prefetch >= 0, "loader num_workers {} and prefetch {} must be >= 0",
+             o.num_workers, o.prefetch);
+  m.source = std::move(source);
+  m.opt = o;
+  m.num_samples = m.source->num_samples();
+  FSDP_CHECK(m.num_samples >= 1, "loader source has no samples");
+  FSDP_CHECK(!o.shuffle || m.num_samples <= kMaxShuffledSamples,
+             "cannot shuffle {} samples (a permutation in memory holds at most {}); use shuffle: false for an "
+             "unbounded source such as the synthetic one, whose samples are independent already",
+             m.num_samples, kMaxShuffledSamples);
+  m.global_batch = o.micro_batch * o.accum * o.world;
+  m.tokens = o.micro_batch * o.seq_len;
+  m.sync_window.resize(size_t(o.seq_len + 1));
+  if (m.async()) {
+    m.slots.resize(size_t(o.prefetch));
+    for (Impl::Slot& s : m.slots) {
+      s.ids.resize(size_t(m.tokens));
+      s.targets.resize(size_t(m.tokens));
+    }
+    m.start();
+  }
+}
+
+Loader::~Loader() {
+  if (impl_ && impl_->async()) impl_->stop();
+}
+
+void Loader::next(const Tensor& ids, const Tensor& targets) {
+  Impl& m = *impl_;
+  check_dtype(ids, DType::I32, "ids");
+  check_dtype(targets, DType::I32, "targets");
+  check_contiguous(ids, "ids");
+  check_contiguous(targets, "targets");
+  FSDP_CHECK(ids.device().is_cpu() && targets.device().is_cpu(), "loader writes CPU tensors, got ids {} / targets {}",
+             ids.str(), targets.str());
+  FSDP_CHECK(ids.numel() == m.tokens && targets.numel() == m.tokens,
+             "ids {} / targets {} must hold micro_batch {} x seq_len {} tokens", ids.str(), targets.str(),
+             m.opt.micro_batch, m.opt.seq_len);
+  const auto t0 = std::chrono::steady_clock::now();
+  if (!m.async()) {
+    m.fill(m.next_, ids.data<int32_t>(), targets.data<int32_t>(), m.sync_window.data());
+    ++m.next_;
+  } else {
+    std::unique_lock<std::mutex> lock(m.mutex);
+    Impl::Slot& slot = m.slots[size_t(m.next_ % int64_t(m.slots.size()))];
+    m.ready_cv.wait(lock, [&] { return slot.ready && slot.index == m.next_; });
+    // A failed micro-batch stays failed: every later next() rethrows until seek().
+    if (slot.error) std::rethrow_exception(slot.error);
+    std::memcpy(ids.data<int32_t>(), slot.ids.data(), size_t(m.tokens) * sizeof(int32_t));
+    std::memcpy(targets.data<int32_t>(), slot.targets.data(), size_t(m.tokens) * sizeof(int32_t));
+    slot.ready = false;
+    ++m.next_;
+    lock.unlock();
+    m.free_cv.notify_all();
+  }
+  m.wait_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+int64_t Loader::first_position(int64_t j) const { return impl_->first_position(j); }
+
+int64_t Loader::position() const { return impl_->next_; }
+
+void Loader::seek(int64_t position) {
+  Impl& m = *impl_;
+  FSDP_CHECK(position >= 0, "loader position must be >= 0, got {}", position);
+  if (m.async()) m.stop();
+  m.next_ = position;
+  if (m.async()) m.start();
+}
+
+double Loader::wait_seconds() const { return impl_->wait_; }
+
+int64_t Loader::epoch() const { return impl_->first_position(impl_->next_) / impl_->num_samples; }
+
+}  // namespace fsdp::data
