@@ -1,0 +1,65 @@
+// `fsdp_train prepare`: text / JSONL corpora -> tokenized Megatron shards + manifest.
+//
+// Inputs are read in order on one thread (decompression, splitting into documents) while
+// --workers threads parse JSON lines and tokenize, batch by batch; results are written in
+// input order, so the output is byte-identical whatever the worker count. Each document
+// becomes [bos] pieces [eos] (BOS/EOS only where the tokenizer defines them; input_ids
+// documents are taken as is) and goes to val when a hash of its index (in the whole
+// corpus) and a fixed seed falls below --val-fraction: the split is deterministic and
+// independent of sharding and threads.
+//
+// Output DIR/: train_00000.{bin,idx}, ... and val_00000.{bin,idx}, ... (see
+// indexed_dataset.h), a new shard when the current one holds ~256 MiB of tokens
+// (PrepareOptions::shard_tokens; documents are never split across shards), and
+// manifest.json, written last. Everything is written into DIR.tmp-<pid>/ and renamed to
+// DIR at the end; on any error the temporary directory is removed: no partial output.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace fsdp::data {
+
+struct PrepareOptions {
+  std::string tokenizer;            // sentencepiece .model
+  std::string output;               // DIR; must not exist or be empty unless overwrite
+  std::vector<std::string> inputs;  // .txt / .jsonl, optionally .gz / .zst
+  double val_fraction = 0.0;        // in [0, 1)
+  std::string text_field = "text";
+  double max_bad_fraction = 0.001;  // of all non-blank JSONL lines
+  int workers = 0;                  // tokenizer threads; 0 = hardware concurrency
+  bool overwrite = false;           // replace a non-empty DIR
+  int64_t shard_tokens = 0;         // tokens per shard before a new one; 0 = 256 MiB's worth
+  uint64_t split_seed = 0x5eedf5d9ULL;
+  bool quiet = false;               // no progress lines on stderr
+};
+
+struct PrepareSplit {
+  std::vector<std::string> shards;  // names in DIR, without .bin/.idx
+  int64_t documents = 0;
+  int64_t tokens = 0;
+};
+
+struct PrepareResult {
+  std::string output;  // the final DIR
+  PrepareSplit train, val;
+  int64_t input_bytes = 0;   // decompressed bytes read
+  int64_t jsonl_lines = 0;   // non-blank JSONL lines
+  int64_t bad_lines = 0;     // malformed lines skipped
+  std::vector<std::string> bad_examples;  // "file:line: why" for the first few
+  double seconds = 0;
+};
+
+// Throws fsdp::Error (one message naming the file and line where there is one) on bad
+// input; nothing is left under options.output then.
+PrepareResult prepare_corpus(const PrepareOptions& options);
+
+// The `prepare` subcommand: argv[0] is the command name, flags follow. Prints --help or a
+// summary; returns 0 on success, 2 for a usage error, 1 when the data or tokenizer is bad.
+int prepare_main(int argc, char** argv);
+
+// The text `prepare --help` prints.
+const char* prepare_help();
+
+}  // namespace fsdp::data

@@ -1,0 +1,513 @@
+#include "fsdp/data/prepare.h"
+
+#include <omp.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <deque>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "fsdp/core/error.h"
+#include "fsdp/data/indexed_dataset.h"
+#include "fsdp/data/text_inputs.h"
+#include "fsdp/data/tokenizer.h"
+
+namespace fs = std::filesystem;
+
+namespace fsdp::data {
+
+namespace {
+
+constexpr size_t kBatchBytes = size_t(4) << 20;  // raw text per batch handed to the workers
+constexpr size_t kBatchDocs = 8192;
+constexpr size_t kQueueDepth = 3;  // batches read ahead while the workers tokenize
+constexpr int kBadExamples = 5;
+constexpr int64_t kShardBytes = int64_t(256) << 20;
+
+// The split decision: a pure function of (seed, document index), uniform in [0, 1).
+double split_draw(uint64_t seed, int64_t doc_index) {
+  uint64_t z = seed + 0x9e3779b97f4a7c15ULL * (uint64_t(doc_index) + 1);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  z ^= z >> 31;
+  return double(z >> 11) * 0x1.0p-53;
+}
+
+struct Batch {
+  size_t input = 0;
+  bool last_of_input = false;
+  std::vector<RawDocument> docs;
+  std::exception_ptr error;  // the reader failed; rethrown in order by the consumer
+};
+
+// Reads every input in order on its own thread into a bounded queue of batches.
+class BatchReader {
+ public:
+  explicit BatchReader(const std::vector<std::string>& inputs) : inputs_(inputs), thread_([this] { run(); }) {}
+  ~BatchReader() {
+    {
+      std::lock_guard lock(mu_);
+      cancelled_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  // False when every input has been read.
+  bool pop(Batch& out) {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return !queue_.empty() || finished_; });
+    if (queue_.empty()) return false;
+    out = std::move(queue_.front());
+    queue_.pop_front();
+    cv_.notify_all();
+    return true;
+  }
+  std::vector<int64_t> bytes_per_input() {
+    std::lock_guard lock(mu_);
+    return bytes_;
+  }
+
+ private:
+  bool push(Batch&& b) {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return queue_.size() < kQueueDepth || cancelled_; });
+    if (cancelled_) return false;
+    queue_.push_back(std::move(b));
+    cv_.notify_all();
+    return true;
+  }
+  void run() {
+    for (size_t i = 0; i < inputs_.size(); ++i) {
+      Batch batch;
+      batch.input = i;
+      try {
+        InputReader reader(inputs_[i]);
+        RawDocument doc;
+        size_t bytes = 0;
+        while (reader.next(doc)) {
+          bytes += doc.raw.size();
+          batch.docs.push_back(std::move(doc));
+          if (bytes >= kBatchBytes || batch.docs.size() >= kBatchDocs) {
+            if (!push(std::move(batch))) return;
+            batch = Batch{};
+            batch.input = i;
+            bytes = 0;
+          }
+        }
+        std::lock_guard lock(mu_);
+        bytes_.push_back(reader.bytes_read());
+      } catch (...) {
+        batch.error = std::current_exception();
+      }
+      batch.last_of_input = true;
+      const bool failed = batch.error != nullptr;
+      if (!push(std::move(batch)) || failed) break;
+    }
+    std::lock_guard lock(mu_);
+    finished_ = true;
+    cv_.notify_all();
+  }
+
+  std::vector<std::string> inputs_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Batch> queue_;
+  std::vector<int64_t> bytes_;
+  bool finished_ = false, cancelled_ = false;
+  std::thread thread_;  // last: starts once the members above exist
+};
+
+// What a worker made of one raw document.
+struct DocResult {
+  enum class Kind { kDocument, kEmpty, kMalformed, kInvalid };
+  Kind kind = Kind::kEmpty;
+  std::vector<int32_t> tokens;
+  std::string error;
+};
+
+DocResult process(const RawDocument& doc, InputFormat format, const Tokenizer& tok, const std::string& text_field) {
+  DocResult r;
+  std::string_view text = doc.raw;
+  ParsedLine parsed;
+  if (format == InputFormat::kJsonl) {
+    parsed = parse_jsonl_line(doc.raw, text_field, tok.vocab_size());
+    switch (parsed.kind) {
+      case ParsedLine::Kind::kMalformed:
+        r.kind = DocResult::Kind::kMalformed;
+        r.error = std::move(parsed.error);
+        return r;
+      case ParsedLine::Kind::kInvalid:
+        r.kind = DocResult::Kind::kInvalid;
+        r.error = std::move(parsed.error);
+        return r;
+      case ParsedLine::Kind::kTokens:
+        r.kind = parsed.tokens.empty() ? DocResult::Kind::kEmpty : DocResult::Kind::kDocument;
+        r.tokens = std::move(parsed.tokens);  // already tokenized: no BOS/EOS added
+        return r;
+      case ParsedLine::Kind::kText:
+        text = parsed.text;
+        break;
+    }
+  }
+  if (tok.bos_id() >= 0) r.tokens.push_back(tok.bos_id());
+  const size_t before = r.tokens.size();
+  tok.encode(text, r.tokens);
+  if (r.tokens.size() == before) {  // empty or whitespace-only text: no document
+    r.tokens.clear();
+    return r;
+  }
+  if (tok.eos_id() >= 0) r.tokens.push_back(tok.eos_id());
+  r.kind = DocResult::Kind::kDocument;
+  return r;
+}
+
+// The shards of one split: a new one when the current holds shard_tokens tokens.
+class SplitWriter {
+ public:
+  SplitWriter(std::string name, fs::path dir, int64_t vocab, int64_t shard_tokens, PrepareSplit& stats)
+      : name_(std::move(name)), dir_(std::move(dir)), vocab_(vocab), shard_tokens_(shard_tokens), stats_(stats) {}
+  void add(const std::vector<int32_t>& tokens) {
+    if (!cur_) {
+      const std::string shard = fmt::format("{}_{:05d}", name_, stats_.shards.size());
+      stats_.shards.push_back(shard);
+      cur_ = std::make_unique<IndexedDatasetWriter>((dir_ / shard).string(), vocab_);
+    }
+    cur_->add_document(tokens.data(), int64_t(tokens.size()));
+    stats_.documents += 1;
+    stats_.tokens += int64_t(tokens.size());
+    if (cur_->num_tokens() >= shard_tokens_) finish();
+  }
+  void finish() {
+    if (cur_) cur_->finish();
+    cur_.reset();
+  }
+
+ private:
+  std::string name_;
+  fs::path dir_;
+  int64_t vocab_, shard_tokens_;
+  PrepareSplit& stats_;
+  std::unique_ptr<IndexedDatasetWriter> cur_;
+};
+
+// Removes the temporary output directory unless the run got to the final rename.
+struct TmpDirGuard {
+  fs::path path;
+  bool keep = false;
+  ~TmpDirGuard() {
+    std::error_code ec;
+    if (!keep) fs::remove_all(path, ec);
+  }
+};
+
+void validate(const PrepareOptions& o) {
+  FSDP_CHECK(!o.tokenizer.empty(), "prepare needs a tokenizer model (--tokenizer)");
+  FSDP_CHECK(!o.output.empty(), "prepare needs an output directory (--output)");
+  FSDP_CHECK(!o.inputs.empty(), "prepare needs at least one input file");
+  FSDP_CHECK(o.val_fraction >= 0 && o.val_fraction < 1, "--val-fraction {} is outside [0, 1)", o.val_fraction);
+  FSDP_CHECK(o.max_bad_fraction >= 0 && o.max_bad_fraction <= 1, "--max-bad-fraction {} is outside [0, 1]",
+             o.max_bad_fraction);
+  FSDP_CHECK(o.workers >= 0, "--workers {} is negative", o.workers);
+  FSDP_CHECK(!o.text_field.empty(), "--text-field is empty");
+  for (const std::string& in : o.inputs) {
+    input_format(in);
+    std::error_code ec;
+    FSDP_CHECK(fs::is_regular_file(in, ec), "input '{}' does not exist or is not a file", in);
+  }
+}
+
+std::string strip_trailing_slashes(std::string p) {
+  while (p.size() > 1 && p.back() == '/') p.pop_back();
+  return p;
+}
+
+void write_manifest(const fs::path& path, const PrepareOptions& o, const Tokenizer& tok, const PrepareResult& r,
+                    const std::vector<nlohmann::json>& inputs) {
+  using nlohmann::json;
+  auto split = [](const PrepareSplit& s) {
+    return json{{"shards", s.shards}, {"documents", s.documents}, {"tokens", s.tokens}};
+  };
+  std::error_code ec;
+  const fs::path tok_abs = fs::weakly_canonical(fs::absolute(o.tokenizer), ec);
+  const json m = {
+      {"format", "megatron-mmap-v1"},
+      {"tokenizer", {{"path", ec ? o.tokenizer : tok_abs.string()}, {"fnv1a64", tok.content_hash_hex()}}},
+      {"vocab_size", tok.vocab_size()},
+      {"bos_id", tok.bos_id()},
+      {"eos_id", tok.eos_id()},
+      {"dtype", tok.vocab_size() <= 65536 ? "uint16" : "int32"},
+      {"text_field", o.text_field},
+      {"val_fraction", o.val_fraction},
+      {"split_seed", o.split_seed},
+      {"splits", {{"train", split(r.train)}, {"val", split(r.val)}}},
+      {"inputs", inputs},
+      {"jsonl_lines", r.jsonl_lines},
+      {"bad_lines", r.bad_lines},
+  };
+  const fs::path tmp = path.string() + ".tmp";
+  {
+    std::ofstream out(tmp);
+    out << m.dump(2) << '\n';
+    out.flush();
+    FSDP_CHECK(out.good(), "cannot write '{}'", tmp.string());
+  }
+  fs::rename(tmp, path);
+}
+
+}  // namespace
+
+PrepareResult prepare_corpus(const PrepareOptions& o) {
+  const auto t0 = std::chrono::steady_clock::now();
+  validate(o);
+  const Tokenizer tok(o.tokenizer);
+
+  PrepareResult r;
+  const fs::path out = strip_trailing_slashes(o.output);
+  r.output = out.string();
+  std::error_code ec;
+  if (fs::exists(out, ec)) {
+    FSDP_CHECK(fs::is_directory(out, ec), "output '{}' exists and is not a directory", out.string());
+    FSDP_CHECK(o.overwrite || fs::is_empty(out, ec), "output '{}' exists and is not empty; --overwrite replaces it",
+               out.string());
+  }
+  if (out.has_parent_path()) fs::create_directories(out.parent_path());
+  TmpDirGuard tmp{fs::path(out.string() + ".tmp-" + std::to_string(::getpid()))};
+  fs::remove_all(tmp.path, ec);
+  fs::create_directory(tmp.path);
+
+  const int workers = o.workers > 0 ? o.workers : int(std::max(1u, std::thread::hardware_concurrency()));
+  const int64_t token_bytes = tok.vocab_size() <= 65536 ? 2 : 4;
+  const int64_t shard_tokens = o.shard_tokens > 0 ? o.shard_tokens : kShardBytes / token_bytes;
+  SplitWriter train("train", tmp.path, tok.vocab_size(), shard_tokens, r.train);
+  SplitWriter val("val", tmp.path, tok.vocab_size(), shard_tokens, r.val);
+
+  std::vector<nlohmann::json> input_stats;
+  int64_t doc_index = 0, input_docs = 0, input_tokens = 0, input_bad = 0;
+  std::vector<DocResult> results;
+  {
+    BatchReader reader(o.inputs);
+    Batch batch;
+    while (reader.pop(batch)) {
+      if (batch.error) std::rethrow_exception(batch.error);
+      const std::string& path = o.inputs[batch.input];
+      const InputFormat format = input_format(path);
+      results.assign(batch.docs.size(), DocResult{});
+      const int64_t n = int64_t(batch.docs.size());
+#pragma omp parallel for num_threads(workers) schedule(dynamic, 16)
+      for (int64_t i = 0; i < n; ++i) {
+        try {
+          results[size_t(i)] = process(batch.docs[size_t(i)], format, tok, o.text_field);
+        } catch (const std::exception& e) {
+          results[size_t(i)].kind = DocResult::Kind::kInvalid;
+          results[size_t(i)].error = e.what();
+        }
+      }
+      // In input order: the first fatal error, the bad-line examples and the split of
+      // every document are the same whatever the worker count.
+      for (size_t i = 0; i < results.size(); ++i) {
+        DocResult& d = results[i];
+        const int64_t line = batch.docs[i].line;
+        if (format == InputFormat::kJsonl) r.jsonl_lines += 1;
+        switch (d.kind) {
+          case DocResult::Kind::kInvalid:
+            FSDP_FAIL("{}:{}: {}", path, line, d.error);
+          case DocResult::Kind::kMalformed:
+            r.bad_lines += 1;
+            input_bad += 1;
+            if (int(r.bad_examples.size()) < kBadExamples) r.bad_examples.push_back(fmt::format("{}:{}: {}", path, line, d.error));
+            break;
+          case DocResult::Kind::kEmpty:
+            break;
+          case DocResult::Kind::kDocument:
+            (split_draw(o.split_seed, doc_index) < o.val_fraction ? val : train).add(d.tokens);
+            doc_index += 1;
+            input_docs += 1;
+            input_tokens += int64_t(d.tokens.size());
+            break;
+        }
+      }
+      if (batch.last_of_input) {
+        FSDP_CHECK(input_docs > 0, "input '{}' holds no documents{}", path,
+                   input_bad > 0 ? fmt::format(" ({} malformed lines, first: {})", input_bad, r.bad_examples.front()) : "");
+        input_stats.push_back({{"path", path}, {"documents", input_docs}, {"tokens", input_tokens}, {"bad_lines", input_bad}});
+        if (!o.quiet) std::fprintf(stderr, "prepare: %s: %lld documents, %lld tokens\n", path.c_str(), (long long)input_docs, (long long)input_tokens);
+        input_docs = input_tokens = input_bad = 0;
+      }
+    }
+    const std::vector<int64_t> bytes = reader.bytes_per_input();
+    for (size_t i = 0; i < bytes.size() && i < input_stats.size(); ++i) {
+      input_stats[i]["bytes"] = bytes[i];
+      r.input_bytes += bytes[i];
+    }
+  }
+  if (double(r.bad_lines) > o.max_bad_fraction * double(r.jsonl_lines)) {
+    std::string examples;
+    for (const std::string& e : r.bad_examples) examples += "\n  " + e;
+    FSDP_FAIL("{} of {} JSONL lines are malformed, more than --max-bad-fraction {} allows; the first:{}", r.bad_lines,
+              r.jsonl_lines, o.max_bad_fraction, examples);
+  }
+  FSDP_CHECK(r.train.documents > 0, "no document went to the train split ({} documents, --val-fraction {})",
+             r.val.documents, o.val_fraction);
+  train.finish();
+  val.finish();
+  write_manifest(tmp.path / "manifest.json", o, tok, r, input_stats);
+
+  // The final rename: an existing (empty, or --overwrite) DIR steps aside first.
+  if (fs::exists(out, ec)) {
+    const fs::path old = out.string() + ".old-" + std::to_string(::getpid());
+    fs::rename(out, old);
+    fs::rename(tmp.path, out);
+    fs::remove_all(old, ec);
+  } else {
+    fs::rename(tmp.path, out);
+  }
+  tmp.keep = true;
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+// ---- The command line -------------------------------------------------------------------
+
+const char* prepare_help() {
+  return "usage: fsdp_train prepare --tokenizer MODEL --output DIR [options] INPUT...\n"
+         "\n"
+         "Tokenizes text corpora with a sentencepiece model into Megatron-format token shards\n"
+         "(DIR/train_00000.{bin,idx}, ..., DIR/val_00000.{bin,idx}, ...) and DIR/manifest.json.\n"
+         "\n"
+         "inputs (each optionally compressed: .gz or .zst):\n"
+         "  FILE.txt    plain text; each paragraph is a document: paragraphs are separated by one\n"
+         "              or more blank lines, a paragraph's lines are joined with newlines\n"
+         "  FILE.jsonl  one JSON object per line with the document in a string field (--text-field),\n"
+         "              or already tokenized: an \"input_ids\" array of token ids, taken as is\n"
+         "              (no BOS/EOS added; every id must be below the tokenizer's vocab size)\n"
+         "Text documents get the tokenizer's BOS before and EOS after, where the model has them.\n"
+         "\n"
+         "options:\n"
+         "  --tokenizer MODEL       sentencepiece .model file (required)\n"
+         "  --output DIR            output directory (required); must not exist or be empty\n"
+         "  --val-fraction F        fraction of documents sent to the val split, chosen by a\n"
+         "                          deterministic hash of each document's index (default 0)\n"
+         "  --text-field NAME       JSONL field holding the text (default text)\n"
+         "  --max-bad-fraction F    fail when more than F of all JSONL lines are malformed JSON\n"
+         "                          (default 0.001); fewer are skipped and reported\n"
+         "  --workers N             tokenizer threads (default: every core); the output is the\n"
+         "                          same bytes whatever N\n"
+         "  --overwrite             replace DIR when it exists and is not empty\n"
+         "  --help                  this text\n"
+         "\n"
+         "A shard holds up to ~256 MiB of tokens; documents are never split across shards.\n"
+         "Output is written to DIR.tmp-<pid>/ and renamed to DIR when complete: a failed run\n"
+         "leaves nothing behind. Exit status: 0 done, 1 bad input data or tokenizer, 2 usage error.\n";
+}
+
+namespace {
+
+struct UsageError {
+  std::string message;
+};
+
+double parse_double(const std::string& flag, const std::string& v) {
+  try {
+    size_t used = 0;
+    const double d = std::stod(v, &used);
+    if (used == v.size()) return d;
+  } catch (const std::exception&) {
+  }
+  throw UsageError{flag + " needs a number, not '" + v + "'"};
+}
+
+PrepareOptions parse_prepare_args(int argc, char** argv, bool& help) {
+  PrepareOptions o;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i], inline_value;
+    bool has_inline = false;
+    if (arg.starts_with("--") && arg.find('=') != std::string::npos) {
+      inline_value = arg.substr(arg.find('=') + 1);
+      arg = arg.substr(0, arg.find('='));
+      has_inline = true;
+    }
+    auto value = [&]() -> std::string {
+      if (has_inline) return inline_value;
+      if (i + 1 >= argc) throw UsageError{arg + " needs a value"};
+      return argv[++i];
+    };
+    if (arg == "--help" || arg == "-h") {
+      help = true;
+    } else if (arg == "--tokenizer") {
+      o.tokenizer = value();
+    } else if (arg == "--output") {
+      o.output = value();
+    } else if (arg == "--val-fraction") {
+      o.val_fraction = parse_double(arg, value());
+    } else if (arg == "--text-field") {
+      o.text_field = value();
+    } else if (arg == "--max-bad-fraction") {
+      o.max_bad_fraction = parse_double(arg, value());
+    } else if (arg == "--workers") {
+      const double w = parse_double(arg, value());
+      if (w < 1 || w != double(int(w))) throw UsageError{"--workers needs a whole number >= 1"};
+      o.workers = int(w);
+    } else if (arg == "--overwrite" && !has_inline) {
+      o.overwrite = true;
+    } else if (arg.starts_with("-") && arg != "-") {
+      throw UsageError{"unknown option '" + arg + "'"};
+    } else {
+      o.inputs.push_back(arg);
+    }
+  }
+  if (help) return o;
+  if (o.tokenizer.empty()) throw UsageError{"--tokenizer MODEL is required"};
+  if (o.output.empty()) throw UsageError{"--output DIR is required"};
+  if (o.inputs.empty()) throw UsageError{"no input files given"};
+  if (!(o.val_fraction >= 0 && o.val_fraction < 1)) throw UsageError{"--val-fraction must be in [0, 1)"};
+  if (!(o.max_bad_fraction >= 0 && o.max_bad_fraction <= 1)) throw UsageError{"--max-bad-fraction must be in [0, 1]"};
+  return o;
+}
+
+}  // namespace
+
+int prepare_main(int argc, char** argv) {
+  bool help = false;
+  PrepareOptions o;
+  try {
+    o = parse_prepare_args(argc, argv, help);
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "fsdp_train prepare: %s (see fsdp_train prepare --help)\n", e.message.c_str());
+    return 2;
+  }
+  if (help) {
+    std::fputs(prepare_help(), stdout);
+    return 0;
+  }
+  try {
+    const PrepareResult r = prepare_corpus(o);
+    const double mb = double(r.input_bytes) / 1e6;
+    const int64_t tokens = r.train.tokens + r.val.tokens;
+    std::printf("prepared %s: %zu input(s), %.1f MB of text in %.2f s (%.2f MB/s, %.0f tokens/s)\n", r.output.c_str(),
+                o.inputs.size(), mb, r.seconds, mb / std::max(r.seconds, 1e-9), double(tokens) / std::max(r.seconds, 1e-9));
+    std::printf("  train: %lld documents, %lld tokens, %zu shard(s)\n", (long long)r.train.documents,
+                (long long)r.train.tokens, r.train.shards.size());
+    std::printf("  val:   %lld documents, %lld tokens, %zu shard(s)\n", (long long)r.val.documents,
+                (long long)r.val.tokens, r.val.shards.size());
+    if (r.bad_lines > 0) {
+      std::printf("  skipped %lld malformed JSONL line(s) of %lld; the first:\n", (long long)r.bad_lines,
+                  (long long)r.jsonl_lines);
+      for (const std::string& e : r.bad_examples) std::printf("    %s\n", e.c_str());
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "fsdp_train prepare: error: %s\n", e.what());
+    return 1;
+  }
+}
+
+}  // namespace fsdp::data

@@ -1,0 +1,347 @@
+// prepare: text / JSONL (plain, .gz, .zst, pre-tokenized) -> Megatron shards + manifest.
+// The sentencepiece model is trained in SetUpTestSuite (unigram, vocab 64 (the word list allows no more), on the test's
+// own text, a second or so), so no binary model is committed. The text uses single spaces
+// and lower-case ASCII words only: sentencepiece's decode then gives it back exactly.
+#include <sentencepiece_trainer.h>
+#include <unistd.h>
+#include <zlib.h>
+#include <zstd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "fsdp/core/error.h"
+#include "fsdp/data/indexed_dataset.h"
+#include "fsdp/data/prepare.h"
+#include "fsdp/data/tokenizer.h"
+#include "test_util.h"
+
+namespace fs = std::filesystem;
+using fsdp::data::PrepareOptions;
+using fsdp::data::PrepareResult;
+using fsdp::data::Tokenizer;
+
+namespace {
+
+std::vector<std::string> make_paragraphs(int n, uint64_t seed) {
+  static const char* words[] = {"the", "model", "learns", "tokens", "from", "text", "and", "data", "shards",
+                                "train", "fast", "on", "many", "cores", "with", "a", "small", "vocab",
+                                "every", "paragraph", "is", "one", "document", "here", "we", "go"};
+  std::mt19937_64 rng(seed);
+  std::vector<std::string> out;
+  for (int i = 0; i < n; ++i) {
+    std::string p;
+    const int len = 3 + int(rng() % 25);
+    for (int w = 0; w < len; ++w) p += std::string(w ? " " : "") + words[rng() % std::size(words)];
+    out.push_back(p);
+  }
+  return out;
+}
+
+std::string read_bytes(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+void write_bytes(const fs::path& p, const std::string& s) {
+  std::ofstream out(p, std::ios::binary);
+  out << s;
+}
+
+void write_gz(const fs::path& p, const std::string& s) {
+  gzFile f = gzopen(p.c_str(), "wb");
+  ASSERT_NE(f, nullptr);
+  ASSERT_EQ(gzwrite(f, s.data(), unsigned(s.size())), int(s.size()));
+  gzclose(f);
+}
+
+std::string zstd_bytes(const std::string& s) {
+  std::string out(ZSTD_compressBound(s.size()), '\0');
+  const size_t n = ZSTD_compress(out.data(), out.size(), s.data(), s.size(), 3);
+  out.resize(n);
+  return out;
+}
+
+std::string txt_of(const std::vector<std::string>& paras) {
+  std::string s;
+  for (size_t i = 0; i < paras.size(); ++i) {
+    s += paras[i] + "\n";
+    s += (i % 3 == 0) ? "\n" : (i % 3 == 1) ? "\n \n\n" : "\t\n";  // one or more blank lines
+  }
+  return s;
+}
+
+std::string jsonl_of(const std::vector<std::string>& paras) {
+  std::string s;
+  for (const auto& p : paras) s += nlohmann::json{{"text", p}, {"id", s.size()}}.dump() + "\n";
+  return s;
+}
+
+// Every document of every shard of a split, in order.
+std::vector<std::vector<int32_t>> read_split(const fs::path& dir, const std::string& split) {
+  const auto m = nlohmann::json::parse(read_bytes(dir / "manifest.json"));
+  std::vector<std::vector<int32_t>> docs;
+  for (const auto& shard : m["splits"][split]["shards"]) {
+    fsdp::data::IndexedDataset ds((dir / shard.get<std::string>()).string());
+    for (int64_t d = 0; d < ds.num_documents(); ++d) {
+      std::vector<int32_t> t(size_t(ds.document_size(d)));
+      ds.read(d, 0, int64_t(t.size()), t.data());
+      docs.push_back(std::move(t));
+    }
+  }
+  return docs;
+}
+
+class Prepare : public ::testing::Test {
+ protected:
+  static inline fs::path root;
+  static inline std::string model;
+  static inline std::vector<std::string> paras;
+
+  static void SetUpTestSuite() {
+    root = fs::temp_directory_path() / ("fsdp_prepare_test_" + std::to_string(::getpid()));
+    fs::remove_all(root);
+    fs::create_directories(root);
+    paras = make_paragraphs(400, 1);
+    write_bytes(root / "spm_train.txt", txt_of(make_paragraphs(2000, 99)));
+    const auto status = sentencepiece::SentencePieceTrainer::Train(
+        "--input=" + (root / "spm_train.txt").string() + " --model_prefix=" + (root / "spm").string() +
+        " --vocab_size=64 --model_type=unigram --character_coverage=1.0 --minloglevel=2");
+    ASSERT_TRUE(status.ok()) << status.ToString();
+    model = (root / "spm.model").string();
+  }
+  static void TearDownTestSuite() { fs::remove_all(root); }
+
+  PrepareOptions options(const std::string& out, std::vector<std::string> inputs) {
+    PrepareOptions o;
+    o.tokenizer = model;
+    o.output = (root / out).string();
+    o.inputs = std::move(inputs);
+    o.quiet = true;
+    return o;
+  }
+  std::string file(const std::string& name) { return (root / name).string(); }
+
+  // Runs prepare expecting an fsdp::Error mentioning `parts`, and no output or temporary
+  // directory left behind.
+  void expect_failure(PrepareOptions o, std::initializer_list<std::string> parts) {
+    fsdp::test::expect_error([&] { fsdp::data::prepare_corpus(o); }, parts, "prepare_corpus");
+    EXPECT_FALSE(fs::exists(o.output)) << o.output;
+    for (const auto& e : fs::directory_iterator(root)) {
+      EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos) << e.path();
+    }
+  }
+};
+
+TEST_F(Prepare, TokenizerBasics) {
+  const Tokenizer tok(model);
+  EXPECT_EQ(tok.vocab_size(), 64);
+  EXPECT_EQ(tok.bos_id(), 1);  // sentencepiece's defaults: unk 0, bos 1, eos 2
+  EXPECT_EQ(tok.eos_id(), 2);
+  EXPECT_EQ(tok.decode(tok.encode(paras[0])), paras[0]);
+  const std::string bytes = read_bytes(model);
+  EXPECT_EQ(tok.content_hash(), fsdp::data::fnv1a64(bytes.data(), bytes.size()));
+  EXPECT_EQ(tok.content_hash_hex().size(), 16u);
+  EXPECT_ERROR_MENTIONS(Tokenizer(file("nope.model")), "nope.model");
+}
+
+TEST_F(Prepare, TextRoundTrip) {
+  write_bytes(root / "rt.txt", txt_of(paras));
+  PrepareOptions o = options("rt_out", {file("rt.txt")});
+  const PrepareResult r = fsdp::data::prepare_corpus(o);
+  EXPECT_EQ(r.train.documents, int64_t(paras.size()));
+  EXPECT_EQ(r.val.documents, 0);
+  const Tokenizer tok(model);
+  const auto docs = read_split(o.output, "train");
+  ASSERT_EQ(docs.size(), paras.size());
+  for (size_t i = 0; i < docs.size(); ++i) {
+    ASSERT_GE(docs[i].size(), 2u);
+    EXPECT_EQ(docs[i].front(), tok.bos_id());
+    EXPECT_EQ(docs[i].back(), tok.eos_id());
+    EXPECT_EQ(tok.decode(std::span(docs[i]).subspan(1, docs[i].size() - 2)), paras[i]) << "document " << i;
+  }
+  const auto m = nlohmann::json::parse(read_bytes(fs::path(o.output) / "manifest.json"));
+  EXPECT_EQ(m["format"], "megatron-mmap-v1");
+  EXPECT_EQ(m["vocab_size"], 64);
+  EXPECT_EQ(m["bos_id"], 1);
+  EXPECT_EQ(m["eos_id"], 2);
+  EXPECT_EQ(m["tokenizer"]["fnv1a64"], tok.content_hash_hex());
+  EXPECT_EQ(m["splits"]["train"]["documents"], int64_t(paras.size()));
+  EXPECT_EQ(m["splits"]["train"]["shards"], nlohmann::json::array({"train_00000"}));
+  EXPECT_EQ(m["inputs"][0]["path"], file("rt.txt"));
+  EXPECT_EQ(m["bad_lines"], 0);
+  // An existing non-empty output is never overwritten unless asked.
+  fsdp::test::expect_error([&] { fsdp::data::prepare_corpus(o); }, {"not empty", "--overwrite"});
+  EXPECT_TRUE(fs::exists(fs::path(o.output) / "manifest.json"));
+  o.overwrite = true;
+  EXPECT_EQ(fsdp::data::prepare_corpus(o).train.documents, int64_t(paras.size()));
+}
+
+TEST_F(Prepare, FormatsGiveSameTokens) {
+  const std::string txt = txt_of(paras), jsonl = jsonl_of(paras);
+  write_bytes(root / "f.txt", txt);
+  write_gz(root / "f.txt.gz", txt);
+  write_bytes(root / "f.jsonl", jsonl);
+  write_gz(root / "f.jsonl.gz", jsonl);
+  write_bytes(root / "f.jsonl.zst", zstd_bytes(jsonl));
+  write_bytes(root / "f.txt.zst", zstd_bytes(txt));
+  fsdp::data::prepare_corpus(options("f_ref", {file("f.txt")}));
+  const auto ref = read_split(root / "f_ref", "train");
+  ASSERT_EQ(ref.size(), paras.size());
+  for (const char* name : {"f.txt.gz", "f.jsonl", "f.jsonl.gz", "f.jsonl.zst", "f.txt.zst"}) {
+    const std::string out = std::string("f_out_") + name;
+    fsdp::data::prepare_corpus(options(out, {file(name)}));
+    EXPECT_EQ(read_split(root / out, "train"), ref) << name;
+  }
+  // Several inputs: documents in input order.
+  fsdp::data::prepare_corpus(options("f_two", {file("f.jsonl.zst"), file("f.txt.gz")}));
+  auto two = ref;
+  two.insert(two.end(), ref.begin(), ref.end());
+  EXPECT_EQ(read_split(root / "f_two", "train"), two);
+}
+
+TEST_F(Prepare, TextFieldFlag) {
+  std::string s;
+  for (const auto& p : paras) s += nlohmann::json{{"content", p}}.dump() + "\n";
+  write_bytes(root / "tf.jsonl", s);
+  PrepareOptions o = options("tf_out", {file("tf.jsonl")});
+  expect_failure(o, {"tf.jsonl:1", "no 'text' field", "content", "--text-field"});
+  o.text_field = "content";
+  EXPECT_EQ(fsdp::data::prepare_corpus(o).train.documents, int64_t(paras.size()));
+}
+
+TEST_F(Prepare, InputIdsTakenAsIs) {
+  std::vector<std::vector<int32_t>> ids = {{5, 6, 7}, {63, 0, 3, 9}, {42}};
+  std::string s;
+  for (const auto& v : ids) s += nlohmann::json{{"input_ids", v}}.dump() + "\n";
+  write_bytes(root / "ids.jsonl", s);
+  write_bytes(root / "ids.jsonl.zst", zstd_bytes(s));
+  fsdp::data::prepare_corpus(options("ids_out", {file("ids.jsonl"), file("ids.jsonl.zst")}));
+  auto want = ids;
+  want.insert(want.end(), ids.begin(), ids.end());
+  EXPECT_EQ(read_split(root / "ids_out", "train"), want);
+
+  write_bytes(root / "ids_bad.jsonl", s + "{\"input_ids\": [1, 64]}\n");
+  expect_failure(options("ids_bad_out", {file("ids_bad.jsonl")}), {"ids_bad.jsonl:4", "64", "vocabulary"});
+}
+
+TEST_F(Prepare, ValSplitDeterministic) {
+  const auto many = make_paragraphs(2000, 5);
+  write_bytes(root / "val.jsonl", jsonl_of(many));
+  PrepareOptions o = options("val_a", {file("val.jsonl")});
+  o.val_fraction = 0.1;
+  const PrepareResult a = fsdp::data::prepare_corpus(o);
+  EXPECT_EQ(a.train.documents + a.val.documents, 2000);
+  EXPECT_GT(a.val.documents, 150);  // binomial(2000, 0.1): mean 200, sd 13
+  EXPECT_LT(a.val.documents, 250);
+  o.output = file("val_b");
+  o.workers = 3;
+  const PrepareResult b = fsdp::data::prepare_corpus(o);
+  EXPECT_EQ(read_split(root / "val_a", "val"), read_split(root / "val_b", "val"));
+  EXPECT_EQ(read_split(root / "val_a", "train"), read_split(root / "val_b", "train"));
+  EXPECT_EQ(a.val.tokens, b.val.tokens);
+}
+
+TEST_F(Prepare, SameBytesWhateverTheWorkers) {
+  const auto many = make_paragraphs(3000, 7);
+  write_bytes(root / "w.jsonl", jsonl_of(many));
+  write_gz(root / "w.txt.gz", txt_of(paras));
+  for (int workers : {1, 4}) {
+    PrepareOptions o = options("w_" + std::to_string(workers), {file("w.jsonl"), file("w.txt.gz")});
+    o.workers = workers;
+    o.val_fraction = 0.05;
+    o.shard_tokens = 20000;  // several shards per split
+    fsdp::data::prepare_corpus(o);
+  }
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(root / "w_1")) names.push_back(e.path().filename().string());
+  EXPECT_GT(names.size(), 6u);  // train_00000.. several, val, manifest
+  for (const auto& n : names) {
+    EXPECT_EQ(read_bytes(root / "w_1" / n), read_bytes(root / "w_4" / n)) << n;
+  }
+  EXPECT_TRUE(fs::exists(root / "w_4" / "train_00001.bin"));
+}
+
+TEST_F(Prepare, MalformedLinesCountedAgainstTheLimit) {
+  std::string s = jsonl_of(paras);
+  s += "{\"text\": \"the model\"\n";  // line 401: unterminated object
+  write_bytes(root / "bad.jsonl", s);
+  // 1 bad of 401 lines > 0.001: fails, naming file:line.
+  expect_failure(options("bad_out", {file("bad.jsonl")}), {"1 of 401", "bad.jsonl:401", "--max-bad-fraction"});
+  PrepareOptions o = options("bad_ok", {file("bad.jsonl")});
+  o.max_bad_fraction = 0.01;
+  const PrepareResult r = fsdp::data::prepare_corpus(o);
+  EXPECT_EQ(r.bad_lines, 1);
+  EXPECT_EQ(r.train.documents, int64_t(paras.size()));
+  ASSERT_EQ(r.bad_examples.size(), 1u);
+  EXPECT_NE(r.bad_examples[0].find("bad.jsonl:401"), std::string::npos) << r.bad_examples[0];
+}
+
+TEST_F(Prepare, BadInputsFailCleanly) {
+  const std::string jsonl = jsonl_of(paras);
+  expect_failure(options("x", {file("missing.jsonl")}), {"missing.jsonl", "does not exist"});
+  write_bytes(root / "empty.txt", "\n\n  \n");
+  expect_failure(options("x", {file("empty.txt")}), {"empty.txt", "no documents"});
+  write_bytes(root / "empty.jsonl.gz", "");
+  expect_failure(options("x", {file("empty.jsonl.gz")}), {"empty.jsonl.gz"});
+  write_bytes(root / "notes.md", "hello\n");
+  expect_failure(options("x", {file("notes.md")}), {"notes.md", "unknown format"});
+  // A .gz whose bytes are damaged mid-stream, one that is cut short, one that is not gzip.
+  write_gz(root / "ok.jsonl.gz", jsonl);
+  std::string gz = read_bytes(root / "ok.jsonl.gz");
+  std::string corrupt = gz;
+  for (size_t i = 40; i < 80; ++i) corrupt[i] = char(corrupt[i] ^ 0x5a);
+  write_bytes(root / "corrupt.jsonl.gz", corrupt);
+  expect_failure(options("x", {file("corrupt.jsonl.gz")}), {"corrupt.jsonl.gz"});
+  write_bytes(root / "short.jsonl.gz", gz.substr(0, gz.size() / 2));
+  expect_failure(options("x", {file("short.jsonl.gz")}), {"short.jsonl.gz", "gzip"});
+  write_bytes(root / "plain.jsonl.gz", jsonl);
+  expect_failure(options("x", {file("plain.jsonl.gz")}), {"plain.jsonl.gz", "not gzip"});
+  // The same for zstd.
+  const std::string zst = zstd_bytes(jsonl);
+  write_bytes(root / "short.jsonl.zst", zst.substr(0, zst.size() / 2));
+  expect_failure(options("x", {file("short.jsonl.zst")}), {"short.jsonl.zst", "truncated"});
+  write_bytes(root / "plain.jsonl.zst", jsonl);
+  expect_failure(options("x", {file("plain.jsonl.zst")}), {"plain.jsonl.zst", "zstd"});
+  // A string text field that is not a string, and a tokenizer that does not load.
+  write_bytes(root / "num.jsonl", jsonl + "{\"text\": 5}\n");
+  expect_failure(options("x", {file("num.jsonl")}), {"num.jsonl:401", "not a string"});
+  write_bytes(root / "ok.jsonl", jsonl);
+  write_bytes(root / "junk.model", "this is not a sentencepiece model");
+  PrepareOptions o = options("x", {file("ok.jsonl")});
+  o.tokenizer = file("junk.model");
+  expect_failure(o, {"junk.model", "does not load"});
+  o.tokenizer = file("absent.model");
+  expect_failure(o, {"absent.model"});
+}
+
+TEST_F(Prepare, CommandLine) {
+  auto run = [](std::vector<std::string> args) {
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    return fsdp::data::prepare_main(int(argv.size()), argv.data());
+  };
+  write_bytes(root / "cli.jsonl", jsonl_of(paras));
+  testing::internal::CaptureStdout();
+  EXPECT_EQ(run({"prepare", "--help"}), 0);
+  EXPECT_NE(testing::internal::GetCapturedStdout().find("blank lines"), std::string::npos);
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(run({"prepare", "--output", file("cli_out"), file("cli.jsonl")}), 2);  // no --tokenizer
+  EXPECT_EQ(run({"prepare", "--tokenizer", model, "--output", file("cli_out"), "--val-fraction", "x", file("cli.jsonl")}), 2);
+  EXPECT_EQ(run({"prepare", "--tokenizer", model, "--output", file("cli_out"), "--bogus", file("cli.jsonl")}), 2);
+  EXPECT_EQ(run({"prepare", "--tokenizer", model, "--output", file("cli_out"), file("nope.jsonl")}), 1);
+  testing::internal::GetCapturedStderr();
+  testing::internal::CaptureStdout();
+  EXPECT_EQ(run({"prepare", "--tokenizer", model, "--output", file("cli_out"), "--workers", "2",
+                 "--val-fraction=0.1", file("cli.jsonl")}),
+            0);
+  const std::string out = testing::internal::GetCapturedStdout();
+  EXPECT_NE(out.find("train:"), std::string::npos) << out;
+  EXPECT_TRUE(fs::exists(root / "cli_out" / "manifest.json"));
+}
+
+}  // namespace
