@@ -1,5 +1,6 @@
 #include "fsdp/data/synthetic_samples.h"
 
+#include <cstring>
 #include <limits>
 
 namespace fsdp::data {
@@ -11,12 +12,18 @@ int64_t SyntheticSamples::num_samples() const { return std::numeric_limits<int64
 
 void SyntheticSamples::read_sample(int64_t index, int32_t* window) const {
   FSDP_CHECK(index >= 0 && index < num_samples(), "synthetic sample {} out of range", index);
-  // ids are tokens [0, seq_len) and targets tokens [1, seq_len]: both views of the one
-  // window, where fill() writes each shared token twice with the same value. (Wrapping
-  // the caller's memory allocates two small control blocks on the heap, not through the
-  // tensor allocators.)
+  // fill() writes tensors; each reading thread keeps one pair of [seq_len] scratch tensors
+  // (allocated on its first sample), so steady-state reads allocate nothing.
   const int64_t seq = source_.seq_len();
-  source_.fill(index, 1, Tensor::from_blob(window, {seq}, DType::I32), Tensor::from_blob(window + 1, {seq}, DType::I32));
+  thread_local Tensor ids, targets;
+  if (!ids.defined() || ids.numel() != seq) {
+    ids = Tensor::empty({seq}, DType::I32);
+    targets = Tensor::empty({seq}, DType::I32);
+  }
+  source_.fill(index, 1, ids, targets);
+  // window = ids then the last target: tokens [0, seq_len].
+  std::memcpy(window, ids.data<int32_t>(), size_t(seq) * sizeof(int32_t));
+  window[seq] = targets.data<int32_t>()[seq - 1];
 }
 
 }  // namespace fsdp::data
