@@ -5,28 +5,15 @@
 #include <mpi.h>
 
 #include <cstdlib>
-#include <functional>
-#include <initializer_list>
 #include <string>
 
 #include "fsdp/dist/communicator.h"
+#include "test_util.h"
 
-namespace fsdp {
+namespace fsdp::dist {
 namespace {
 
-using dist::Communicator;
-using dist::ProcessGroups;
-using dist::Request;
-
-void expect_error(const std::function<void()>& f, std::initializer_list<std::string> parts) {
-  try {
-    f();
-    ADD_FAILURE() << "no fsdp::Error thrown; expected one mentioning '" << *parts.begin() << "'";
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    for (const std::string& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
-  }
-}
+using test::expect_error;
 
 bool launched_by_mpi() {
   for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "MV2_COMM_WORLD_SIZE"})
@@ -168,4 +155,4 @@ TEST(LocalCommunicator, SrunWithoutMpiPluginIsRefused) {
 }
 
 }  // namespace
-}  // namespace fsdp
+}  // namespace fsdp::dist

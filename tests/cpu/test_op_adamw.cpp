@@ -11,21 +11,8 @@
 #include "fsdp/ops/adamw.h"
 #include "test_util.h"
 
-namespace fsdp {
+namespace fsdp::test {
 namespace {
-
-using test::random_tensor;
-using test::rel_error;
-
-template <typename F>
-void expect_error(F&& f, std::initializer_list<const char*> parts) {
-  try {
-    f();
-    ADD_FAILURE() << "expected an fsdp::Error";
-  } catch (const Error& e) {
-    for (const char* p : parts) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
-  }
-}
 
 TEST(OpAdamW, ThreeStepsByHand) {
   // lr 0.1, beta1 0.5, beta2 0.75, eps 0, weight_decay 0.5 (decay factor 1 - 0.1*0.5 =
@@ -172,4 +159,4 @@ TEST(OpAdamW, BadArgumentsNameTheArgument) {
 }
 
 }  // namespace
-}  // namespace fsdp
+}  // namespace fsdp::test

@@ -3,7 +3,6 @@
 // OpenMP thread count, and the front end's preconditions. q, k, v are cut from one fused
 // [B, T, (H + 2 KVH) * D] projection buffer, exactly as the model passes them.
 #include <gtest/gtest.h>
-#include <omp.h>
 
 #include <cmath>
 #include <cstring>
@@ -14,23 +13,8 @@
 #include "fsdp/ops/attention.h"
 #include "test_util.h"
 
-namespace fsdp {
+namespace fsdp::test {
 namespace {
-
-using test::fd_rel_error;
-using test::random_tensor;
-using test::rel_error;
-using test::weighted_sum;
-
-#define EXPECT_ERROR_MENTIONS(stmt, text)                                         \
-  do {                                                                            \
-    try {                                                                         \
-      stmt;                                                                       \
-      ADD_FAILURE() << "expected fsdp::Error from " #stmt;                        \
-    } catch (const Error& e) {                                                    \
-      EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what(); \
-    }                                                                             \
-  } while (0)
 
 struct Shape {
   int64_t B, T, H, KVH, D;
@@ -54,8 +38,6 @@ Qkv fused_qkv(const Shape& s, DType dt, uint64_t seed) {
   r.v = heads.narrow(2, s.H + s.KVH, s.KVH);
   return r;
 }
-
-DType lse_dtype(DType dt) { return dt == DType::F64 ? DType::F64 : DType::F32; }
 
 // The textbook definition in double: repeat_kv (query head h reads kv head h / (H/KVH)),
 // scores / sqrt(D), causal mask, softmax, weighted sum of v.
@@ -105,7 +87,7 @@ TEST(OpAttention, ForwardMatchesReference) {
       // out as a view too (a wider buffer), to exercise its row stride.
       Tensor out_wide = Tensor::empty({s.B, s.T, s.H + 1, s.D}, dt);
       Tensor out = out_wide.narrow(2, 1, s.H);
-      Tensor lse = Tensor::empty({s.B, s.H, s.T}, lse_dtype(dt));
+      Tensor lse = Tensor::empty({s.B, s.H, s.T}, stat_dtype(dt));
       attention_forward(in.q, in.k, in.v, out, lse);
       Tensor out_ref, lse_ref;
       reference(in.q, in.k, in.v, out_ref, lse_ref);
@@ -127,7 +109,7 @@ Grads forward_backward(const Qkv& in, const Tensor& w, bool nan_fill = false) {
   const DType dt = q.dtype();
   Grads g;
   g.out = Tensor::empty(q.sizes(), dt);
-  g.lse = Tensor::empty({q.size(0), q.size(2), q.size(1)}, lse_dtype(dt));
+  g.lse = Tensor::empty({q.size(0), q.size(2), q.size(1)}, stat_dtype(dt));
   attention_forward(in.q, in.k, in.v, g.out, g.lse);
   // Gradients as views of one fused dqkv buffer, the way the model passes them.
   Tensor dfused = Tensor::empty(in.fused.sizes(), dt);
@@ -191,17 +173,7 @@ TEST(OpAttention, BitwiseIndependentOfThreadCount) {
   const Shape s{2, 150, 6, 2, 64};
   Qkv in = fused_qkv(s, DType::F32, 300);
   Tensor w = random_tensor({s.B, s.T, s.H, s.D}, DType::F32, 301);
-  const int saved = omp_get_max_threads();
-  std::vector<Grads> runs;
-  for (int threads : {1, 2, 3}) {
-    omp_set_num_threads(threads);
-    runs.push_back(forward_backward(in, w));
-  }
-  omp_set_num_threads(saved);
-  auto same_bits = [](const Tensor& a, const Tensor& b) {
-    const Tensor ca = a.clone(), cb = b.clone();
-    return std::memcmp(ca.data_ptr(), cb.data_ptr(), ca.nbytes()) == 0;
-  };
+  const std::vector<Grads> runs = under_thread_counts([&] { return forward_backward(in, w); });
   for (size_t r = 1; r < runs.size(); ++r) {
     EXPECT_TRUE(same_bits(runs[0].out, runs[r].out)) << "out, run " << r;
     EXPECT_TRUE(same_bits(runs[0].lse, runs[r].lse)) << "lse, run " << r;
@@ -251,4 +223,4 @@ TEST(OpAttention, BadInputIsRejectedWithClearMessage) {
 }
 
 }  // namespace
-}  // namespace fsdp
+}  // namespace fsdp::test

@@ -11,30 +11,8 @@
 #include "fsdp/ops/cross_entropy.h"
 #include "test_util.h"
 
-namespace fsdp {
+namespace fsdp::test {
 namespace {
-
-using test::fd_rel_error;
-using test::random_tensor;
-using test::rel_error;
-
-template <typename F>
-void expect_error(F&& f, std::initializer_list<const char*> parts) {
-  try {
-    f();
-    ADD_FAILURE() << "expected an fsdp::Error";
-  } catch (const Error& e) {
-    for (const char* p : parts) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
-  }
-}
-
-DType stat(DType t) { return t == DType::F64 ? DType::F64 : DType::F32; }
-
-Tensor make_targets(const std::vector<int64_t>& v, DType dtype) {
-  Tensor t = Tensor::empty({int64_t(v.size())}, dtype);
-  for (size_t i = 0; i < v.size(); ++i) t.set_flat(int64_t(i), double(v[i]));
-  return t;
-}
 
 // -log softmax(x)[t] from the definition in long double (no max trick needed there for
 // moderate logits; the large-logit case below shifts by a known constant).
@@ -49,8 +27,8 @@ TEST(OpCrossEntropy, ForwardMatchesReference) {
     for (DType tt : {DType::I32, DType::I64}) {
       const int64_t n = 6, v = 13;
       const Tensor logits = random_tensor({n, v}, dt, 1, -4.0, 4.0);
-      const Tensor targets = make_targets({0, 12, kIgnoreIndex, 5, 5, kIgnoreIndex}, tt);
-      const Tensor losses = Tensor::empty({n}, stat(dt));
+      const Tensor targets = index_tensor({0, 12, kIgnoreIndex, 5, 5, kIgnoreIndex}, tt);
+      const Tensor losses = Tensor::empty({n}, stat_dtype(dt));
       const Tensor before = logits.clone();
       cross_entropy_forward(logits, targets, losses);
       // float64: log/exp rounding only, ~1e-15. float32: expf within an ulp per term, sums
@@ -77,7 +55,7 @@ TEST(OpCrossEntropy, LargeLogitsAreStable) {
   const Tensor base = random_tensor({n, v}, DType::F64, 2, -3.0, 3.0);
   const Tensor logits = Tensor::empty({n, v}, DType::F32);
   for (int64_t i = 0; i < n * v; ++i) logits.set_flat(i, base.get_flat(i) + shift);
-  const Tensor targets = make_targets({1, 6, 0}, DType::I64);
+  const Tensor targets = index_tensor({1, 6, 0}, DType::I64);
   const Tensor losses = Tensor::empty({n}, DType::F32), dlogits = Tensor::empty({n, v}, DType::F32);
   cross_entropy_forward_backward(logits, targets, losses, dlogits, 1.0);
   for (int64_t i = 0; i < n; ++i) {
@@ -102,7 +80,7 @@ TEST(OpCrossEntropy, GradientMatchesFiniteDifferencesWithIgnoredRows) {
     const Tensor logits = random_tensor({n, v}, DType::F64, 3 + n, -3.0, 3.0);
     std::vector<int64_t> t(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) t[size_t(i)] = (i % 3 == 1) ? kIgnoreIndex : (i * 7 + 3) % v;
-    const Tensor targets = make_targets(t, DType::I32);
+    const Tensor targets = index_tensor(t, DType::I32);
     const Tensor losses = Tensor::empty({n}, DType::F64), dlogits = Tensor::empty({n, v}, DType::F64);
     cross_entropy_forward_backward(logits, targets, losses, dlogits, scale);
     auto f = [&] {
@@ -126,8 +104,8 @@ TEST(OpCrossEntropy, InPlaceGradientEqualsSeparateBuffer) {
     const Tensor logits = random_tensor({n, v}, dt, 4, -5.0, 5.0);
     std::vector<int64_t> t(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) t[size_t(i)] = i == 3 ? kIgnoreIndex : (i * 31) % v;
-    const Tensor targets = make_targets(t, DType::I64);
-    const Tensor losses = Tensor::empty({n}, stat(dt)), losses2 = Tensor::empty({n}, stat(dt));
+    const Tensor targets = index_tensor(t, DType::I64);
+    const Tensor losses = Tensor::empty({n}, stat_dtype(dt)), losses2 = Tensor::empty({n}, stat_dtype(dt));
     const Tensor dlogits = Tensor::empty({n, v}, dt);
     cross_entropy_forward_backward(logits, targets, losses, dlogits, 0.5);
     cross_entropy_forward_backward(logits, targets, losses2, logits, 0.5);  // in place
@@ -141,7 +119,7 @@ TEST(OpCrossEntropy, CustomIgnoreIndexAndRowStridedLogits) {
   const int64_t n = 4, v = 13;
   const Tensor wide = random_tensor({n, v + 3}, DType::F64, 5);
   const Tensor logits = wide.narrow(1, 1, v), packed = logits.clone();
-  const Tensor targets = make_targets({2, -1, 12, 0}, DType::I64);
+  const Tensor targets = index_tensor({2, -1, 12, 0}, DType::I64);
   const Tensor l1 = Tensor::empty({n}, DType::F64), l2 = Tensor::empty({n}, DType::F64);
   const Tensor d1 = Tensor::empty({n, v}, DType::F64), d2 = Tensor::empty({n, v}, DType::F64);
   cross_entropy_forward_backward(logits, targets, l1, d1, 1.0, -1);
@@ -150,7 +128,7 @@ TEST(OpCrossEntropy, CustomIgnoreIndexAndRowStridedLogits) {
   EXPECT_LT(rel_error(l1, l2), 1e-15);
   EXPECT_LT(rel_error(d1, d2), 1e-15);
   // -100 is now an ordinary (out-of-range) target.
-  expect_error([&] { cross_entropy_forward(logits, make_targets({2, -100, 1, 0}, DType::I64), l1, -1); },
+  expect_error([&] { cross_entropy_forward(logits, index_tensor({2, -100, 1, 0}, DType::I64), l1, -1); },
                {"target -100 at row 1"});
 }
 
@@ -159,12 +137,12 @@ TEST(OpCrossEntropy, TargetOutOfRangeNamesRowAndValue) {
   const Tensor logits = random_tensor({n, v}, DType::F32, 6);
   const Tensor before = logits.clone();
   const Tensor losses = Tensor::empty({n}, DType::F32);
-  expect_error([&] { cross_entropy_forward(logits, make_targets({0, 1, 13}, DType::I32), losses); },
+  expect_error([&] { cross_entropy_forward(logits, index_tensor({0, 1, 13}, DType::I32), losses); },
                {"target 13 at row 2", "[0, 13)"});
-  expect_error([&] { cross_entropy_forward(logits, make_targets({-5, 1, 2}, DType::I64), losses); },
+  expect_error([&] { cross_entropy_forward(logits, index_tensor({-5, 1, 2}, DType::I64), losses); },
                {"target -5 at row 0"});
   // In place with a bad target in the last row: nothing may have been overwritten yet.
-  expect_error([&] { cross_entropy_forward_backward(logits, make_targets({0, 1, 99}, DType::I64), losses, logits, 1.0); },
+  expect_error([&] { cross_entropy_forward_backward(logits, index_tensor({0, 1, 99}, DType::I64), losses, logits, 1.0); },
                {"target 99 at row 2"});
   EXPECT_EQ(std::memcmp(before.data_ptr(), logits.data_ptr(), logits.nbytes()), 0);
 }
@@ -172,13 +150,13 @@ TEST(OpCrossEntropy, TargetOutOfRangeNamesRowAndValue) {
 TEST(OpCrossEntropy, BadArgumentsNameTheArgument) {
   const int64_t n = 3, v = 7;
   const Tensor logits = random_tensor({n, v}, DType::F32, 7);
-  const Tensor targets = make_targets({0, 1, 2}, DType::I64);
+  const Tensor targets = index_tensor({0, 1, 2}, DType::I64);
   const Tensor losses = Tensor::empty({n}, DType::F32), d = Tensor::empty({n, v}, DType::F32);
   expect_error([&] { cross_entropy_forward(logits, targets, Tensor::empty({n}, DType::F64)); }, {"losses", "float32"});
   expect_error([&] { cross_entropy_forward(logits, targets, Tensor::empty({n + 1}, DType::F32)); }, {"losses", "[3]"});
-  expect_error([&] { cross_entropy_forward(logits, make_targets({0, 1}, DType::I64), losses); }, {"targets", "[3]"});
+  expect_error([&] { cross_entropy_forward(logits, index_tensor({0, 1}, DType::I64), losses); }, {"targets", "[3]"});
   expect_error([&] { cross_entropy_forward(logits, targets.to(DType::F32), losses); }, {"targets", "int32 or int64"});
-  expect_error([&] { cross_entropy_forward(logits, make_targets({0, 9, 1, 9, 2, 9}, DType::I64).slice(0, 0, 6, 2), losses); },
+  expect_error([&] { cross_entropy_forward(logits, index_tensor({0, 9, 1, 9, 2, 9}, DType::I64).slice(0, 0, 6, 2), losses); },
                {"targets must be contiguous"});
   expect_error([&] { cross_entropy_forward(logits.reshape({-1}), targets, losses); }, {"logits", "2 dimensions"});
   expect_error([&] { cross_entropy_forward(random_tensor({v, n}, DType::F32, 8).transpose(0, 1), targets, losses); },
@@ -197,4 +175,4 @@ TEST(OpCrossEntropy, BadArgumentsNameTheArgument) {
 }
 
 }  // namespace
-}  // namespace fsdp
+}  // namespace fsdp::test

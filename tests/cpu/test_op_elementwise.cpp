@@ -3,9 +3,9 @@
 // conversions (the compiler's _Float16, and rounding formulas written out here);
 // sum_squares must give the same bits for any thread count.
 #include <gtest/gtest.h>
-#include <omp.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -16,42 +16,12 @@
 #include "fsdp/ops/elementwise.h"
 #include "test_util.h"
 
-namespace fsdp {
+namespace fsdp::test {
 namespace {
 
-using test::random_tensor;
-
-template <typename F>
-void expect_error(F&& f, std::initializer_list<const char*> parts) {
-  try {
-    f();
-    ADD_FAILURE() << "expected an fsdp::Error";
-  } catch (const Error& e) {
-    for (const char* p : parts) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
-  }
-}
-
-struct ThreadCount {
-  int saved = omp_get_max_threads();
-  explicit ThreadCount(int n) { omp_set_num_threads(n); }
-  ~ThreadCount() { omp_set_num_threads(saved); }
-};
-
-float bits_to_float(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-uint32_t float_to_bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-uint16_t half_bits(_Float16 h) {
-  uint16_t u;
-  std::memcpy(&u, &h, 2);
-  return u;
-}
+float bits_to_float(uint32_t u) { return std::bit_cast<float>(u); }
+uint32_t float_to_bits(float f) { return std::bit_cast<uint32_t>(f); }
+uint16_t half_bits(_Float16 h) { return std::bit_cast<uint16_t>(h); }
 bool is_nan16(uint16_t b, int mant_bits) {
   const uint16_t exp_mask = uint16_t(((1u << (15 - mant_bits)) - 1u) << mant_bits);
   return (b & exp_mask) == exp_mask && (b & ((1u << mant_bits) - 1u)) != 0;
@@ -342,11 +312,7 @@ TEST(OpElementwise, SumSquaresSameBitsForAnyThreadCount) {
   const int64_t n = (1 << 20) + 13;  // many blocks, a ragged last one
   for (DType dt : {DType::F32, DType::F64}) {
     const Tensor x = random_tensor({n}, dt, 9, -3.0, 3.0);
-    std::vector<double> results;
-    for (int threads : {1, 2, 3}) {
-      ThreadCount tc(threads);
-      results.push_back(sum_squares(x));
-    }
+    const std::vector<double> results = under_thread_counts([&] { return sum_squares(x); });
     for (size_t r = 1; r < results.size(); ++r)
       EXPECT_EQ(std::memcmp(&results[0], &results[r], sizeof(double)), 0)
           << dtype_name(dt) << ": " << results[0] << " vs " << results[r];
@@ -370,4 +336,4 @@ TEST(OpElementwise, BadArgumentsNameTheArgument) {
 }
 
 }  // namespace
-}  // namespace fsdp
+}  // namespace fsdp::test

@@ -2,7 +2,6 @@
 // gradient with repeated ids, thread-count-independent bits backward, and errors that name
 // the argument.
 #include <gtest/gtest.h>
-#include <omp.h>
 
 #include <cstring>
 #include <string>
@@ -12,47 +11,21 @@
 #include "fsdp/ops/embedding.h"
 #include "test_util.h"
 
-namespace fsdp {
+namespace fsdp::test {
 namespace {
-
-using test::fd_rel_error;
-using test::random_tensor;
-using test::weighted_sum;
-
-template <typename F>
-void expect_error(F&& f, std::initializer_list<const char*> parts) {
-  try {
-    f();
-    ADD_FAILURE() << "expected an fsdp::Error";
-  } catch (const Error& e) {
-    for (const char* p : parts) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
-  }
-}
-
-struct ThreadCount {
-  int saved = omp_get_max_threads();
-  explicit ThreadCount(int n) { omp_set_num_threads(n); }
-  ~ThreadCount() { omp_set_num_threads(saved); }
-};
-
-Tensor make_ids(const std::vector<int64_t>& v, DType dtype) {
-  Tensor t = Tensor::empty({int64_t(v.size())}, dtype);
-  for (size_t i = 0; i < v.size(); ++i) t.set_flat(int64_t(i), double(v[i]));
-  return t;
-}
 
 Tensor random_ids(int64_t n, int64_t vocab, DType dtype, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::vector<int64_t> v(static_cast<size_t>(n));
   for (auto& x : v) x = int64_t(rng() % uint64_t(vocab));
-  return make_ids(v, dtype);
+  return index_tensor(v, dtype);
 }
 
 TEST(OpEmbedding, ForwardCopiesRowsExactly) {
   for (DType dt : {DType::F32, DType::F64}) {
     for (DType it : {DType::I32, DType::I64}) {
       const Tensor table = random_tensor({13, 7}, dt, 1);
-      const Tensor ids = make_ids({3, 0, 12, 3, 3, 7}, it);
+      const Tensor ids = index_tensor({3, 0, 12, 3, 3, 7}, it);
       const Tensor out = Tensor::empty({6, 7}, dt);
       embedding_forward(ids, table, out);
       for (int64_t n = 0; n < 6; ++n)
@@ -68,7 +41,7 @@ TEST(OpEmbedding, ForwardWithRowStridedViews) {
   const Tensor table = wide_table.narrow(1, 3, 7);
   const Tensor wide_out = Tensor::zeros({5, 10}, DType::F32);
   const Tensor out = wide_out.narrow(1, 2, 7);
-  const Tensor ids = make_ids({12, 1, 1, 0, 5}, DType::I64);
+  const Tensor ids = index_tensor({12, 1, 1, 0, 5}, DType::I64);
   embedding_forward(ids, table, out);
   for (int64_t n = 0; n < 5; ++n) {
     for (int64_t c = 0; c < 7; ++c) EXPECT_EQ(out.get({n, c}), table.get({int64_t(ids.get_flat(n)), c}));
@@ -120,40 +93,36 @@ TEST(OpEmbedding, BackwardSameBitsForAnyThreadCount) {
   const Tensor dout = random_tensor({n, c}, DType::F32, 7);
   for (DType dt : {DType::F32, DType::F64}) {
     const Tensor d = dout.to(dt);
-    std::vector<Tensor> results;
-    for (int threads : {1, 2, 3}) {
-      ThreadCount tc(threads);
+    const std::vector<Tensor> results = under_thread_counts([&] {
       Tensor dtable = Tensor::zeros({v, c}, dt);
       embedding_backward(ids, d, dtable);
-      results.push_back(dtable);
-    }
-    for (size_t r = 1; r < results.size(); ++r)
-      EXPECT_EQ(std::memcmp(results[0].data_ptr(), results[r].data_ptr(), results[0].nbytes()), 0)
-          << dtype_name(dt) << " " << r;
+      return dtable;
+    });
+    for (size_t r = 1; r < results.size(); ++r) EXPECT_TRUE(same_bits(results[0], results[r])) << dtype_name(dt) << " " << r;
   }
 }
 
 TEST(OpEmbedding, IdOutOfRangeNamesIdPositionAndVocab) {
   const Tensor table = random_tensor({13, 7}, DType::F32, 1);
   const Tensor out = Tensor::zeros({3, 7}, DType::F32);
-  expect_error([&] { embedding_forward(make_ids({1, 13, 2}, DType::I64), table, out); },
+  expect_error([&] { embedding_forward(index_tensor({1, 13, 2}, DType::I64), table, out); },
                {"token id 13", "position 1", "[0, 13)"});
-  expect_error([&] { embedding_forward(make_ids({1, 2, -1}, DType::I32), table, out); },
+  expect_error([&] { embedding_forward(index_tensor({1, 2, -1}, DType::I32), table, out); },
                {"token id -1", "position 2", "[0, 13)"});
-  expect_error([&] { embedding_backward(make_ids({99, 0, 0}, DType::I32), out, table); },
+  expect_error([&] { embedding_backward(index_tensor({99, 0, 0}, DType::I32), out, table); },
                {"token id 99", "[0, 13)"});
   for (int64_t i = 0; i < out.numel(); ++i) ASSERT_EQ(out.get_flat(i), 0.0);  // untouched
 }
 
 TEST(OpEmbedding, BadArgumentsNameTheArgument) {
   const Tensor table = random_tensor({13, 7}, DType::F32, 1);
-  const Tensor ids = make_ids({1, 2, 3}, DType::I64);
+  const Tensor ids = index_tensor({1, 2, 3}, DType::I64);
   const Tensor out = Tensor::zeros({3, 7}, DType::F32);
   expect_error([&] { embedding_forward(ids, table, Tensor::zeros({3, 6}, DType::F32)); }, {"out", "[3, 7]"});
   expect_error([&] { embedding_forward(ids, table, Tensor::zeros({3, 7}, DType::F64)); }, {"out", "table"});
   expect_error([&] { embedding_forward(ids.to(DType::F32), table, out); }, {"ids", "int32 or int64"});
   expect_error([&] { embedding_forward(Tensor::zeros({3, 1}, DType::I64), table, out); }, {"ids", "1 dimensions"});
-  expect_error([&] { embedding_forward(make_ids({1, 0, 2, 0, 3, 0}, DType::I64).slice(0, 0, 6, 2), table, out); },
+  expect_error([&] { embedding_forward(index_tensor({1, 0, 2, 0, 3, 0}, DType::I64).slice(0, 0, 6, 2), table, out); },
                {"ids must be contiguous"});
   expect_error([&] { embedding_forward(ids, random_tensor({7, 13}, DType::F32, 1).transpose(0, 1), out); },
                {"table", "packed"});
@@ -165,4 +134,4 @@ TEST(OpEmbedding, BadArgumentsNameTheArgument) {
 }
 
 }  // namespace
-}  // namespace fsdp
+}  // namespace fsdp::test

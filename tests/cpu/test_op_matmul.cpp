@@ -9,13 +9,8 @@
 #include "fsdp/ops/matmul.h"
 #include "test_util.h"
 
-namespace fsdp {
+namespace fsdp::test {
 namespace {
-
-using test::fd_rel_error;
-using test::random_tensor;
-using test::rel_error;
-using test::weighted_sum;
 
 // op(x)[i, j] for a 2-D tensor of any dtype and strides.
 double op_at(const Tensor& x, bool trans, int64_t i, int64_t j) { return trans ? x.get({j, i}) : x.get({i, j}); }
@@ -170,16 +165,6 @@ TEST(OpMatmul, BackwardMatchesFiniteDifferences) {
 }
 
 // EXPECT_THROW plus: the message names the argument.
-#define EXPECT_ERROR_MENTIONS(stmt, text)                                                   \
-  do {                                                                                      \
-    try {                                                                                   \
-      stmt;                                                                                 \
-      ADD_FAILURE() << "expected fsdp::Error from " #stmt;                                  \
-    } catch (const Error& e) {                                                              \
-      EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what();           \
-    }                                                                                       \
-  } while (0)
-
 TEST(OpMatmul, BadInputIsRejectedWithClearMessage) {
   Tensor a = random_tensor({4, 5}, DType::F32, 70), b = random_tensor({5, 6}, DType::F32, 71);
   Tensor c = Tensor::empty({4, 6}, DType::F32);
@@ -206,4 +191,4 @@ TEST(OpMatmul, BadInputIsRejectedWithClearMessage) {
 }
 
 }  // namespace
-}  // namespace fsdp
+}  // namespace fsdp::test

@@ -2,44 +2,21 @@
 // differences for x and w (accumulating dx and not), row-strided views, thread-count-
 // independent dw bits, and errors that name the argument.
 #include <gtest/gtest.h>
-#include <omp.h>
 
 #include <cmath>
 #include <cstring>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "fsdp/ops/rmsnorm.h"
 #include "test_util.h"
 
-namespace fsdp {
+namespace fsdp::test {
 namespace {
 
-using test::fd_rel_error;
-using test::random_tensor;
-using test::rel_error;
-using test::weighted_sum;
-
 constexpr double kEps = 1e-5;
-
-template <typename F>
-void expect_error(F&& f, std::initializer_list<const char*> parts) {
-  try {
-    f();
-    ADD_FAILURE() << "expected an fsdp::Error";
-  } catch (const Error& e) {
-    for (const char* p : parts) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
-  }
-}
-
-struct ThreadCount {
-  int saved = omp_get_max_threads();
-  explicit ThreadCount(int n) { omp_set_num_threads(n); }
-  ~ThreadCount() { omp_set_num_threads(saved); }
-};
-
-DType stat(DType t) { return t == DType::F64 ? DType::F64 : DType::F32; }
 
 // y = x / sqrt(mean(x^2) + eps) * w, straight from the definition, in double.
 Tensor reference_forward(const Tensor& x, const Tensor& w, double eps) {
@@ -60,7 +37,7 @@ TEST(OpRmsnorm, ForwardMatchesReference) {
       const Tensor x = random_tensor({n, c}, dt, 1, -2.0, 2.0);
       const Tensor w = random_tensor({c}, dt, 2, 0.5, 1.5);
       const Tensor y = Tensor::empty({n, c}, dt);
-      const Tensor rstd = Tensor::empty({n}, stat(dt));
+      const Tensor rstd = Tensor::empty({n}, stat_dtype(dt));
       rmsnorm_forward(x, w, y, rstd, kEps);
       // float64: only rounding in a different summation order (~1e-16 per element).
       // float32: inputs are exact in both, so the error is a few float roundings of y,
@@ -114,7 +91,7 @@ TEST(OpRmsnorm, Float32BackwardMatchesFloat64) {
   int k = 0;
   for (DType dt : {DType::F64, DType::F32}) {
     const Tensor x = x64.to(dt), w = w64.to(dt), dy = dy64.to(dt);
-    const Tensor y = Tensor::empty({n, c}, dt), rstd = Tensor::empty({n}, stat(dt));
+    const Tensor y = Tensor::empty({n, c}, dt), rstd = Tensor::empty({n}, stat_dtype(dt));
     rmsnorm_forward(x, w, y, rstd, kEps);
     dx[k] = Tensor::empty({n, c}, dt);
     dw[k] = Tensor::zeros({c}, dt);
@@ -166,19 +143,16 @@ TEST(OpRmsnorm, DwSameBitsForAnyThreadCount) {
   for (DType dt : {DType::F64, DType::F32}) {
     const Tensor x = random_tensor({n, c}, dt, 16), w = random_tensor({c}, dt, 17);
     const Tensor dy = random_tensor({n, c}, dt, 18);
-    const Tensor y = Tensor::empty({n, c}, dt), rstd = Tensor::empty({n}, stat(dt));
+    const Tensor y = Tensor::empty({n, c}, dt), rstd = Tensor::empty({n}, stat_dtype(dt));
     rmsnorm_forward(x, w, y, rstd, kEps);
-    std::vector<Tensor> dws, dxs;
-    for (int threads : {1, 2, 3}) {
-      ThreadCount tc(threads);
+    const std::vector<std::pair<Tensor, Tensor>> runs = under_thread_counts([&] {
       Tensor dx = Tensor::empty({n, c}, dt), dw = random_tensor({c}, dt, 19);
       rmsnorm_backward(dy, x, w, rstd, dx, dw, false);
-      dws.push_back(dw);
-      dxs.push_back(dx);
-    }
-    for (size_t r = 1; r < dws.size(); ++r) {
-      EXPECT_EQ(std::memcmp(dws[0].data_ptr(), dws[r].data_ptr(), dws[0].nbytes()), 0) << dtype_name(dt) << " " << r;
-      EXPECT_EQ(std::memcmp(dxs[0].data_ptr(), dxs[r].data_ptr(), dxs[0].nbytes()), 0) << dtype_name(dt) << " " << r;
+      return std::pair{dx, dw};
+    });
+    for (size_t r = 1; r < runs.size(); ++r) {
+      EXPECT_TRUE(same_bits(runs[0].second, runs[r].second)) << "dw " << dtype_name(dt) << " " << r;
+      EXPECT_TRUE(same_bits(runs[0].first, runs[r].first)) << "dx " << dtype_name(dt) << " " << r;
     }
   }
 }
@@ -207,4 +181,4 @@ TEST(OpRmsnorm, BadArgumentsNameTheArgument) {
 }
 
 }  // namespace
-}  // namespace fsdp
+}  // namespace fsdp::test

@@ -9,23 +9,8 @@
 #include "fsdp/ops/rope.h"
 #include "test_util.h"
 
-namespace fsdp {
+namespace fsdp::test {
 namespace {
-
-using test::fd_rel_error;
-using test::random_tensor;
-using test::rel_error;
-using test::weighted_sum;
-
-#define EXPECT_ERROR_MENTIONS(stmt, text)                                         \
-  do {                                                                            \
-    try {                                                                         \
-      stmt;                                                                       \
-      ADD_FAILURE() << "expected fsdp::Error from " #stmt;                        \
-    } catch (const Error& e) {                                                    \
-      EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what(); \
-    }                                                                             \
-  } while (0)
 
 // Hugging Face LlamaRotaryEmbedding: inv_freq = 1 / theta^(arange(0, D, 2) / D),
 // emb = cat(freqs, freqs), q_embed = q * cos + rotate_half(q) * sin with
@@ -179,4 +164,4 @@ TEST(OpRope, BadInputIsRejectedWithClearMessage) {
 }
 
 }  // namespace
-}  // namespace fsdp
+}  // namespace fsdp::test

@@ -10,23 +10,8 @@
 #include "fsdp/ops/swiglu.h"
 #include "test_util.h"
 
-namespace fsdp {
+namespace fsdp::test {
 namespace {
-
-using test::fd_rel_error;
-using test::random_tensor;
-using test::rel_error;
-using test::weighted_sum;
-
-template <typename F>
-void expect_error(F&& f, std::initializer_list<const char*> parts) {
-  try {
-    f();
-    ADD_FAILURE() << "expected an fsdp::Error";
-  } catch (const Error& e) {
-    for (const char* p : parts) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
-  }
-}
 
 TEST(OpSwiglu, ForwardMatchesReference) {
   for (auto [n, f] : {std::pair<int64_t, int64_t>{1, 7}, {4, 13}, {64, 300}}) {
@@ -126,4 +111,4 @@ TEST(OpSwiglu, BadArgumentsNameTheArgument) {
 }
 
 }  // namespace
-}  // namespace fsdp
+}  // namespace fsdp::test

@@ -11,7 +11,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -19,27 +18,17 @@
 #include <gtest/gtest.h>
 
 #include "fsdp/core/error.h"
+#include "test_util.h"
 
 namespace fsdp::ckpt {
 namespace {
 
 namespace fs = std::filesystem;
+using test::expect_error;
 
 const std::string kGolden = std::string(FSDP_SOURCE_DIR) + "/tests/golden";
 const std::string kGqa = kGolden + "/llama_gqa_tiny";
 const std::string kBf16 = kGolden + "/llama_bf16_tiny";
-
-// Runs fn, expecting an fsdp::Error whose message contains every one of `parts`.
-void expect_error(const std::function<void()>& fn, const std::vector<std::string>& parts) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    for (const auto& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
-    return;
-  }
-  ADD_FAILURE() << "no fsdp::Error thrown";
-}
 
 // The 21 parameters of the tiny Llama (2 layers x 9 + embed, final norm, untied lm_head).
 std::vector<std::string> llama_param_names() {

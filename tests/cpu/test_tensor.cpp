@@ -9,19 +9,10 @@
 #include <string>
 
 #include "fsdp/core/tensor.h"
+#include "test_util.h"
 
-namespace fsdp {
+namespace fsdp::test {
 namespace {
-
-template <typename F>
-void expect_error(F&& f, std::initializer_list<const char*> parts) {
-  try {
-    f();
-    ADD_FAILURE() << "expected an fsdp::Error";
-  } catch (const Error& e) {
-    for (const char* p : parts) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
-  }
-}
 
 // [4, 6] float32 holding 0, 1, ..., 23 in row-major order.
 Tensor arange_4x6() {
@@ -213,4 +204,4 @@ TEST(Tensor, HalfConversionsInDtypeHeader) {
 }
 
 }  // namespace
-}  // namespace fsdp
+}  // namespace fsdp::test

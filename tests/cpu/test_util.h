@@ -1,12 +1,20 @@
-// Shared helpers for the CPU test suites: seeded random tensors and the finite-difference
-// gradient check every op's backward is held to.
+// Shared helpers for the test suites (tests/cpu and tests/mpi): seeded random tensors, the
+// finite-difference gradient check every op's backward is held to, the "throws an
+// fsdp::Error that says X" check, and running a computation under several OpenMP thread
+// counts for the tests that demand the same bits from each.
 #pragma once
+
+#include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <functional>
+#include <initializer_list>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "fsdp/core/tensor.h"
 
@@ -67,6 +75,67 @@ inline double weighted_sum(const Tensor& t, const Tensor& weights) {
   double s = 0;
   for (int64_t i = 0; i < t.numel(); ++i) s += t.get_flat(i) * weights.get_flat(i);
   return s;
+}
+
+// A 1-D tensor of `dtype` with element i = f(i).
+inline Tensor filled(DType dtype, int64_t n, const std::function<double(int64_t)>& f) {
+  Tensor t = Tensor::empty({n}, dtype);
+  for (int64_t i = 0; i < n; ++i) t.set_flat(i, f(i));
+  return t;
+}
+
+// A 1-D integer (or float) tensor holding `values`: token ids, targets.
+inline Tensor index_tensor(const std::vector<int64_t>& values, DType dtype) {
+  return filled(dtype, int64_t(values.size()), [&](int64_t i) { return double(values[size_t(i)]); });
+}
+
+// The dtype of per-row statistics (rstd, lse, losses): float64 for float64 inputs (the
+// finite-difference tests), float32 otherwise.
+inline DType stat_dtype(DType t) { return t == DType::F64 ? DType::F64 : DType::F32; }
+
+// Runs f, which must throw fsdp::Error whose message contains every one of `parts`.
+// `what`, when given, names the statement in the failure message.
+inline void expect_error(const std::function<void()>& f, std::initializer_list<std::string> parts,
+                         const char* what = nullptr) {
+  try {
+    f();
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    for (const std::string& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
+    return;
+  }
+  ADD_FAILURE() << "no fsdp::Error thrown" << (what != nullptr ? std::string(" from ") + what : std::string())
+                << "; expected one mentioning '" << (parts.size() > 0 ? *parts.begin() : std::string()) << "'";
+}
+
+// expect_error for one statement whose text goes into the failure message.
+#define EXPECT_ERROR_MENTIONS(stmt, text) ::fsdp::test::expect_error([&] { stmt; }, {text}, #stmt)
+
+// Sets the OpenMP thread count for its lifetime, restoring the previous one after.
+struct ThreadCount {
+  int saved = omp_get_max_threads();
+  explicit ThreadCount(int n) { omp_set_num_threads(n); }
+  ~ThreadCount() { omp_set_num_threads(saved); }
+  ThreadCount(const ThreadCount&) = delete;
+  ThreadCount& operator=(const ThreadCount&) = delete;
+};
+
+// f() under 1, 2 and 3 OpenMP threads (3 does not divide most work evenly), one result
+// per count, for comparing bit for bit.
+template <typename F>
+auto under_thread_counts(F&& f) {
+  std::vector<decltype(f())> results;
+  for (int threads : {1, 2, 3}) {
+    ThreadCount tc(threads);
+    results.push_back(f());
+  }
+  return results;
+}
+
+// True when a and b hold the same bytes (same dtype and size; any strides).
+inline bool same_bits(const Tensor& a, const Tensor& b) {
+  const Tensor ca = a.clone(), cb = b.clone();
+  return ca.nbytes() == cb.nbytes() && std::memcmp(ca.data_ptr(), cb.data_ptr(), ca.nbytes()) == 0;
 }
 
 }  // namespace fsdp::test
