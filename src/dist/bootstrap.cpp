@@ -25,24 +25,8 @@
 #include <string>
 #include <vector>
 
+#include "detail.h"
 #include "fsdp/dist/communicator.h"
-
-namespace fsdp::dist::detail {
-// Defined in local_communicator.cpp and mpi_communicator.cpp.
-std::unique_ptr<Communicator> make_local_communicator(std::string name);
-std::unique_ptr<Communicator> make_mpi_communicator(MPI_Comm comm, std::string name);
-MPI_Comm mpi_comm_of(const Communicator& c);
-[[noreturn]] void mpi_fail(int rc, const char* call, const char* group, int group_rank, int group_size,
-                           const char* file, int line);
-}  // namespace fsdp::dist::detail
-
-// As in mpi_communicator.cpp: the call text, group and rank go into the error.
-#define FSDP_MPI_CHECK(call, group, group_rank, group_size)                                            \
-  do {                                                                                                 \
-    const int fsdp_mpi_rc_ = (call);                                                                   \
-    if (fsdp_mpi_rc_ != MPI_SUCCESS) [[unlikely]]                                                      \
-      ::fsdp::dist::detail::mpi_fail(fsdp_mpi_rc_, #call, group, group_rank, group_size, __FILE__, __LINE__); \
-  } while (0)
 
 namespace fsdp::dist {
 namespace {

@@ -4,20 +4,18 @@
 // output (nothing at all when the shard already is the full buffer) and all_reduce /
 // broadcast do nothing. Requests complete at once (id -1); no byte is ever sent.
 //
-// This file also holds what every backend shares (the MPI and NCCL communicators
-// declare these in their own `detail` blocks): the argument checks, so that bad input
-// gives the same message on every backend, and the ring-algorithm byte formulas of
-// communicator.h.
+// This file also defines what every backend shares (declared in detail.h): the argument
+// checks, so that bad input gives the same message on every backend, and the
+// ring-algorithm byte formulas of communicator.h.
 #include <cstring>
 #include <memory>
 #include <string>
 
+#include "detail.h"
 #include "fsdp/dist/communicator.h"
 #include "fsdp/ops/elementwise.h"
 
 namespace fsdp::dist::detail {
-
-enum class Collective { AllGather, ReduceScatter, AllReduce, Broadcast };
 
 namespace {
 
@@ -74,7 +72,6 @@ bool check_pair(const Communicator& c, Collective op, const Tensor& small, const
 
 }  // namespace
 
-// Returns true for an in-place all_gather (shard is full's slot for this rank).
 bool check_all_gather(const Communicator& c, const Tensor& shard, const Tensor& full) {
   return check_pair(c, Collective::AllGather, shard, "shard", full, "full");
 }
@@ -91,14 +88,13 @@ void check_broadcast(const Communicator& c, const Tensor& x, int root) {
              where(c, Collective::Broadcast), root, c.size() - 1);
 }
 
-// The backend serves tensors on `expected` only (MPI: the host; NCCL: its own GPU).
 void check_device(const Communicator& c, Collective op, const Tensor& t, Device expected, const char* backend) {
   FSDP_CHECK(t.device() == expected, "{}: the {} communicator serves tensors on {}, got {}", where(c, op), backend,
              expected.str(), t.str());
 }
 
-// Bytes this rank sends under the ring algorithm (see communicator.h). For broadcast the
-// ring starts at the root, so the rank just before the root (the last one) sends nothing.
+// For broadcast the ring starts at the root, so the rank just before the root (the last
+// one) sends nothing.
 uint64_t ring_bytes(Collective op, int size, int rank, int root, uint64_t nbytes) {
   if (size <= 1) return 0;
   const auto n = uint64_t(size);
@@ -111,11 +107,16 @@ uint64_t ring_bytes(Collective op, int size, int rank, int root, uint64_t nbytes
   return 0;
 }
 
-// The message for wait() on an id the communicator does not hold.
 [[noreturn]] void fail_unknown_request(const Communicator& c, Request r) {
   FSDP_FAIL("wait on group '{}' (rank {} of {}): request {} is not pending (already waited, or never issued by this "
             "communicator)",
             c.name(), c.rank(), c.size(), r.id);
+}
+
+[[noreturn]] void fail_too_many_pending(const Communicator& c, int cuda_device, int max_pending) {
+  FSDP_FAIL("group '{}' (rank {} of {}{}): {} collectives are already pending; wait() some before issuing more",
+            c.name(), c.rank(), c.size(), cuda_device >= 0 ? fmt::format(", cuda:{}", cuda_device) : std::string(),
+            max_pending);
 }
 
 }  // namespace fsdp::dist::detail

@@ -1,12 +1,10 @@
 // The MPI communicator: collectives on host tensors over one MPI_Comm (OpenMPI 4.1).
 //
 // Every call is an MPI non-blocking collective (MPI_Iallgather, MPI_Ireduce_scatter_block,
-// MPI_Iallreduce, MPI_Ibcast) whose MPI_Request lives in a fixed table of kMaxPending
-// slots, so a training step issues and waits collectives without touching the heap (our
-// side of it: what the MPI library does inside is its own business). A Request id is
-// (generation << 8 | slot): waiting twice, or on an id from another communicator, finds
-// a slot whose generation moved on (or is free) and throws instead of waiting on
-// someone else's collective.
+// MPI_Iallreduce, MPI_Ibcast) whose MPI_Request lives in a detail::RequestSlots table
+// (detail.h), so a training step issues and waits collectives without touching the heap
+// (our side of it: what the MPI library does inside is its own business), and a stale or
+// foreign Request id throws instead of waiting on someone else's collective.
 //
 // Datatypes: float32 / float64 natively (MPI_FLOAT / MPI_DOUBLE, MPI_SUM); bfloat16 as a
 // 2-byte contiguous type with a commutative user op that adds in float32 and rounds to
@@ -22,29 +20,17 @@
 #include <mpi.h>
 #include <unistd.h>
 
-#include <array>
 #include <chrono>
 #include <climits>
 #include <cstdint>
 #include <memory>
 #include <string>
 
+#include "detail.h"
 #include "fsdp/dist/communicator.h"
 
 namespace fsdp::dist::detail {
 
-// ---- shared with the other backends (defined in local_communicator.cpp) ----
-enum class Collective { AllGather, ReduceScatter, AllReduce, Broadcast };
-bool check_all_gather(const Communicator& c, const Tensor& shard, const Tensor& full);
-void check_reduce_scatter(const Communicator& c, const Tensor& full, const Tensor& shard);
-void check_all_reduce(const Communicator& c, const Tensor& x);
-void check_broadcast(const Communicator& c, const Tensor& x, int root);
-void check_device(const Communicator& c, Collective op, const Tensor& t, Device expected, const char* backend);
-uint64_t ring_bytes(Collective op, int size, int rank, int root, uint64_t nbytes);
-[[noreturn]] void fail_unknown_request(const Communicator& c, Request r);
-
-// Throws for a failed MPI call: "<call> failed on group 'shard' (rank 1 of 2, world rank
-// 3 on host n01): <MPI's error string>". group_rank < 0 when no group exists yet.
 [[noreturn]] void mpi_fail(int rc, const char* call, const char* group, int group_rank, int group_size,
                            const char* file, int line) {
   char err[MPI_MAX_ERROR_STRING] = {};
@@ -65,15 +51,6 @@ uint64_t ring_bytes(Collective op, int size, int rank, int root, uint64_t nbytes
 }
 
 }  // namespace fsdp::dist::detail
-
-// One checking layer for MPI calls (cf. nccl-tests' MPICHECK): the call text, the group
-// and its rank go into the error.
-#define FSDP_MPI_CHECK(call, group, group_rank, group_size)                                            \
-  do {                                                                                                 \
-    const int fsdp_mpi_rc_ = (call);                                                                   \
-    if (fsdp_mpi_rc_ != MPI_SUCCESS) [[unlikely]]                                                      \
-      ::fsdp::dist::detail::mpi_fail(fsdp_mpi_rc_, #call, group, group_rank, group_size, __FILE__, __LINE__); \
-  } while (0)
 
 namespace fsdp::dist {
 namespace {
@@ -143,9 +120,9 @@ class MpiCommunicator final : public Communicator {
     detail::check_device(*this, Collective::AllGather, shard, Device::cpu(), "MPI");
     const int n = count("all_gather", shard);
     const MPI_Datatype t = mpi_type(shard.dtype());
-    const int slot = acquire_slot();
+    const int slot = slots_.acquire(*this);
     FSDP_MPI_CHECK(MPI_Iallgather(in_place ? MPI_IN_PLACE : shard.data_ptr(), n, t, full.data_ptr(), n, t, comm_,
-                                  &slots_[slot].req),
+                                  &slots_[slot].handle),
                    name_.c_str(), rank_, size_);
     return issued(slot, Collective::AllGather, 0, shard.nbytes());
   }
@@ -154,9 +131,9 @@ class MpiCommunicator final : public Communicator {
     detail::check_reduce_scatter(*this, full, shard);
     detail::check_device(*this, Collective::ReduceScatter, shard, Device::cpu(), "MPI");
     const int n = count("reduce_scatter", shard);
-    const int slot = acquire_slot();
+    const int slot = slots_.acquire(*this);
     FSDP_MPI_CHECK(MPI_Ireduce_scatter_block(full.data_ptr(), shard.data_ptr(), n, mpi_type(shard.dtype()),
-                                             mpi_sum(shard.dtype()), comm_, &slots_[slot].req),
+                                             mpi_sum(shard.dtype()), comm_, &slots_[slot].handle),
                    name_.c_str(), rank_, size_);
     return issued(slot, Collective::ReduceScatter, 0, shard.nbytes());
   }
@@ -165,9 +142,9 @@ class MpiCommunicator final : public Communicator {
     detail::check_all_reduce(*this, x);
     detail::check_device(*this, Collective::AllReduce, x, Device::cpu(), "MPI");
     const int n = count("all_reduce", x);
-    const int slot = acquire_slot();
+    const int slot = slots_.acquire(*this);
     FSDP_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, x.data_ptr(), n, mpi_type(x.dtype()), mpi_sum(x.dtype()), comm_,
-                                  &slots_[slot].req),
+                                  &slots_[slot].handle),
                    name_.c_str(), rank_, size_);
     return issued(slot, Collective::AllReduce, 0, x.nbytes());
   }
@@ -176,9 +153,9 @@ class MpiCommunicator final : public Communicator {
     detail::check_broadcast(*this, x, root);
     detail::check_device(*this, Collective::Broadcast, x, Device::cpu(), "MPI");
     const int n = count("broadcast", x);
-    const int slot = acquire_slot();
-    FSDP_MPI_CHECK(MPI_Ibcast(x.data_ptr(), n, mpi_type(x.dtype()), root, comm_, &slots_[slot].req), name_.c_str(),
-                   rank_, size_);
+    const int slot = slots_.acquire(*this);
+    FSDP_MPI_CHECK(MPI_Ibcast(x.data_ptr(), n, mpi_type(x.dtype()), root, comm_, &slots_[slot].handle),
+                   name_.c_str(), rank_, size_);
     return issued(slot, Collective::Broadcast, root, x.nbytes());
   }
 
@@ -186,29 +163,14 @@ class MpiCommunicator final : public Communicator {
 
   void wait(Request r) override {
     if (r.id == -1) return;
-    const auto slot = int(r.id & kSlotMask);
-    if (r.id < 0 || !slots_[slot].busy || slots_[slot].generation != uint64_t(r.id) >> kSlotBits)
-      detail::fail_unknown_request(*this, r);
-    const auto t0 = std::chrono::steady_clock::now();
     // The slot is released even if MPI_Wait fails: the request is gone either way.
-    slots_[slot].busy = false;
-    FSDP_MPI_CHECK(MPI_Wait(&slots_[slot].req, MPI_STATUS_IGNORE), name_.c_str(), rank_, size_);
+    MPI_Request& req = slots_.take(*this, r).handle;
+    const auto t0 = std::chrono::steady_clock::now();
+    FSDP_MPI_CHECK(MPI_Wait(&req, MPI_STATUS_IGNORE), name_.c_str(), rank_, size_);
     stats_.wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
 
  private:
-  // 64 collectives in flight per group is far more than FSDP's prefetch depth needs; a
-  // caller that exceeds it forgot to wait, which the error below says.
-  static constexpr int kSlotBits = 6;
-  static constexpr int kMaxPending = 1 << kSlotBits;
-  static constexpr int64_t kSlotMask = kMaxPending - 1;
-
-  struct Slot {
-    MPI_Request req = MPI_REQUEST_NULL;
-    uint64_t generation = 0;
-    bool busy = false;
-  };
-
   // MPI counts are int in MPI 3.1 (OpenMPI 4.1 has no large-count variants).
   int count(const char* op, const Tensor& t) const {
     FSDP_CHECK(t.numel() <= INT_MAX,
@@ -218,32 +180,16 @@ class MpiCommunicator final : public Communicator {
     return int(t.numel());
   }
 
-  int acquire_slot() {
-    for (int k = 0; k < kMaxPending; ++k) {
-      const int s = (next_slot_ + k) % kMaxPending;
-      if (!slots_[s].busy) {
-        next_slot_ = (s + 1) % kMaxPending;
-        return s;
-      }
-    }
-    FSDP_FAIL("group '{}' (rank {} of {}): {} collectives are already pending; wait() some before issuing more",
-              name_, rank_, size_, kMaxPending);
-  }
-
   Request issued(int slot, Collective op, int root, uint64_t nbytes) {
-    Slot& s = slots_[slot];
-    s.busy = true;
-    ++s.generation;
     ++stats_.calls;
     stats_.bytes_sent += detail::ring_bytes(op, size_, rank_, root, nbytes);
-    return Request{int64_t(s.generation << kSlotBits) | slot};
+    return slots_.issue(slot);
   }
 
   MPI_Comm comm_;
   std::string name_;
   int rank_ = 0, size_ = 1;
-  std::array<Slot, kMaxPending> slots_{};
-  int next_slot_ = 0;
+  detail::RequestSlots<MPI_Request> slots_;
 };
 
 }  // namespace
@@ -253,7 +199,6 @@ std::unique_ptr<Communicator> make_mpi_communicator(MPI_Comm comm, std::string n
   return std::make_unique<MpiCommunicator>(comm, std::move(name));
 }
 
-// The MPI_Comm behind an MPI communicator; MPI_COMM_NULL for any other backend.
 MPI_Comm mpi_comm_of(const Communicator& c) {
   const auto* m = dynamic_cast<const MpiCommunicator*>(&c);
   return m != nullptr ? m->comm() : MPI_COMM_NULL;

@@ -24,32 +24,23 @@
 #include <string>
 #include <vector>
 
+#include "../../src/dist/detail.h"  // detail::mpi_fail, the MPI error layer
+#include "../cpu/test_util.h"
 #include "fsdp/dist/communicator.h"
 #include "mpi_test_env.h"
 
 namespace fsdp::test {
 uint64_t heap_allocations();  // mpi_test_main.cpp
 }
-namespace fsdp::dist::detail {  // src/dist/mpi_communicator.cpp: the MPI error layer
-[[noreturn]] void mpi_fail(int rc, const char* call, const char* group, int group_rank, int group_size,
-                           const char* file, int line);
-}
 
-namespace fsdp {
+namespace fsdp::dist {
 namespace {
 
-using dist::Communicator;
-using dist::ProcessGroups;
-using dist::Request;
+using test::expect_error;
+using test::filled;
 
 ProcessGroups& groups() { return test::world_groups(); }
 Communicator& world() { return *groups().world; }
-
-Tensor filled(DType dtype, int64_t n, const std::function<double(int64_t)>& f) {
-  Tensor t = Tensor::empty({n}, dtype);
-  for (int64_t i = 0; i < n; ++i) t.set_flat(i, f(i));
-  return t;
-}
 
 // Rank r's element i: integers below 256, exact in bf16, and sums over up to 128 ranks
 // (|sum| <= 2 * ranks) stay exact whatever the order of addition.
@@ -63,17 +54,6 @@ void expect_values(const Tensor& t, const std::function<double(int64_t)>& want, 
       ADD_FAILURE() << what << " element " << i << ": got " << t.get_flat(i) << ", want " << want(i);
       ++shown;
     }
-  }
-}
-
-// Runs f, which must throw fsdp::Error whose message contains every one of `parts`.
-void expect_error(const std::function<void()>& f, std::initializer_list<std::string> parts) {
-  try {
-    f();
-    ADD_FAILURE() << "no fsdp::Error thrown; expected one mentioning '" << *parts.begin() << "'";
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    for (const std::string& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
   }
 }
 
@@ -464,4 +444,4 @@ TEST(MpiCommunicator, BadArgumentsThrowClearErrors) {
 }
 
 }  // namespace
-}  // namespace fsdp
+}  // namespace fsdp::dist

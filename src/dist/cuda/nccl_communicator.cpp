@@ -5,8 +5,8 @@
 // ncclSum on ncclFloat32 / ncclFloat64 / ncclBfloat16 (NCCL adds bf16 in float and
 // rounds per step, the semantics communicator.h gives). Each call takes one of
 // kMaxPending request slots, each with its own cudaEvent created up front, so issuing and
-// completing collectives never allocates. A Request id is (generation << 6 | slot), as
-// in the MPI backend, so a stale or foreign id is refused rather than waited on.
+// completing collectives never allocates (detail::RequestSlots, shared with the MPI
+// backend), and a stale or foreign Request id is refused rather than waited on.
 // Zero-element collectives complete at once without calling NCCL (every rank has the
 // same sizes, so every rank skips alike).
 //
@@ -22,26 +22,14 @@
 #include <nccl.h>
 #include <unistd.h>
 
-#include <array>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <memory>
 #include <string>
 
+#include "../detail.h"
 #include "fsdp/dist/nccl.h"
-
-namespace fsdp::dist::detail {
-// ---- shared with the other backends (defined in local_communicator.cpp) ----
-enum class Collective { AllGather, ReduceScatter, AllReduce, Broadcast };
-bool check_all_gather(const Communicator& c, const Tensor& shard, const Tensor& full);
-void check_reduce_scatter(const Communicator& c, const Tensor& full, const Tensor& shard);
-void check_all_reduce(const Communicator& c, const Tensor& x);
-void check_broadcast(const Communicator& c, const Tensor& x, int root);
-void check_device(const Communicator& c, Collective op, const Tensor& t, Device expected, const char* backend);
-uint64_t ring_bytes(Collective op, int size, int rank, int root, uint64_t nbytes);
-[[noreturn]] void fail_unknown_request(const Communicator& c, Request r);
-}  // namespace fsdp::dist::detail
 
 namespace fsdp::dist {
 namespace {
@@ -105,7 +93,7 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
         device_(device),
         stream_(static_cast<cudaStream_t>(stream)) {
     FSDP_CUDA_CHECK(cudaSetDevice(device_));
-    for (Slot& s : slots_) FSDP_CUDA_CHECK(cudaEventCreateWithFlags(&s.event, cudaEventDisableTiming));
+    for (Slot& s : slots_.all()) FSDP_CUDA_CHECK(cudaEventCreateWithFlags(&s.handle, cudaEventDisableTiming));
 
     // The unique id travels as 64 bfloat16 elements: MPI moves that type as raw bytes.
     static_assert(sizeof(ncclUniqueId) == 128);
@@ -122,8 +110,8 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
     cudaSetDevice(device_);
     if (comm_ != nullptr) ncclCommDestroy(comm_);
     if (barrier_buf_ != nullptr) cudaFree(barrier_buf_);
-    for (Slot& s : slots_)
-      if (s.event != nullptr) cudaEventDestroy(s.event);
+    for (Slot& s : slots_.all())
+      if (s.handle != nullptr) cudaEventDestroy(s.handle);
   }
 
   int rank() const override { return rank_; }
@@ -136,7 +124,7 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
     detail::check_all_gather(*this, shard, full);  // in place: NCCL takes shard == full + rank * n as is
     detail::check_device(*this, Collective::AllGather, shard, Device::cuda(device_), "NCCL");
     if (shard.numel() == 0) return counted(Collective::AllGather, 0, 0);
-    const int slot = acquire_slot();
+    const int slot = slots_.acquire(*this, device_);
     FSDP_NCCL_CHECK(ncclAllGather(shard.data_ptr(), full.data_ptr(), size_t(shard.numel()), nccl_type(shard.dtype()),
                                   comm_, stream_));
     return issued(slot, Collective::AllGather, 0, shard.nbytes());
@@ -146,7 +134,7 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
     detail::check_reduce_scatter(*this, full, shard);
     detail::check_device(*this, Collective::ReduceScatter, shard, Device::cuda(device_), "NCCL");
     if (shard.numel() == 0) return counted(Collective::ReduceScatter, 0, 0);
-    const int slot = acquire_slot();
+    const int slot = slots_.acquire(*this, device_);
     FSDP_NCCL_CHECK(ncclReduceScatter(full.data_ptr(), shard.data_ptr(), size_t(shard.numel()),
                                       nccl_type(shard.dtype()), ncclSum, comm_, stream_));
     return issued(slot, Collective::ReduceScatter, 0, shard.nbytes());
@@ -156,7 +144,7 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
     detail::check_all_reduce(*this, x);
     detail::check_device(*this, Collective::AllReduce, x, Device::cuda(device_), "NCCL");
     if (x.numel() == 0) return counted(Collective::AllReduce, 0, 0);
-    const int slot = acquire_slot();
+    const int slot = slots_.acquire(*this, device_);
     FSDP_NCCL_CHECK(
         ncclAllReduce(x.data_ptr(), x.data_ptr(), size_t(x.numel()), nccl_type(x.dtype()), ncclSum, comm_, stream_));
     return issued(slot, Collective::AllReduce, 0, x.nbytes());
@@ -166,7 +154,7 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
     detail::check_broadcast(*this, x, root);
     detail::check_device(*this, Collective::Broadcast, x, Device::cuda(device_), "NCCL");
     if (x.numel() == 0) return counted(Collective::Broadcast, root, 0);
-    const int slot = acquire_slot();
+    const int slot = slots_.acquire(*this, device_);
     FSDP_NCCL_CHECK(
         ncclBroadcast(x.data_ptr(), x.data_ptr(), size_t(x.numel()), nccl_type(x.dtype()), root, comm_, stream_));
     return issued(slot, Collective::Broadcast, root, x.nbytes());
@@ -181,9 +169,9 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
 
   void wait(Request r) override {
     if (r.id == -1) return;
-    Slot& s = take(r);
+    Slot& s = slots_.take(*this, r);
     const auto t0 = std::chrono::steady_clock::now();
-    FSDP_CUDA_CHECK(cudaEventSynchronize(s.event));
+    FSDP_CUDA_CHECK(cudaEventSynchronize(s.handle));
     ncclResult_t async = ncclSuccess;
     FSDP_NCCL_CHECK(ncclCommGetAsyncError(comm_, &async));
     FSDP_NCCL_CHECK(async);
@@ -192,34 +180,13 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
 
   void* event_of(Request r) override {
     if (r.id == -1) return nullptr;  // nothing to wait for; cudaStreamWaitEvent is skipped by the caller
-    return take(r).event;
+    return slots_.take(*this, r).handle;
   }
 
  private:
-  static constexpr int kSlotBits = 6;
-  static constexpr int kMaxPending = 1 << kSlotBits;
-  static constexpr int64_t kSlotMask = kMaxPending - 1;
-
-  struct Slot {
-    cudaEvent_t event = nullptr;
-    uint64_t generation = 0;
-    bool busy = false;
-  };
+  using Slot = detail::RequestSlots<cudaEvent_t>::Slot;
 
   Context context() const { return Context{&name_, rank_, size_, device_}; }
-
-  int acquire_slot() {
-    for (int k = 0; k < kMaxPending; ++k) {
-      const int s = (next_slot_ + k) % kMaxPending;
-      if (!slots_[s].busy) {
-        next_slot_ = (s + 1) % kMaxPending;
-        return s;
-      }
-    }
-    FSDP_FAIL("group '{}' (rank {} of {}, cuda:{}): {} collectives are already pending; wait() some before issuing "
-              "more",
-              name_, rank_, size_, device_, kMaxPending);
-  }
 
   Request counted(Collective op, int root, uint64_t nbytes) {
     ++stats_.calls;
@@ -228,29 +195,16 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
   }
 
   Request issued(int slot, Collective op, int root, uint64_t nbytes) {
-    Slot& s = slots_[slot];
-    FSDP_CUDA_CHECK(cudaEventRecord(s.event, stream_));
-    s.busy = true;
-    ++s.generation;
+    FSDP_CUDA_CHECK(cudaEventRecord(slots_[slot].handle, stream_));
     counted(op, root, nbytes);
-    return Request{int64_t(s.generation << kSlotBits) | slot};
-  }
-
-  // The slot of a pending request, released; throws for an unknown or finished one.
-  Slot& take(Request r) {
-    const auto slot = int(r.id & kSlotMask);
-    Slot& s = slots_[slot];
-    if (r.id < 0 || !s.busy || s.generation != uint64_t(r.id) >> kSlotBits) detail::fail_unknown_request(*this, r);
-    s.busy = false;
-    return s;
+    return slots_.issue(slot);
   }
 
   std::string name_;
   int rank_, size_, device_;
   cudaStream_t stream_;
   ncclComm_t comm_ = nullptr;
-  std::array<Slot, kMaxPending> slots_{};
-  int next_slot_ = 0;
+  detail::RequestSlots<cudaEvent_t> slots_;
   void* barrier_buf_ = nullptr;
 };
 

@@ -1,0 +1,120 @@
+// Private to src/dist: what the communicator backends (local, MPI, NCCL) and the
+// bootstrap share. The argument checks live in one place so that bad input gives the same
+// message on every backend; the ring byte formulas are those of communicator.h.
+#pragma once
+
+#include <mpi.h>
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "fsdp/dist/communicator.h"
+
+namespace fsdp::dist::detail {
+
+enum class Collective { AllGather, ReduceScatter, AllReduce, Broadcast };
+
+// ---- argument checks (local_communicator.cpp) ----
+
+// Returns true for an in-place all_gather (shard is full's slot for this rank).
+bool check_all_gather(const Communicator& c, const Tensor& shard, const Tensor& full);
+void check_reduce_scatter(const Communicator& c, const Tensor& full, const Tensor& shard);
+void check_all_reduce(const Communicator& c, const Tensor& x);
+void check_broadcast(const Communicator& c, const Tensor& x, int root);
+// The backend serves tensors on `expected` only (MPI: the host; NCCL: its own GPU).
+void check_device(const Communicator& c, Collective op, const Tensor& t, Device expected, const char* backend);
+
+// Bytes this rank sends under the ring algorithm (see communicator.h).
+uint64_t ring_bytes(Collective op, int size, int rank, int root, uint64_t nbytes);
+
+// The message for wait() on an id the communicator does not hold.
+[[noreturn]] void fail_unknown_request(const Communicator& c, Request r);
+// The message for a collective issued while `max_pending` are already in flight;
+// cuda_device < 0 for a host backend.
+[[noreturn]] void fail_too_many_pending(const Communicator& c, int cuda_device, int max_pending);
+
+// The pending requests of an asynchronous backend (MPI, NCCL): a fixed table of
+// kMaxPending slots, so issuing and completing collectives never allocates. A Request id
+// is (generation << kSlotBits | slot): waiting twice, or on an id from another
+// communicator, finds a slot whose generation moved on (or is free) and throws instead of
+// waiting on someone else's collective. Handle is the backend's completion object
+// (MPI_Request, cudaEvent_t).
+template <typename Handle>
+class RequestSlots {
+ public:
+  // 64 collectives in flight per group is far more than FSDP's prefetch depth needs; a
+  // caller that exceeds it forgot to wait, which fail_too_many_pending says.
+  static constexpr int kSlotBits = 6;
+  static constexpr int kMaxPending = 1 << kSlotBits;
+
+  struct Slot {
+    Handle handle{};
+    uint64_t generation = 0;
+    bool busy = false;
+  };
+
+  // A free slot, not yet busy (its handle is filled in by the collective's call).
+  int acquire(const Communicator& c, int cuda_device = -1) {
+    for (int k = 0; k < kMaxPending; ++k) {
+      const int s = (next_ + k) % kMaxPending;
+      if (!slots_[s].busy) {
+        next_ = (s + 1) % kMaxPending;
+        return s;
+      }
+    }
+    fail_too_many_pending(c, cuda_device, kMaxPending);
+  }
+
+  // Marks the slot pending and returns its request id.
+  Request issue(int slot) {
+    Slot& s = slots_[slot];
+    s.busy = true;
+    ++s.generation;
+    return Request{int64_t(s.generation << kSlotBits) | slot};
+  }
+
+  // The slot of a pending request, released; throws for an unknown or finished one.
+  Slot& take(const Communicator& c, Request r) {
+    Slot& s = slots_[size_t(r.id & kSlotMask)];
+    if (r.id < 0 || !s.busy || s.generation != uint64_t(r.id) >> kSlotBits) fail_unknown_request(c, r);
+    s.busy = false;
+    return s;
+  }
+
+  Slot& operator[](int slot) { return slots_[size_t(slot)]; }
+  std::array<Slot, kMaxPending>& all() { return slots_; }
+
+ private:
+  static constexpr int64_t kSlotMask = kMaxPending - 1;
+
+  std::array<Slot, kMaxPending> slots_{};
+  int next_ = 0;
+};
+
+// ---- factories ----
+
+std::unique_ptr<Communicator> make_local_communicator(std::string name);  // local_communicator.cpp
+// Takes ownership of comm (mpi_communicator.cpp).
+std::unique_ptr<Communicator> make_mpi_communicator(MPI_Comm comm, std::string name);
+// The MPI_Comm behind an MPI communicator; MPI_COMM_NULL for any other backend.
+MPI_Comm mpi_comm_of(const Communicator& c);
+
+// ---- MPI errors (mpi_communicator.cpp) ----
+
+// Throws for a failed MPI call: "<call> failed on group 'shard' (rank 1 of 2, world rank
+// 3 on host n01): <MPI's error string>". group_rank < 0 when no group exists yet.
+[[noreturn]] void mpi_fail(int rc, const char* call, const char* group, int group_rank, int group_size,
+                           const char* file, int line);
+
+}  // namespace fsdp::dist::detail
+
+// One checking layer for MPI calls (cf. nccl-tests' MPICHECK): the call text, the group
+// and its rank go into the error.
+#define FSDP_MPI_CHECK(call, group, group_rank, group_size)                                                   \
+  do {                                                                                                        \
+    const int fsdp_mpi_rc_ = (call);                                                                          \
+    if (fsdp_mpi_rc_ != MPI_SUCCESS) [[unlikely]]                                                             \
+      ::fsdp::dist::detail::mpi_fail(fsdp_mpi_rc_, #call, group, group_rank, group_size, __FILE__, __LINE__); \
+  } while (0)
