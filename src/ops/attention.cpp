@@ -3,6 +3,8 @@
 // include/fsdp/ops/attention.h.
 #include "fsdp/ops/attention.h"
 
+#include "op_checks.h"
+
 namespace fsdp {
 
 FSDP_DEFINE_DISPATCH(attention_forward_stub);
@@ -10,14 +12,7 @@ FSDP_DEFINE_DISPATCH(attention_backward_stub);
 
 namespace {
 
-// [B, T, heads, D] with (heads, D) packed, dims 0-1 free: q, k, v as views of one fused
-// [B, T, (H + 2*KVH) * D] projection buffer.
-void check_heads_layout(const Tensor& t, const char* what) {
-  check_dim(t, 4, what);
-  FSDP_CHECK((t.stride(3) == 1 || t.size(3) == 1) && (t.stride(2) == t.size(3) || t.size(2) == 1),
-             "attention: {} must have its last two dims packed (stride(3) == 1, stride(2) == D), got {} with strides {}",
-             what, t.str(), t.strides().str());
-}
+using detail::check_heads_packed;
 
 // lse is float32 for every compute dtype except float64 (the finite-difference tests).
 DType lse_dtype_for(DType t) { return t == DType::F64 ? DType::F64 : DType::F32; }
@@ -25,10 +20,11 @@ DType lse_dtype_for(DType t) { return t == DType::F64 ? DType::F64 : DType::F32;
 // Checks q, k, v and lse; returns nothing but guarantees: q [B,T,H,D], k and v
 // [B,T,KVH,D], KVH >= 1, H % KVH == 0, lse [B,H,T] contiguous of the right dtype.
 void check_qkv_lse(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& lse) {
-  check_heads_layout(q, "q");
-  check_heads_layout(k, "k");
-  check_heads_layout(v, "v");
-  FSDP_CHECK(is_floating(q.dtype()), "attention: q must be a floating-point tensor, got {}", q.str());
+  // q, k, v: views of one fused [B, T, (H + 2*KVH) * D] projection buffer.
+  check_heads_packed(q, "attention", "q");
+  check_heads_packed(k, "attention", "k");
+  check_heads_packed(v, "attention", "v");
+  detail::check_floating(q, "q", "attention");
   check_same_dtype(q, k, "q", "k");
   check_same_dtype(q, v, "q", "v");
   check_same_device(q, k, "q", "k");
@@ -51,7 +47,7 @@ void check_qkv_lse(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
 
 // An output or gradient shaped like `like`, same dtype, device and layout rules.
 void check_like(const Tensor& t, const Tensor& like, const char* what, const char* like_name) {
-  check_heads_layout(t, what);
+  check_heads_packed(t, "attention", what);
   check_same_dtype(like, t, like_name, what);
   check_same_device(like, t, like_name, what);
   check_shape(t, like.sizes(), what);

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "op_checks.h"
+
 namespace fsdp {
 
 FSDP_DEFINE_DISPATCH(cross_entropy_stub);
@@ -35,9 +37,7 @@ void check_alias(const Tensor& logits, const Tensor& dlogits) {
 }
 
 void check_common(const Tensor& logits, const Tensor& targets, const Tensor& losses) {
-  check_dim(logits, 2, "logits");
-  FSDP_CHECK(is_floating(logits.dtype()), "logits must be a floating-point tensor, got {}", logits.str());
-  check_rows_packed(logits, "logits");
+  detail::check_float_rows(logits, "logits");
   check_defined(targets, "targets");
   FSDP_CHECK(targets.dtype() == DType::I32 || targets.dtype() == DType::I64,
              "targets must be int32 or int64, got {}", targets.str());

@@ -5,6 +5,8 @@
 
 #include <cmath>
 
+#include "op_checks.h"
+
 namespace fsdp {
 
 FSDP_DEFINE_DISPATCH(add_stub);
@@ -17,7 +19,7 @@ namespace {
 
 void check_float_contiguous(const Tensor& t, const char* what) {
   check_defined(t, what);
-  FSDP_CHECK(is_floating(t.dtype()), "{} must be a floating-point tensor, got {}", what, t.str());
+  detail::check_floating(t, what);
   check_contiguous(t, what);
 }
 

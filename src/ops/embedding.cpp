@@ -3,6 +3,8 @@
 // can read (they may live on a GPU), so each backend reports those itself.
 #include "fsdp/ops/embedding.h"
 
+#include "op_checks.h"
+
 namespace fsdp {
 
 FSDP_DEFINE_DISPATCH(embedding_forward_stub);
@@ -18,13 +20,6 @@ void check_ids(const Tensor& ids) {
   check_contiguous(ids, "ids");
 }
 
-// table / dtable: [V, C] float with packed rows (row stride free, so a view works).
-void check_table(const Tensor& table, const char* what) {
-  check_dim(table, 2, what);
-  FSDP_CHECK(is_floating(table.dtype()), "{} must be a floating-point tensor, got {}", what, table.str());
-  check_rows_packed(table, what);
-}
-
 // rows: [N, C] with the table's dtype, device and width, packed rows.
 void check_rows(const Tensor& rows, const Tensor& ids, const Tensor& table, const char* what,
                 const char* table_what) {
@@ -37,7 +32,7 @@ void check_rows(const Tensor& rows, const Tensor& ids, const Tensor& table, cons
 
 void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out) {
   check_ids(ids);
-  check_table(table, "table");
+  detail::check_float_rows(table, "table");  // [V, C], packed rows
   check_rows(out, ids, table, "out", "table");
   check_same_device(table, ids, "table", "ids");
   check_same_device(out, ids, "out", "ids");
@@ -46,7 +41,7 @@ void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out
 
 void embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dtable) {
   check_ids(ids);
-  check_table(dtable, "dtable");
+  detail::check_float_rows(dtable, "dtable");
   check_rows(dout, ids, dtable, "dout", "dtable");
   check_same_device(dtable, ids, "dtable", "ids");
   check_same_device(dout, ids, "dout", "ids");

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <limits>
 
+#include "op_checks.h"
+
 namespace fsdp {
 
 FSDP_DEFINE_DISPATCH(matmul_stub);
@@ -60,7 +62,7 @@ void matmul(const Tensor& a, const Tensor& b, const Tensor& c, bool trans_a, boo
   check_matrix(a, "a");
   check_matrix(b, "b");
   check_matrix(c, "c");
-  FSDP_CHECK(is_floating(a.dtype()), "matmul: a must be a floating-point tensor, got {}", a.str());
+  detail::check_floating(a, "a", "matmul");
   check_same_dtype(a, b, "a", "b");
   check_same_dtype(a, c, "a", "c");
   check_same_device(a, b, "a", "b");

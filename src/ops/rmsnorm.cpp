@@ -5,6 +5,8 @@
 
 #include <cmath>
 
+#include "op_checks.h"
+
 namespace fsdp {
 
 FSDP_DEFINE_DISPATCH(rmsnorm_forward_stub);
@@ -16,18 +18,7 @@ namespace {
 // reference keeps full precision end to end).
 DType stat_dtype(DType x) { return x == DType::F64 ? DType::F64 : DType::F32; }
 
-void check_x(const Tensor& x) {
-  check_dim(x, 2, "x");
-  FSDP_CHECK(is_floating(x.dtype()), "x must be a floating-point tensor, got {}", x.str());
-  check_rows_packed(x, "x");
-}
-
-void check_like_x(const Tensor& t, const Tensor& x, const char* what) {
-  check_shape(t, x.sizes(), what);
-  check_same_dtype(t, x, what, "x");
-  check_rows_packed(t, what);
-  check_same_device(t, x, what, "x");
-}
+using detail::check_rows_like;
 
 void check_channel(const Tensor& t, const Tensor& x, const char* what) {
   check_shape(t, Dims{x.size(1)}, what);
@@ -46,9 +37,9 @@ void check_rstd(const Tensor& rstd, const Tensor& x) {
 }  // namespace
 
 void rmsnorm_forward(const Tensor& x, const Tensor& w, const Tensor& y, const Tensor& rstd, double eps) {
-  check_x(x);
+  detail::check_float_rows(x, "x");
   check_channel(w, x, "w");
-  check_like_x(y, x, "y");
+  check_rows_like(y, x, "y", "x");
   check_rstd(rstd, x);
   FSDP_CHECK(std::isfinite(eps) && eps >= 0, "eps must be finite and >= 0, got {}", eps);
   rmsnorm_forward_stub.get(x.device())(x, w, y, rstd, eps);
@@ -56,11 +47,11 @@ void rmsnorm_forward(const Tensor& x, const Tensor& w, const Tensor& y, const Te
 
 void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dx,
                       const Tensor& dw, bool accumulate_dx) {
-  check_x(x);
-  check_like_x(dy, x, "dy");
+  detail::check_float_rows(x, "x");
+  check_rows_like(dy, x, "dy", "x");
   check_channel(w, x, "w");
   check_rstd(rstd, x);
-  check_like_x(dx, x, "dx");
+  check_rows_like(dx, x, "dx", "x");
   check_channel(dw, x, "dw");
   rmsnorm_backward_stub.get(x.device())(dy, x, w, rstd, dx, dw, accumulate_dx);
 }

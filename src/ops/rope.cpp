@@ -4,6 +4,8 @@
 
 #include <cmath>
 
+#include "op_checks.h"
+
 namespace fsdp {
 
 FSDP_DEFINE_DISPATCH(rope_stub);
@@ -38,19 +40,11 @@ RopeTables make_rope_tables(int64_t max_positions, int64_t head_dim, double thet
 
 namespace {
 
-// [B, T, H, D] with (H, D) packed: what every rope kernel indexes as rows of H*D.
-void check_heads_layout(const Tensor& t, const char* what) {
-  check_dim(t, 4, what);
-  FSDP_CHECK((t.stride(3) == 1 || t.size(3) == 1) && (t.stride(2) == t.size(3) || t.size(2) == 1),
-             "rope: {} must have its last two dims packed (stride(3) == 1, stride(2) == D), got {} with strides {}",
-             what, t.str(), t.strides().str());
-}
-
 void rope_common(const Tensor& x, const Tensor& y, const RopeTables& tables, int64_t pos_offset, bool inverse,
                  const char* x_name, const char* y_name) {
-  check_heads_layout(x, x_name);
-  check_heads_layout(y, y_name);
-  FSDP_CHECK(is_floating(x.dtype()), "rope: {} must be a floating-point tensor, got {}", x_name, x.str());
+  detail::check_heads_packed(x, "rope", x_name);
+  detail::check_heads_packed(y, "rope", y_name);
+  detail::check_floating(x, x_name, "rope");
   check_same_dtype(x, y, x_name, y_name);
   check_shape(y, x.sizes(), y_name);
   check_same_device(x, y, x_name, y_name);
