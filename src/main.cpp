@@ -8,6 +8,7 @@
 
 #include "fsdp/config/config.h"
 #include "fsdp/core/error.h"
+#include "fsdp/data/prepare.h"
 #include "fsdp/dist/communicator.h"
 #include "fsdp/train/launch_checks.h"
 #include "fsdp/train/trainer.h"
@@ -25,6 +26,7 @@ const char* kUsage =
     "commands:\n"
     "  train --config FILE [--set section.key=value]...   train a model\n"
     "  eval  --config FILE [--set section.key=value]...   mean loss over eval.batches batches\n"
+    "  prepare --tokenizer MODEL --output DIR INPUT...    tokenize text into training shards\n"
     "\n"
     "options:\n"
     "  --help       this text (with a command: its options and every config key)\n"
@@ -104,6 +106,8 @@ void setup_logging(const fsdp::config::Config& cfg, int rank) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // prepare has flags of its own (and no config): hand it the rest of the command line.
+  if (argc >= 2 && std::string(argv[1]) == "prepare") return fsdp::data::prepare_main(argc - 1, argv + 1);
   Args args;
   try {
     args = parse_args(argc, argv);

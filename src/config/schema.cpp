@@ -304,11 +304,11 @@ std::vector<detail::Field> build_table() {
       .add("init_std", &ModelConfig::init_std, "Standard deviation of the random initialisation.", gt(0));
 
   SectionRows(t, "data", &Config::data)
-      .add("source", &DataConfig::source, "Where batches come from: random tokens, or token shards at data.path.")
-      .add("path", &DataConfig::path, "Folder of training token shards (required when source is shards).")
-      .add("val_path", &DataConfig::val_path, "Folder of validation token shards; empty = no validation data.")
+      .add("source", &DataConfig::source, "Where batches come from: a seeded synthetic Markov chain, or token shards at data.path.")
+      .add("path", &DataConfig::path, "Directory of token shards from `fsdp_train prepare` (train_*.bin/.idx), or a Megatron shard prefix; required when source is shards.")
+      .add("val_path", &DataConfig::val_path, "Directory or prefix of validation shards; empty = the val_* shards in data.path.")
       .add("num_workers", &DataConfig::num_workers, "Loader threads; 0 = load on the training thread.", ge(0))
-      .add("prefetch", &DataConfig::prefetch, "Batches each worker prepares ahead; 0 = none.", ge(0))
+      .add("prefetch", &DataConfig::prefetch, "Micro-batches the loader prepares ahead of the step; 0 = none.", ge(0))
       .add("seed", &DataConfig::seed, "Seed of the data order (shuffling, synthetic tokens).", ge(0));
 
   SectionRows(t, "train", &Config::train)
@@ -318,7 +318,7 @@ std::vector<detail::Field> build_table() {
            ge(1))
       .add("seq_len", &TrainConfig::seq_len, "Tokens per sequence.", gt(0))
       .add("seed", &TrainConfig::seed, "Seed of parameter init and every other random stream.", ge(0))
-      .add("log_every", &TrainConfig::log_every, "Steps between log lines (and metrics.jsonl records).", ge(1))
+      .add("log_every", &TrainConfig::log_every, "Steps between log lines (metrics.jsonl records every step).", ge(1))
       .add("eval_every", &TrainConfig::eval_every, "Steps between evaluations; 0 = never.", ge(0))
       .add("grad_clip", &TrainConfig::grad_clip, "Clip the global gradient norm to this; 0 = off.", ge(0))
       .add("dtype", &TrainConfig::dtype, "Compute dtype of forward and backward (master weights stay float32).");

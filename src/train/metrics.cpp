@@ -41,6 +41,7 @@ std::string to_json_line(const StepMetrics& m) {
   j["comm_bytes"] = m.comm_bytes;
   j["comm_wait_ms"] = m.comm_wait_ms;
   j["world_size"] = m.world_size;
+  j["data_wait_ms"] = m.data_wait_ms;
   if (m.val_loss) j["val_loss"] = *m.val_loss;
   return j.dump();
 }

@@ -8,7 +8,13 @@
 
 #include <spdlog/spdlog.h>
 
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
 #include "fsdp/ckpt/hf_import.h"
+#include "fsdp/data/synthetic.h"
+#include "fsdp/data/synthetic_samples.h"
 #include "fsdp/ops/elementwise.h"
 
 namespace fsdp::train {
@@ -37,9 +43,42 @@ model::LlamaConfig checked_model_config(const config::Config& cfg) {
   return m;
 }
 
-// Validation samples come from the same chain as training (same seed) but from sample
-// indices no training step reaches.
+// Synthetic validation samples come from the same chain as training (same seed) but
+// from sample indices no training step reaches.
 constexpr int64_t kValidationFirstSample = int64_t(1) << 60;
+
+class OffsetSamples final : public data::SampleSource {
+ public:
+  OffsetSamples(std::shared_ptr<const data::SampleSource> base, int64_t offset, int64_t count)
+      : base_(std::move(base)), offset_(offset), count_(count) {}
+  int64_t num_samples() const override { return count_; }
+  int64_t seq_len() const override { return base_->seq_len(); }
+  void read_sample(int64_t index, int32_t* window) const override { base_->read_sample(offset_ + index, window); }
+
+ private:
+  std::shared_ptr<const data::SampleSource> base_;
+  int64_t offset_, count_;
+};
+
+// The manifest `fsdp_train prepare` writes beside the shards: its vocabulary must be the
+// model's (a different tokenizer would train on meaningless ids).
+void check_manifest_vocab(const std::string& dir, int64_t model_vocab) {
+  const auto path = std::filesystem::path(dir) / "manifest.json";
+  if (!std::filesystem::exists(path)) return;  // shards from Megatron-LM / NeMo carry none
+  std::ifstream in(path);
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    FSDP_FAIL("{}: not valid JSON: {}", path.string(), e.what());
+  }
+  if (!j.contains("vocab_size")) return;
+  const int64_t vocab = j["vocab_size"].get<int64_t>();
+  FSDP_CHECK(vocab == model_vocab,
+             "{}: the tokenizer's vocab_size {} differs from model.vocab_size {} (prepare the data with the model's "
+             "tokenizer, or set model.vocab_size)",
+             path.string(), vocab, model_vocab);
+}
 
 }  // namespace
 
@@ -82,14 +121,44 @@ Trainer::Trainer(const config::Config& cfg, dist::ProcessGroups& groups)
       model_(checked_model_config(cfg), cfg.train.dtype),
       engine_(model_.units(), groups, fsdp_options(cfg)),
       act_(model_.config(), cfg.train.micro_batch_size, cfg.train.seq_len, cfg.train.dtype, Device::cpu()),
-      train_data_(model_.config().vocab_size, cfg.train.seq_len, uint64_t(cfg.data.seed)),
-      val_data_(model_.config().vocab_size, cfg.train.seq_len, uint64_t(cfg.data.seed)) {
+      loss_buf_(Tensor::zeros({2}, DType::F64)) {
   FSDP_CHECK(cfg.train.dtype == DType::F32,
              "train.dtype {} is not available on the CPU backend (float32 compute; use fsdp.param_dtype: bfloat16 "
              "for bf16 parameters)",
              dtype_name(cfg.train.dtype));
-  FSDP_CHECK(cfg.data.source == config::DataSource::Synthetic,
-             "data.source 'shards' is not available yet: use data.source: synthetic");
+  const int64_t vocab = model_.config().vocab_size, T = cfg.train.seq_len;
+  const int world = groups.world->size();
+  data::LoaderOptions lo;
+  lo.micro_batch = cfg.train.micro_batch_size;
+  lo.seq_len = T;
+  lo.accum = cfg.train.grad_accum_steps;
+  lo.rank = groups.world->rank();
+  lo.world = world;
+  lo.seed = uint64_t(cfg.data.seed);
+  lo.num_workers = cfg.data.num_workers;
+  lo.prefetch = cfg.data.prefetch;
+  if (cfg.data.source == config::DataSource::Synthetic) {
+    auto chain = std::make_shared<data::SyntheticSamples>(vocab, T, uint64_t(cfg.data.seed));
+    train_source_ = chain;
+    lo.shuffle = false;  // already random; sample i is a pure function of i
+    val_source_ = std::make_shared<OffsetSamples>(chain, kValidationFirstSample, kValidationFirstSample);
+  } else {
+    check_manifest_vocab(cfg.data.path, vocab);
+    train_source_ = data::open_token_corpus(cfg.data.path, "train", T, vocab);
+    lo.shuffle = true;
+    const std::string val = cfg.data.val_path.empty() ? cfg.data.path : cfg.data.val_path;
+    if (cfg.train.eval_every > 0 || !cfg.data.val_path.empty()) {
+      if (val != cfg.data.path) check_manifest_vocab(val, vocab);
+      val_source_ = data::open_token_corpus(val, "val", T, vocab);
+    }
+  }
+  train_loader_ = std::make_unique<data::Loader>(train_source_, lo);
+  if (val_source_) {
+    data::LoaderOptions vo = lo;
+    vo.accum = 1;
+    vo.shuffle = false;  // the same fixed batches at every evaluation
+    val_loader_ = std::make_unique<data::Loader>(val_source_, vo);
+  }
   const auto& units = model_.units();
   // Each rank fills only its own shards, straight from the seeded generator or the files.
   if (!cfg.model.init_from.empty()) {
@@ -106,12 +175,6 @@ Trainer::Trainer(const config::Config& cfg, dist::ProcessGroups& groups)
                                 to_decay(cfg.optim.schedule)};
   adamw_ = optim::AdamWConfig{cfg.optim.beta1, cfg.optim.beta2, cfg.optim.eps, cfg.optim.weight_decay};
   flops_per_token_ = model_.config().train_flops_per_token(cfg.train.seq_len);
-  loss_buf_ = Tensor::zeros({2}, DType::F64);
-}
-
-void Trainer::load_micro_batch(int64_t first_sample, bool validation) {
-  const data::SyntheticSource& src = validation ? val_data_ : train_data_;
-  src.fill(first_sample, act_.batch, act_.ids, act_.targets);
 }
 
 uint64_t Trainer::comm_bytes() const {
@@ -139,7 +202,8 @@ StepMetrics Trainer::train_step() {
   host.reset_peak();
   const uint64_t bytes0 = comm_bytes();
   const double wait0 = comm_wait_seconds();
-  const int world = groups_.world->size(), rank = groups_.world->rank();
+  const double data_wait0 = train_loader_->wait_seconds();
+  const int world = groups_.world->size();
   const int64_t micro = cfg_.train.micro_batch_size, accum = cfg_.train.grad_accum_steps;
   const int64_t global_batch = micro * accum * world;
   ++step_;
@@ -152,7 +216,7 @@ StepMetrics Trainer::train_step() {
   model::LossSum local;
   for (int64_t a = 0; a < accum; ++a) {
     engine_.begin_micro_batch(int(a));
-    load_micro_batch((step_ - 1) * global_batch + (a * world + rank) * micro, /*validation=*/false);
+    train_loader_->next(act_.ids, act_.targets);
     const model::LossSum l = model_.forward_backward(act_, engine_, grad_scale);
     local.sum += l.sum;
     local.tokens += l.tokens;
@@ -183,15 +247,18 @@ StepMetrics Trainer::train_step() {
   m.comm_bytes = comm_bytes() - bytes0;
   m.comm_wait_ms = (comm_wait_seconds() - wait0) * 1e3;
   m.world_size = world;
+  m.data_wait_ms = (train_loader_->wait_seconds() - data_wait0) * 1e3;
   return m;
 }
 
 double Trainer::evaluate(int batches) {
   FSDP_CHECK(batches >= 1, "eval.batches must be >= 1, got {}", batches);
-  const int world = groups_.world->size(), rank = groups_.world->rank();
+  FSDP_CHECK(val_loader_ != nullptr, "no validation data: set data.val_path, or prepare {} with --val-fraction",
+             cfg_.data.path);
+  val_loader_->seek(0);
   model::LossSum local;
   for (int b = 0; b < batches; ++b) {
-    load_micro_batch(kValidationFirstSample + (int64_t(b) * world + rank) * act_.batch, /*validation=*/true);
+    val_loader_->next(act_.ids, act_.targets);
     const model::LossSum l = model_.forward(act_, engine_);
     local.sum += l.sum;
     local.tokens += l.tokens;
@@ -222,6 +289,11 @@ int Trainer::run() {
   if (cfg_.data.source == config::DataSource::Synthetic) {
     spdlog::info("data: synthetic Markov chain (loss floor {:.3f} nats, uniform guess {:.3f})",
                  data::SyntheticSource::entropy_rate(), std::log(double(model_.config().vocab_size)));
+  } else {
+    spdlog::info("data: {} ({} windows of {} tokens per epoch, {} per step; validation: {})", cfg_.data.path,
+                 train_source_->num_samples(), t.seq_len + 1,
+                 int64_t(t.micro_batch_size) * t.grad_accum_steps * world,
+                 val_source_ ? std::to_string(val_source_->num_samples()) + " windows" : std::string("none"));
   }
   while (step_ < t.max_steps) {
     StepMetrics m = train_step();

@@ -25,6 +25,7 @@ struct StepMetrics {
   uint64_t max_rss_bytes = 0;      // process peak resident set size
   uint64_t comm_bytes = 0;         // bytes this rank sent in collectives during the step
   double comm_wait_ms = 0;         // time this rank spent waiting on collectives
+  double data_wait_ms = 0;         // time the step waited for the loader
   int world_size = 1;
   std::optional<double> val_loss;
 };

@@ -3,9 +3,10 @@
 // parameters live in the FSDP engine; with one rank it holds every unit whole and the
 // loop is plain single-process training.
 //
-// Global batch and sample order: step s (1-based) trains on the global samples
+// Global batch and sample order: step s (1-based) trains on the global positions
 // [(s-1)*G, s*G), G = micro_batch_size * grad_accum_steps * world_size; rank r's
-// micro-batch a holds samples (s-1)*G + (a*world + r)*micro .. + micro. Gradients are
+// micro-batch a holds positions (s-1)*G + (a*world + r)*micro .. + micro (data::Loader,
+// which maps positions to samples through a seeded per-epoch shuffle). Gradients are
 // scaled by 1 / (tokens in the global batch), so the summed gradient is the global mean
 // whatever the world size or accumulation.
 #pragma once
@@ -14,7 +15,7 @@
 #include <vector>
 
 #include "fsdp/config/config.h"
-#include "fsdp/data/synthetic.h"
+#include "fsdp/data/loader.h"
 #include "fsdp/dist/communicator.h"
 #include "fsdp/fsdp/fsdp_engine.h"
 #include "fsdp/model/llama.h"
@@ -50,7 +51,6 @@ class Trainer {
   const config::Config& config() const { return cfg_; }
 
  private:
-  void load_micro_batch(int64_t first_sample, bool validation);
   uint64_t comm_bytes() const;
   double comm_wait_seconds() const;
   // Sums (loss, tokens) over the world; the same value on every rank.
@@ -61,7 +61,8 @@ class Trainer {
   model::Llama model_;
   FsdpEngine engine_;
   model::LlamaActivations act_;
-  data::SyntheticSource train_data_, val_data_;
+  std::shared_ptr<const data::SampleSource> train_source_, val_source_;
+  std::unique_ptr<data::Loader> train_loader_, val_loader_;
   optim::LrSchedule schedule_;
   optim::AdamWConfig adamw_;
   Tensor loss_buf_;  // [2] float64: loss sum, tokens
