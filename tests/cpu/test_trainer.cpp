@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <filesystem>
+#include <fstream>
 #include <cmath>
 #include <cstdlib>
 #include <new>
@@ -137,6 +139,29 @@ TEST(Trainer, InitFromRefusesContradictingShapeOverride) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("model.hidden_size = 64 contradicts"), std::string::npos) << e.what();
   }
+}
+
+}  // namespace
+}  // namespace fsdp
+
+namespace fsdp {
+namespace {
+
+TEST(Trainer, ShardsFromATokenizerOfAnotherVocabularyAreRefused) {
+  // prepare's manifest records the tokenizer's vocabulary; a model with another one would
+  // train on meaningless ids, so the run stops before any work naming both sizes.
+  const auto dir = std::filesystem::temp_directory_path() / "fsdp_vocab_mismatch";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "manifest.json") << R"({"format": "megatron-mmap-v1", "vocab_size": 32000})";
+  try {
+    LocalTrainer t(small_config({"data.source=shards", "data.path=" + dir.string()}));
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("vocab_size 32000 differs from model.vocab_size 1024"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("manifest.json"), std::string::npos) << msg;
+  }
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
