@@ -147,9 +147,12 @@ Trainer::Trainer(const config::Config& cfg, dist::ProcessGroups& groups)
     train_source_ = data::open_token_corpus(cfg.data.path, "train", T, vocab);
     lo.shuffle = true;
     const std::string val = cfg.data.val_path.empty() ? cfg.data.path : cfg.data.val_path;
-    if (cfg.train.eval_every > 0 || !cfg.data.val_path.empty()) {
-      if (val != cfg.data.path) check_manifest_vocab(val, vocab);
+    if (val != cfg.data.path) check_manifest_vocab(val, vocab);
+    try {
       val_source_ = data::open_token_corpus(val, "val", T, vocab);
+    } catch (const Error&) {
+      // Without val shards a run that never evaluates is fine; evaluate() says what is missing.
+      if (cfg.train.eval_every > 0 || !cfg.data.val_path.empty()) throw;
     }
   }
   train_loader_ = std::make_unique<data::Loader>(train_source_, lo);
