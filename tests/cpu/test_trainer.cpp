@@ -16,21 +16,9 @@
 #include "fsdp/train/trainer.h"
 #include "test_util.h"
 
-// Counts every C++ heap allocation in this test binary, so a test can assert that a
-// window of code made none.
-namespace {
-std::atomic<long> g_news{0};
-}
-void* operator new(std::size_t n) {
-  g_news.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
-  throw std::bad_alloc();
-}
-void* operator new[](std::size_t n) { return operator new(n); }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+// The cpu test binary's allocation counter (included here and nowhere else in it).
+#define FSDP_DEFINE_ALLOCATION_COUNTER
+#include "../common/count_allocations.h"
 
 namespace fsdp {
 namespace {
@@ -94,10 +82,10 @@ TEST(Trainer, NoHeapAllocationInsideAStepAfterTheFirst) {
   t->train_step();  // the first step may size scratch buffers
   t->train_step();
   const size_t tensor_allocs = allocator_for(Device::cpu()).stats().num_allocs;
-  const long before = g_news.load();
+  const uint64_t before = test::heap_allocations();
   t->train_step();
   t->train_step();
-  EXPECT_EQ(g_news.load() - before, 0) << "operator new called inside train_step";
+  EXPECT_EQ(test::heap_allocations() - before, 0u) << "operator new called inside train_step";
   EXPECT_EQ(allocator_for(Device::cpu()).stats().num_allocs, tensor_allocs) << "tensor allocated inside train_step";
 }
 

@@ -21,27 +21,16 @@
 
 #include "fsdp/dist/communicator.h"
 #include "mpi_test_env.h"
+#define FSDP_DEFINE_ALLOCATION_COUNTER
+#include "../common/count_allocations.h"
 
 namespace {
-std::atomic<uint64_t> g_heap_allocations{0};
 fsdp::dist::ProcessGroups* g_groups = nullptr;
 }  // namespace
-
-void* operator new(std::size_t n) {
-  g_heap_allocations.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
-  throw std::bad_alloc();
-}
-void* operator new[](std::size_t n) { return operator new(n); }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
 
 namespace fsdp::test {
 
 dist::ProcessGroups& world_groups() { return *g_groups; }
-uint64_t heap_allocations() { return g_heap_allocations.load(std::memory_order_relaxed); }
 
 }  // namespace fsdp::test
 

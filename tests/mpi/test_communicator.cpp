@@ -28,9 +28,9 @@
 #include "../cpu/test_util.h"
 #include "fsdp/dist/communicator.h"
 #include "mpi_test_env.h"
+#include "../common/count_allocations.h"
 
 namespace fsdp::test {
-uint64_t heap_allocations();  // mpi_test_main.cpp
 }
 
 namespace fsdp::dist {

@@ -17,13 +17,15 @@
 #include <cstdint>
 #include <limits>
 
+#include "lanes.h"
 #include "fsdp/ops/cross_entropy.h"
 
 namespace fsdp {
+
+using cpu::kLanes;
 namespace {
 
 constexpr int64_t kMinParallelWork = 1 << 14;
-constexpr int kLanes = 16;
 
 template <typename T>
 T row_max(const T* x, int64_t v) {
@@ -36,14 +38,6 @@ T row_max(const T* x, int64_t v) {
   T m = acc[0];
   for (int l = 1; l < kLanes; ++l) m = std::max(m, acc[l]);
   return m;
-}
-
-double combine(const double (&acc)[kLanes]) {
-  double s[kLanes / 2];
-  for (int l = 0; l < kLanes / 2; ++l) s[l] = acc[l] + acc[l + kLanes / 2];
-  for (int w = kLanes / 4; w >= 1; w /= 2)
-    for (int l = 0; l < w; ++l) s[l] += s[l + w];
-  return s[0];
 }
 
 // sum_v exp(x[v] - m); when e is given, also stores each exp there (e may alias x).
@@ -68,7 +62,7 @@ double exp_sum(const T* x, T* e, int64_t v, T m) {
       acc[l] += double(ev);
     }
   }
-  return combine(acc);
+  return cpu::combine_lanes(acc);
 }
 
 template <typename I>

@@ -18,14 +18,16 @@
 #include <cstring>
 #include <vector>
 
+#include "lanes.h"
 #include "fsdp/ops/elementwise.h"
 
 namespace fsdp {
+
+using cpu::kLanes;
 namespace {
 
 constexpr int64_t kMinParallelWork = 1 << 15;
 constexpr int64_t kBlock = 4096;
-constexpr int kLanes = 16;
 
 [[noreturn]] void unsupported(const char* op, DType t) {
   FSDP_FAIL("{}: dtype {} is not implemented on the CPU backend (float32, float64)", op, dtype_name(t));
@@ -174,11 +176,7 @@ double block_sum_squares(const T* x, int64_t n) {
   for (; i + kLanes <= n; i += kLanes)
     for (int l = 0; l < kLanes; ++l) acc[l] += double(x[i + l]) * double(x[i + l]);
   for (int l = 0; i < n; ++i, ++l) acc[l] += double(x[i]) * double(x[i]);
-  double s[kLanes / 2];
-  for (int l = 0; l < kLanes / 2; ++l) s[l] = acc[l] + acc[l + kLanes / 2];
-  for (int w = kLanes / 4; w >= 1; w /= 2)
-    for (int l = 0; l < w; ++l) s[l] += s[l + w];
-  return s[0];
+  return cpu::combine_lanes(acc);
 }
 
 template <typename T>

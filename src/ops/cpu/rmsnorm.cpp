@@ -22,23 +22,17 @@
 #include <cstdint>
 #include <vector>
 
+#include "lanes.h"
 #include "fsdp/ops/rmsnorm.h"
 
 namespace fsdp {
+
+using cpu::kLanes;
 namespace {
 
 constexpr int64_t kMinParallelWork = 1 << 15;
 constexpr int64_t kRowBlock = 32;
 constexpr int64_t kColChunk = 256;
-constexpr int kLanes = 16;
-
-double combine(const double (&acc)[kLanes]) {
-  double s[kLanes / 2];
-  for (int l = 0; l < kLanes / 2; ++l) s[l] = acc[l] + acc[l + kLanes / 2];
-  for (int w = kLanes / 4; w >= 1; w /= 2)
-    for (int l = 0; l < w; ++l) s[l] += s[l + w];
-  return s[0];
-}
 
 // sum_c a[c] * b[c] * e[c] over one row in double (e may be null: then a*b).
 template <typename T>
@@ -54,7 +48,7 @@ double row_dot(const T* a, const T* b, const T* e, int64_t c) {
       for (int l = 0; l < kLanes; ++l) acc[l] += double(a[i + l]) * double(b[i + l]) * double(e[i + l]);
     for (int l = 0; i < c; ++i, ++l) acc[l] += double(a[i]) * double(b[i]) * double(e[i]);
   }
-  return combine(acc);
+  return cpu::combine_lanes(acc);
 }
 
 template <typename T>
