@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# fsdp_train under mpiexec as a user runs it: 2 ranks train and only rank 0 writes
+# metrics.jsonl, with the same losses as one process over the same global batch; a bad
+# launch (HYBRID_SHARD group size that does not divide the world) exits non-zero on every
+# rank with one message naming both numbers, without hanging.
+# Usage: mpi_cli.sh path/to/fsdp_train path/to/mpiexec
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+bin="$1"
+mpiexec="$2"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cd "$root"
+common=(--config configs/tiny.yaml --set data.source=synthetic --set train.max_steps=6 --set train.eval_every=0
+        --set model.num_layers=2 --set train.seq_len=64)
+export OMP_NUM_THREADS=1 OMPI_MCA_mpi_yield_when_idle=1
+"$mpiexec" --allow-run-as-root --oversubscribe -np 2 "$bin" train "${common[@]}" --set run.dir="$work/np2" \
+  --set train.micro_batch_size=4 --set train.grad_accum_steps=1 > "$work/np2.log" 2>&1 || { cat "$work/np2.log"; echo "FAIL: 2-rank run"; exit 1; }
+"$bin" train "${common[@]}" --set run.dir="$work/np1" --set train.micro_batch_size=4 \
+  --set train.grad_accum_steps=2 > "$work/np1.log" 2>&1 || { cat "$work/np1.log"; echo "FAIL: 1-rank run"; exit 1; }
+grep -q "2 rank(s) on 1 node(s), launched by mpirun" "$work/np2.log" || { cat "$work/np2.log"; echo "FAIL: launch line"; exit 1; }
+[ "$(grep -c 'step ' "$work/np2.log")" -ge 2 ] || { echo "FAIL: no step lines"; exit 1; }
+[ "$(wc -l < "$work/np2/metrics.jsonl")" -eq 6 ] || { echo "FAIL: metrics.jsonl should hold 6 steps (rank 0 only)"; exit 1; }
+loss() { sed 's/.*"loss":\([0-9.eE+-]*\).*/\1/' "$1"; }
+paste <(loss "$work/np1/metrics.jsonl") <(loss "$work/np2/metrics.jsonl") | awk '
+  { d = $1 - $2; if (d < 0) d = -d; if (d / $1 > 1e-5) { print "FAIL: step " NR ": " $1 " vs " $2; bad = 1 } }
+  END { exit bad }'
+if timeout 120 "$mpiexec" --allow-run-as-root --oversubscribe -np 2 "$bin" train "${common[@]}" \
+    --set run.dir="$work/bad" --set fsdp.sharding_strategy=HYBRID_SHARD --set fsdp.shard_group_size=3 \
+    > "$work/bad.log" 2>&1; then
+  cat "$work/bad.log"; echo "FAIL: a shard group of 3 on 2 ranks must not start"; exit 1
+fi
+grep -q "3" "$work/bad.log" && grep -qi "divide" "$work/bad.log" || { cat "$work/bad.log"; echo "FAIL: message"; exit 1; }
+echo "PASS"
