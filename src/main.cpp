@@ -147,7 +147,12 @@ int main(int argc, char** argv) {
   fsdp::dist::ProcessGroups groups;
   int code = kExitOk;
   try {
-    groups = fsdp::dist::init_process_groups(fsdp::train::shard_group_size(cfg));
+    try {
+      groups = fsdp::dist::init_process_groups(fsdp::train::shard_group_size(cfg));
+    } catch (const fsdp::Error& e) {
+      FSDP_FAIL("cannot set up the ranks for fsdp.sharding_strategy {} with fsdp.shard_group_size {}: {}",
+                fsdp::config::to_string(cfg.fsdp.sharding_strategy), cfg.fsdp.shard_group_size, e.what());
+    }
     setup_logging(cfg, groups.world_info.rank);
     fsdp::train::check_launch(cfg, groups);
     spdlog::info("fsdp_train {} {}: {} rank(s) on {} node(s), launched by {}; effective config\n{}", FSDP_VERSION,
