@@ -11,7 +11,8 @@
 #   --build-dir    where the binaries go (default: a fresh mktemp -d directory; never the tree)
 #   --passes N     run every library N times, interleaved, and keep each case's best (default 2)
 #   --wait-idle M  before each pass, wait up to M minutes (default 10, 0 = don't) until other
-#                  processes use < 10% of the CPUs; cells still slowed by them are marked *
+#                  processes use < 10% of the CPUs (and, without --quick, each case waits up to
+#                  60 s more); cells still slowed by them are marked *
 #
 # Tables:
 #   1. main: OpenBLAS (pthread), BLIS (pthread), oneDNN under the environment as it is
@@ -35,7 +36,7 @@ while [[ $# -gt 0 ]]; do
     --build-dir) build_dir="$2"; shift 2 ;;
     --passes) passes="$2"; shift 2 ;;
     --wait-idle) wait_idle_min="$2"; shift 2 ;;
-    -h|--help) sed -n '2,23p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    -h|--help) sed -n '2,24p' "${BASH_SOURCE[0]}"; exit 0 ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
 done
@@ -102,7 +103,9 @@ if [[ $quick -eq 1 ]]; then
   common=(--threads 2 --reps 2 --min-time 0.1)
   passes=1
 else
-  common=(--threads 2 --reps 5 --min-time 1.0)
+  # each case waits (up to 60 s) for other processes to leave the CPUs, and is timed again
+  # (up to 3 times) if its best run was still slowed by them
+  common=(--threads 2 --reps 5 --min-time 1.0 --wait-idle 60)
 fi
 results="$build_dir/results"
 mkdir -p "$results"
@@ -217,7 +220,7 @@ libinfo "$results/main.txt"
 echo
 table "$results/main.txt"
 echo
-echo "best square-size figure: $(best_square "$results/main.txt")"
+echo "best square-size figure in this table: $(best_square "$results/main.txt")"
 echo
 
 for ((p = 1; p <= passes; p++)); do
@@ -244,6 +247,15 @@ echo "### 3. variants: OpenMP builds, BLIS forced to its AVX-512 (skx) kernels"
 echo
 table "$results/main.txt" "$results/variants.txt"
 echo
+echo "best square-size figure per library (the largest is the machine's measured sgemm peak):"
+echo
+cat "$results/main.txt" "$results/variants.txt" | awk '
+  $1 == "RESULT" && $3 ~ /^sq/ && $10 == "OK" {
+    if (!($2 in b)) order[++n] = $2
+    if ($8 + 0 > b[$2]) { b[$2] = $8 + 0; w[$2] = $3 " " $4 }
+  }
+  END { for (i = 1; i <= n; i++) printf "- %s: %.1f GFLOP/s (%s)\n", order[i], b[order[i]], w[order[i]] }'
+echo
 
 # 4. Thread variables: --threads 0 leaves the count to the environment. With 2 cores, a library
 # that obeys VAR=1 runs at about half its default speed.
@@ -257,7 +269,7 @@ for var in "${vars[@]}"; do header+=" $var |"; rule+="---:|"; done
 echo "$header"
 echo "$rule"
 tcommon=(--threads 0 --shapes 2048 --ops NN)
-[[ $quick -eq 1 ]] && tcommon+=(--reps 2 --min-time 0.1) || tcommon+=(--reps 5 --min-time 0.5)
+[[ $quick -eq 1 ]] && tcommon+=(--reps 2 --min-time 0.1) || tcommon+=(--reps 5 --min-time 0.5 --wait-idle 60)
 for ((p = 1; p <= passes; p++)); do
   wait_idle
   for bin in openblas openblas-omp blis blis-omp onednn; do
