@@ -320,7 +320,8 @@ for shape in qkvo up down head; do
   echo "$row"
 done
 echo
-echo "(\\* = slowed by other processes in every pass: rerun on an idle machine)"
+echo "(\\* = its threads waited for a CPU > 5% of the time in every pass: for the pthread builds"
+echo "that is their own threads competing with OpenMP's, the effect measured here; otherwise rerun idle)"
 echo
 
 for ((p = 1; p <= passes; p++)); do
