@@ -65,7 +65,7 @@ Storage::~Storage() {
 }
 
 // ---------------------------------------------------------------- Tensor
-Tensor Tensor::empty(const Dims& sizes, DType dtype, Device device) {
+Tensor Tensor::contiguous_meta(const Dims& sizes, DType dtype, Device device) {
   for (int64_t s : sizes) FSDP_CHECK(s >= 0, "negative extent in shape {}", sizes.str());
   Tensor t;
   t.sizes_ = sizes;
@@ -74,7 +74,12 @@ Tensor Tensor::empty(const Dims& sizes, DType dtype, Device device) {
   t.device_ = device;
   t.defined_ = true;
   t.recompute();
-  t.storage_ = std::make_shared<Storage>(size_t(t.numel_) * dtype_size(dtype), device);
+  return t;
+}
+
+Tensor Tensor::empty(const Dims& sizes, DType dtype, Device device) {
+  Tensor t = contiguous_meta(sizes, dtype, device);
+  t.storage_ = std::make_shared<Storage>(t.nbytes(), device);
   return t;
 }
 
@@ -85,14 +90,8 @@ Tensor Tensor::zeros(const Dims& sizes, DType dtype, Device device) {
 }
 
 Tensor Tensor::from_blob(void* data, const Dims& sizes, DType dtype, Device device) {
-  Tensor t;
-  t.sizes_ = sizes;
-  t.strides_ = contiguous_strides(sizes);
-  t.dtype_ = dtype;
-  t.device_ = device;
-  t.defined_ = true;
-  t.recompute();
-  t.storage_ = Storage::wrap(data, size_t(t.numel_) * dtype_size(dtype), device);
+  Tensor t = contiguous_meta(sizes, dtype, device);
+  t.storage_ = Storage::wrap(data, t.nbytes(), device);
   return t;
 }
 

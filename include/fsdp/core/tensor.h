@@ -127,6 +127,8 @@ class Tensor {
   std::string str() const;  // "float32[2, 3] on cpu"
 
  private:
+  // A defined, contiguous tensor of that shape with no storage yet (empty / from_blob).
+  static Tensor contiguous_meta(const Dims& sizes, DType dtype, Device device);
   int wrap_dim(int d) const;
   void* element_ptr(std::initializer_list<int64_t> idx, DType expect) const;
   int64_t linear_to_offset(int64_t linear) const;
