@@ -40,6 +40,7 @@ FsdpEngine::FsdpEngine(const std::vector<model::UnitLayout>& units, dist::Proces
     Unit& x = units_[u];
     x.numel = layouts_[u].numel;
     x.shard_range = ::fsdp::shard_range(x.numel, n, shard_.rank());
+    x.padded = x.shard_range.size * n;
     x.segments = optim::decay_segments(layouts_[u]);
     const int64_t s = x.shard_range.size;
     x.master = Tensor::zeros({s}, DType::F32);
@@ -48,7 +49,7 @@ FsdpEngine::FsdpEngine(const std::vector<model::UnitLayout>& units, dist::Proces
     x.exp_avg_sq = Tensor::zeros({s}, DType::F32);
     if (opt_.param_dtype != DType::F32) x.shard_cast = Tensor::zeros({s}, opt_.param_dtype);
     if (opt_.reduce_dtype != DType::F32) x.reduce_recv = Tensor::zeros({s}, opt_.reduce_dtype);
-    max_padded_ = std::max(max_padded_, padded_numel(x.numel, n));
+    max_padded_ = std::max(max_padded_, x.padded);
   }
 }
 
@@ -101,14 +102,13 @@ void FsdpEngine::issue_gather(int unit) {
   if (direct_ || unit < 0 || unit >= num_units()) return;
   Unit& x = units_[unit];
   if (x.full != nullptr || x.gather_pending) return;
-  const int64_t padded = x.shard_range.size * shard_.size();
   x.full = acquire(DType::F32);
   if (opt_.param_dtype == DType::F32) {
-    x.gather_req = shard_.all_gather(x.master, x.full->t.narrow(0, 0, padded));
+    x.gather_req = shard_.all_gather(x.master, x.full->t.narrow(0, 0, x.padded));
   } else {
     cast(x.master, x.shard_cast);
     x.gather_staging = acquire(opt_.param_dtype);
-    x.gather_req = shard_.all_gather(x.shard_cast, x.gather_staging->t.narrow(0, 0, padded));
+    x.gather_req = shard_.all_gather(x.shard_cast, x.gather_staging->t.narrow(0, 0, x.padded));
   }
   x.gather_pending = true;
 }
@@ -121,8 +121,7 @@ void FsdpEngine::wait_gather(int unit) {
   shard_.wait(x.gather_req);
   x.gather_pending = false;
   if (x.gather_staging != nullptr) {
-    const int64_t padded = x.shard_range.size * shard_.size();
-    cast(x.gather_staging->t.narrow(0, 0, padded), x.full->t.narrow(0, 0, padded));
+    cast(x.gather_staging->t.narrow(0, 0, x.padded), x.full->t.narrow(0, 0, x.padded));
     release(x.gather_staging);
   }
 }
@@ -165,7 +164,7 @@ Tensor FsdpEngine::grads(int unit) {
   if (direct_) return x.grad.narrow(0, 0, x.numel);
   if (x.full_grad == nullptr) {  // first micro-batch of the step for this unit
     x.full_grad = acquire(DType::F32);
-    fill_(x.full_grad->t.narrow(0, 0, x.shard_range.size * shard_.size()), 0.0);
+    fill_(x.full_grad->t.narrow(0, 0, x.padded), 0.0);
   }
   return x.full_grad->t.narrow(0, 0, x.numel);
 }
@@ -186,13 +185,12 @@ void FsdpEngine::reduce_gradient(int unit) {
     }
     return;
   }
-  const int64_t padded = x.shard_range.size * shard_.size();
-  const Tensor full = x.full_grad->t.narrow(0, 0, padded);
+  const Tensor full = x.full_grad->t.narrow(0, 0, x.padded);
   if (opt_.reduce_dtype == DType::F32) {
     x.reduce_req = shard_.reduce_scatter(full, x.grad);
   } else {
     x.reduce_send = acquire(opt_.reduce_dtype);
-    const Tensor send = x.reduce_send->t.narrow(0, 0, padded);
+    const Tensor send = x.reduce_send->t.narrow(0, 0, x.padded);
     cast(full, send);
     x.reduce_req = shard_.reduce_scatter(send, x.reduce_recv);
   }
@@ -245,7 +243,7 @@ void FsdpEngine::optimizer_step(const optim::AdamWConfig& cfg, double lr, int64_
 
 Tensor FsdpEngine::gather_full(int unit) {
   Unit& x = units_[unit];
-  Tensor full = Tensor::empty({x.shard_range.size * shard_.size()}, DType::F32);
+  Tensor full = Tensor::empty({x.padded}, DType::F32);
   shard_.wait(shard_.all_gather(x.master, full));
   return full.narrow(0, 0, x.numel);
 }

@@ -94,6 +94,7 @@ class FsdpEngine final : public model::ParamProvider {
   };
   struct Unit {
     int64_t numel = 0;
+    int64_t padded = 0;  // shard_range.size * shard-group size: the gathered buffer's extent
     ShardRange shard_range;
     std::vector<optim::DecaySegment> segments;
     Tensor master, grad, exp_avg, exp_avg_sq;  // fp32 shards
