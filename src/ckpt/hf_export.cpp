@@ -1,0 +1,356 @@
+// Hugging Face Llama export: config.json, sharded safetensors (+ index), tokenizer files,
+// written into a temporary folder renamed into place. Layout and guarantees: hf_export.h.
+#include "fsdp/ckpt/hf_export.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include <nlohmann/json.hpp>
+#include <sentencepiece_processor.h>
+
+#include "fsdp/ckpt/safetensors.h"
+#include "fsdp/core/error.h"
+
+namespace fsdp::ckpt {
+
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+// ---- durable small files --------------------------------------------------------------
+
+void write_all(int fd, const void* data, size_t n, const std::string& path) {
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    const ssize_t w = ::write(fd, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    FSDP_CHECK(w > 0, "cannot write {}: {}", path, std::strerror(errno));
+    p += w;
+    n -= size_t(w);
+  }
+}
+
+// Creates `path` (which must not exist), writes `bytes`, fsyncs and closes it.
+void write_file_synced(const fs::path& path, const std::string& bytes) {
+  const std::string p = path.string();
+  const int fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  FSDP_CHECK(fd >= 0, "cannot create {}: {}", p, std::strerror(errno));
+  try {
+    write_all(fd, bytes.data(), bytes.size(), p);
+    FSDP_CHECK(::fsync(fd) == 0, "cannot fsync {}: {}", p, std::strerror(errno));
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  FSDP_CHECK(::close(fd) == 0, "cannot close {}: {}", p, std::strerror(errno));
+}
+
+void fsync_dir(const fs::path& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  FSDP_CHECK(fd >= 0, "cannot open directory {} to fsync it: {}", dir.string(), std::strerror(errno));
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  FSDP_CHECK(rc == 0, "cannot fsync directory {}: {}", dir.string(), std::strerror(err));
+}
+
+std::string read_file(const std::string& path, const char* what) {
+  std::ifstream in(path, std::ios::binary);
+  FSDP_CHECK(in.good(), "cannot open {} {}", what, path);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  FSDP_CHECK(!in.bad(), "cannot read {} {}", what, path);
+  return bytes;
+}
+
+// Removes the temporary folder unless the export reached its final rename.
+struct TmpDirGuard {
+  fs::path path;
+  bool keep = false;
+  ~TmpDirGuard() {
+    std::error_code ec;
+    if (!keep) fs::remove_all(path, ec);
+  }
+};
+
+// ---- what goes into the folder ----------------------------------------------------------
+
+struct TokenizerFiles {
+  std::string bytes;  // tokenizer.model, verbatim
+  int64_t vocab_size = 0;
+  int bos_id = -1, eos_id = -1, unk_id = -1, pad_id = -1;
+  std::string bos, eos, unk, pad;  // the pieces of those ids
+};
+
+TokenizerFiles read_tokenizer(const std::string& path) {
+  TokenizerFiles t;
+  t.bytes = read_file(path, "tokenizer model");
+  sentencepiece::SentencePieceProcessor sp;
+  const auto status = sp.LoadFromSerializedProto(t.bytes);
+  FSDP_CHECK(status.ok(), "tokenizer model {} does not load as a sentencepiece model: {}", path, status.ToString());
+  t.vocab_size = sp.GetPieceSize();
+  const auto piece = [&](int id) { return id >= 0 ? sp.IdToPiece(id) : std::string(); };
+  t.bos_id = sp.bos_id(), t.eos_id = sp.eos_id(), t.unk_id = sp.unk_id(), t.pad_id = sp.pad_id();
+  t.bos = piece(t.bos_id), t.eos = piece(t.eos_id), t.unk = piece(t.unk_id), t.pad = piece(t.pad_id);
+  return t;
+}
+
+// What LlamaTokenizer (and AutoTokenizer, through its fast converter) needs: the class, the
+// special pieces, and BOS prepended as Llama 2 was trained. legacy=true keeps transformers'
+// encoding identical to a plain sentencepiece Encode (what `prepare` tokenized with).
+json tokenizer_config(const TokenizerFiles& t, const model::LlamaConfig& cfg) {
+  const auto token = [](int id, const std::string& p) { return id >= 0 ? json(p) : json(nullptr); };
+  return {{"tokenizer_class", "LlamaTokenizer"},
+          {"bos_token", token(t.bos_id, t.bos)},
+          {"eos_token", token(t.eos_id, t.eos)},
+          {"unk_token", token(t.unk_id, t.unk)},
+          {"pad_token", token(t.pad_id, t.pad)},
+          {"add_bos_token", t.bos_id >= 0},
+          {"add_eos_token", false},
+          {"legacy", true},
+          {"clean_up_tokenization_spaces", false},
+          {"model_max_length", cfg.max_seq_len},
+          {"sp_model_kwargs", json::object()}};
+}
+
+json config_json(const model::LlamaConfig& cfg, const char* torch_dtype, std::optional<int64_t> bos,
+                 std::optional<int64_t> eos) {
+  json j = {{"architectures", {"LlamaForCausalLM"}},
+            {"model_type", "llama"},
+            {"vocab_size", cfg.vocab_size},
+            {"hidden_size", cfg.hidden_size},
+            {"intermediate_size", cfg.intermediate_size},
+            {"num_hidden_layers", cfg.num_layers},
+            {"num_attention_heads", cfg.num_heads},
+            {"num_key_value_heads", cfg.num_kv_heads},
+            {"head_dim", cfg.head_dim()},
+            {"max_position_embeddings", cfg.max_seq_len},
+            {"rms_norm_eps", cfg.norm_eps},
+            {"rope_theta", cfg.rope_theta},
+            {"rope_scaling", nullptr},
+            {"hidden_act", "silu"},
+            {"attention_bias", false},
+            {"attention_dropout", 0.0},
+            {"mlp_bias", false},
+            {"tie_word_embeddings", false},
+            {"pretraining_tp", 1},
+            {"use_cache", true},
+            {"torch_dtype", torch_dtype}};
+  if (bos) j["bos_token_id"] = *bos;
+  if (eos) j["eos_token_id"] = *eos;
+  return j;
+}
+
+// The caller's units must be exactly the model's: the names and shapes written are theirs.
+void check_units(const model::LlamaConfig& cfg, const std::vector<model::UnitLayout>& units) {
+  const auto want = model::llama_units(cfg);
+  FSDP_CHECK(units.size() == want.size(), "write_hf_llama: {} units given but the config has {} ({} layers)",
+             units.size(), want.size(), cfg.num_layers);
+  for (size_t u = 0; u < units.size(); ++u) {
+    const auto &a = units[u], &b = want[u];
+    FSDP_CHECK(a.name == b.name && a.numel == b.numel && a.params.size() == b.params.size(),
+               "write_hf_llama: unit {} is '{}' ({} elements) but the config's is '{}' ({} elements)", u, a.name,
+               a.numel, b.name, b.numel);
+    for (size_t i = 0; i < a.params.size(); ++i) {
+      const auto &p = a.params[i], &q = b.params[i];
+      FSDP_CHECK(p.name == q.name && p.hf_name == q.hf_name && p.shape == q.shape && p.offset == q.offset,
+                 "write_hf_llama: unit '{}' parameter {} is '{}' {} at {} but the config's is '{}' {} at {}", a.name,
+                 i, p.name, p.shape.str(), p.offset, q.name, q.shape.str(), q.offset);
+    }
+  }
+}
+
+// Converts one parameter to the export dtype, refusing values the file would not hold.
+std::string convert_param(const float* src, const model::ParamSlot& p, const model::UnitLayout& unit, DType dtype) {
+  for (int64_t i = 0; i < p.numel; ++i) {
+    FSDP_CHECK(std::isfinite(src[i]), "write_hf_llama: tensor '{}' ({} in unit '{}') has the non-finite value {} at "
+               "element {}; refusing to export it", p.hf_name, p.name, unit.name, src[i], i);
+  }
+  std::string out(size_t(p.numel) * dtype_size(dtype), '\0');
+  if (dtype == DType::F32) {
+    std::memcpy(out.data(), src, out.size());
+    return out;
+  }
+  auto* dst = reinterpret_cast<bf16*>(out.data());
+  for (int64_t i = 0; i < p.numel; ++i) {
+    dst[i] = float_to_bf16(src[i]);
+    FSDP_CHECK(std::isfinite(bf16_to_float(dst[i])),
+               "write_hf_llama: tensor '{}' element {} = {} overflows bfloat16; export as float32", p.hf_name, i,
+               src[i]);
+  }
+  return out;
+}
+
+std::string strip_trailing_slashes(std::string p) {
+  while (p.size() > 1 && p.back() == '/') p.pop_back();
+  return p;
+}
+
+}  // namespace
+
+std::vector<std::string> hf_shard_plan(const std::vector<uint64_t>& tensor_bytes, uint64_t max_shard_bytes,
+                                       std::vector<int>* shard_of_tensor) {
+  FSDP_CHECK(max_shard_bytes > 0, "max_shard_bytes must be positive");
+  std::vector<int> shard(tensor_bytes.size());
+  int n = 0;                  // shards opened so far
+  uint64_t current = 0;       // bytes in shard n - 1
+  bool current_open = false;  // shard n - 1 can take more tensors
+  for (size_t i = 0; i < tensor_bytes.size(); ++i) {
+    const uint64_t b = tensor_bytes[i];
+    if (b > max_shard_bytes) {  // alone in its own shard, as huggingface_hub does
+      shard[i] = n++;
+      current_open = false;
+      continue;
+    }
+    if (!current_open || current + b > max_shard_bytes) {
+      ++n;
+      current = 0;
+      current_open = true;
+    }
+    shard[i] = n - 1;
+    current += b;
+  }
+  if (shard_of_tensor != nullptr) *shard_of_tensor = std::move(shard);
+  if (n <= 1) return {"model.safetensors"};
+  std::vector<std::string> names;
+  for (int s = 0; s < n; ++s) names.push_back(fmt::format("model-{:05d}-of-{:05d}.safetensors", s + 1, n));
+  return names;
+}
+
+void write_hf_llama(const std::string& out_dir, const model::LlamaConfig& cfg,
+                    const std::vector<model::UnitLayout>& units, const std::function<Tensor(int unit)>& full_unit,
+                    const HfExportOptions& opt) {
+  // ---- everything that can be checked before touching the disk ----
+  FSDP_CHECK(!out_dir.empty(), "write_hf_llama: empty output folder name");
+  cfg.validate();
+  check_units(cfg, units);
+  FSDP_CHECK(opt.dtype == DType::F32 || opt.dtype == DType::BF16,
+             "write_hf_llama: dtype {} is not supported (float32 or bfloat16)", dtype_name(opt.dtype));
+  FSDP_CHECK(opt.max_shard_bytes > 0, "write_hf_llama: max_shard_bytes must be positive");
+  FSDP_CHECK(full_unit != nullptr, "write_hf_llama: no full_unit callback");
+  FSDP_CHECK(opt.metadata.count("format") == 0,
+             "write_hf_llama: metadata key 'format' is reserved (it is always \"pt\", as transformers expects)");
+  TokenizerFiles tok;
+  if (!opt.tokenizer_model.empty()) {
+    tok = read_tokenizer(opt.tokenizer_model);
+    FSDP_CHECK(tok.vocab_size <= cfg.vocab_size,
+               "write_hf_llama: tokenizer {} has {} pieces, more than the model's vocab_size {}",
+               opt.tokenizer_model, tok.vocab_size, cfg.vocab_size);
+  }
+  std::optional<int64_t> bos = opt.bos_token_id, eos = opt.eos_token_id;
+  if (!bos && tok.bos_id >= 0) bos = tok.bos_id;
+  if (!eos && tok.eos_id >= 0) eos = tok.eos_id;
+  for (const auto& [what, id] : {std::pair{"bos_token_id", bos}, std::pair{"eos_token_id", eos}}) {
+    FSDP_CHECK(!id || (*id >= 0 && *id < cfg.vocab_size), "write_hf_llama: {} {} is outside the vocabulary [0, {})",
+               what, id.value_or(0), cfg.vocab_size);
+  }
+
+  const fs::path out = strip_trailing_slashes(out_dir);
+  std::error_code ec;
+  if (fs::exists(out, ec)) {
+    FSDP_CHECK(fs::is_directory(out, ec), "export folder {} exists and is not a directory", out.string());
+    FSDP_CHECK(fs::is_empty(out, ec) && !ec,
+               "export folder {} exists and is not empty; refusing to overwrite it (choose a new folder)",
+               out.string());
+  }
+  const fs::path parent = out.has_parent_path() ? out.parent_path() : fs::path(".");
+  fs::create_directories(parent, ec);
+  FSDP_CHECK(!ec && fs::is_directory(parent), "cannot create the parent folder {} of export folder {}: {}",
+             parent.string(), out.string(), ec ? ec.message() : "not a directory");
+
+  // ---- the plan: every tensor's shard, known before the first byte is written ----
+  struct Item {
+    int unit;
+    const model::ParamSlot* slot;
+  };
+  std::vector<Item> items;
+  std::vector<uint64_t> bytes;
+  for (int u = 0; u < int(units.size()); ++u) {
+    for (const auto& p : units[size_t(u)].params) {
+      items.push_back({u, &p});
+      bytes.push_back(uint64_t(p.numel) * dtype_size(opt.dtype));
+    }
+  }
+  std::vector<int> shard_of;
+  const std::vector<std::string> shard_names = hf_shard_plan(bytes, opt.max_shard_bytes, &shard_of);
+
+  TmpDirGuard tmp{fs::path(out.string() + ".tmp-" + std::to_string(::getpid()))};
+  fs::remove_all(tmp.path, ec);  // a leftover of this very pid (a crashed earlier run)
+  FSDP_CHECK(::mkdir(tmp.path.c_str(), 0755) == 0, "cannot create {} (to export into {}): {}", tmp.path.string(),
+             out.string(), std::strerror(errno));
+
+  const char* st_dtype = opt.dtype == DType::F32 ? "F32" : "BF16";
+  std::map<std::string, std::string> metadata = opt.metadata;
+  metadata["format"] = "pt";
+
+  // ---- the weights: one unit in memory, one shard pending ----
+  struct Pending {
+    const model::ParamSlot* slot;
+    std::string data;
+  };
+  std::vector<Pending> pending;
+  int pending_shard = 0;
+  json weight_map = json::object();
+  uint64_t total_size = 0;
+  const auto flush = [&] {
+    if (pending.empty()) return;
+    std::vector<WriteEntry> entries;
+    for (const auto& p : pending) {
+      entries.push_back({p.slot->hf_name, st_dtype, std::vector<int64_t>(p.slot->shape.begin(), p.slot->shape.end()),
+                         p.data.data(), p.data.size()});
+      weight_map[p.slot->hf_name] = shard_names[size_t(pending_shard)];
+      total_size += p.data.size();
+    }
+    write_safetensors((tmp.path / shard_names[size_t(pending_shard)]).string(), entries, metadata);
+    pending.clear();
+  };
+  size_t next = 0;
+  for (int u = 0; u < int(units.size()); ++u) {
+    const model::UnitLayout& unit = units[size_t(u)];
+    const Tensor flat = full_unit(u);
+    FSDP_CHECK(flat.defined() && flat.dtype() == DType::F32 && flat.device().is_cpu() && flat.is_contiguous() &&
+                   flat.dim() == 1 && flat.numel() >= unit.numel,
+               "write_hf_llama: full_unit({}) for unit '{}' returned {}; expected a contiguous 1-D float32 CPU "
+               "tensor of at least {} elements",
+               u, unit.name, flat.defined() ? flat.str() : std::string("an undefined tensor"), unit.numel);
+    const float* base = flat.data<float>();
+    for (; next < items.size() && items[next].unit == u; ++next) {
+      if (shard_of[next] != pending_shard) {
+        flush();
+        pending_shard = shard_of[next];
+      }
+      const model::ParamSlot& p = *items[next].slot;
+      pending.push_back({&p, convert_param(base + p.offset, p, unit, opt.dtype)});
+    }
+  }
+  flush();
+
+  // ---- the JSON files, then the tokenizer ----
+  const char* torch_dtype = opt.dtype == DType::F32 ? "float32" : "bfloat16";
+  write_file_synced(tmp.path / "config.json", config_json(cfg, torch_dtype, bos, eos).dump(2) + "\n");
+  if (shard_names.size() > 1) {
+    const json index = {{"metadata", {{"total_size", total_size}}}, {"weight_map", weight_map}};
+    write_file_synced(tmp.path / "model.safetensors.index.json", index.dump(2) + "\n");
+  }
+  if (!opt.tokenizer_model.empty()) {
+    write_file_synced(tmp.path / "tokenizer.model", tok.bytes);
+    write_file_synced(tmp.path / "tokenizer_config.json", tokenizer_config(tok, cfg).dump(2) + "\n");
+  }
+  fsync_dir(tmp.path);
+
+  // ---- into place: rename(2) replaces an empty folder atomically, and only an empty one ----
+  FSDP_CHECK(::rename(tmp.path.c_str(), out.c_str()) == 0, "cannot rename {} to {}: {}", tmp.path.string(),
+             out.string(), std::strerror(errno));
+  tmp.keep = true;
+  fsync_dir(parent);
+}
+
+}  // namespace fsdp::ckpt
