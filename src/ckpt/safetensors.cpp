@@ -19,6 +19,7 @@
 #include <utility>
 
 #include <nlohmann/json.hpp>
+#include <zlib.h>
 
 #include "fsdp/core/error.h"
 
@@ -402,8 +403,27 @@ const TensorEntry& SafetensorsFolder::entry(const std::string& name) const { ret
 
 // ---- Writer ---------------------------------------------------------------------------
 
-void write_safetensors(const std::string& path, const std::vector<WriteEntry>& entries,
-                       const std::map<std::string, std::string>& metadata) {
+uint32_t crc32_parallel(const void* data, size_t size, uint32_t crc) {
+  constexpr size_t kChunk = size_t{8} << 20;
+  const auto* p = static_cast<const Bytef*>(data);
+  if (size <= kChunk) return uint32_t(crc32_z(crc, p, size));
+  const int64_t n = int64_t((size + kChunk - 1) / kChunk);
+  std::vector<uLong> part(static_cast<size_t>(n));
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    const size_t b = size_t(i) * kChunk, len = std::min(kChunk, size - b);
+    part[size_t(i)] = crc32_z(0, p + b, len);
+  }
+  uLong c = crc;
+  for (int64_t i = 0; i < n; ++i) {
+    const size_t len = std::min(kChunk, size - size_t(i) * kChunk);
+    c = crc32_combine(c, part[size_t(i)], z_off_t(len));
+  }
+  return uint32_t(c);
+}
+
+WrittenFile write_safetensors(const std::string& path, const std::vector<WriteEntry>& entries,
+                              const std::map<std::string, std::string>& metadata) {
   // Validate everything before creating a file, so a bad call leaves nothing behind.
   std::set<std::string> seen;
   for (const auto& e : entries) {
@@ -441,12 +461,20 @@ void write_safetensors(const std::string& path, const std::vector<WriteEntry>& e
   for (int i = 0; i < 8; ++i) len_bytes[i] = static_cast<unsigned char>(uint64_t{text.size()} >> (8 * i));
 
   const std::string tmp = path + ".tmp";
+  WrittenFile written;
+  written.crc32 = crc32_parallel(len_bytes, sizeof(len_bytes));
+  written.crc32 = crc32_parallel(text.data(), text.size(), written.crc32);
+  written.bytes = sizeof(len_bytes) + text.size();
   try {
     Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
     FSDP_CHECK(fd.get() >= 0, "cannot create {}: {}", tmp, std::strerror(errno));
     write_all(fd.get(), len_bytes, sizeof(len_bytes), tmp);
     write_all(fd.get(), text.data(), text.size(), tmp);
-    for (size_t i : order) write_all(fd.get(), entries[i].data, entries[i].nbytes, tmp);
+    for (size_t i : order) {
+      write_all(fd.get(), entries[i].data, entries[i].nbytes, tmp);
+      written.crc32 = crc32_parallel(entries[i].data, entries[i].nbytes, written.crc32);
+      written.bytes += entries[i].nbytes;
+    }
     FSDP_CHECK(::fsync(fd.get()) == 0, "cannot fsync {}: {}", tmp, std::strerror(errno));
     FSDP_CHECK(::close(fd.release()) == 0, "cannot close {}: {}", tmp, std::strerror(errno));
     FSDP_CHECK(::rename(tmp.c_str(), path.c_str()) == 0, "cannot rename {} to {}: {}", tmp, path,
@@ -461,6 +489,7 @@ void write_safetensors(const std::string& path, const std::vector<WriteEntry>& e
   Fd dir(::open(parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   FSDP_CHECK(dir.get() >= 0 && ::fsync(dir.get()) == 0, "cannot fsync directory {} after writing {}: {}",
              parent.string(), path, std::strerror(errno));
+  return written;
 }
 
 }  // namespace fsdp::ckpt

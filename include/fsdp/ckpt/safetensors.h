@@ -113,11 +113,22 @@ struct WriteEntry {
   size_t nbytes = 0;
 };
 
+// What write_safetensors wrote: the file's size and the CRC-32 (zlib's) of all its bytes, so a
+// checkpoint manifest can record them without reading the file back.
+struct WrittenFile {
+  uint64_t bytes = 0;
+  uint32_t crc32 = 0;
+};
+
 // Writes a safetensors file crash-safely: to `path + ".tmp"`, fsync, rename over `path`, fsync
 // the directory. The header is padded with spaces to a multiple of 8 bytes, and tensors are laid
 // out widest dtype first (in the given order otherwise), so every tensor is aligned to its
 // element size within the file, as the format recommends.
-void write_safetensors(const std::string& path, const std::vector<WriteEntry>& entries,
-                       const std::map<std::string, std::string>& metadata = {});
+WrittenFile write_safetensors(const std::string& path, const std::vector<WriteEntry>& entries,
+                              const std::map<std::string, std::string>& metadata = {});
+
+// CRC-32 of `size` bytes continuing from `crc` (0 to start), computed in parallel chunks
+// joined with crc32_combine: the same value as zlib's crc32 over the whole buffer.
+uint32_t crc32_parallel(const void* data, size_t size, uint32_t crc = 0);
 
 }  // namespace fsdp::ckpt
