@@ -55,6 +55,7 @@ struct Loader::Impl {
 
   // Consumer state and ring (Note [Loader ring]).
   int64_t next_ = 0;
+  int64_t origin_ = 0;  // global position of micro-batch 0 (seek_global)
   double wait_ = 0;
   std::vector<int32_t> sync_window;  // scratch when reading on the calling thread
   std::mutex mutex;
@@ -68,7 +69,7 @@ struct Loader::Impl {
 
   int64_t first_position(int64_t j) const {
     const int64_t step = j / opt.accum, a = j % opt.accum;
-    return step * global_batch + (a * opt.world + opt.rank) * opt.micro_batch;
+    return origin_ + step * global_batch + (a * opt.world + opt.rank) * opt.micro_batch;
   }
 
   std::shared_ptr<const std::vector<int64_t>> permutation(int64_t epoch) {
@@ -254,6 +255,15 @@ void Loader::seek(int64_t position) {
   FSDP_CHECK(position >= 0, "loader position must be >= 0, got {}", position);
   if (m.async()) m.stop();
   m.next_ = position;
+  if (m.async()) m.start();
+}
+
+void Loader::seek_global(int64_t global_position) {
+  Impl& m = *impl_;
+  FSDP_CHECK(global_position >= 0, "loader global position must be >= 0, got {}", global_position);
+  if (m.async()) m.stop();
+  m.origin_ = global_position;
+  m.next_ = 0;
   if (m.async()) m.start();
 }
 

@@ -66,6 +66,11 @@ class Loader {
   int64_t first_position(int64_t j) const;
   int64_t position() const;      // index of the next micro-batch (the state to checkpoint)
   void seek(int64_t position);   // restart from there (drops prefetched work)
+  // Restart so that the next step's global batch begins at `global_position` (the number of
+  // samples every earlier step consumed in total): how a checkpoint resumes on another world
+  // size or batch layout, where micro-batch indices no longer map to the same samples.
+  // Micro-batch indices (position(), seek()) then count from that point.
+  void seek_global(int64_t global_position);
   double wait_seconds() const;   // total time next() waited for data
   int64_t epoch() const;         // epoch of the next sample
 
