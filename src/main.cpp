@@ -10,15 +10,17 @@
 #include "fsdp/core/error.h"
 #include "fsdp/data/prepare.h"
 #include "fsdp/dist/communicator.h"
+#include "fsdp/train/exit_codes.h"
+#include "fsdp/train/generate_main.h"
 #include "fsdp/train/launch_checks.h"
+#include "fsdp/train/preemption.h"
 #include "fsdp/train/trainer.h"
 
 namespace {
 
-// Exit codes scripts can rely on.
-constexpr int kExitOk = 0;
-constexpr int kExitError = 1;  // a run that failed after starting (bad data, NaN loss, ...)
-constexpr int kExitUsage = 2;  // bad command line or config: nothing was done
+using fsdp::train::kExitError;
+using fsdp::train::kExitOk;
+using fsdp::train::kExitUsage;
 
 const char* kUsage =
     "usage: fsdp_train <command> [options]\n"
@@ -27,6 +29,7 @@ const char* kUsage =
     "  train --config FILE [--set section.key=value]...   train a model\n"
     "  eval  --config FILE [--set section.key=value]...   mean loss over eval.batches batches\n"
     "  prepare --tokenizer MODEL --output DIR INPUT...    tokenize text into training shards\n"
+    "  generate --checkpoint DIR --tokenizer MODEL --prompt TEXT   continue a prompt with a model\n"
     "\n"
     "options:\n"
     "  --help       this text (with a command: its options and every config key)\n"
@@ -108,6 +111,7 @@ void setup_logging(const fsdp::config::Config& cfg, int rank) {
 int main(int argc, char** argv) {
   // prepare has flags of its own (and no config): hand it the rest of the command line.
   if (argc >= 2 && std::string(argv[1]) == "prepare") return fsdp::data::prepare_main(argc - 1, argv + 1);
+  if (argc >= 2 && std::string(argv[1]) == "generate") return fsdp::train::generate_main(argc - 1, argv + 1);
   Args args;
   try {
     args = parse_args(argc, argv);
@@ -158,6 +162,9 @@ int main(int argc, char** argv) {
     spdlog::info("fsdp_train {} {}: {} rank(s) on {} node(s), launched by {}; effective config\n{}", FSDP_VERSION,
                  args.command, groups.world_info.size, groups.world_info.num_nodes, groups.world_info.launcher,
                  fsdp::config::dump_yaml(cfg));
+    // Before the trainer: a signal during start-up (resume, init) still means "checkpoint
+    // at the first step boundary and exit", not death.
+    if (args.command == "train") fsdp::train::install_preemption_handlers();
     fsdp::train::Trainer trainer(cfg, groups);
     if (args.command == "train") {
       code = trainer.run();

@@ -341,7 +341,10 @@ std::vector<detail::Field> build_table() {
       .add("resume", &CheckpointConfig::resume,
            "auto = newest complete checkpoint if any, none = start fresh, or a checkpoint path.",
            not_empty("auto, none or a checkpoint path"))
-      .add("async", &CheckpointConfig::async, "Write checkpoints in the background while training goes on.");
+      .add("async", &CheckpointConfig::async, "Write checkpoints in the background while training goes on.")
+      .add("stop_on_error", &CheckpointConfig::stop_on_error,
+           "A failed save stops the run (exit 1); false = log the error and keep training. Either way the "
+           "previous checkpoints are untouched.");
 
   SectionRows(t, "fsdp", &Config::fsdp)
       .add("sharding_strategy", &FsdpConfig::sharding_strategy,

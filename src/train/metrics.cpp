@@ -1,7 +1,9 @@
 #include "fsdp/train/metrics.h"
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -44,6 +46,37 @@ std::string to_json_line(const StepMetrics& m) {
   j["data_wait_ms"] = m.data_wait_ms;
   if (m.val_loss) j["val_loss"] = *m.val_loss;
   return j.dump();
+}
+
+void truncate_metrics_after(const std::string& path, int64_t step) {
+  std::ifstream in(path);
+  if (!in.good()) return;
+  std::string kept, line;
+  bool dropped = false;
+  while (std::getline(in, line)) {
+    int64_t s = -1;
+    try {
+      const auto j = nlohmann::json::parse(line);
+      if (j.contains("step")) s = j["step"].get<int64_t>();
+    } catch (const nlohmann::json::exception&) {
+    }
+    if (s > step) {
+      dropped = true;
+      continue;
+    }
+    kept += line + "\n";
+  }
+  in.close();
+  if (!dropped) return;
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << kept;
+    out.flush();
+    FSDP_CHECK(out.good(), "cannot write {}: {}", tmp, std::strerror(errno));
+  }
+  FSDP_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "cannot rename {} to {}: {}", tmp, path,
+             std::strerror(errno));
 }
 
 MetricsWriter::MetricsWriter(const std::string& path, bool truncate) : path_(path) {

@@ -16,6 +16,8 @@
 #include "fsdp/data/synthetic.h"
 #include "fsdp/data/synthetic_samples.h"
 #include "fsdp/ops/elementwise.h"
+#include "fsdp/train/exit_codes.h"
+#include "fsdp/train/preemption.h"
 
 namespace fsdp::train {
 
@@ -121,7 +123,7 @@ Trainer::Trainer(const config::Config& cfg, dist::ProcessGroups& groups)
       model_(checked_model_config(cfg), cfg.train.dtype),
       engine_(model_.units(), groups, fsdp_options(cfg)),
       act_(model_.config(), cfg.train.micro_batch_size, cfg.train.seq_len, cfg.train.dtype, Device::cpu()),
-      loss_buf_(Tensor::zeros({2}, DType::F64)) {
+      loss_buf_(Tensor::zeros({4}, DType::F64)) {
   FSDP_CHECK(cfg.train.dtype == DType::F32,
              "train.dtype {} is not available on the CPU backend (float32 compute; use fsdp.param_dtype: bfloat16 "
              "for bf16 parameters)",
@@ -163,8 +165,16 @@ Trainer::Trainer(const config::Config& cfg, dist::ProcessGroups& groups)
     val_loader_ = std::make_unique<data::Loader>(val_source_, vo);
   }
   const auto& units = model_.units();
-  // Each rank fills only its own shards, straight from the seeded generator or the files.
-  if (!cfg.model.init_from.empty()) {
+  schedule_ = optim::LrSchedule{cfg.optim.lr, cfg.optim.min_lr, cfg.optim.warmup_steps, cfg.train.max_steps,
+                                to_decay(cfg.optim.schedule)};
+  adamw_ = optim::AdamWConfig{cfg.optim.beta1, cfg.optim.beta2, cfg.optim.eps, cfg.optim.weight_decay};
+  flops_per_token_ = model_.config().train_flops_per_token(cfg.train.seq_len);
+  writer_ = std::make_unique<ckpt::CheckpointWriter>(
+      groups, ckpt::WriterOptions{config::checkpoint_dir(cfg), cfg.checkpoint.keep_last, cfg.checkpoint.async});
+  // Each rank fills only its own shards: from a checkpoint, the files or the seeded generator.
+  if (const std::string path = resume_path(); !path.empty()) {
+    resume(path);
+  } else if (!cfg.model.init_from.empty()) {
     const ckpt::SafetensorsFolder folder(cfg.model.init_from);
     engine_.init_shards([&](int u, int64_t begin, const Tensor& shard) {
       ckpt::load_hf_unit(folder, units[u], shard, begin);
@@ -174,10 +184,118 @@ Trainer::Trainer(const config::Config& cfg, dist::ProcessGroups& groups)
       model::init_unit(units[u], u, uint64_t(cfg.train.seed), cfg.model.init_std, shard, begin);
     });
   }
-  schedule_ = optim::LrSchedule{cfg.optim.lr, cfg.optim.min_lr, cfg.optim.warmup_steps, cfg.train.max_steps,
-                                to_decay(cfg.optim.schedule)};
-  adamw_ = optim::AdamWConfig{cfg.optim.beta1, cfg.optim.beta2, cfg.optim.eps, cfg.optim.weight_decay};
-  flops_per_token_ = model_.config().train_flops_per_token(cfg.train.seq_len);
+}
+
+std::string Trainer::resume_path() {
+  const std::string& r = cfg_.checkpoint.resume;
+  if (r == "none") return "";
+  if (r != "auto") {
+    FSDP_CHECK(ckpt::is_checkpoint_dir(r), "checkpoint.resume: {} is not an fsdp_train checkpoint (no {}/manifest.json)",
+               r, r);
+    ckpt::verify_checkpoint(r, *groups_.world);
+    return r;
+  }
+  const std::string dir = cfg_.checkpoint.load_dir.empty() ? config::checkpoint_dir(cfg_) : cfg_.checkpoint.load_dir;
+  const std::string found = ckpt::find_latest_checkpoint(dir, *groups_.world);
+  if (found.empty()) spdlog::info("checkpoint: none in {}: starting from step 0", dir);
+  return found;
+}
+
+void Trainer::resume(const std::string& path) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const ckpt::CheckpointReader reader(path);
+  reader.check_model(model_.config(), model_.units());
+  const ckpt::Manifest& m = reader.manifest();
+  uint64_t bytes = 0;
+  for (int u = 0; u < engine_.num_units(); ++u) {
+    const int64_t begin = engine_.shard_range(u).begin;
+    reader.read(u, "master", begin, engine_.master(u));
+    reader.read(u, "exp_avg", begin, engine_.exp_avg(u));
+    reader.read(u, "exp_avg_sq", begin, engine_.exp_avg_sq(u));
+    bytes += 3 * engine_.master(u).nbytes();
+  }
+  step_ = m.state.step;
+  tokens_seen_ = m.state.tokens_seen;
+  samples_seen_ = m.state.samples_seen;
+  last_saved_step_ = step_;
+  train_loader_->seek_global(samples_seen_);
+  resumed_from_ = path;
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  spdlog::info("checkpoint: resumed from {} at step {} ({} tokens seen; saved by {} rank(s) with {}); loaded {:.1f} MiB "
+               "on this rank in {:.2f} s",
+               path, step_, tokens_seen_, m.world_size, m.strategy, double(bytes) / (1 << 20), secs);
+  if (m.state.data_seed != uint64_t(cfg_.data.seed)) {
+    spdlog::warn("checkpoint: data.seed {} differs from the checkpoint's {}: the data order from here on is not the "
+                 "original run's",
+                 cfg_.data.seed, m.state.data_seed);
+  }
+  if (step_ > cfg_.train.max_steps) {
+    spdlog::warn("checkpoint: {} is at step {}, beyond train.max_steps {}: nothing to train", path, step_,
+                 cfg_.train.max_steps);
+  }
+}
+
+ckpt::SaveStats Trainer::save_checkpoint() {
+  ckpt::CheckpointMeta meta;
+  meta.state = ckpt::TrainState{step_, tokens_seen_, samples_seen_, uint64_t(cfg_.train.seed), uint64_t(cfg_.data.seed)};
+  meta.model = model_.config();
+  meta.units = model_.units();
+  meta.strategy = std::string(config::to_string(cfg_.fsdp.sharding_strategy));
+  meta.shard_group_size = groups_.shard->size();
+  meta.config_yaml = config::dump_yaml(cfg_);
+  std::vector<ckpt::UnitShard> shards(size_t(engine_.num_units()));
+  for (int u = 0; u < engine_.num_units(); ++u) {
+    shards[size_t(u)] = ckpt::UnitShard{engine_.shard_range(u).begin, engine_.master(u), engine_.exp_avg(u),
+                                        engine_.exp_avg_sq(u)};
+  }
+  last_saved_step_ = step_;
+  ckpt::SaveStats s;
+  try {
+    s = writer_->save(meta, shards);
+  } catch (const Error& e) {
+    if (cfg_.checkpoint.stop_on_error) throw;
+    spdlog::error("{} (checkpoint.stop_on_error is false: training goes on)", e.what());
+    return s;
+  }
+  log_save(s, !cfg_.checkpoint.async);
+  return s;
+}
+
+void Trainer::finish_checkpoint() {
+  if (!writer_->pending()) return;
+  try {
+    writer_->finish();
+  } catch (const Error& e) {
+    if (cfg_.checkpoint.stop_on_error) throw;
+    spdlog::error("{} (checkpoint.stop_on_error is false: training goes on)", e.what());
+  }
+}
+
+void Trainer::maybe_commit_checkpoint() {
+  if (!writer_->pending() || busy_writers_ != 0) return;
+  try {
+    log_save(writer_->commit(), true);
+  } catch (const Error& e) {
+    if (cfg_.checkpoint.stop_on_error) throw;
+    spdlog::error("{} (checkpoint.stop_on_error is false: training goes on)", e.what());
+  }
+}
+
+void Trainer::log_save(const ckpt::SaveStats& s, bool committed) const {
+  if (!committed) {
+    spdlog::info("checkpoint: step {} snapshot taken, the step loop stalled {:.0f} ms; writing in the background",
+                 s.step, s.stall_seconds * 1e3);
+    return;
+  }
+  const double gbps = s.write_seconds > 0 ? double(s.bytes) / s.write_seconds / 1e9 : 0.0;
+  if (cfg_.checkpoint.async) {
+    spdlog::info("checkpoint: saved {} ({:.1f} MiB written by this rank in {:.2f} s in the background, {:.2f} GB/s)",
+                 s.path, double(s.bytes) / (1 << 20), s.write_seconds, gbps);
+  } else {
+    spdlog::info("checkpoint: saved {} ({:.1f} MiB written by this rank in {:.2f} s, {:.2f} GB/s; the step loop "
+                 "stalled {:.0f} ms)",
+                 s.path, double(s.bytes) / (1 << 20), s.write_seconds, gbps, s.stall_seconds * 1e3);
+  }
 }
 
 uint64_t Trainer::comm_bytes() const {
@@ -195,7 +313,11 @@ model::LossSum Trainer::all_reduce_loss(model::LossSum local) {
   double* b = loss_buf_.data<double>();
   b[0] = local.sum;
   b[1] = double(local.tokens);
+  b[2] = preemption_signal() != 0 ? 1.0 : 0.0;
+  b[3] = writer_->local_busy() ? 1.0 : 0.0;
   groups_.world->wait(groups_.world->all_reduce(loss_buf_));
+  stop_votes_ = int(b[2]);
+  busy_writers_ = int(b[3]);
   return model::LossSum{b[0], int64_t(b[1])};
 }
 
@@ -233,6 +355,7 @@ StepMetrics Trainer::train_step() {
   const double lr = schedule_.at(step_);
   engine_.optimizer_step(adamw_, lr, step_, clip);
   tokens_seen_ += step_tokens;
+  samples_seen_ += global_batch;
 
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   StepMetrics m;
@@ -276,8 +399,11 @@ int Trainer::run() {
   std::unique_ptr<MetricsWriter> metrics;
   if (rank0 && cfg_.logging.metrics) {
     std::filesystem::create_directories(cfg_.run.dir);
-    metrics = std::make_unique<MetricsWriter>((std::filesystem::path(cfg_.run.dir) / "metrics.jsonl").string(),
-                                              /*truncate=*/true);
+    const std::string path = (std::filesystem::path(cfg_.run.dir) / "metrics.jsonl").string();
+    // A resumed run continues the file: drop the steps logged after the checkpoint (the
+    // killed run's), which are about to be trained again.
+    if (!resumed_from_.empty()) truncate_metrics_after(path, step_);
+    metrics = std::make_unique<MetricsWriter>(path, /*truncate=*/resumed_from_.empty());
   }
   spdlog::info("model: {}", model_.config().summary());
   const int world = groups_.world->size();
@@ -298,6 +424,7 @@ int Trainer::run() {
                  int64_t(t.micro_batch_size) * t.grad_accum_steps * world,
                  val_source_ ? std::to_string(val_source_->num_samples()) + " windows" : std::string("none"));
   }
+  const int interval = cfg_.checkpoint.interval;
   while (step_ < t.max_steps) {
     StepMetrics m = train_step();
     m.max_rss_bytes = max_rss_bytes();
@@ -308,9 +435,22 @@ int Trainer::run() {
     if (rank0 && (step_ % t.log_every == 0 || step_ == 1 || step_ == t.max_steps || m.val_loss)) {
       spdlog::info("{}", format_step_line(m, t.max_steps));
     }
+    maybe_commit_checkpoint();
+    if (stop_votes_ > 0) {
+      // Every rank saw the same count in the same all-reduce, so all stop at this step.
+      spdlog::warn("preemption signal ({} rank(s)): saving a checkpoint at step {} and exiting with code {} so the "
+                   "job can be requeued",
+                   stop_votes_, step_, kExitPreempted);
+      if (last_saved_step_ != step_) save_checkpoint();
+      finish_checkpoint();
+      return kExitPreempted;
+    }
+    if (interval > 0 && step_ % interval == 0 && step_ < t.max_steps) save_checkpoint();
   }
+  if (last_saved_step_ != step_) save_checkpoint();
+  finish_checkpoint();
   spdlog::info("done: {} steps, {} tokens", step_, tokens_seen_);
-  return 0;
+  return kExitOk;
 }
 
 }  // namespace fsdp::train

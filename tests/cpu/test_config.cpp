@@ -128,6 +128,7 @@ TEST(ConfigFile, EveryKeyIsRead) {
   EXPECT_EQ(c.checkpoint.keep_last, 2);
   EXPECT_EQ(c.checkpoint.resume, "none");
   EXPECT_TRUE(c.checkpoint.async);
+  EXPECT_FALSE(c.checkpoint.stop_on_error);
   EXPECT_EQ(c.fsdp.sharding_strategy, ShardingStrategy::HYBRID_SHARD);
   EXPECT_EQ(c.fsdp.param_dtype, DType::BF16);
   EXPECT_EQ(c.fsdp.reduce_dtype, DType::BF16);
@@ -345,7 +346,7 @@ TEST(ConfigDump, EveryKeyInSectionOrder) {
   EXPECT_NE(text.find("  sharding_strategy: FULL_SHARD\n"), std::string::npos);
   EXPECT_NE(text.find("  dtype: float32\n"), std::string::npos);
   const size_t lines = static_cast<size_t>(std::count(text.begin(), text.end(), '\n'));
-  EXPECT_EQ(lines, 9 + 50u);  // 9 sections, 50 keys
+  EXPECT_EQ(lines, 9 + 51u);  // 9 sections, 51 keys
 }
 
 TEST(ConfigDump, HashIsDeterministicAndSeesEveryChange) {

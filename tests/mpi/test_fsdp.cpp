@@ -30,7 +30,7 @@ constexpr double kParamTolerance = 5e-5;
 config::Config tiny(const std::vector<std::string>& extra = {}) {
   std::vector<std::string> o = {"model.preset=tiny", "model.num_layers=2",    "train.seq_len=32",
                                 "train.micro_batch_size=2", "optim.lr=3e-3",  "optim.warmup_steps=3",
-                                "train.max_steps=20",       "logging.metrics=false"};
+                                "train.max_steps=20",       "logging.metrics=false",  "checkpoint.resume=none"};
   o.insert(o.end(), extra.begin(), extra.end());
   return config::load_config_string("", "test", o);
 }

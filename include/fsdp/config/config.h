@@ -111,6 +111,7 @@ struct CheckpointConfig {
   int keep_last = 3;
   std::string resume = "auto";  // auto | none | a checkpoint path
   bool async = false;
+  bool stop_on_error = true;
   bool operator==(const CheckpointConfig&) const = default;
 };
 

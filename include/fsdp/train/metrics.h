@@ -33,6 +33,11 @@ struct StepMetrics {
 std::string format_step_line(const StepMetrics& m, int64_t max_steps);
 std::string to_json_line(const StepMetrics& m);
 
+// Keeps only the lines of a metrics.jsonl whose "step" is <= `step` (tmp + rename), so a
+// run resumed from a checkpoint at `step` does not leave the killed run's later steps in
+// the file. A missing file is fine; a line that is not JSON is kept.
+void truncate_metrics_after(const std::string& path, int64_t step);
+
 // Appends JSON lines to a file, flushed per line so a killed job keeps what it logged.
 class MetricsWriter {
  public:

@@ -9,11 +9,21 @@
 // which maps positions to samples through a seeded per-epoch shuffle). Gradients are
 // scaled by 1 / (tokens in the global batch), so the summed gradient is the global mean
 // whatever the world size or accumulation.
+//
+// Checkpoints (ckpt/checkpoint.h): every checkpoint.interval steps and at the end; on
+// start, checkpoint.resume picks one (auto: the newest complete one) and restores the
+// shards, AdamW moments, step, token and sample counters, so the resumed run continues
+// the same loss curve bit for bit (with the same world size and strategy; on another
+// world size, within fp32 reduction order). A preemption signal (train/preemption.h)
+// makes run() finish its step, save and return kExitPreempted. Ranks agree on "stop now"
+// and "every background write is done" through the per-step loss all-reduce, so neither
+// costs a collective of its own.
 #pragma once
 
 #include <memory>
 #include <vector>
 
+#include "fsdp/ckpt/checkpoint.h"
 #include "fsdp/config/config.h"
 #include "fsdp/data/loader.h"
 #include "fsdp/dist/communicator.h"
@@ -46,6 +56,13 @@ class Trainer {
   int run();
 
   int64_t step() const { return step_; }
+  // The checkpoint this run resumed from ("" for a fresh start).
+  const std::string& resumed_from() const { return resumed_from_; }
+  // Collective: writes a checkpoint of the current state (synchronously, or starts an
+  // asynchronous one); returns its stats. run() calls it; tests may too.
+  ckpt::SaveStats save_checkpoint();
+  // Collective: waits for an asynchronous save and commits it.
+  void finish_checkpoint();
   const model::Llama& model() const { return model_; }
   FsdpEngine& engine() { return engine_; }
   const config::Config& config() const { return cfg_; }
@@ -53,8 +70,14 @@ class Trainer {
  private:
   uint64_t comm_bytes() const;
   double comm_wait_seconds() const;
-  // Sums (loss, tokens) over the world; the same value on every rank.
+  // Sums (loss, tokens) over the world; the same value on every rank. Also sums the
+  // ranks that received a preemption signal and the ranks still writing a checkpoint.
   model::LossSum all_reduce_loss(model::LossSum local);
+  std::string resume_path();
+  void resume(const std::string& path);
+  // Commits an asynchronous save once every rank's write is done (collective, same step).
+  void maybe_commit_checkpoint();
+  void log_save(const ckpt::SaveStats& s, bool committed) const;
 
   config::Config cfg_;
   dist::ProcessGroups& groups_;
@@ -65,7 +88,13 @@ class Trainer {
   std::unique_ptr<data::Loader> train_loader_, val_loader_;
   optim::LrSchedule schedule_;
   optim::AdamWConfig adamw_;
-  Tensor loss_buf_;  // [2] float64: loss sum, tokens
+  Tensor loss_buf_;  // [4] float64: loss sum, tokens, ranks signalled, ranks writing
+  std::unique_ptr<ckpt::CheckpointWriter> writer_;
+  std::string resumed_from_;
+  int64_t samples_seen_ = 0;
+  int64_t last_saved_step_ = -1;
+  int stop_votes_ = 0;      // ranks that received a preemption signal (last all-reduce)
+  int busy_writers_ = 0;    // ranks still writing a checkpoint (last all-reduce)
   double flops_per_token_ = 0;
   int64_t step_ = 0;
   int64_t tokens_seen_ = 0;
