@@ -11,6 +11,7 @@
 #include "fsdp/data/prepare.h"
 #include "fsdp/dist/communicator.h"
 #include "fsdp/train/exit_codes.h"
+#include "fsdp/train/export_main.h"
 #include "fsdp/train/generate_main.h"
 #include "fsdp/train/launch_checks.h"
 #include "fsdp/train/preemption.h"
@@ -30,6 +31,7 @@ const char* kUsage =
     "  eval  --config FILE [--set section.key=value]...   mean loss over eval.batches batches\n"
     "  prepare --tokenizer MODEL --output DIR INPUT...    tokenize text into training shards\n"
     "  generate --checkpoint DIR --tokenizer MODEL --prompt TEXT   continue a prompt with a model\n"
+    "  export --checkpoint DIR --output HF_DIR                   write a Hugging Face Llama folder\n"
     "\n"
     "options:\n"
     "  --help       this text (with a command: its options and every config key)\n"
@@ -112,6 +114,7 @@ int main(int argc, char** argv) {
   // prepare has flags of its own (and no config): hand it the rest of the command line.
   if (argc >= 2 && std::string(argv[1]) == "prepare") return fsdp::data::prepare_main(argc - 1, argv + 1);
   if (argc >= 2 && std::string(argv[1]) == "generate") return fsdp::train::generate_main(argc - 1, argv + 1);
+  if (argc >= 2 && std::string(argv[1]) == "export") return fsdp::train::export_main(argc - 1, argv + 1);
   Args args;
   try {
     args = parse_args(argc, argv);

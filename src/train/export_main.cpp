@@ -1,0 +1,155 @@
+#include "fsdp/train/export_main.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "fsdp/ckpt/checkpoint.h"
+#include "fsdp/ckpt/hf_export.h"
+#include "fsdp/config/config.h"
+#include "fsdp/core/error.h"
+#include "fsdp/model/param_units.h"
+#include "fsdp/train/exit_codes.h"
+
+namespace fsdp::train {
+
+namespace fs = std::filesystem;
+
+const char* export_help() {
+  return "usage: fsdp_train export --checkpoint DIR --output HF_DIR [options]\n"
+         "\n"
+         "Writes a training checkpoint as a Hugging Face Llama folder: config.json, the weights\n"
+         "as safetensors shards with model.safetensors.index.json, and tokenizer.model when known.\n"
+         "\n"
+         "options:\n"
+         "  --checkpoint DIR     a checkpoint (<checkpoint.dir>/step_N) or a checkpoint directory,\n"
+         "                       of which the newest complete checkpoint is taken (required)\n"
+         "  --output HF_DIR      the folder to create; it must not exist or be empty (required)\n"
+         "  --dtype D            bfloat16 (default, as published Llama weights) or float32 (exact)\n"
+         "  --tokenizer MODEL    sentencepiece model to include; default: the one `fsdp_train\n"
+         "                       prepare` recorded for the run's data.path, if it still exists\n"
+         "  --max-shard-size N   largest safetensors file in bytes, or with a GB/MB suffix\n"
+         "                       (default 5GB, as transformers' save_pretrained)\n"
+         "\n"
+         "Exit status: 0 done, 1 the export failed, 2 usage error.\n";
+}
+
+namespace {
+
+struct UsageError {
+  std::string message;
+};
+
+uint64_t parse_size(const std::string& v) {
+  double scale = 1;
+  std::string num = v;
+  for (auto [suffix, s] : {std::pair{"GB", 1e9}, std::pair{"MB", 1e6}, std::pair{"KB", 1e3}}) {
+    if (num.size() > 2 && num.ends_with(suffix)) {
+      num.resize(num.size() - 2);
+      scale = s;
+      break;
+    }
+  }
+  try {
+    size_t used = 0;
+    const double d = std::stod(num, &used);
+    if (used == num.size() && d > 0) return uint64_t(d * scale);
+  } catch (const std::exception&) {
+  }
+  throw UsageError{"--max-shard-size needs a size such as 5GB or 200MB, not '" + v + "'"};
+}
+
+// The tokenizer `prepare` recorded beside the run's training shards, if it still exists.
+std::string tokenizer_of_run(const ckpt::Manifest& m) {
+  try {
+    const config::Config cfg = config::load_config_string(m.config_yaml, "checkpoint config");
+    if (cfg.data.source != config::DataSource::Shards) return "";
+    std::ifstream in(fs::path(cfg.data.path) / "manifest.json");
+    if (!in.good()) return "";
+    const auto j = nlohmann::json::parse(in);
+    const std::string path = j.at("tokenizer").at("path").get<std::string>();
+    return fs::exists(path) ? path : "";
+  } catch (const std::exception&) {
+    return "";
+  }
+}
+
+}  // namespace
+
+int export_main(int argc, char** argv) {
+  std::string checkpoint, output;
+  ckpt::HfExportOptions opt;
+  bool tokenizer_given = false;
+  try {
+    for (int i = 1; i < argc; ++i) {
+      const std::string a = argv[i];
+      auto value = [&]() -> std::string {
+        if (i + 1 >= argc) throw UsageError{a + " needs a value"};
+        return argv[++i];
+      };
+      if (a == "--help" || a == "-h") {
+        std::fputs(export_help(), stdout);
+        return kExitOk;
+      } else if (a == "--checkpoint") {
+        checkpoint = value();
+      } else if (a == "--output") {
+        output = value();
+      } else if (a == "--dtype") {
+        const std::string d = value();
+        if (d == "bfloat16") opt.dtype = DType::BF16;
+        else if (d == "float32") opt.dtype = DType::F32;
+        else throw UsageError{"--dtype must be bfloat16 or float32, not '" + d + "'"};
+      } else if (a == "--tokenizer") {
+        opt.tokenizer_model = value();
+        tokenizer_given = true;
+      } else if (a == "--max-shard-size") {
+        opt.max_shard_bytes = parse_size(value());
+      } else {
+        throw UsageError{"unknown argument '" + a + "'"};
+      }
+    }
+    if (checkpoint.empty()) throw UsageError{"--checkpoint DIR is required"};
+    if (output.empty()) throw UsageError{"--output HF_DIR is required"};
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "error: fsdp_train export: %s\n\n%s", e.message.c_str(), export_help());
+    return kExitUsage;
+  }
+
+  try {
+    std::string path = checkpoint;
+    if (!ckpt::is_checkpoint_dir(path)) {
+      // A checkpoint directory: its newest complete, verified checkpoint.
+      auto groups = dist::local_process_groups();
+      path = ckpt::find_latest_checkpoint(checkpoint, *groups.world);
+      FSDP_CHECK(!path.empty(), "--checkpoint {}: neither a checkpoint nor a directory holding one", checkpoint);
+    }
+    const ckpt::CheckpointReader reader(path);
+    reader.verify();
+    const ckpt::Manifest& m = reader.manifest();
+    const auto units = model::llama_units(m.model);
+    reader.check_model(m.model, units);
+    if (!tokenizer_given) {
+      opt.tokenizer_model = tokenizer_of_run(m);
+      if (!opt.tokenizer_model.empty()) spdlog::info("export: including the run's tokenizer {}", opt.tokenizer_model);
+    }
+    opt.metadata["fsdp_train_step"] = std::to_string(m.state.step);
+    spdlog::info("export: {} (step {}, {}, written by {} rank(s)) -> {} as {}", path, m.state.step, m.model.summary(),
+                 m.world_size, output, dtype_name(opt.dtype));
+    ckpt::write_hf_llama(output, m.model, units, [&](int u) {
+      Tensor full = Tensor::empty({units[size_t(u)].numel}, DType::F32);
+      reader.read(u, "master", 0, full);
+      return full;
+    }, opt);
+    spdlog::info("export: done; load it with LlamaForCausalLM.from_pretrained(\"{}\") or model.init_from", output);
+  } catch (const std::exception& e) {
+    spdlog::error("{}", e.what());
+    return kExitError;
+  }
+  return kExitOk;
+}
+
+}  // namespace fsdp::train
