@@ -1,8 +1,22 @@
 #!/usr/bin/env bash
-# Quick start, command 2: set up, build, and run every test (CTest; labels cpu, ...).
+# Quick start, command 2: set up, build, and run every test (CTest; labels cpu, mpi, ...).
 # Extra arguments go to ctest (e.g. -L cpu, -R Golden).
+#
+# Two builds: build/ (the product; its CUDA backend compiled by nvcc when the toolkit is
+# there) and build-emu/ (EMU_BUILD_DIR), the CUDA backend built for the CPU emulator with
+# AddressSanitizer, where the CUDA tests (label emulated-gpu) run every kernel without a
+# GPU (tests/README.md). FSDP_TEST_EMULATION=0 skips the second.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+status=0
+
 bash "$root/scripts/build.sh"
-cd "${BUILD_DIR:-$root/build}"
-ctest --output-on-failure -j"$(nproc)" "$@"
+(cd "${BUILD_DIR:-$root/build}" && ctest --output-on-failure -j"$(nproc)" "$@") || status=$?
+
+if [ "${FSDP_TEST_EMULATION:-1}" != 0 ]; then
+  emu="${EMU_BUILD_DIR:-$root/build-emu}"
+  BUILD_DIR="$emu" BUILD_TARGET=fsdp_tests_cuda bash "$root/scripts/build.sh" \
+    -DFSDP_CUDA_EMULATION=ON -DFSDP_CUDA=OFF -DFSDP_ASAN=ON -DFSDP_BENCH=OFF
+  (cd "$emu" && ctest --output-on-failure -j"$(nproc)" -L emulated-gpu "$@") || status=$?
+fi
+exit "$status"

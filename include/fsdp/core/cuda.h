@@ -1,0 +1,46 @@
+// The CUDA backend's devices, streams and host<->device copies, for code outside the
+// backend. No CUDA header needed: streams travel as void* (cudaStream_t), as in
+// fsdp/dist/nccl.h. Exists in builds with a CUDA backend (FSDP_WITH_CUDA): the real one
+// (FSDP_CUDA) or the emulated one (FSDP_CUDA_EMULATION, see tests/README.md).
+//
+// Note [CUDA current stream]
+// Every op on cuda:N enqueues its kernels, and the allocator its cudaMallocAsync /
+// cudaFreeAsync, on this host thread's current stream for N: the device's compute stream
+// (a non-blocking stream created on first use) unless set_current_stream chose another
+// (e.g. the communication stream while an FSDP unit gathers). Memory freed on a stream
+// may be reused by later work on that stream at once; work on another stream that still
+// reads it must be ordered with an event first. Nothing synchronises the host except
+// copies to host memory, sum_squares and synchronize().
+#pragma once
+
+#include "fsdp/core/tensor.h"
+
+namespace fsdp::cuda {
+
+int device_count();  // usable devices; 0 when none (no error)
+bool is_emulated();  // the emulation build: kernels run on the CPU's SIMT emulator
+
+void* current_stream(int device);
+void set_current_stream(int device, void* stream);  // nullptr: back to the compute stream
+void synchronize(int device);                       // the host waits for the current stream
+
+// Makes `device` current for this host thread while in scope (kernels and copies on a
+// stream must be issued with the stream's device current).
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device);
+  ~DeviceGuard();
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_;
+};
+
+// dst = src for tensors of one shape and dtype, either on the host or on a CUDA device,
+// both contiguous. Copies into host memory return once the data is there.
+void copy(const Tensor& src, const Tensor& dst);
+// A contiguous copy of t on `device` (cpu or cuda:N); t may be strided on the host.
+Tensor to_device(const Tensor& t, Device device);
+
+}  // namespace fsdp::cuda

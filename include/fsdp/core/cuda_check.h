@@ -1,0 +1,22 @@
+// The one checking layer for CUDA runtime calls (ggml's CUDA_CHECK, nccl-tests' CUDACHECK):
+//   FSDP_CUDA_CHECK(cudaMemcpyAsync(...));
+// throws fsdp::Error naming the call, file:line, the current device, the host and the
+// runtime's own message (in the emulation build also the emulator's explanation). Usable
+// from .cu files: this header includes no fmt (nvcc 13 cannot compile fmt 9 in C++20
+// mode); the message is formatted in src/core/cuda/cuda_check.cpp.
+#pragma once
+
+#include <cuda_runtime.h>
+
+namespace fsdp::cuda {
+
+[[noreturn]] void cuda_fail(cudaError_t err, const char* call, const char* file, int line);
+
+inline void check(cudaError_t err, const char* call, const char* file, int line) {
+  if (err != cudaSuccess) [[unlikely]]
+    cuda_fail(err, call, file, line);
+}
+
+}  // namespace fsdp::cuda
+
+#define FSDP_CUDA_CHECK(call) ::fsdp::cuda::check((call), #call, __FILE__, __LINE__)

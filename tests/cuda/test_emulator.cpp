@@ -1,0 +1,454 @@
+// Self-tests of the CUDA emulator (src/cuda_emu): indexing, shared memory and barriers,
+// warp shuffles and votes in lockstep, atomics, the 16-bit float conversions, the launch
+// limits, the faults it must report instead of running on, and the runtime stand-ins'
+// checks. Emulation build only: these kernels live in a .cpp, which nvcc never sees.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "fsdp/core/cuda_launch.h"
+#include "fsdp/core/dtype.h"
+#include "fsdp/core/error.h"
+
+namespace {
+
+// ---- helpers --------------------------------------------------------------------------------
+template <typename T>
+struct DeviceBuffer {
+  T* ptr = nullptr;
+  size_t n = 0;
+  explicit DeviceBuffer(size_t count, const T* init = nullptr) : n(count) {
+    FSDP_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&ptr), n * sizeof(T)));
+    if (init != nullptr) FSDP_CUDA_CHECK(cudaMemcpy(ptr, init, n * sizeof(T), cudaMemcpyHostToDevice));
+  }
+  explicit DeviceBuffer(const std::vector<T>& v) : DeviceBuffer(v.size(), v.data()) {}
+  ~DeviceBuffer() { cudaFree(ptr); }
+  std::vector<T> get() const {
+    std::vector<T> v(n);
+    FSDP_CUDA_CHECK(cudaMemcpy(v.data(), ptr, n * sizeof(T), cudaMemcpyDeviceToHost));
+    return v;
+  }
+};
+
+// Runs f, which must throw fsdp::Error whose message contains every one of `parts`.
+template <typename F>
+void expect_error(F&& f, std::initializer_list<const char*> parts) {
+  try {
+    f();
+    ADD_FAILURE() << "no error thrown";
+  } catch (const fsdp::Error& e) {
+    const std::string msg = e.what();
+    for (const char* p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "missing '" << p << "' in: " << msg;
+  }
+}
+
+// ---- kernels --------------------------------------------------------------------------------
+__global__ void index_kernel(int* out) {
+  const unsigned bx = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+  const unsigned tx = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+  const unsigned per_block = blockDim.x * blockDim.y * blockDim.z;
+  out[bx * per_block + tx] = int(bx * 1000 + tx);
+}
+
+// Reverses each block's slice through static shared memory.
+__global__ void reverse_kernel(const float* in, float* out, int n) {
+  __shared__ float buf[256];
+  const int i = int(blockIdx.x * blockDim.x + threadIdx.x);
+  const int t = int(threadIdx.x);
+  buf[t] = i < n ? in[i] : 0.0f;
+  __syncthreads();
+  const int base = int(blockIdx.x * blockDim.x);
+  const int len = min(int(blockDim.x), n - base);
+  if (t < len) out[base + t] = buf[len - 1 - t];
+}
+
+// Block sum through dynamic shared memory: a tree with a barrier per level.
+__global__ void block_sum_kernel(const float* in, float* out, int n) {
+  FSDP_DYNAMIC_SHARED(float, s);
+  const int t = int(threadIdx.x);
+  const int i = int(blockIdx.x * blockDim.x) + t;
+  s[t] = i < n ? in[i] : 0.0f;
+  __syncthreads();
+  for (int stride = int(blockDim.x) / 2; stride > 0; stride /= 2) {
+    if (t < stride) s[t] += s[t + stride];
+    __syncthreads();
+  }
+  if (t == 0) out[blockIdx.x] = s[0];
+}
+
+// One warp: every shuffle and vote, each result written per lane.
+__global__ void warp_kernel(int* out) {
+  const int lane = int(threadIdx.x);
+  int v = lane + 1;
+  int sum = v;
+  for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);  // butterfly: everyone 528
+  int down = v;
+  for (int o = 16; o > 0; o /= 2) down += __shfl_down_sync(0xffffffffu, down, o);  // lane 0: 528
+  int scan = v;
+  for (int o = 1; o < 32; o *= 2) {
+    const int up = __shfl_up_sync(0xffffffffu, scan, o);
+    if (lane >= o) scan += up;  // inclusive prefix sum
+  }
+  const int bcast = __shfl_sync(0xffffffffu, v * 10, 5);
+  const int group8 = __shfl_sync(0xffffffffu, lane, 2, 8);  // lane 2 of each group of 8
+  const unsigned ballot = __ballot_sync(0xffffffffu, lane % 3 == 0);
+  const int any = __any_sync(0xffffffffu, lane == 31);
+  const int all = __all_sync(0xffffffffu, lane < 31);
+  double d = 0.5 * lane;
+  d = __shfl_xor_sync(0xffffffffu, d, 1);  // 8-byte values move whole
+  out[lane * 9 + 0] = sum;
+  out[lane * 9 + 1] = down;
+  out[lane * 9 + 2] = scan;
+  out[lane * 9 + 3] = bcast;
+  out[lane * 9 + 4] = group8;
+  out[lane * 9 + 5] = int(ballot);
+  out[lane * 9 + 6] = any;
+  out[lane * 9 + 7] = all;
+  out[lane * 9 + 8] = int(d * 2);
+}
+
+// Lanes 0-15 and 16-31 shuffle in two independent half-warp groups, in divergent branches.
+__global__ void half_warp_kernel(int* out) {
+  const int lane = int(threadIdx.x);
+  int r;
+  if (lane < 16) {
+    r = __shfl_xor_sync(0x0000ffffu, lane, 8);
+  } else {
+    __syncwarp(0xffff0000u);
+    r = __shfl_xor_sync(0xffff0000u, lane * 100, 1);
+  }
+  out[lane] = r;
+}
+
+__global__ void atomics_kernel(float* fsum, int* imax, unsigned* count, int n) {
+  const int i = int(blockIdx.x * blockDim.x + threadIdx.x);
+  if (i >= n) return;
+  atomicAdd(fsum, 1.0f);
+  atomicMax(imax, (i * 7919) % 1000);
+  atomicInc(count, 1u << 30);
+}
+
+__global__ void syncthreads_count_kernel(int* out) {
+  const int c = __syncthreads_count(threadIdx.x % 5 == 0);
+  const int a = __syncthreads_and(threadIdx.x < 1000);
+  const int o = __syncthreads_or(threadIdx.x == 77);
+  if (threadIdx.x == 0) {
+    out[0] = c;
+    out[1] = a;
+    out[2] = o;
+  }
+}
+
+__global__ void convert_kernel(const float* in, unsigned short* bf, unsigned short* hf, float* back, int n) {
+  const int i = int(blockIdx.x * blockDim.x + threadIdx.x);
+  if (i >= n) return;
+  const __nv_bfloat16 b = __float2bfloat16(in[i]);
+  const __half h = __float2half_rn(in[i]);
+  bf[i] = __bfloat16_as_ushort(b);
+  hf[i] = __half_as_ushort(h);
+  back[i] = __bfloat162float(b) + __half2float(h);
+}
+
+__global__ void write_kernel(float* p, int n) {
+  const int i = int(blockIdx.x * blockDim.x + threadIdx.x);
+  if (i < n) p[i] = 1.0f;
+}
+
+// Bug: threads past n leave before the barrier the others wait at.
+__global__ void divergent_barrier_kernel(float* p, int n) {
+  const int i = int(threadIdx.x);
+  if (i >= n) return;
+  p[i] = 1.0f;
+  __syncthreads();
+}
+
+// Bug: the mask names all 32 lanes but only 20 threads exist.
+__global__ void missing_lane_kernel(int* out) { out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, int(threadIdx.x), 1); }
+
+// Bug: lane 0 exits, the others wait for it in a full-mask shuffle.
+__global__ void exited_lane_kernel(int* out) {
+  if (threadIdx.x == 0) return;
+  out[threadIdx.x] = __shfl_down_sync(0xffffffffu, 1, 1);
+}
+
+// Bug: half the block at __syncthreads, the other half waiting for a warp collective that
+// needs lanes stuck at the barrier.
+__global__ void deadlock_kernel(int* out) {
+  if (threadIdx.x < 16) {
+    __syncthreads();
+  } else {
+    out[0] = __any_sync(0xffffffffu, 1);
+  }
+}
+
+__global__ void trap_kernel(int* out) {
+  if (threadIdx.x == 3 && blockIdx.x == 1) __trap();
+  out[0] = 1;
+}
+
+__global__ void dyn_smem_kernel(float* out) {
+  FSDP_DYNAMIC_SHARED(float, s);
+  s[threadIdx.x] = 1.0f;
+  __syncthreads();
+  if (threadIdx.x == 0) out[0] = s[0];
+}
+
+// ---- tests ----------------------------------------------------------------------------------
+TEST(CudaEmulator, DeviceProperties) {
+  int n = 0;
+  FSDP_CUDA_CHECK(cudaGetDeviceCount(&n));
+  EXPECT_GE(n, 1);
+  cudaDeviceProp p{};
+  FSDP_CUDA_CHECK(cudaGetDeviceProperties(&p, 0));
+  EXPECT_EQ(p.maxThreadsPerBlock, 1024);
+  EXPECT_EQ(p.warpSize, 32);
+  EXPECT_EQ(p.sharedMemPerBlock, 48u * 1024);
+}
+
+TEST(CudaEmulator, IndexingCoversGridAndBlockIn3D) {
+  const dim3 grid(3, 2, 2), block(5, 3, 2);
+  const int total = 3 * 2 * 2 * 5 * 3 * 2;
+  DeviceBuffer<int> out{size_t(total)};
+  FSDP_LAUNCH(index_kernel, grid, block, 0, nullptr, out.ptr);
+  const auto v = out.get();
+  for (int b = 0; b < 12; ++b)
+    for (int t = 0; t < 30; ++t) EXPECT_EQ(v[size_t(b * 30 + t)], b * 1000 + t);
+}
+
+TEST(CudaEmulator, StaticSharedMemoryAndSyncthreads) {
+  const int n = 1000;  // 4 blocks of 256, the last one partial
+  std::vector<float> in(n);
+  std::iota(in.begin(), in.end(), 0.0f);
+  DeviceBuffer<float> din(in), dout{size_t(n)};
+  FSDP_LAUNCH(reverse_kernel, dim3(4), dim3(256), 0, nullptr, din.ptr, dout.ptr, n);
+  const auto out = dout.get();
+  for (int b = 0; b < 4; ++b) {
+    const int base = b * 256, len = std::min(256, n - base);
+    for (int t = 0; t < len; ++t) ASSERT_EQ(out[size_t(base + t)], in[size_t(base + len - 1 - t)]) << b << " " << t;
+  }
+}
+
+TEST(CudaEmulator, DynamicSharedMemoryReduction) {
+  const int n = 3001, threads = 128;
+  const int blocks = (n + threads - 1) / threads;
+  std::vector<float> in(n);
+  for (int i = 0; i < n; ++i) in[size_t(i)] = float(i % 17);
+  DeviceBuffer<float> din(in), dout{size_t(blocks)};
+  FSDP_LAUNCH(block_sum_kernel, dim3(blocks), dim3(threads), threads * sizeof(float), nullptr, din.ptr, dout.ptr, n);
+  const auto out = dout.get();
+  for (int b = 0; b < blocks; ++b) {
+    float expect = 0;
+    for (int i = b * threads; i < std::min(n, (b + 1) * threads); ++i) expect += in[size_t(i)];
+    EXPECT_EQ(out[size_t(b)], expect);
+  }
+}
+
+TEST(CudaEmulator, WarpShufflesAndVotesInLockstep) {
+  DeviceBuffer<int> out(32 * 9);
+  FSDP_LAUNCH(warp_kernel, dim3(1), dim3(32), 0, nullptr, out.ptr);
+  const auto v = out.get();
+  unsigned ballot = 0;
+  for (int l = 0; l < 32; l += 3) ballot |= 1u << l;
+  for (int l = 0; l < 32; ++l) {
+    const int* r = &v[size_t(l * 9)];
+    EXPECT_EQ(r[0], 528) << l;
+    if (l == 0) EXPECT_EQ(r[1], 528);
+    EXPECT_EQ(r[2], (l + 1) * (l + 2) / 2) << l;
+    EXPECT_EQ(r[3], 60) << l;
+    EXPECT_EQ(r[4], (l / 8) * 8 + 2) << l;
+    EXPECT_EQ(unsigned(r[5]), ballot) << l;
+    EXPECT_EQ(r[6], 1) << l;
+    EXPECT_EQ(r[7], 0) << l;
+    EXPECT_EQ(r[8], l ^ 1) << l;
+  }
+}
+
+TEST(CudaEmulator, IndependentPartialMasks) {
+  DeviceBuffer<int> out(32);
+  FSDP_LAUNCH(half_warp_kernel, dim3(1), dim3(32), 0, nullptr, out.ptr);
+  const auto v = out.get();
+  for (int l = 0; l < 16; ++l) EXPECT_EQ(v[size_t(l)], l ^ 8);
+  for (int l = 16; l < 32; ++l) EXPECT_EQ(v[size_t(l)], (l ^ 1) * 100);
+}
+
+TEST(CudaEmulator, AtomicsAcrossTheGrid) {
+  const int n = 5000;
+  DeviceBuffer<float> fsum(1);
+  DeviceBuffer<int> imax(1);
+  DeviceBuffer<unsigned> count(1);
+  FSDP_CUDA_CHECK(cudaMemset(fsum.ptr, 0, 4));
+  FSDP_CUDA_CHECK(cudaMemset(imax.ptr, 0, 4));
+  FSDP_CUDA_CHECK(cudaMemset(count.ptr, 0, 4));
+  FSDP_LAUNCH(atomics_kernel, dim3(20), dim3(256), 0, nullptr, fsum.ptr, imax.ptr, count.ptr, n);
+  int expect_max = 0;
+  for (int i = 0; i < n; ++i) expect_max = std::max(expect_max, (i * 7919) % 1000);
+  EXPECT_EQ(fsum.get()[0], float(n));
+  EXPECT_EQ(imax.get()[0], expect_max);
+  EXPECT_EQ(count.get()[0], unsigned(n));
+}
+
+TEST(CudaEmulator, SyncthreadsCountAndOr) {
+  DeviceBuffer<int> out(3);
+  FSDP_LAUNCH(syncthreads_count_kernel, dim3(1), dim3(100), 0, nullptr, out.ptr);
+  const auto v = out.get();
+  EXPECT_EQ(v[0], 20);
+  EXPECT_EQ(v[1], 1);
+  EXPECT_EQ(v[2], 1);
+}
+
+TEST(CudaEmulator, SixteenBitConversionsMatchTheCpuDtypes) {
+  std::mt19937 rng(3);
+  std::vector<float> in;
+  for (float f : {0.0f, -0.0f, 1.0f, 65504.0f, 65520.0f, 1e-8f, 6e-5f, 3.0e38f, -INFINITY, 1.00390625f, 1.01171875f})
+    in.push_back(f);
+  for (int i = 0; i < 3000; ++i) {
+    uint32_t u = rng();
+    float f;
+    std::memcpy(&f, &u, 4);
+    if (!std::isnan(f)) in.push_back(f);
+  }
+  const int n = int(in.size());
+  DeviceBuffer<float> din(in), back(in.size());
+  DeviceBuffer<unsigned short> bf(in.size()), hf(in.size());
+  FSDP_LAUNCH(convert_kernel, dim3(fsdp::cuda::blocks_for(n, 128)), dim3(128), 0, nullptr, din.ptr, bf.ptr, hf.ptr,
+              back.ptr, n);
+  const auto b = bf.get(), h = hf.get();
+  for (int i = 0; i < n; ++i) {
+    ASSERT_EQ(b[size_t(i)], fsdp::float_to_bf16(in[size_t(i)]).bits) << in[size_t(i)];
+    ASSERT_EQ(h[size_t(i)], fsdp::float_to_f16(in[size_t(i)]).bits) << in[size_t(i)];
+  }
+}
+
+TEST(CudaEmulator, LaunchLimitsAreEnforced) {
+  DeviceBuffer<float> p(4096);
+  expect_error([&] { FSDP_LAUNCH(write_kernel, dim3(1), dim3(32, 33), 0, nullptr, p.ptr, 1); },
+               {"write_kernel", "1056 threads per block", "cudaErrorInvalidConfiguration", "test_emulator.cpp"});
+  expect_error([&] { FSDP_LAUNCH(write_kernel, dim3(1), dim3(1025), 0, nullptr, p.ptr, 1); }, {"blockDim (1025,1,1)"});
+  expect_error([&] { FSDP_LAUNCH(write_kernel, dim3(1), dim3(8, 8, 65), 0, nullptr, p.ptr, 1); },
+               {"blockDim (8,8,65)"});
+  expect_error([&] { FSDP_LAUNCH(write_kernel, dim3(1, 65536), dim3(32), 0, nullptr, p.ptr, 1); },
+               {"gridDim (1,65536,1)"});
+  expect_error([&] { FSDP_LAUNCH(write_kernel, dim3(0), dim3(32), 0, nullptr, p.ptr, 1); }, {"gridDim (0,1,1)"});
+  expect_error([&] { FSDP_LAUNCH(dyn_smem_kernel, dim3(1), dim3(32), 48 * 1024 + 4, nullptr, p.ptr); },
+               {"dyn_smem_kernel", "49156 bytes of dynamic shared memory", "cudaFuncSetAttribute"});
+  // Opting in raises the limit to what the attribute says, and no further than the device allows.
+  FSDP_CUDA_CHECK(cudaFuncSetAttribute(dyn_smem_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 100 * 1024));
+  FSDP_LAUNCH(dyn_smem_kernel, dim3(1), dim3(32), 100 * 1024, nullptr, p.ptr);
+  EXPECT_EQ(p.get()[0], 1.0f);
+  expect_error([&] { FSDP_LAUNCH(dyn_smem_kernel, dim3(1), dim3(32), 100 * 1024 + 4, nullptr, p.ptr); },
+               {"102404 bytes"});
+  EXPECT_EQ(cudaFuncSetAttribute(dyn_smem_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 228 * 1024),
+            cudaErrorInvalidValue);
+  (void)cudaGetLastError();
+  // A kernel may not be handed memory the GPU cannot reach.
+  std::vector<float> host(16);
+  expect_error([&] { FSDP_LAUNCH(write_kernel, dim3(1), dim3(16), 0, nullptr, host.data(), 16); },
+               {"argument 0", "host memory", "cannot dereference"});
+  expect_error([&] { FSDP_LAUNCH(write_kernel, dim3(1), dim3(16), 0, nullptr, p.ptr + 4097, 16); },
+               {"argument 0", "cannot dereference"});
+}
+
+TEST(CudaEmulator, FaultsAreReportedNotRun) {
+  DeviceBuffer<float> p(64);
+  DeviceBuffer<int> q(64);
+  expect_error([&] { FSDP_LAUNCH(divergent_barrier_kernel, dim3(1), dim3(64), 0, nullptr, p.ptr, 40); },
+               {"divergent_barrier_kernel", "block (0,0,0) thread (40,0,0)", "exited while 40 other threads",
+                "__syncthreads"});
+  expect_error([&] { FSDP_LAUNCH(missing_lane_kernel, dim3(1), dim3(20), 0, nullptr, q.ptr); },
+               {"__shfl_xor_sync", "lane 20, which does not exist"});
+  expect_error([&] { FSDP_LAUNCH(exited_lane_kernel, dim3(1), dim3(32), 0, nullptr, q.ptr); },
+               {"waits for lane 0, which has exited"});
+  expect_error([&] { FSDP_LAUNCH(deadlock_kernel, dim3(1), dim3(32), 0, nullptr, q.ptr); },
+               {"deadlock", "16 threads at __syncthreads (first: thread (0,0,0))",
+                "16 threads at __any_sync(mask 0xffffffff) (first: thread (16,0,0))"});
+  expect_error([&] { FSDP_LAUNCH(trap_kernel, dim3(4), dim3(8), 0, nullptr, q.ptr); },
+               {"block (1,0,0) thread (3,0,0)", "__trap", "cudaErrorLaunchFailure"});
+  // The emulator recovers: the next launch runs normally on the same fibers.
+  FSDP_LAUNCH(write_kernel, dim3(1), dim3(64), 0, nullptr, p.ptr, 64);
+  for (float v : p.get()) EXPECT_EQ(v, 1.0f);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+}
+
+#if defined(__SANITIZE_ADDRESS__)
+TEST(CudaEmulatorDeathTest, OutOfBoundsWriteInAKernelIsCaught) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        DeviceBuffer<float> p(100);
+        FSDP_LAUNCH(write_kernel, dim3(1), dim3(128), 0, nullptr, p.ptr, 101);  // bound off by one
+      },
+      "heap-buffer-overflow(.|\n)*WRITE of size 4");
+}
+
+TEST(CudaEmulatorDeathTest, OutOfBoundsSharedMemoryIsCaught) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        DeviceBuffer<float> p(1);
+        FSDP_LAUNCH(dyn_smem_kernel, dim3(1), dim3(32), 31 * sizeof(float), nullptr, p.ptr);  // one float short
+      },
+      "heap-buffer-overflow(.|\n)*WRITE of size 4");
+}
+#endif
+
+TEST(CudaEmulatorRuntime, CopiesAndFreesAreChecked) {
+  DeviceBuffer<float> d(10);
+  std::vector<float> h(20);
+  expect_error([&] { FSDP_CUDA_CHECK(cudaMemcpy(d.ptr, h.data(), 11 * sizeof(float), cudaMemcpyHostToDevice)); },
+               {"cudaMemcpy", "runs past the end of its 40-byte device allocation", "cudaErrorInvalidValue"});
+  expect_error([&] { FSDP_CUDA_CHECK(cudaMemcpy(h.data(), d.ptr, 8, cudaMemcpyHostToDevice)); },
+               {"HostToDevice", "host memory"});
+  expect_error([&] { FSDP_CUDA_CHECK(cudaMemset(h.data(), 0, 8)); }, {"not device memory"});
+  void* p = nullptr;
+  FSDP_CUDA_CHECK(cudaMalloc(&p, 64));
+  expect_error([&] { FSDP_CUDA_CHECK(cudaFree(static_cast<char*>(p) + 8)); }, {"not the start of its allocation"});
+  FSDP_CUDA_CHECK(cudaFree(p));
+  expect_error([&] { FSDP_CUDA_CHECK(cudaFree(p)); }, {"freed twice?"});
+  // Fresh device memory reads as NaN until written.
+  DeviceBuffer<float> fresh(3);
+  for (float v : fresh.get()) EXPECT_TRUE(std::isnan(v));
+}
+
+TEST(CudaEmulatorRuntime, StreamsEventsAndThePool) {
+  cudaStream_t s = nullptr;
+  FSDP_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaMemPool_t pool = nullptr;
+  FSDP_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, 0));
+  uint64_t used0 = 0;
+  FSDP_CUDA_CHECK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemCurrent, &used0));
+  void* p = nullptr;
+  FSDP_CUDA_CHECK(cudaMallocAsync(&p, 1000, s));
+  uint64_t used = 0;
+  FSDP_CUDA_CHECK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemCurrent, &used));
+  EXPECT_EQ(used, used0 + 1000);
+  cudaEvent_t a, b;
+  FSDP_CUDA_CHECK(cudaEventCreate(&a));
+  FSDP_CUDA_CHECK(cudaEventCreate(&b));
+  FSDP_CUDA_CHECK(cudaEventRecord(a, s));
+  FSDP_LAUNCH(write_kernel, dim3(1), dim3(250), 0, s, static_cast<float*>(p), 250);
+  FSDP_CUDA_CHECK(cudaEventRecord(b, s));
+  FSDP_CUDA_CHECK(cudaStreamWaitEvent(nullptr, b, 0));
+  float ms = -1;
+  FSDP_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+  EXPECT_GE(ms, 0.0f);
+  FSDP_CUDA_CHECK(cudaFreeAsync(p, s));
+  FSDP_CUDA_CHECK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemCurrent, &used));
+  EXPECT_EQ(used, used0);
+  FSDP_CUDA_CHECK(cudaEventDestroy(a));
+  FSDP_CUDA_CHECK(cudaEventDestroy(b));
+  FSDP_CUDA_CHECK(cudaStreamDestroy(s));
+  DeviceBuffer<float> q(4);
+  expect_error([&] { FSDP_LAUNCH(write_kernel, dim3(1), dim3(4), 0, s, q.ptr, 4); }, {"not a live stream"});
+  expect_error([&] { FSDP_CUDA_CHECK(cudaSetDevice(99)); }, {"cudaErrorInvalidDevice", "FSDP_EMU_DEVICE_COUNT"});
+}
+
+}  // namespace
