@@ -7,13 +7,9 @@
 #include <cstdint>
 
 #include "fsdp/core/dtype.h"
+#include "rows.h"
 
 namespace fsdp::cuda {
-
-struct RowsView {
-  void* data;
-  int64_t stride;  // elements between rows
-};
 
 bool rmsnorm_supports(DType t);  // float32, float64, bfloat16
 
