@@ -136,6 +136,27 @@ __device__ __forceinline__ T block_sum(T v, T* scratch) {
   return total;
 }
 
+template <typename T>
+__device__ __forceinline__ T warp_max(T v) {
+  for (int o = 16; o > 0; o >>= 1) {
+    const T other = __shfl_xor_sync(kFullMask, v, o);
+    v = other > v ? other : v;
+  }
+  return v;
+}
+
+// Maximum over the block, as block_sum (same requirements on blockDim and scratch).
+template <typename T>
+__device__ __forceinline__ T block_max(T v, T* scratch, T lowest) {
+  const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5;
+  const int warps = int(blockDim.x) >> 5;
+  v = warp_max(v);
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  T total = lane < warps ? scratch[lane] : lowest;
+  return warp_max(total);
+}
+
 // A grid for a grid-stride loop over n items: enough blocks to fill a large GPU, never
 // more than n needs, a function of n only (deterministic reductions rely on that).
 inline unsigned grid_for(int64_t n, int threads, unsigned max_blocks = 4096) {

@@ -1,0 +1,69 @@
+// CUDA fused softmax cross-entropy against the CPU: losses and gradients, forward-only and
+// fused, in place over the logits, with ignored rows and large logits (the max
+// subtraction), float32, float64 and bfloat16 (reference: the CPU float32 op on the exact
+// upcast logits; the bf16 gradient is that reference rounded).
+// Tolerances (normalised MSE): float64 1e-24; float32 1e-12 (the GPU's expf and log may
+// differ from glibc's by an ulp or two); bfloat16 losses 1e-12 (computed in float from
+// exact inputs, as the reference), bfloat16 gradients 1e-5 (one bf16 rounding may flip).
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "cuda_test_util.h"
+#include "fsdp/ops/cross_entropy.h"
+
+namespace fsdp::test {
+namespace {
+
+Tensor random_targets(int64_t n, int64_t v, DType t, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  Tensor targets = Tensor::empty({n}, t);
+  for (int64_t i = 0; i < n; ++i) targets.set_flat(i, i % 5 == 3 ? double(kIgnoreIndex) : double(rng() % uint64_t(v)));
+  return targets;
+}
+
+TEST_F(CudaOps, CrossEntropyMatchesCpu) {
+  for (DType t : {DType::F32, DType::F64, DType::BF16})
+    for (DType target_t : {DType::I32, DType::I64})
+      for (int64_t n : {int64_t(1), int64_t(7), int64_t(33)})
+        for (int64_t v : {int64_t(1), int64_t(5), int64_t(1000), int64_t(4099)})
+          for (int mode = 0; mode < 3; ++mode) {  // 0 forward only, 1 fused, 2 fused in place
+            if (target_t == DType::I32 && t != DType::F32) continue;  // index width is dtype-independent
+            const DType rt = t == DType::F64 ? DType::F64 : DType::F32;
+            const uint64_t seed = uint64_t(n * 10000 + v);
+            const Tensor logits = random_tensor({n, v + 2}, DType::F64, seed, -20, 20).to(t).narrow(1, 1, v);
+            const Tensor targets = random_targets(n, v, target_t, seed + 1);
+            const std::string what = std::string(dtype_name(t)) + " n=" + std::to_string(n) + " v=" +
+                                     std::to_string(v) + " mode " + std::to_string(mode);
+            Tensor losses = Tensor::empty({n}, rt), dlogits = Tensor::empty({n, v}, rt);
+            if (mode == 0) cross_entropy_forward(logits.to(rt), targets, losses);
+            else cross_entropy_forward_backward(logits.to(rt), targets, losses, dlogits, 0.125);
+
+            const Tensor glogits = on_gpu(logits.clone());
+            const Tensor gtargets = on_gpu(targets);
+            Tensor glosses = Tensor::empty({n}, rt, kGpu);
+            const double loss_tol = t == DType::F64 ? 1e-24 : 1e-12;
+            const double grad_tol = t == DType::F64 ? 1e-24 : t == DType::F32 ? 1e-12 : 1e-5;
+            if (mode == 0) {
+              cross_entropy_forward(glogits, gtargets, glosses);
+              EXPECT_TRUE(identical(on_cpu(glogits), logits.clone())) << what << ": forward only changed the logits";
+            } else {
+              const Tensor gd = mode == 2 ? glogits : Tensor::empty({n, v}, t, kGpu);
+              cross_entropy_forward_backward(glogits, gtargets, glosses, gd, 0.125);
+              EXPECT_LE(nmse(on_cpu(gd), t == rt ? dlogits : dlogits.to(t)), grad_tol) << what;
+            }
+            EXPECT_LE(nmse(on_cpu(glosses), losses), loss_tol) << what;
+          }
+}
+
+TEST_F(CudaOps, CrossEntropyRefusesBadTargets) {
+  Tensor targets = random_targets(6, 10, DType::I64, 1);
+  targets.set_flat(4, 10);
+  const Tensor logits = on_gpu(random_tensor({6, 10}, DType::F32, 2));
+  Tensor losses = Tensor::empty({6}, DType::F32, kGpu);
+  expect_error([&] { cross_entropy_forward_backward(logits, on_gpu(targets), losses, logits, 1.0); },
+               {"target 10 at row 4 is outside [0, 10) and is not ignore_index (-100)"});
+}
+
+}  // namespace
+}  // namespace fsdp::test
