@@ -1,11 +1,171 @@
 #include "fsdp/train/launch_checks.h"
 
+#include <sys/vfs.h>
+
+#include <cerrno>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <string>
+
+#include <spdlog/spdlog.h>
 
 #include "fsdp/core/error.h"
 
+#ifdef FSDP_WITH_CUDA
+#include "fsdp/core/cuda.h"
+#endif
+
 namespace fsdp::train {
+namespace {
+
+using Severity = LaunchFinding::Severity;
+using Scope = LaunchFinding::Scope;
+
+const std::string* var(const LaunchEnv& env, const char* name) {
+  const auto it = env.vars.find(name);
+  return it == env.vars.end() || it->second.empty() ? nullptr : &it->second;
+}
+
+// A non-negative count, or nullopt when unset or not a plain number ("4(x2)" is not).
+std::optional<int> count_var(const LaunchEnv& env, const char* name) {
+  const std::string* v = var(env, name);
+  if (v == nullptr || v->size() > 9 || v->find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
+  return std::stoi(*v);
+}
+
+// Slurm's view of the task count against MPI's. Inside an srun step (SLURM_STEP_ID set) the
+// step's own count is the truth for ranks srun started; ranks that mpirun started inside a
+// step are the children of mpirun's per-node daemons, whose step counts daemons, so they are
+// not judged. Outside a step (batch script, salloc shell) SLURM_NTASKS is the allocation's.
+void check_task_count(const dist::WorldInfo& w, const LaunchEnv& env, std::vector<LaunchFinding>& out) {
+  const std::string* job = var(env, "SLURM_JOB_ID");
+  if (job == nullptr) return;
+  if (var(env, "SLURM_STEP_ID") != nullptr) {
+    if (w.launcher == "mpirun") return;
+    std::optional<int> n = count_var(env, "SLURM_STEP_NUM_TASKS");
+    const char* name = "SLURM_STEP_NUM_TASKS";
+    if (!n) {
+      n = count_var(env, "SLURM_NTASKS");
+      name = "SLURM_NTASKS";
+    }
+    if (!n || *n == w.size) return;
+    if (w.size == 1) {
+      out.push_back({Severity::Error, Scope::Job,
+                     fmt::format("srun started {} tasks ({}={}) but each runs alone (MPI world size 1): they would train "
+                                 "{} unrelated models; launch with `srun --mpi=pmix` (Slurm job {}, host {})",
+                                 *n, name, *n, *n, *job, w.hostname)});
+    } else {
+      out.push_back({Severity::Error, Scope::Job,
+                     fmt::format("srun started {} tasks ({}={}) but MPI sees {} ranks: the program and srun disagree on "
+                                 "the MPI in use; launch with `srun --mpi=pmix` (Slurm job {}, host {})",
+                                 *n, name, *n, w.size, *job, w.hostname)});
+    }
+    return;
+  }
+  const std::optional<int> n = count_var(env, "SLURM_NTASKS");
+  if (!n || *n == w.size) return;
+  if (w.launcher == "none") {
+    if (*n > 1) {
+      out.push_back({Severity::Warning, Scope::Job,
+                     fmt::format("Slurm job {} has {} tasks (SLURM_NTASKS) but fsdp_train runs as one process without "
+                                 "srun or mpirun, so the other tasks' CPUs and GPUs sit idle; launch with `srun "
+                                 "--mpi=pmix` for one rank per task",
+                                 *job, *n)});
+    }
+    return;
+  }
+  out.push_back({Severity::Error, Scope::Job,
+                 fmt::format("{} started {} ranks but Slurm job {} has {} tasks (SLURM_NTASKS={}): launch with `srun "
+                             "--mpi=pmix` (one rank per task), or `mpirun -np {}`, or ask Slurm for {} tasks",
+                             w.launcher, w.size, *job, *n, *n, *n, w.size)});
+}
+
+// CUDA_VISIBLE_DEVICES counts as the runtime does: entries up to the first invalid one
+// ("-1" hides everything after it; "" and NoDevFiles, Slurm's "none", hide all).
+int visible_from_env(const std::string& v) {
+  if (v == "NoDevFiles") return 0;
+  int n = 0;
+  size_t start = 0;
+  while (start <= v.size()) {
+    const size_t end = std::min(v.find(',', start), v.size());
+    const std::string item = v.substr(start, end - start);
+    if (item.empty() || item[0] == '-') break;
+    ++n;
+    start = end + 1;
+  }
+  return n;
+}
+
+// GPUs are "asked for" when Slurm allocated them to the job or step (GRES). Then every
+// rank on a node needs one: ranks see all of the node's GPUs and take local_rank's, or
+// Slurm binds one to each task (--gpus-per-task) and each rank sees exactly one.
+void check_gpus(const dist::WorldInfo& w, const LaunchEnv& env, std::vector<LaunchFinding>& out) {
+  std::string asked;
+  for (const char* name : {"SLURM_STEP_GPUS", "SLURM_JOB_GPUS", "SLURM_GPUS_ON_NODE"}) {
+    const std::string* v = var(env, name);
+    if (v != nullptr && *v != "0") {
+      asked = fmt::format("{}={}", name, *v);
+      break;
+    }
+  }
+  if (asked.empty()) return;
+  if (!env.cuda_build) {
+    out.push_back({Severity::Error, Scope::Node,
+                   fmt::format("Slurm gave this job GPUs ({}) but this fsdp_train was built without the CUDA backend, "
+                               "so its {} rank(s) on {} see no GPU; rebuild where nvcc is found (FSDP_CUDA=ON), or "
+                               "run on CPU nodes without --gpus (GPUS_PER_NODE=0)",
+                               asked, w.local_size, w.hostname)});
+    return;
+  }
+  int visible = env.cuda_devices >= 0 ? env.cuda_devices : 0;
+  std::string seen = fmt::format("CUDA device count {}", visible);
+  if (const auto cvd = env.vars.find("CUDA_VISIBLE_DEVICES"); cvd != env.vars.end()) {
+    const int from_env = visible_from_env(cvd->second);
+    if (env.cuda_devices < 0 || from_env < visible) {
+      visible = from_env;
+      seen = fmt::format("CUDA_VISIBLE_DEVICES='{}'", cvd->second);
+    }
+  }
+  const bool bound_per_task = visible == 1 && var(env, "SLURM_GPUS_PER_TASK") != nullptr;
+  if (visible >= w.local_size || bound_per_task) return;
+  out.push_back({Severity::Error, Scope::Node,
+                 fmt::format("{} ranks on {} but {} GPU(s) visible ({}): one rank per GPU; launch {} task(s) per node "
+                             "(GPUS_PER_NODE={}, srun --ntasks-per-node={})",
+                             w.local_size, w.hostname, visible, seen, visible, visible, visible)});
+}
+
+// Each rank writes its own shards into checkpoint.dir and resume reads them all back, on
+// any node: in a multi-node job a node-local directory splits one checkpoint over disks
+// that no single node can read.
+void check_checkpoint_fs(const config::Config& cfg, const dist::WorldInfo& w, const LaunchEnv& env,
+                         std::vector<LaunchFinding>& out) {
+  if (w.num_nodes <= 1 || !env.fs_type) return;
+  const std::string dir = config::checkpoint_dir(cfg);
+  const std::optional<int64_t> type = env.fs_type(dir);
+  if (!type) return;
+  const Filesystem fs = classify_filesystem(*type);
+  if (fs.kind != Filesystem::Kind::Local) return;
+  out.push_back({Severity::Warning, Scope::Node,
+                 fmt::format("checkpoint.dir {} is on a node-local filesystem ({}) on {}, but this job spans {} nodes: "
+                             "each node would hold only its own ranks' shards and no node could resume from them; put "
+                             "checkpoint.dir (or run.dir) on a filesystem every node mounts (NFS, Lustre, GPFS, "
+                             "BeeGFS, WekaFS, ...)",
+                             dir, fs.name, w.hostname, w.num_nodes)});
+}
+
+std::optional<int64_t> statfs_type(const std::string& path) {
+  std::filesystem::path p = std::filesystem::absolute(path.empty() ? "." : path);
+  while (true) {
+    struct statfs s {};
+    if (::statfs(p.c_str(), &s) == 0) return int64_t(s.f_type);
+    if (errno != ENOENT && errno != ENOTDIR) return std::nullopt;
+    if (!p.has_relative_path()) return std::nullopt;
+    p = p.parent_path();
+  }
+}
+
+}  // namespace
 
 int shard_group_size(const config::Config& cfg) {
   switch (cfg.fsdp.sharding_strategy) {
@@ -17,7 +177,67 @@ int shard_group_size(const config::Config& cfg) {
   return 0;
 }
 
+Filesystem classify_filesystem(int64_t f_type) {
+  struct Known {
+    uint32_t magic;
+    const char* name;
+    Filesystem::Kind kind;
+  };
+  using K = Filesystem::Kind;
+  // Magic numbers from linux/magic.h and the vendors' client modules.
+  static constexpr Known kKnown[] = {
+      {0xEF53, "ext4", K::Local},          {0x58465342, "xfs", K::Local},       {0x9123683E, "btrfs", K::Local},
+      {0x01021994, "tmpfs", K::Local},     {0x858458F6, "ramfs", K::Local},     {0x794C7630, "overlayfs", K::Local},
+      {0x2FC12FC1, "zfs", K::Local},       {0xF2F52010, "f2fs", K::Local},      {0x52654973, "reiserfs", K::Local},
+      {0x3153464A, "jfs", K::Local},       {0x73717368, "squashfs", K::Local},  {0x6969, "nfs", K::Shared},
+      {0x0BD00BD0, "lustre", K::Shared},   {0x47504653, "gpfs", K::Shared},     {0x19830326, "beegfs", K::Shared},
+      {0x18031977, "wekafs", K::Shared},   {0x00C36400, "cephfs", K::Shared},   {0xFF534D42, "cifs", K::Shared},
+      {0xFE534D42, "smb2", K::Shared},     {0x01161970, "gfs2", K::Shared},     {0x7461636F, "ocfs2", K::Shared},
+      {0xAAD7AAEA, "panfs", K::Shared},    {0x5346414F, "afs", K::Shared},      {0x65735546, "fuse", K::Unknown},
+      {0x01021997, "9p", K::Unknown},
+  };
+  // f_type is a signed long on some ABIs: compare the low 32 bits.
+  const uint32_t magic = uint32_t(uint64_t(f_type) & 0xFFFFFFFFu);
+  for (const Known& k : kKnown) {
+    if (k.magic == magic) return Filesystem{k.name, k.kind};
+  }
+  return Filesystem{fmt::format("f_type 0x{:x}", magic), K::Unknown};
+}
+
+LaunchEnv read_launch_env() {
+  LaunchEnv env;
+  for (const char* name : {"SLURM_JOB_ID", "SLURM_STEP_ID", "SLURM_NTASKS", "SLURM_STEP_NUM_TASKS", "SLURM_STEP_GPUS",
+                           "SLURM_JOB_GPUS", "SLURM_GPUS_ON_NODE", "SLURM_GPUS_PER_TASK", "CUDA_VISIBLE_DEVICES"}) {
+    if (const char* v = std::getenv(name)) env.vars[name] = v;
+  }
+#ifdef FSDP_WITH_CUDA
+  env.cuda_build = true;
+  const bool asked = env.vars.count("SLURM_STEP_GPUS") || env.vars.count("SLURM_JOB_GPUS") ||
+                     env.vars.count("SLURM_GPUS_ON_NODE");
+  if (asked) env.cuda_devices = cuda::device_count();
+#endif
+  env.fs_type = statfs_type;
+  return env;
+}
+
+std::vector<LaunchFinding> check_launch_env(const config::Config& cfg, const dist::WorldInfo& world,
+                                            const LaunchEnv& env) {
+  std::vector<LaunchFinding> out;
+  check_task_count(world, env, out);
+  check_gpus(world, env, out);
+  check_checkpoint_fs(cfg, world, env, out);
+  return out;
+}
+
 void check_launch(const config::Config& cfg, dist::ProcessGroups& groups) {
+  const dist::WorldInfo& info = groups.world_info;
+  for (const LaunchFinding& f : check_launch_env(cfg, info, read_launch_env())) {
+    const bool reporter = f.scope == LaunchFinding::Scope::Job ? info.rank == 0 : info.local_rank == 0;
+    if (!reporter) continue;
+    if (f.severity == LaunchFinding::Severity::Error) throw Error(f.message);
+    spdlog::warn("{}", f.message);
+  }
+
   dist::Communicator& world = *groups.world;
   const int n = world.size();
   if (n == 1) return;
