@@ -21,6 +21,9 @@ constexpr int kMultiProcessorCount = 132;
 
 // Records e as the host thread's last error with the emulator's explanation; returns e.
 cudaError_t fail(cudaError_t e, const std::string& detail);
+// Sets only the explanation fsdpEmuLastErrorDetail() returns (for the library stand-ins,
+// whose errors are their own status codes, not CUDA's last error).
+void explain(const std::string& detail);
 
 // The device a stream belongs to (the null and per-thread streams: the current device),
 // or -1 with *why filled when the handle is not a live stream.

@@ -312,6 +312,8 @@ cudaError_t fail(cudaError_t e, const std::string& detail) {
   return e;
 }
 
+void explain(const std::string& detail) { tl_detail = detail; }
+
 int stream_device(cudaStream_t stream, std::string* why) {
   std::lock_guard<std::mutex> lock(rt().mu);
   return stream_device_locked(stream, why);

@@ -24,6 +24,11 @@ void* current_stream(int device);
 void set_current_stream(int device, void* stream);  // nullptr: back to the compute stream
 void synchronize(int device);                       // the host waits for the current stream
 
+// Whether float32 GEMMs may use TF32 tensor cores (train.tf32); off by default, so float32
+// results stay float32-exact in their inputs.
+bool tf32();
+void set_tf32(bool allow);
+
 // Makes `device` current for this host thread while in scope (kernels and copies on a
 // stream must be issued with the stream's device current).
 class DeviceGuard {

@@ -1,4 +1,5 @@
-// The one checking layer for CUDA runtime calls (ggml's CUDA_CHECK, nccl-tests' CUDACHECK):
+// The one checking layer for CUDA runtime and cuBLASLt calls (ggml's CUDA_CHECK, nccl-tests'
+// CUDACHECK):
 //   FSDP_CUDA_CHECK(cudaMemcpyAsync(...));
 // throws fsdp::Error naming the call, file:line, the current device, the host and the
 // runtime's own message (in the emulation build also the emulator's explanation). Usable
@@ -11,6 +12,9 @@
 namespace fsdp::cuda {
 
 [[noreturn]] void cuda_fail(cudaError_t err, const char* call, const char* file, int line);
+// A failed cuBLAS(Lt) call: its status, the library's name and words for it.
+[[noreturn]] void cublas_fail(int status, const char* name, const char* text, const char* call, const char* file,
+                              int line);
 
 inline void check(cudaError_t err, const char* call, const char* file, int line) {
   if (err != cudaSuccess) [[unlikely]]
@@ -20,3 +24,12 @@ inline void check(cudaError_t err, const char* call, const char* file, int line)
 }  // namespace fsdp::cuda
 
 #define FSDP_CUDA_CHECK(call) ::fsdp::cuda::check((call), #call, __FILE__, __LINE__)
+
+// For files that include <cublasLt.h>.
+#define FSDP_CUBLAS_CHECK(call)                                                                                 \
+  do {                                                                                                          \
+    const cublasStatus_t fsdp_cublas_status_ = (call);                                                         \
+    if (fsdp_cublas_status_ != CUBLAS_STATUS_SUCCESS) [[unlikely]]                                              \
+      ::fsdp::cuda::cublas_fail(int(fsdp_cublas_status_), cublasLtGetStatusName(fsdp_cublas_status_),            \
+                                cublasLtGetStatusString(fsdp_cublas_status_), #call, __FILE__, __LINE__);      \
+  } while (0)

@@ -26,4 +26,16 @@ void cuda_fail(cudaError_t err, const char* call, const char* file, int line) {
                           cudaGetErrorName(err), detail.empty() ? "" : "; emulator: ", detail));
 }
 
+void cublas_fail(int status, const char* name, const char* text, const char* call, const char* file, int line) {
+  int device = -1;
+  (void)cudaGetDevice(&device);
+  std::string detail;
+#if defined(FSDP_CUDA_EMULATION)
+  detail = fsdpEmuLastErrorDetail();
+#endif
+  throw_error(file, line, nullptr,
+              fmt::format("{} failed on cuda:{}: {} ({}, status {}){}{}", call, device, text, name, status,
+                          detail.empty() ? "" : "; emulator: ", detail));
+}
+
 }  // namespace fsdp::cuda

@@ -2,6 +2,7 @@
 // host<->device copies behind fsdp::cuda::copy / to_device.
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <mutex>
 #include <vector>
 
@@ -27,6 +28,7 @@ cudaStream_t compute_stream(int device) {
 }
 
 thread_local cudaStream_t tl_current[kMaxDevices] = {};
+std::atomic<bool> g_tf32{false};
 
 }  // namespace
 
@@ -46,6 +48,9 @@ bool is_emulated() {
   return false;
 #endif
 }
+
+bool tf32() { return g_tf32.load(std::memory_order_relaxed); }
+void set_tf32(bool allow) { g_tf32.store(allow, std::memory_order_relaxed); }
 
 void* current_stream(int device) {
   FSDP_CHECK(device >= 0 && device < kMaxDevices, "cuda:{} is beyond the {} devices supported", device, kMaxDevices);

@@ -1,0 +1,71 @@
+// CUDA matmul (cuBLASLt; in emulation the cuBLASLt stand-in) against the CPU GEMM: every
+// transpose combination, alpha/beta with accumulation into c, row-strided operands (column
+// slices of wider buffers), awkward shapes, float32, float64 and bfloat16 (reference: the
+// CPU float32 GEMM on the exact upcast inputs, rounded), and beta == 0 over a NaN c.
+// Tolerances (normalised MSE): float64 1e-24 and float32 1e-12 (sums in another order;
+// no TF32 unless asked for); bfloat16 1e-5 (fp32 accumulation, one bf16 rounding).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "cuda_test_util.h"
+#include "fsdp/ops/matmul.h"
+
+namespace fsdp::test {
+namespace {
+
+double tolerance(DType t) { return t == DType::F64 ? 1e-24 : t == DType::F32 ? 1e-12 : 1e-5; }
+
+// A [rows, cols] operand stored as columns 2..cols+1 of a [rows, cols + 3] buffer, so its
+// row stride exceeds its row length; the same view is taken of the buffer's device copy.
+Tensor padded(int64_t rows, int64_t cols, DType t, uint64_t seed) {
+  return random_tensor({rows, cols + 3}, DType::F64, seed, -1, 1).to(t);
+}
+Tensor view(const Tensor& buf) { return buf.narrow(1, 2, buf.size(1) - 3); }
+
+struct Shape {
+  int64_t m, n, k;
+};
+const Shape kShapes[] = {{1, 1, 1}, {7, 5, 3}, {33, 17, 65}, {64, 31, 100}};
+
+TEST_F(CudaOps, MatmulMatchesCpu) {
+  for (DType t : {DType::F32, DType::F64, DType::BF16})
+    for (const Shape& s : kShapes)
+      for (int ta = 0; ta < 2; ++ta)
+        for (int tb = 0; tb < 2; ++tb)
+          for (const auto& [alpha, beta] : {std::pair{1.0, 0.0}, std::pair{0.5, 1.0}}) {
+            const DType rt = t == DType::F64 ? DType::F64 : DType::F32;
+            const uint64_t seed = uint64_t(s.m * 10000 + s.n * 100 + s.k + ta * 7 + tb * 13);
+            const Tensor abuf = ta ? padded(s.k, s.m, t, seed) : padded(s.m, s.k, t, seed);
+            const Tensor bbuf = tb ? padded(s.n, s.k, t, seed + 1) : padded(s.k, s.n, t, seed + 1);
+            const Tensor cbuf = padded(s.m, s.n, t, seed + 2);
+            Tensor want = view(cbuf).to(rt);
+            matmul(view(abuf).to(rt), view(bbuf).to(rt), want, ta, tb, alpha, beta);
+
+            const Tensor gcbuf = on_gpu(cbuf);
+            matmul(view(on_gpu(abuf)), view(on_gpu(bbuf)), view(gcbuf), ta, tb, alpha, beta);
+            const Tensor got = on_cpu(gcbuf);
+            const std::string what = std::string(dtype_name(t)) + " m" + std::to_string(s.m) + " n" +
+                                     std::to_string(s.n) + " k" + std::to_string(s.k) + " ta" + std::to_string(ta) +
+                                     " tb" + std::to_string(tb) + " beta " + std::to_string(beta);
+            EXPECT_LE(nmse(view(got), t == rt ? want : want.to(t)), tolerance(t)) << what;
+            // The columns around the view are untouched.
+            EXPECT_TRUE(identical(got.narrow(1, 0, 2).clone(), cbuf.narrow(1, 0, 2).clone())) << what;
+            EXPECT_TRUE(identical(got.narrow(1, s.n + 2, 1).clone(), cbuf.narrow(1, s.n + 2, 1).clone())) << what;
+          }
+}
+
+TEST_F(CudaOps, MatmulBetaZeroIgnoresNanInC) {
+  const Tensor a = input(12, DType::F32, 1).reshape({3, 4}), b = input(20, DType::F32, 2).reshape({4, 5});
+  Tensor want = Tensor::empty({3, 5}, DType::F32);
+  matmul(a, b, want, false, false);
+  Tensor nan = Tensor::empty({3, 5}, DType::F32);
+  nan.fill_(std::numeric_limits<double>::quiet_NaN());
+  Tensor gc = on_gpu(nan);
+  matmul(on_gpu(a), on_gpu(b), gc, false, false, 1.0, 0.0);
+  EXPECT_LE(nmse(on_cpu(gc), want), 1e-12);
+}
+
+}  // namespace
+}  // namespace fsdp::test
