@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Requeue on preemption, end to end on a real Slurm, with slurm/train.sbatch unmodified:
+#  1. an uninterrupted reference job;
+#  2. the same job, sent the warning signal mid-run the way `#SBATCH --signal=B:USR1@N`
+#     delivers it (to the batch shell only: `scancel --batch --signal=USR1`). The script
+#     forwards it to srun, fsdp_train checkpoints and exits 75, the script runs `scontrol
+#     requeue`, Slurm starts the job again (SLURM_RESTART_COUNT=1) and it resumes from the
+#     checkpoint: every step's loss equals the reference's bit for bit;
+#  3. a job cancelled mid-run (`scancel`: SIGTERM to everything) checkpoints but is not
+#     requeued.
+source "$(dirname "$0")/common.sh" "$@"
+
+STEPS=150
+# ~40 ms a step with 2 ranks: long enough to signal mid-run, short enough for CI.
+ARGS="$TINY_ARGS --set train.seq_len=64 --set train.max_steps=$STEPS --set train.log_every=10 --set checkpoint.interval=50"
+
+steps_logged() { [[ -f $1 ]] && wc -l <"$1" || echo 0; }
+wait_for_steps() { # wait_for_steps METRICS N JOB
+  local t
+  for ((t = 0; t < 300; t++)); do
+    (($(steps_logged "$1") >= $2)) && return 0
+    ! is_final_state "$(job_field "$3" JobState || true)" || fail "job $3 ended before step $2"
+    sleep 0.1
+  done
+  fail "job $3: no step $2 in $1 after 30 s"
+}
+
+say "1. reference: $STEPS steps, uninterrupted"
+RUN_DIR=$WORK/runs/ref GPUS_PER_NODE=0 EXTRA_ARGS="$ARGS" submit_wait ref --ntasks=2 "$REPO/slurm/train.sbatch"
+((JOB_RC == 0)) || fail "reference job $JOB_ID exited $JOB_RC"
+check_loss_falls "$WORK/runs/ref/metrics.jsonl" "$STEPS"
+
+say "2. preempted: the warning signal to the batch shell after step 20"
+run=$WORK/runs/pre
+JOB_ID=$(RUN_DIR=$run GPUS_PER_NODE=0 EXTRA_ARGS="$ARGS" sbatch --parsable --job-name=pre --ntasks=2 \
+  --output="$WORK/logs/%x_%j.out" "$REPO/slurm/train.sbatch")
+JOB_LOG=$WORK/logs/pre_$JOB_ID.out
+wait_for_steps "$run/metrics.jsonl" 20 "$JOB_ID"
+scancel --batch --signal=USR1 "$JOB_ID"
+signalled_at=$(steps_logged "$run/metrics.jsonl")
+wait_job_end "$JOB_ID" 120
+[[ $JOB_STATE == COMPLETED && $JOB_RC == 0 ]] || fail "job $JOB_ID ended $JOB_STATE with $JOB_RC"
+[[ $(job_field "$JOB_ID" Restarts) == 1 ]] || fail "job $JOB_ID restarted $(job_field "$JOB_ID" Restarts) times, expected 1"
+require_log "$JOB_LOG" "SIGUSR1 \(time limit near, or preemption\): asking fsdp_train to checkpoint and exit"
+require_log "$JOB_LOG" "preemption signal"
+require_log "$JOB_LOG" "fsdp_train wrote a checkpoint and stopped \(exit code 75\): requeueing job $JOB_ID"
+require_log "$JOB_LOG" "job $JOB_ID \(pre\) restart 1, Requeue=1"
+stopped=$(sed -n "s/.*resumed from .*step_\([0-9]*\) at step .*/\1/p" "$JOB_LOG")
+[[ -n $stopped ]] || fail "the requeued run did not resume from a checkpoint"
+((stopped >= 20 && stopped < STEPS)) || fail "resumed at step $stopped"
+require_log "$JOB_LOG" "fsdp_train finished"
+say "signal after step $signalled_at, checkpoint at step $stopped, requeued, resumed, finished"
+losses "$WORK/runs/ref/metrics.jsonl" >"$WORK/ref.losses"
+losses "$run/metrics.jsonl" >"$WORK/pre.losses"
+[[ $(wc -l <"$WORK/pre.losses") == "$STEPS" ]] || fail "$run/metrics.jsonl has $(wc -l <"$WORK/pre.losses") steps, expected $STEPS"
+diff "$WORK/ref.losses" "$WORK/pre.losses" >"$WORK/losses.diff" ||
+  fail "losses differ from the uninterrupted run's: $(head -4 "$WORK/losses.diff")"
+say "all $STEPS losses equal the uninterrupted run's, bit for bit (steps $((stopped + 1))..$STEPS after the resume)"
+
+say "3. cancelled: scancel mid-run checkpoints and is not requeued"
+run=$WORK/runs/cancel
+JOB_ID=$(RUN_DIR=$run GPUS_PER_NODE=0 EXTRA_ARGS="$ARGS" sbatch --parsable --job-name=cancel --ntasks=2 \
+  --output="$WORK/logs/%x_%j.out" "$REPO/slurm/train.sbatch")
+JOB_LOG=$WORK/logs/cancel_$JOB_ID.out
+wait_for_steps "$run/metrics.jsonl" 20 "$JOB_ID"
+scancel "$JOB_ID"
+wait_job_end "$JOB_ID" 60
+[[ $JOB_STATE == CANCELLED ]] || fail "job $JOB_ID ended $JOB_STATE, expected CANCELLED"
+[[ $(job_field "$JOB_ID" Restarts) == 0 ]] || fail "a cancelled job was requeued"
+sleep 1 # the batch script's last lines reach the log after the state change
+require_log "$JOB_LOG" "SIGTERM: the job is being cancelled or ran out of time; it will not be requeued"
+! log_has "$JOB_LOG" "requeueing job" || fail "a cancelled job tried to requeue itself"
+say "PASS"
