@@ -340,7 +340,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
     if (o.name[0] == 'C' && !read_c) continue;
     const size_t bytes = size_t(extent(*o.l)) * type_size(o.l->type);
     if (bytes > 0 && (o.p == nullptr || !device_accessible(o.p, bytes, device)))
-      return bad(CUBLAS_STATUS_INVALID_VALUE, std::string(o.name) + ": " + dims(o.name, *o.l) + " spans " +
+      return bad(CUBLAS_STATUS_INVALID_VALUE, dims(o.name, *o.l) + " spans " +
                                                   std::to_string(bytes) + " bytes from " + describe_pointer(o.p) +
                                                   ", beyond device memory of cuda:" + std::to_string(device));
   }

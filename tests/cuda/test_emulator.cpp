@@ -2,6 +2,7 @@
 // warp shuffles and votes in lockstep, atomics, the 16-bit float conversions, the launch
 // limits, the faults it must report instead of running on, and the runtime stand-ins'
 // checks. Emulation build only: these kernels live in a .cpp, which nvcc never sees.
+#include <cublasLt.h>
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -449,6 +450,59 @@ TEST(CudaEmulatorRuntime, StreamsEventsAndThePool) {
   DeviceBuffer<float> q(4);
   expect_error([&] { FSDP_LAUNCH(write_kernel, dim3(1), dim3(4), 0, s, q.ptr, 4); }, {"not a live stream"});
   expect_error([&] { FSDP_CUDA_CHECK(cudaSetDevice(99)); }, {"cudaErrorInvalidDevice", "FSDP_EMU_DEVICE_COUNT"});
+}
+
+// The cuBLASLt stand-in: a batched, transposed, strided GEMM computed as documented, and
+// misuse refused with the library's status and the emulator's reason.
+TEST(CudaEmulatorCublasLt, BatchedStridedGemmAndMisuse) {
+  // D[b] = op(A[b]) @ B[b], column-major: A stored 3x2 (op T -> 2x3), B 3x4 with ld 5, 2 batches.
+  const int m = 2, n = 4, k = 3, lda = 3, ldb = 5, ldd = 2, batch = 2;
+  std::vector<float> a(size_t(lda * m * batch)), b(size_t(ldb * n * batch));
+  for (size_t i = 0; i < a.size(); ++i) a[i] = float(i % 7) - 3;
+  for (size_t i = 0; i < b.size(); ++i) b[i] = float(i % 5) - 2;
+  DeviceBuffer<float> da(a), db(b), dd{size_t(ldd * n * batch)};
+  cublasLtHandle_t h = nullptr;
+  FSDP_CUBLAS_CHECK(cublasLtCreate(&h));
+  cublasLtMatmulDesc_t desc = nullptr;
+  FSDP_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const int32_t t = CUBLAS_OP_T;
+  FSDP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof(t)));
+  cublasLtMatrixLayout_t la, lb, ld;
+  FSDP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, CUDA_R_32F, k, m, lda));
+  FSDP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_32F, k, n, ldb));
+  FSDP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, m, n, ldd));
+  const int64_t sa = lda * m, sb = ldb * n, sd = ldd * n;
+  for (auto [l, stride] : {std::pair{la, sa}, std::pair{lb, sb}, std::pair{ld, sd}}) {
+    FSDP_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch, sizeof(batch)));
+    FSDP_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, 8));
+  }
+  const float one = 1.0f, zero = 0.0f;
+  FSDP_CUBLAS_CHECK(cublasLtMatmul(h, desc, &one, da.ptr, la, db.ptr, lb, &zero, dd.ptr, ld, dd.ptr, ld, nullptr,
+                                   nullptr, 0, nullptr));
+  const auto d = dd.get();
+  for (int bt = 0; bt < batch; ++bt)
+    for (int i = 0; i < m; ++i)
+      for (int j = 0; j < n; ++j) {
+        float want = 0;
+        for (int p = 0; p < k; ++p) want += a[size_t(bt * sa + p + i * lda)] * b[size_t(bt * sb + p + j * ldb)];
+        EXPECT_EQ(d[size_t(bt * sd + i + j * ldd)], want) << bt << " " << i << " " << j;
+      }
+  // B's last batch runs past its allocation when the batch stride is too large.
+  const int64_t too_far = sb + 5;
+  FSDP_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(lb, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &too_far, 8));
+  expect_error([&] {
+    FSDP_CUBLAS_CHECK(cublasLtMatmul(h, desc, &one, da.ptr, la, db.ptr, lb, &zero, dd.ptr, ld, dd.ptr, ld, nullptr,
+                                     nullptr, 0, nullptr));
+  }, {"CUBLAS_STATUS_INVALID_VALUE", "B 3x4 (ld 5, batch 2) spans 172 bytes", "beyond device memory"});
+  cublasLtMatrixLayout_t bad_ld;
+  FSDP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&bad_ld, CUDA_R_32F, m, n, 1));
+  expect_error([&] {
+    FSDP_CUBLAS_CHECK(cublasLtMatmul(h, desc, &one, da.ptr, la, db.ptr, lb, &zero, dd.ptr, bad_ld, dd.ptr, bad_ld,
+                                     nullptr, nullptr, 0, nullptr));
+  }, {"leading dimension 1 < rows 2"});
+  for (auto l : {la, lb, ld, bad_ld}) FSDP_CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(l));
+  FSDP_CUBLAS_CHECK(cublasLtMatmulDescDestroy(desc));
+  FSDP_CUBLAS_CHECK(cublasLtDestroy(h));
 }
 
 }  // namespace
