@@ -8,7 +8,7 @@
 // D-long dot products it would replace, so the loops are written out; prefill (T > 1) runs
 // the same loops, parallel over rows. Every output element is produced by one item in a
 // fixed order of operations, so the bits do not depend on the thread count. The scores
-// scratch is thread_local and only grows: no allocation once the longest row has been seen.
+// scratch is thread_local and only grows: no allocation after the first call on a cache.
 #include <omp.h>
 
 #include <algorithm>
@@ -54,6 +54,7 @@ template <typename T>
 void decode_impl(const Tensor& q, const Tensor& k_new, const Tensor& v_new, const Tensor& k_cache,
                  const Tensor& v_cache, int64_t pos, const Tensor& out) {
   const int64_t B = q.size(0), Tn = q.size(1), H = q.size(2), D = q.size(3), KVH = k_new.size(2), G = H / KVH;
+  const int64_t S = k_cache.size(2);
   const Rows<T> Q(q), O(out), Kn(k_new), Vn(v_new), Kc(k_cache), Vc(v_cache);  // caches as [B, KVH, S]
   const T scale = T(1.0 / std::sqrt(double(D)));
   const int64_t work = B * H * Tn * (pos + Tn) * D;
@@ -66,8 +67,10 @@ void decode_impl(const Tensor& q, const Tensor& k_new, const Tensor& v_new, cons
       std::memcpy(Vc.at(b, g, pos + t), Vn.at(b, t, g), size_t(D) * sizeof(T));
     }
     // (the loop's implicit barrier puts every new row in the cache before any read below)
+    // Sized for the whole cache, not this call's rows: decoding grows the row one position
+    // per step, and growing the buffer with it would reallocate every few steps.
     static thread_local std::vector<T> scores;
-    if (scores.size() < size_t(pos + Tn)) scores.resize(size_t(pos + Tn));
+    if (scores.size() < size_t(S)) scores.resize(size_t(S));
     T* s = scores.data();
     // Dynamic: later rows see more keys; any assignment of items gives the same bits.
 #pragma omp for schedule(dynamic, 4)
