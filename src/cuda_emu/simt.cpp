@@ -8,7 +8,8 @@
 // are pooled and reused across blocks and launches: a thread's body returns to a loop at
 // the fiber's base, which reports Done and waits to be handed the next thread.
 //
-// The scheduler resumes every Ready fiber in thread order; a fiber runs until it calls
+// The scheduler resumes every Ready fiber in thread order (or in reverse order, see
+// schedule_reverse); a fiber runs until it calls
 // __syncthreads or a warp collective (it parks with its arguments) or its body returns.
 // When none is Ready, it completes every warp collective whose mask is fully parked at
 // the same collective, else the block barrier if every live thread is parked there, else
@@ -22,6 +23,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -422,6 +424,21 @@ std::string deadlock_summary(std::vector<Fiber*>& t, int n) {
   return s;
 }
 
+// FSDP_EMU_SCHEDULE=reverse (or fsdpEmuSetSchedule(1)) resumes threads in decreasing
+// index order. A missing barrier between a write and another thread's read shows up in one
+// of the two orders: running the suite under both catches it whichever way it points.
+std::atomic<int> g_schedule{-1};
+
+bool schedule_reverse() {
+  int v = g_schedule.load(std::memory_order_relaxed);
+  if (v < 0) {
+    const char* e = std::getenv("FSDP_EMU_SCHEDULE");
+    v = e != nullptr && std::strcmp(e, "reverse") == 0 ? 1 : 0;
+    g_schedule.store(v, std::memory_order_relaxed);
+  }
+  return v == 1;
+}
+
 void run_block(uint3 block_idx) {
   Scheduler& s = sched();
   const LaunchSpec& spec = *s.spec;
@@ -439,9 +456,11 @@ void run_block(uint3 block_idx) {
         t[size_t(linear)] = f;
       }
   if (s.dyn_smem != nullptr) std::memset(s.dyn_smem, 0xff, spec.dynamic_smem);
+  const bool reverse = schedule_reverse();
   for (;;) {
     bool progressed = false;
-    for (int i = 0; i < n; ++i) {
+    for (int j = 0; j < n; ++j) {
+      const int i = reverse ? n - 1 - j : j;
       if (t[size_t(i)]->state != State::Ready) continue;
       resume(t[size_t(i)]);
       progressed = true;
@@ -531,6 +550,8 @@ unsigned active_mask() {
     if (s.pool[size_t(w0 + b)]->state != State::Done) m |= 1u << b;
   return m;
 }
+
+void set_schedule(int reverse) { g_schedule.store(reverse < 0 ? -1 : reverse != 0 ? 1 : 0, std::memory_order_relaxed); }
 
 cudaError_t launch_erased(const LaunchSpec& spec) {
   if (tl_thread != nullptr)

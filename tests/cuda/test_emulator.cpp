@@ -196,6 +196,14 @@ __global__ void trap_kernel(int* out) {
   out[0] = 1;
 }
 
+// Bug: reads its left neighbour's shared value with no barrier after the writes.
+__global__ void missing_barrier_kernel(int* out) {
+  FSDP_DYNAMIC_SHARED(int, s);
+  const int t = int(threadIdx.x);
+  s[t] = t + 1;
+  out[t] = t > 0 ? s[t - 1] : 0;  // needs __syncthreads() before this line
+}
+
 __global__ void dyn_smem_kernel(float* out) {
   FSDP_DYNAMIC_SHARED(float, s);
   s[threadIdx.x] = 1.0f;
@@ -377,6 +385,24 @@ TEST(CudaEmulator, FaultsAreReportedNotRun) {
   FSDP_LAUNCH(write_kernel, dim3(1), dim3(64), 0, nullptr, p.ptr, 64);
   for (float v : p.get()) EXPECT_EQ(v, 1.0f);
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+}
+
+// Threads switch only at barriers and collectives, so a missing barrier is visible only
+// when the run order puts the reader first: increasing order hides a read of the left
+// neighbour, decreasing order exposes it (dynamic shared memory reads back 0xff bytes).
+TEST(CudaEmulator, ReverseScheduleExposesAMissingBarrier) {
+  DeviceBuffer<int> out(64);
+  fsdp_emu::set_schedule(0);
+  FSDP_LAUNCH(missing_barrier_kernel, dim3(1), dim3(64), 64 * sizeof(int), nullptr, out.ptr);
+  const auto forward = out.get();
+  fsdp_emu::set_schedule(1);
+  FSDP_LAUNCH(missing_barrier_kernel, dim3(1), dim3(64), 64 * sizeof(int), nullptr, out.ptr);
+  const auto reverse = out.get();
+  fsdp_emu::set_schedule(-1);
+  for (int t = 1; t < 64; ++t) {
+    EXPECT_EQ(forward[size_t(t)], t) << "forward order hides the race";
+    EXPECT_EQ(reverse[size_t(t)], -1) << "reverse order reads the unwritten neighbour";
+  }
 }
 
 #if defined(__SANITIZE_ADDRESS__)

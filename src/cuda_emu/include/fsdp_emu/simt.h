@@ -94,6 +94,8 @@ void syncthreads();
 int syncthreads_reduce(int kind, int pred);  // 0: count, 1: and, 2: or
 [[noreturn]] void device_fault(int error, const char* what);  // fails the running launch
 void* dynamic_shared_memory();
+// 0: threads resume in increasing index order, 1: decreasing, -1: as FSDP_EMU_SCHEDULE says.
+void set_schedule(int reverse);
 unsigned active_mask();
 
 template <typename T>
