@@ -1,10 +1,17 @@
 #!/usr/bin/env bash
 # Quick start, command 1: set up, build, prepare the demo corpus (the King James Bible,
-# tokenized with a 1024-piece sentencepiece model) and train configs/tiny.yaml on it on
-# the CPU. Extra arguments are passed to `fsdp_train train` (e.g. --set train.max_steps=50).
+# tokenized with a 1024-piece sentencepiece model), train configs/tiny.yaml on it on the
+# CPU, and print a sample from the trained model. Extra arguments are passed to
+# `fsdp_train train` (e.g. --set train.max_steps=50). Running it again resumes from the
+# newest checkpoint in runs/tiny/checkpoints, as an sbatch job would (add
+# --set checkpoint.resume=none to train from scratch).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bash "$root/scripts/build.sh"
 cd "$root"
 bash "$root/scripts/demo_corpus.sh" "${BUILD_DIR:-$root/build}/fsdp_train"
-exec "${BUILD_DIR:-$root/build}/fsdp_train" train --config configs/tiny.yaml "$@"
+bin="${BUILD_DIR:-$root/build}/fsdp_train"
+"$bin" train --config configs/tiny.yaml "$@"
+echo "---- a sample from the trained model (fsdp_train generate, temperature 0.8, top-k 40) ----"
+"$bin" generate --checkpoint runs/tiny/checkpoints --tokenizer data/demo/tokenizer.model \
+  --prompt "And God said" --max-new-tokens 60 --top-k 40 --seed 1

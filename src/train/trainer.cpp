@@ -229,9 +229,10 @@ void Trainer::resume(const std::string& path) {
                  "original run's",
                  cfg_.data.seed, m.state.data_seed);
   }
-  if (step_ > cfg_.train.max_steps) {
-    spdlog::warn("checkpoint: {} is at step {}, beyond train.max_steps {}: nothing to train", path, step_,
-                 cfg_.train.max_steps);
+  if (step_ >= cfg_.train.max_steps) {
+    spdlog::warn("checkpoint: {} is at step {}, train.max_steps is {}: nothing to train (raise train.max_steps to "
+                 "train on, or set checkpoint.resume: none to start over)",
+                 path, step_, cfg_.train.max_steps);
   }
 }
 
