@@ -6,8 +6,8 @@
 #     forwards it to srun, fsdp_train checkpoints and exits 75, the script runs `scontrol
 #     requeue`, Slurm starts the job again (SLURM_RESTART_COUNT=1) and it resumes from the
 #     checkpoint: every step's loss equals the reference's bit for bit;
-#  3. a job cancelled mid-run (`scancel`: SIGTERM to everything) checkpoints but is not
-#     requeued.
+#  3. a job cancelled mid-run (`scancel`: SIGTERM to everything) still checkpoints, but is
+#     not requeued.
 source "$(dirname "$0")/common.sh" "$@"
 
 STEPS=150
@@ -67,7 +67,12 @@ scancel "$JOB_ID"
 wait_job_end "$JOB_ID" 60
 [[ $JOB_STATE == CANCELLED ]] || fail "job $JOB_ID ended $JOB_STATE, expected CANCELLED"
 [[ $(job_field "$JOB_ID" Restarts) == 0 ]] || fail "a cancelled job was requeued"
-sleep 1 # the batch script's last lines reach the log after the state change
+# The batch script's last lines reach the log after the state change.
+for ((t = 0; t < 50; t++)); do log_has "$JOB_LOG" "not requeued: resubmit to resume" && break; sleep 0.2; done
 require_log "$JOB_LOG" "SIGTERM: the job is being cancelled or ran out of time; it will not be requeued"
+require_log "$JOB_LOG" "fsdp_train wrote a checkpoint and stopped \(exit code 75\); the job was cancelled, so it is not requeued: resubmit to resume"
 ! log_has "$JOB_LOG" "requeueing job" || fail "a cancelled job tried to requeue itself"
+saved=$(sed -n 's/.*checkpoint: saved .*step_\([0-9]*\) .*/\1/p' "$JOB_LOG" | tail -1)
+[[ -n $saved && -f $run/checkpoints/step_$saved/manifest.json ]] || fail "the cancelled job left no checkpoint"
+say "cancelled: checkpoint at step $saved, not requeued"
 say "PASS"
