@@ -137,8 +137,9 @@ TEST(FsdpEquivalence, Bf16ParametersAndReductionStayClose) {
 //   FULL_SHARD:    sum_u (n-1) S_u * (2 gathers, 1 for the last unit) + sum_u (n-1) S_u (reduce-scatter)
 //   SHARD_GRAD_OP: sum_u (n-1) S_u * 1 gather + sum_u (n-1) S_u
 //   NO_SHARD:      sum_u 2 (n-1)/n * bytes(unit)  (all-reduce over the world)
-// plus the step's two scalar all-reduces: the loss [2 doubles] over the world and the
-// squared grad norm [1 double] over the shard group.
+// plus the step's two scalar all-reduces: the loss [4 doubles: loss sum, tokens, ranks
+// signalled to stop, ranks still writing a checkpoint] over the world and the squared grad
+// norm [1 double] over the shard group.
 double expected_bytes(const std::string& strategy, const std::vector<model::UnitLayout>& units, int world) {
   const int n = strategy == "NO_SHARD" ? 1 : world;
   double total = 0;
@@ -148,7 +149,7 @@ double expected_bytes(const std::string& strategy, const std::vector<model::Unit
     if (strategy == "SHARD_GRAD_OP") total += (n - 1) * S * 2;
     if (strategy == "NO_SHARD") total += 2.0 * (world - 1) / world * double(units[u].numel) * 4;
   }
-  total += 2.0 * (world - 1) / world * 16;
+  total += 2.0 * (world - 1) / world * 32;
   total += 2.0 * (n - 1) / n * 8;
   return total;
 }
