@@ -104,10 +104,22 @@ slurm_wait_for() {
   return 0
 }
 
+# True when nothing listens on TCP port $1 (read from /proc: no ss/netstat on a bare image).
+slurm_port_free() {
+  local hex
+  hex=$(printf '%04X' "$1")
+  ! grep -qsE "^ *[0-9]+: [0-9A-F]+:$hex [0-9A-F]+:[0-9A-F]+ 0A " /proc/net/tcp /proc/net/tcp6
+}
+
 slurm_up() {
-  local d=$1 cpus=${2:-8}
+  local d=$1 cpus=${2:-8} try
   SLURM_TEST_DIR=$d
-  : "${SLURM_TEST_CTLD_PORT:=$((16817 + RANDOM % 2000 * 2))}"
+  # Two adjacent free ports in 16817..20816 (never Slurm's own 6817/6818).
+  for ((try = 0; try < 50 && ${SLURM_TEST_CTLD_PORT:-0} == 0; try++)); do
+    local p=$((16817 + RANDOM % 2000 * 2))
+    if slurm_port_free "$p" && slurm_port_free "$((p + 1))"; then SLURM_TEST_CTLD_PORT=$p; fi
+  done
+  : "${SLURM_TEST_CTLD_PORT:?no free port pair found}"
   : "${SLURM_TEST_SLURMD_PORT:=$((SLURM_TEST_CTLD_PORT + 1))}"
   # munged runs as the munge user and refuses a socket or key directory it does not trust,
   # so the tree is world-traversable and munge's own directories are munge's.
