@@ -95,7 +95,8 @@ TEST(Cli, ModelShapeErrorsStopBeforeTraining) {
 }
 
 TEST(Cli, EvalPrintsEvalLossLast) {
-  Result r = run("eval --config " + kTiny + " --set eval.batches=2");
+  // resume none: a checkpoint left in runs/tiny by the demo must not be what is evaluated.
+  Result r = run("eval --config " + kTiny + " --set eval.batches=2 --set checkpoint.resume=none");
   ASSERT_EQ(r.code, 0) << r.out;
   const auto pos = r.out.rfind("eval_loss ");
   ASSERT_NE(pos, std::string::npos) << r.out;
