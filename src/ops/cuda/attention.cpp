@@ -1,0 +1,46 @@
+// The CUDA causal GQA attention (fsdp/ops/attention.h) registered into its dispatch stubs:
+// the front end validated shapes, dtypes, devices and layouts; this side hands pointers
+// and strides to attention.cu.
+#include "attention.cuh"
+
+#include "fsdp/core/cuda.h"
+#include "fsdp/ops/attention.h"
+
+namespace fsdp {
+namespace {
+
+// A [B, T, heads, D] tensor with (heads, D) packed: head h of row (b, t) at b*s0 + t*s1 + h*D.
+cuda::HeadsView heads(const Tensor& t) { return cuda::HeadsView{t.data_ptr(), t.stride(0), t.stride(1), t.size(3)}; }
+
+cudaStream_t stream_of(const Tensor& t) { return static_cast<cudaStream_t>(cuda::current_stream(t.device().index)); }
+
+void check_supported(const char* op, const Tensor& q) {
+  FSDP_CHECK(cuda::attention_supports(q.dtype(), q.size(3)),
+             "{}: the CUDA backend implements float32, float64 and bfloat16 with head dim <= {}, got q {}", op,
+             cuda::kAttentionMaxHeadDim, q.str());
+}
+
+void attention_forward_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse) {
+  check_supported("attention_forward", q);
+  cuda::DeviceGuard guard(q.device().index);
+  const cuda::AttentionFwdArgs a{heads(q), heads(k),  heads(v),  heads(out), lse.data_ptr(), q.size(0),
+                                 q.size(1), q.size(2), k.size(2), q.size(3), 0};
+  cuda::launch_attention_forward(q.dtype(), a, stream_of(q));
+}
+
+void attention_backward_cuda(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                             const Tensor& lse, const Tensor& dq, const Tensor& dk, const Tensor& dv) {
+  check_supported("attention_backward", q);
+  cuda::DeviceGuard guard(q.device().index);
+  const cuda::AttentionBwdArgs a{heads(dout),    heads(q),  heads(k),  heads(v),  heads(out), heads(dq), heads(dk),
+                                 heads(dv),      lse.data_ptr(), q.size(0), q.size(1), q.size(2), k.size(2),
+                                 q.size(3)};
+  cuda::launch_attention_backward(q.dtype(), a, stream_of(q));
+}
+
+}  // namespace
+
+FSDP_REGISTER_DISPATCH(attention_forward_stub, DeviceType::CUDA, &attention_forward_cuda);
+FSDP_REGISTER_DISPATCH(attention_backward_stub, DeviceType::CUDA, &attention_backward_cuda);
+
+}  // namespace fsdp

@@ -1,0 +1,46 @@
+// Launchers of the causal GQA attention kernels (attention.cu), called by attention.cpp
+// and, for the prefill of a KV cache, by attention_decode.cpp. Plain C++ on the host side:
+// pointers, element strides and sizes, no Tensor.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "fsdp/core/dtype.h"
+
+namespace fsdp::cuda {
+
+// Element (b, t, h, d) of a [B, T, heads, D] operand with (heads, D) packed is at
+// data[b * s0 + t * st + h * sh + d]: sh = D for the activations, and for a KV cache
+// [B, KVH, S, D] read as keys (b, position t, kv head h): s0 = its stride(0), st = D,
+// sh = its stride(1).
+struct HeadsView {
+  void* data;
+  int64_t s0, st, sh;
+};
+
+// Causal attention of T query rows at absolute positions q_pos .. q_pos + T - 1 against
+// the keys and values at positions 0 .. q_pos + T - 1 (query row t sees keys j <= q_pos + t).
+// attention_forward is q_pos = 0; a KV-cache prefill is q_pos = pos with the cache as k, v.
+struct AttentionFwdArgs {
+  HeadsView q, k, v, out;
+  void* lse;  // [B, H, T] float32 (float64 for float64), or nullptr: not saved
+  int64_t B, T, H, KVH, D;
+  int64_t q_pos;
+};
+
+struct AttentionBwdArgs {
+  HeadsView dout, q, k, v, out, dq, dk, dv;
+  const void* lse;  // [B, H, T], as saved by the forward
+  int64_t B, T, H, KVH, D;
+};
+
+// float32, float64 and bfloat16 (float32 accumulation) with D <= kAttentionMaxHeadDim.
+constexpr int64_t kAttentionMaxHeadDim = 256;
+bool attention_supports(DType t, int64_t head_dim);
+
+void launch_attention_forward(DType t, const AttentionFwdArgs& a, cudaStream_t stream);
+void launch_attention_backward(DType t, const AttentionBwdArgs& a, cudaStream_t stream);
+
+}  // namespace fsdp::cuda

@@ -1,0 +1,159 @@
+// CUDA causal GQA attention, forward and backward, against the CPU op (the reference) on
+// awkward shapes: T = 1, 7, 20, 33, 40, 100 (one, part of, and several kernel tiles), head
+// dims 8, 16, 64, 72, 136 (each kernel configuration: D <= 64, <= 128, <= 256), GQA ratios
+// 1, 2, 4, batch 1 and 3; q, k, v (and dq, dk, dv) are strided views of one fused
+// [B, T, H + 2 KVH, D] buffer, as in the model. float32, float64 and bfloat16; for bfloat16,
+// which the CPU backend does not implement, the reference is the CPU float32 op on the
+// exact upcast inputs, rounded once to bfloat16 at the end.
+//
+// Tolerances (normalised MSE), and why:
+//   float64  1e-24  both in double; summation order (BLAS tiles vs one thread's loop) and
+//                   exp's last ulp differ (measured <= 4e-31);
+//   float32  1e-11  the CPU's exp is a Cephes polynomial (1.4 ulp), the GPU's expf, and the
+//                   summation orders differ; dS = P (dP - delta) cancels, which costs a
+//                   few more bits in the gradients (measured <= 2e-13);
+//   bfloat16 1e-5   the float results agree to ~1e-7 relative, and a difference that small
+//                   flips a bf16 rounding (2^-8 relative) now and then (measured <= 7e-11
+//                   on these seeds; the bound is one flip in a few hundred elements);
+//                   lse stays float32: the float32 bound.
+// With T = 1 the exact dq and dk are 0 (dP - delta = dO.v - dO.v), so both sides hold only
+// rounding noise and a relative error means nothing: they are held to |x| <= 1e-4 instead
+// (two length-D dot products of O(1) values subtracted, in float).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "cuda_test_util.h"
+#include "fsdp/ops/attention.h"
+
+namespace fsdp::test {
+namespace {
+
+double tolerance(DType t) { return t == DType::F64 ? 1e-24 : t == DType::F32 ? 1e-11 : 1e-5; }
+double lse_tolerance(DType t) { return t == DType::F64 ? 1e-24 : 1e-11; }
+DType reference_dtype(DType t) { return t == DType::F64 ? DType::F64 : DType::F32; }
+DType lse_dtype(DType t) { return t == DType::F64 ? DType::F64 : DType::F32; }
+
+struct Shape {
+  int64_t B, T, H, KVH, D;
+};
+const Shape kShapes[] = {
+    {1, 1, 1, 1, 8},     // one row, one key
+    {3, 7, 4, 2, 16},    // batch 3, GQA 2, part of a tile
+    {1, 33, 4, 1, 64},   // GQA 4, a tile and one row (float64: two 32-row tiles and one row)
+    {1, 100, 2, 2, 16},  // two 64-row tiles, the last partial; GQA 1
+    {3, 33, 2, 1, 8},    // batch 3, GQA 2
+    {1, 40, 2, 1, 72},   // 64 < D <= 128
+    {1, 20, 1, 1, 136},  // 128 < D <= 256
+};
+
+std::string name(DType t, const Shape& s) {
+  return std::string(dtype_name(t)) + " B" + std::to_string(s.B) + " T" + std::to_string(s.T) + " H" +
+         std::to_string(s.H) + " KVH" + std::to_string(s.KVH) + " D" + std::to_string(s.D);
+}
+
+// Views of heads [h0, h0 + n) of a [B, T, heads, D] buffer.
+Tensor heads(const Tensor& buf, int64_t h0, int64_t n) { return buf.narrow(2, h0, n); }
+Tensor q_of(const Tensor& buf, const Shape& s) { return heads(buf, 0, s.H); }
+Tensor k_of(const Tensor& buf, const Shape& s) { return heads(buf, s.H, s.KVH); }
+Tensor v_of(const Tensor& buf, const Shape& s) { return heads(buf, s.H + s.KVH, s.KVH); }
+
+// The fused [B, T, H + 2 KVH, D] buffer, values in [-2, 2) exact in t.
+Tensor fused(const Shape& s, DType t, uint64_t seed) {
+  return random_tensor({s.B, s.T, s.H + 2 * s.KVH, s.D}, DType::F64, seed, -2, 2).to(t);
+}
+
+double max_abs(const Tensor& x) {
+  double m = 0;
+  for (int64_t i = 0; i < x.numel(); ++i) m = std::max(m, std::abs(x.get_flat(i)));
+  return m;
+}
+
+uint64_t seed_of(const Shape& s) { return uint64_t(s.B * 1000003 + s.T * 1009 + s.H * 101 + s.KVH * 11 + s.D); }
+
+struct Forward {
+  Tensor out, lse;
+};
+
+Forward gpu_forward(const Tensor& gbuf, const Shape& s, DType t) {
+  Forward f{Tensor::empty({s.B, s.T, s.H, s.D}, t, kGpu), Tensor::empty({s.B, s.H, s.T}, lse_dtype(t), kGpu)};
+  attention_forward(q_of(gbuf, s), k_of(gbuf, s), v_of(gbuf, s), f.out, f.lse);
+  return f;
+}
+
+// dq, dk, dv as views of one fused gradient buffer on the GPU; returns that buffer.
+Tensor gpu_backward(const Tensor& gdout, const Tensor& gbuf, const Tensor& gout, const Tensor& glse, const Shape& s,
+                    DType t) {
+  Tensor grad = Tensor::empty({s.B, s.T, s.H + 2 * s.KVH, s.D}, t, kGpu);
+  attention_backward(gdout, q_of(gbuf, s), k_of(gbuf, s), v_of(gbuf, s), gout, glse, q_of(grad, s), k_of(grad, s),
+                     v_of(grad, s));
+  return grad;
+}
+
+TEST_F(CudaOps, AttentionForwardMatchesCpu) {
+  for (DType t : {DType::F32, DType::F64, DType::BF16})
+    for (const Shape& s : kShapes) {
+      const DType rt = reference_dtype(t);
+      const Tensor buf = fused(s, t, seed_of(s));
+      const Tensor cbuf = buf.to(rt);
+      Tensor out = Tensor::empty({s.B, s.T, s.H, s.D}, rt), lse = Tensor::empty({s.B, s.H, s.T}, lse_dtype(t));
+      attention_forward(q_of(cbuf, s), k_of(cbuf, s), v_of(cbuf, s), out, lse);
+
+      const Forward g = gpu_forward(on_gpu(buf), s, t);
+      EXPECT_LE(nmse(on_cpu(g.out), t == rt ? out : out.to(t)), tolerance(t)) << name(t, s);
+      EXPECT_LE(nmse(on_cpu(g.lse), lse), lse_tolerance(t)) << name(t, s);
+    }
+}
+
+TEST_F(CudaOps, AttentionBackwardMatchesCpu) {
+  for (DType t : {DType::F32, DType::F64, DType::BF16})
+    for (const Shape& s : kShapes) {
+      const DType rt = reference_dtype(t);
+      const Tensor buf = fused(s, t, seed_of(s));
+      const Tensor cbuf = buf.to(rt);
+      const Tensor dout = random_tensor({s.B, s.T, s.H, s.D}, DType::F64, seed_of(s) + 1, -2, 2).to(t);
+      // Both sides get the same out (the CPU's, rounded to t) and lse.
+      Tensor out = Tensor::empty({s.B, s.T, s.H, s.D}, rt), lse = Tensor::empty({s.B, s.H, s.T}, lse_dtype(t));
+      attention_forward(q_of(cbuf, s), k_of(cbuf, s), v_of(cbuf, s), out, lse);
+      const Tensor out_t = out.to(t);
+      Tensor grad = Tensor::empty({s.B, s.T, s.H + 2 * s.KVH, s.D}, rt);
+      attention_backward(dout.to(rt), q_of(cbuf, s), k_of(cbuf, s), v_of(cbuf, s), out_t.to(rt), lse, q_of(grad, s),
+                         k_of(grad, s), v_of(grad, s));
+      const Tensor want = t == rt ? grad : grad.to(t);
+
+      const Tensor got = on_cpu(gpu_backward(on_gpu(dout), on_gpu(buf), on_gpu(out_t), on_gpu(lse), s, t));
+      if (s.T == 1) {
+        EXPECT_LE(max_abs(q_of(got, s).to(t)), 1e-4) << "dq " << name(t, s);
+        EXPECT_LE(max_abs(k_of(got, s).to(t)), 1e-4) << "dk " << name(t, s);
+      } else {
+        EXPECT_LE(nmse(q_of(got, s).to(t), q_of(want, s).to(t)), tolerance(t)) << "dq " << name(t, s);
+        EXPECT_LE(nmse(k_of(got, s).to(t), k_of(want, s).to(t)), tolerance(t)) << "dk " << name(t, s);
+      }
+      EXPECT_LE(nmse(v_of(got, s).to(t), v_of(want, s).to(t)), tolerance(t)) << "dv " << name(t, s);
+    }
+}
+
+// No atomics and a fixed order of every sum: two runs give the same bits.
+TEST_F(CudaOps, AttentionIsDeterministic) {
+  for (DType t : {DType::F32, DType::BF16}) {
+    const Shape s{3, 100, 4, 1, 64};
+    const Tensor gbuf = on_gpu(fused(s, t, 7));
+    const Tensor gdout = on_gpu(random_tensor({s.B, s.T, s.H, s.D}, DType::F64, 8, -2, 2).to(t));
+    const Forward f1 = gpu_forward(gbuf, s, t), f2 = gpu_forward(gbuf, s, t);
+    EXPECT_TRUE(identical(on_cpu(f1.out), on_cpu(f2.out))) << name(t, s);
+    EXPECT_TRUE(identical(on_cpu(f1.lse), on_cpu(f2.lse))) << name(t, s);
+    const Tensor g1 = gpu_backward(gdout, gbuf, f1.out, f1.lse, s, t);
+    const Tensor g2 = gpu_backward(gdout, gbuf, f1.out, f1.lse, s, t);
+    EXPECT_TRUE(identical(on_cpu(g1), on_cpu(g2))) << name(t, s);
+  }
+}
+
+TEST_F(CudaOps, AttentionRejectsWhatItDoesNotImplement) {
+  const Shape s{1, 3, 1, 1, 257};  // head dim past the kernels' 256
+  const Tensor gbuf = on_gpu(fused(s, DType::F32, 1));
+  EXPECT_THROW(gpu_forward(gbuf, s, DType::F32), Error);
+}
+
+}  // namespace
+}  // namespace fsdp::test
