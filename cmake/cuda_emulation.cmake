@@ -30,3 +30,23 @@ target_include_directories(fsdp_cuda_backend PUBLIC ${PROJECT_SOURCE_DIR}/includ
 target_compile_options(fsdp_cuda_backend PRIVATE -Wall -Wextra -fno-math-errno ${FSDP_ARCH_FLAGS})
 target_compile_definitions(fsdp_cuda_backend PUBLIC FSDP_WITH_CUDA=1 FSDP_CUDA_EMULATION=1)
 target_link_libraries(fsdp_cuda_backend PUBLIC fsdp_cuda_emu OpenMP::OpenMP_CXX Threads::Threads fmt::fmt ${FSDP_BLAS_LIB})
+
+# ---- NCCL over MPI (issue 7): begin ---------------------------------------------------
+# The NCCL stand-in (src/cuda_emu/nccl, semantics in src/cuda_emu/include/nccl.h) runs the
+# collectives over MPI, so it is a library of its own: the single-process emulator above
+# does not link MPI. With it the NCCL communicator (src/dist/cuda) builds and runs here.
+add_library(fsdp_cuda_emu_nccl STATIC ${PROJECT_SOURCE_DIR}/src/cuda_emu/nccl/nccl.cpp)
+target_compile_options(fsdp_cuda_emu_nccl PRIVATE -Wall -Wextra)
+target_link_libraries(fsdp_cuda_emu_nccl PUBLIC fsdp_cuda_emu MPI::MPI_CXX)
+target_link_libraries(fsdp_lib PUBLIC fsdp_cuda_emu_nccl)
+target_compile_definitions(fsdp_lib PUBLIC FSDP_WITH_NCCL=1)
+
+# What the NCCL tests (tests/cuda_mpi) link beside fsdp_cuda_backend: the communicators
+# and their bootstrap (src/dist, which needs only core and ops), not all of fsdp_lib.
+file(GLOB FSDP_CUDA_DIST_SOURCES CONFIGURE_DEPENDS
+     ${PROJECT_SOURCE_DIR}/src/dist/*.cpp ${PROJECT_SOURCE_DIR}/src/dist/cuda/*.cpp)
+add_library(fsdp_cuda_dist OBJECT ${FSDP_CUDA_DIST_SOURCES})
+target_compile_options(fsdp_cuda_dist PRIVATE -Wall -Wextra ${FSDP_ARCH_FLAGS})
+target_compile_definitions(fsdp_cuda_dist PUBLIC FSDP_WITH_NCCL=1)
+target_link_libraries(fsdp_cuda_dist PUBLIC fsdp_cuda_backend fsdp_cuda_emu_nccl MPI::MPI_CXX)
+# ---- NCCL over MPI (issue 7): end -----------------------------------------------------

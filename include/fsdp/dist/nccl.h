@@ -1,22 +1,34 @@
-// The NCCL communicator: the collectives of communicator.h on CUDA tensors, for the
-// ranks of an existing (MPI) group, which carries NCCL's unique id from its rank 0.
+// The NCCL communicator: the collectives of communicator.h on CUDA tensors, for the ranks
+// of an existing (MPI) group, which carries NCCL's unique id from its rank 0.
 //
-// Stream ordering (llm.c's zero.cuh habit): every collective runs on the comm stream
-// given at creation, and a cudaEvent is recorded right after it. The caller orders the
-// comm stream after whatever produced the inputs (cudaStreamWaitEvent on the comm
-// stream) before calling. A request then completes in one of two ways:
-//   wait(r):      the host blocks until the collective is done (cudaEventSynchronize);
-//   event_of(r):  the event, for cudaStreamWaitEvent(compute_stream, event), so the
-//                 compute stream (not the host) waits. This completes r as far as the
-//                 communicator is concerned: r must not be waited afterwards, and the
-//                 stream wait must be enqueued before further collectives are issued
-//                 on this communicator (a later collective may re-record the event;
-//                 since all of them run on the one comm stream, waiting on the re-
-//                 recorded event still waits for r, only later than necessary).
-// No host synchronisation happens anywhere else.
+// Note [NCCL stream ordering]
+// Collectives run on a communication stream of their own, joined to the compute stream by
+// events (llm.c's zero.cuh habit, PyTorch's ProcessGroupNCCL), so that an all-gather of the
+// next unit or a reduce-scatter of the last one overlaps the compute stream's kernels:
+//   issue (all_gather, ...):  record `ready` on the caller's current stream of the device
+//                             (Note [CUDA current stream] in fsdp/core/cuda.h: the compute
+//                             stream), make the comm stream wait for it, enqueue the NCCL
+//                             call on the comm stream, record `done` there;
+//   wait(r):                  make the caller's current stream wait for `done`. The host
+//                             does not block: kernels enqueued afterwards read the output,
+//                             and memory the collective used may be freed (stream-ordered)
+//                             or reused. Host code reads results through fsdp::cuda::copy
+//                             or synchronize(), which wait for that stream.
+// So inputs must be produced, and outputs allocated, on the current stream before the call
+// (or ordered before it by the caller), and neither may be touched until wait(r) has been
+// called and the work after it is on the same stream. wait_seconds stays the host time
+// spent in wait(), which is the enqueue only: time spent waiting on communication is on
+// the GPU, visible in an nsys timeline (every collective is an NVTX range named
+// "nccl <collective> (group '<name>')", fsdp/core/nvtx.h).
+// barrier() is the one call that blocks the host: a one-element all-reduce on the comm
+// stream, synchronised.
 //
-// Only in builds with FSDP_CUDA (FSDP_WITH_CUDA defined); the declarations below need
-// no CUDA header (streams and events travel as void*).
+// Byte accounting (stats()) is the MPI communicator's: the ring volume of communicator.h,
+// whatever NCCL does inside.
+//
+// Only in builds with a CUDA backend and NCCL (FSDP_WITH_NCCL: the real toolkit's NCCL, or
+// the emulation build's stand-in over MPI, src/cuda_emu/include/nccl.h); the declarations
+// below need no CUDA header (streams travel as void*).
 #pragma once
 
 #include <memory>
@@ -27,17 +39,17 @@ namespace fsdp::dist {
 
 class NcclCommunicator : public Communicator {
  public:
-  // The cudaEvent_t recorded after r's collective (see above); completes r.
-  virtual void* event_of(Request r) = 0;
   virtual int cuda_device() const = 0;
   virtual void* comm_stream() const = 0;  // cudaStream_t
 };
 
 // A collective over bootstrap_group (same ranks, same rank order, same name): rank 0
 // creates the NCCL unique id and broadcasts it over bootstrap_group, then every rank
-// joins the NCCL communicator on cuda_device. comm_stream is a cudaStream_t on that
-// device, owned by the caller, which must outlive the communicator.
+// joins the NCCL communicator on cuda_device (one device per rank: NCCL refuses two ranks
+// of one clique on one GPU). comm_stream: nullptr to have the communicator create and own a
+// non-blocking stream on cuda_device (the normal case), or a cudaStream_t on that device,
+// owned by the caller, which must outlive the communicator.
 std::unique_ptr<NcclCommunicator> make_nccl_communicator(Communicator& bootstrap_group, int cuda_device,
-                                                         void* comm_stream);
+                                                         void* comm_stream = nullptr);
 
 }  // namespace fsdp::dist

@@ -1,27 +1,31 @@
-// The NCCL communicator (host code: built by the host compiler, links cudart and nccl).
-// See include/fsdp/dist/nccl.h for the stream / event contract.
+// The NCCL communicator (host code: built by the host compiler, links cudart and nccl; in
+// the emulation build the stand-ins of src/cuda_emu). See include/fsdp/dist/nccl.h, Note
+// [NCCL stream ordering], for the stream / event contract.
 //
 // Collectives: ncclAllGather / ncclReduceScatter / ncclAllReduce / ncclBroadcast with
-// ncclSum on ncclFloat32 / ncclFloat64 / ncclBfloat16 (NCCL adds bf16 in float and
-// rounds per step, the semantics communicator.h gives). Each call takes one of
-// kMaxPending request slots, each with its own cudaEvent created up front, so issuing and
-// completing collectives never allocates (detail::RequestSlots, shared with the MPI
+// ncclSum on ncclFloat32 / ncclFloat64 / ncclBfloat16 (NCCL adds bf16 in float and rounds
+// per step, the semantics communicator.h gives), each on the comm stream between a `ready`
+// event recorded on the caller's stream and a `done` event recorded after it. Each call
+// takes one of kMaxPending request slots holding both events, created up front, so issuing
+// and completing collectives never allocates (detail::RequestSlots, shared with the MPI
 // backend), and a stale or foreign Request id is refused rather than waited on.
 // Zero-element collectives complete at once without calling NCCL (every rank has the
 // same sizes, so every rank skips alike).
 //
 // Errors: every CUDA and NCCL call is checked; the message names the call, file:line,
 // the group, the rank, the device and the host, with cudaGetErrorString /
-// ncclGetErrorString and NCCL's own last-error text.
+// ncclGetErrorString and NCCL's own last-error text. The destructor's calls are not
+// checked: teardown errors (driver unloading, a peer gone) are not actionable.
 //
-// Built only where CMake found NCCL and links it (it defines FSDP_WITH_NCCL): a CUDA
-// toolkit need not ship NCCL, and without it this file compiles to nothing, so
+// Built only where NCCL is (FSDP_WITH_NCCL: CMake found it, or the emulation build): a
+// CUDA toolkit need not ship NCCL, and without it this file compiles to nothing, so
 // make_nccl_communicator stays undefined rather than the whole link failing.
 #if defined(FSDP_WITH_NCCL)
 #include <cuda_runtime.h>
 #include <nccl.h>
 #include <unistd.h>
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
@@ -29,6 +33,8 @@
 #include <string>
 
 #include "../detail.h"
+#include "fsdp/core/cuda.h"
+#include "fsdp/core/nvtx.h"
 #include "fsdp/dist/nccl.h"
 
 namespace fsdp::dist {
@@ -49,30 +55,38 @@ std::string describe(const Context& c) {
 }
 
 [[noreturn]] void cuda_fail(cudaError_t e, const char* call, const Context& c, const char* file, int line) {
+  std::string detail;
+#if defined(FSDP_CUDA_EMULATION)
+  detail = fsdpEmuLastErrorDetail();
+#endif
+  (void)cudaGetLastError();  // consumed here, so a later launch check does not report it again
   throw_error(file, line, nullptr,
-              fmt::format("{} failed on {}: {} ({})", call, describe(c), cudaGetErrorString(e), cudaGetErrorName(e)));
+              fmt::format("{} failed on {}: {} ({}){}{}", call, describe(c), cudaGetErrorString(e), cudaGetErrorName(e),
+                          detail.empty() ? "" : "; emulator: ", detail));
 }
 
 [[noreturn]] void nccl_fail(ncclResult_t r, const char* call, ncclComm_t comm, const Context& c, const char* file,
                             int line) {
   const char* last = ncclGetLastError(comm);
   throw_error(file, line, nullptr,
-              fmt::format("{} failed on {}: {}{}{}", call, describe(c), ncclGetErrorString(r),
+              fmt::format("{} failed on {}: {} (ncclResult_t {}){}{}", call, describe(c), ncclGetErrorString(r), int(r),
                           last != nullptr && last[0] != '\0' ? "; NCCL says: " : "", last != nullptr ? last : ""));
 }
 
-// ggml's CUDA_CHECK / nccl-tests' NCCLCHECK: the call text and where it ran.
-#define FSDP_CUDA_CHECK(call)                                                                       \
-  do {                                                                                              \
-    const cudaError_t fsdp_cuda_err_ = (call);                                                      \
-    if (fsdp_cuda_err_ != cudaSuccess) [[unlikely]] cuda_fail(fsdp_cuda_err_, #call, context(), __FILE__, __LINE__); \
+// ggml's CUDA_CHECK / nccl-tests' NCCLCHECK: the call text and where it ran. Named apart
+// from fsdp/core/cuda_check.h's FSDP_CUDA_CHECK: these add the group and rank.
+#define FSDP_NCCL_CUDA_CHECK(call)                                                   \
+  do {                                                                               \
+    const cudaError_t fsdp_cuda_err_ = (call);                                       \
+    if (fsdp_cuda_err_ != cudaSuccess) [[unlikely]]                                  \
+      cuda_fail(fsdp_cuda_err_, #call, context(), __FILE__, __LINE__);               \
   } while (0)
 
-#define FSDP_NCCL_CHECK(call)                                                                                    \
-  do {                                                                                                           \
-    const ncclResult_t fsdp_nccl_res_ = (call);                                                                  \
-    if (fsdp_nccl_res_ != ncclSuccess) [[unlikely]]                                                              \
-      nccl_fail(fsdp_nccl_res_, #call, comm_, context(), __FILE__, __LINE__);                                    \
+#define FSDP_NCCL_CHECK(call)                                                        \
+  do {                                                                               \
+    const ncclResult_t fsdp_nccl_res_ = (call);                                      \
+    if (fsdp_nccl_res_ != ncclSuccess) [[unlikely]]                                  \
+      nccl_fail(fsdp_nccl_res_, #call, comm_, context(), __FILE__, __LINE__);        \
   } while (0)
 
 ncclDataType_t nccl_type(DType t) {
@@ -84,6 +98,22 @@ ncclDataType_t nccl_type(DType t) {
   }
 }
 
+const char* collective_name(Collective op) {
+  switch (op) {
+    case Collective::AllGather: return "all_gather";
+    case Collective::ReduceScatter: return "reduce_scatter";
+    case Collective::AllReduce: return "all_reduce";
+    case Collective::Broadcast: return "broadcast";
+  }
+  return "?";
+}
+
+// The events of one request slot (see nccl.h).
+struct Events {
+  cudaEvent_t ready = nullptr;  // on the caller's stream: the inputs are there
+  cudaEvent_t done = nullptr;   // on the comm stream: the collective has finished
+};
+
 class NcclCommunicatorImpl final : public NcclCommunicator {
  public:
   NcclCommunicatorImpl(Communicator& bootstrap, int device, void* stream)
@@ -92,8 +122,21 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
         size_(bootstrap.size()),
         device_(device),
         stream_(static_cast<cudaStream_t>(stream)) {
-    FSDP_CUDA_CHECK(cudaSetDevice(device_));
-    for (Slot& s : slots_.all()) FSDP_CUDA_CHECK(cudaEventCreateWithFlags(&s.handle, cudaEventDisableTiming));
+    for (int op = 0; op < 4; ++op)
+      nvtx_names_[size_t(op)] = fmt::format("nccl {} (group '{}')", collective_name(Collective(op)), name_);
+    int count = 0;
+    FSDP_NCCL_CUDA_CHECK(cudaGetDeviceCount(&count));
+    FSDP_CHECK(device_ < count, "NCCL communicator for group '{}' (rank {} of {}): cuda:{} requested, but this "
+               "process sees {} CUDA device(s)", name_, rank_, size_, device_, count);
+    const cuda::DeviceGuard guard(device_);
+    if (stream_ == nullptr) {
+      FSDP_NCCL_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+      owns_stream_ = true;
+    }
+    for (Slot& s : slots_.all()) {
+      FSDP_NCCL_CUDA_CHECK(cudaEventCreateWithFlags(&s.handle.ready, cudaEventDisableTiming));
+      FSDP_NCCL_CUDA_CHECK(cudaEventCreateWithFlags(&s.handle.done, cudaEventDisableTiming));
+    }
 
     // The unique id travels as 64 bfloat16 elements: MPI moves that type as raw bytes.
     static_assert(sizeof(ncclUniqueId) == 128);
@@ -106,12 +149,20 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
   }
 
   ~NcclCommunicatorImpl() override {
-    // Teardown errors (driver unloading, a peer gone) are not actionable here.
-    cudaSetDevice(device_);
-    if (comm_ != nullptr) ncclCommDestroy(comm_);
-    if (barrier_buf_ != nullptr) cudaFree(barrier_buf_);
-    for (Slot& s : slots_.all())
-      if (s.handle != nullptr) cudaEventDestroy(s.handle);
+    int previous = -1;
+    (void)cudaGetDevice(&previous);
+    (void)cudaSetDevice(device_);
+    if (comm_ != nullptr) (void)ncclCommDestroy(comm_);
+    if (barrier_buf_ != nullptr) (void)cudaFree(barrier_buf_);
+    if (owns_stream_ && stream_ != nullptr) {
+      (void)cudaStreamSynchronize(stream_);
+      (void)cudaStreamDestroy(stream_);
+    }
+    for (Slot& s : slots_.all()) {
+      if (s.handle.ready != nullptr) (void)cudaEventDestroy(s.handle.ready);
+      if (s.handle.done != nullptr) (void)cudaEventDestroy(s.handle.done);
+    }
+    if (previous >= 0) (void)cudaSetDevice(previous);
   }
 
   int rank() const override { return rank_; }
@@ -124,7 +175,9 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
     detail::check_all_gather(*this, shard, full);  // in place: NCCL takes shard == full + rank * n as is
     detail::check_device(*this, Collective::AllGather, shard, Device::cuda(device_), "NCCL");
     if (shard.numel() == 0) return counted(Collective::AllGather, 0, 0);
-    const int slot = slots_.acquire(*this, device_);
+    FSDP_NVTX_RANGE(nvtx_names_[size_t(Collective::AllGather)].c_str());
+    const cuda::DeviceGuard guard(device_);
+    const int slot = begin();
     FSDP_NCCL_CHECK(ncclAllGather(shard.data_ptr(), full.data_ptr(), size_t(shard.numel()), nccl_type(shard.dtype()),
                                   comm_, stream_));
     return issued(slot, Collective::AllGather, 0, shard.nbytes());
@@ -134,7 +187,9 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
     detail::check_reduce_scatter(*this, full, shard);
     detail::check_device(*this, Collective::ReduceScatter, shard, Device::cuda(device_), "NCCL");
     if (shard.numel() == 0) return counted(Collective::ReduceScatter, 0, 0);
-    const int slot = slots_.acquire(*this, device_);
+    FSDP_NVTX_RANGE(nvtx_names_[size_t(Collective::ReduceScatter)].c_str());
+    const cuda::DeviceGuard guard(device_);
+    const int slot = begin();
     FSDP_NCCL_CHECK(ncclReduceScatter(full.data_ptr(), shard.data_ptr(), size_t(shard.numel()),
                                       nccl_type(shard.dtype()), ncclSum, comm_, stream_));
     return issued(slot, Collective::ReduceScatter, 0, shard.nbytes());
@@ -144,7 +199,9 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
     detail::check_all_reduce(*this, x);
     detail::check_device(*this, Collective::AllReduce, x, Device::cuda(device_), "NCCL");
     if (x.numel() == 0) return counted(Collective::AllReduce, 0, 0);
-    const int slot = slots_.acquire(*this, device_);
+    FSDP_NVTX_RANGE(nvtx_names_[size_t(Collective::AllReduce)].c_str());
+    const cuda::DeviceGuard guard(device_);
+    const int slot = begin();
     FSDP_NCCL_CHECK(
         ncclAllReduce(x.data_ptr(), x.data_ptr(), size_t(x.numel()), nccl_type(x.dtype()), ncclSum, comm_, stream_));
     return issued(slot, Collective::AllReduce, 0, x.nbytes());
@@ -154,7 +211,9 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
     detail::check_broadcast(*this, x, root);
     detail::check_device(*this, Collective::Broadcast, x, Device::cuda(device_), "NCCL");
     if (x.numel() == 0) return counted(Collective::Broadcast, root, 0);
-    const int slot = slots_.acquire(*this, device_);
+    FSDP_NVTX_RANGE(nvtx_names_[size_t(Collective::Broadcast)].c_str());
+    const cuda::DeviceGuard guard(device_);
+    const int slot = begin();
     FSDP_NCCL_CHECK(
         ncclBroadcast(x.data_ptr(), x.data_ptr(), size_t(x.numel()), nccl_type(x.dtype()), root, comm_, stream_));
     return issued(slot, Collective::Broadcast, root, x.nbytes());
@@ -162,31 +221,52 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
 
   // A one-element all-reduce on the comm stream, waited on the host: NCCL has no barrier.
   void barrier() override {
-    if (barrier_buf_ == nullptr) FSDP_CUDA_CHECK(cudaMalloc(&barrier_buf_, sizeof(float)));
+    const cuda::DeviceGuard guard(device_);
+    if (barrier_buf_ == nullptr) {
+      FSDP_NCCL_CUDA_CHECK(cudaMalloc(&barrier_buf_, sizeof(float)));
+      FSDP_NCCL_CUDA_CHECK(cudaMemsetAsync(barrier_buf_, 0, sizeof(float), stream_));
+    }
     FSDP_NCCL_CHECK(ncclAllReduce(barrier_buf_, barrier_buf_, 1, ncclFloat32, ncclSum, comm_, stream_));
-    FSDP_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    FSDP_NCCL_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    check_async_error();
   }
 
   void wait(Request r) override {
     if (r.id == -1) return;
-    Slot& s = slots_.take(*this, r);
+    const Slot& s = slots_.take(*this, r);
     const auto t0 = std::chrono::steady_clock::now();
-    FSDP_CUDA_CHECK(cudaEventSynchronize(s.handle));
-    ncclResult_t async = ncclSuccess;
-    FSDP_NCCL_CHECK(ncclCommGetAsyncError(comm_, &async));
-    FSDP_NCCL_CHECK(async);
+    const cuda::DeviceGuard guard(device_);
+    check_async_error();
+    FSDP_NCCL_CUDA_CHECK(cudaStreamWaitEvent(compute_stream(), s.handle.done, 0));
     stats_.wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
 
-  void* event_of(Request r) override {
-    if (r.id == -1) return nullptr;  // nothing to wait for; cudaStreamWaitEvent is skipped by the caller
-    return slots_.take(*this, r).handle;
-  }
-
  private:
-  using Slot = detail::RequestSlots<cudaEvent_t>::Slot;
+  using Slot = detail::RequestSlots<Events>::Slot;
 
   Context context() const { return Context{&name_, rank_, size_, device_}; }
+
+  // The stream the caller's work on this device goes to (Note [CUDA current stream]).
+  cudaStream_t compute_stream() const { return static_cast<cudaStream_t>(cuda::current_stream(device_)); }
+
+  // A free slot, with the comm stream ordered after the caller's stream.
+  int begin() {
+    const int slot = slots_.acquire(*this, device_);
+    const cudaStream_t caller = compute_stream();
+    if (caller != stream_) {
+      FSDP_NCCL_CUDA_CHECK(cudaEventRecord(slots_[slot].handle.ready, caller));
+      FSDP_NCCL_CUDA_CHECK(cudaStreamWaitEvent(stream_, slots_[slot].handle.ready, 0));
+    }
+    return slot;
+  }
+
+  // NCCL reports failures of enqueued work (a peer gone, a network error) asynchronously.
+  void check_async_error() {
+    ncclResult_t async = ncclSuccess;
+    FSDP_NCCL_CHECK(ncclCommGetAsyncError(comm_, &async));
+    if (async != ncclSuccess) [[unlikely]]
+      nccl_fail(async, "an earlier collective (ncclCommGetAsyncError)", comm_, context(), __FILE__, __LINE__);
+  }
 
   Request counted(Collective op, int root, uint64_t nbytes) {
     ++stats_.calls;
@@ -195,7 +275,7 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
   }
 
   Request issued(int slot, Collective op, int root, uint64_t nbytes) {
-    FSDP_CUDA_CHECK(cudaEventRecord(slots_[slot].handle, stream_));
+    FSDP_NCCL_CUDA_CHECK(cudaEventRecord(slots_[slot].handle.done, stream_));
     counted(op, root, nbytes);
     return slots_.issue(slot);
   }
@@ -203,9 +283,11 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
   std::string name_;
   int rank_, size_, device_;
   cudaStream_t stream_;
+  bool owns_stream_ = false;
   ncclComm_t comm_ = nullptr;
-  detail::RequestSlots<cudaEvent_t> slots_;
+  detail::RequestSlots<Events> slots_;
   void* barrier_buf_ = nullptr;
+  std::array<std::string, 4> nvtx_names_;  // made once: a range per call must not allocate
 };
 
 }  // namespace

@@ -1,0 +1,130 @@
+// Stand-in for NCCL's nccl.h in the emulation build (FSDP_CUDA_EMULATION=ON): the calls
+// src/dist/cuda/nccl_communicator.cpp makes, with NCCL 2.x's names, values and documented
+// semantics, executed over MPI between the processes of an mpirun job on the emulator's
+// device memory (host memory here). Implementation: src/cuda_emu/nccl/nccl.cpp.
+//
+// Semantics kept from NCCL (nccl.h of NCCL 2.28, the user guide's "Collective Operations"):
+//   * ncclGetUniqueId makes an id; every rank of the clique passes the same id, the clique
+//     size and its own rank to ncclCommInitRank, which is collective over those ranks only
+//     and uses the calling thread's current CUDA device. The rank that made the id must be a
+//     member (NCCL allows any process; here that process gathers the members).
+//   * ncclAllGather: recvbuff[i * sendcount ...] = rank i's sendbuff; in place when
+//     sendbuff == recvbuff + rank * sendcount.
+//   * ncclReduceScatter: recvbuff = block `rank` of the reduction of every rank's sendbuff
+//     (nranks * recvcount elements); in place when recvbuff == sendbuff + rank * recvcount.
+//   * ncclAllReduce: recvbuff = the reduction of every rank's sendbuff; in place when equal.
+//   * ncclBroadcast: recvbuff = root's sendbuff (sendbuff is read on the root only); in
+//     place when equal. ncclBcast is the in-place form.
+//   * Reductions ncclSum, ncclProd, ncclMax, ncclMin on every integer and float type; float16
+//     and bfloat16 are combined in float32 and rounded back once per combination, as NCCL's
+//     kernels do. ncclAvg, ncclRedOpCreatePreMulSum and the fp8 types are not emulated
+//     (ncclInvalidArgument, saying so).
+//   * A call returns ncclSuccess once the work is enqueued on `stream`, which must be a live
+//     stream of the communicator's device (or a null stream). Buffers must be device memory
+//     of that device (or pinned host memory) and hold the counts given; count 0 is a no-op.
+//   * Errors are the result codes NCCL uses (ncclInvalidArgument for bad arguments,
+//     ncclInvalidUsage for misuse of the API, ncclSystemError when MPI fails), and
+//     ncclGetLastError says why, as NCCL's does.
+//
+// Emulated, where it differs from NCCL:
+//   * streams run eagerly (cuda_runtime.h here), so a collective has completed when its call
+//     returns: each call is a blocking MPI collective, and ranks must issue collectives on a
+//     communicator in the same order (as NCCL also requires);
+//   * ncclGroupStart / ncclGroupEnd only nest (the calls inside already ran); this is
+//     enough for collectives, which NCCL also lets run one by one;
+//   * the transport (rings, trees, NVLink, the reduction order NCCL picks) is MPI's;
+//   * counts above INT_MAX elements are refused (MPI 3.1 counts are int).
+// Emulator only: fsdpEmuNcclInjectError makes the next call of a given NCCL function fail,
+// so tests can check the error paths of the code calling NCCL.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+
+#define NCCL_MAJOR 2
+#define NCCL_MINOR 28
+#define NCCL_PATCH 9
+#define NCCL_SUFFIX "-fsdp-emulated"
+#define NCCL_VERSION_CODE 22809
+#define NCCL_VERSION(X, Y, Z) (((X) <= 2 && (Y) <= 8) ? (X) * 1000 + (Y) * 100 + (Z) : (X) * 10000 + (Y) * 100 + (Z))
+#define NCCL_EMULATION 1
+
+extern "C" {
+
+typedef struct ncclComm* ncclComm_t;
+#define NCCL_COMM_NULL NULL
+
+#define NCCL_UNIQUE_ID_BYTES 128
+typedef struct {
+  char internal[NCCL_UNIQUE_ID_BYTES];
+} ncclUniqueId;
+
+typedef enum {
+  ncclSuccess = 0,
+  ncclUnhandledCudaError = 1,
+  ncclSystemError = 2,
+  ncclInternalError = 3,
+  ncclInvalidArgument = 4,
+  ncclInvalidUsage = 5,
+  ncclRemoteError = 6,
+  ncclInProgress = 7,
+  ncclNumResults = 8
+} ncclResult_t;
+
+typedef enum { ncclSum = 0, ncclProd = 1, ncclMax = 2, ncclMin = 3, ncclAvg = 4, ncclNumOps = 5 } ncclRedOp_t;
+
+typedef enum {
+  ncclInt8 = 0,
+  ncclChar = 0,
+  ncclUint8 = 1,
+  ncclInt32 = 2,
+  ncclInt = 2,
+  ncclUint32 = 3,
+  ncclInt64 = 4,
+  ncclUint64 = 5,
+  ncclFloat16 = 6,
+  ncclHalf = 6,
+  ncclFloat32 = 7,
+  ncclFloat = 7,
+  ncclFloat64 = 8,
+  ncclDouble = 8,
+  ncclBfloat16 = 9,
+  ncclFloat8e4m3 = 10,
+  ncclFloat8e5m2 = 11,
+  ncclNumTypes = 12
+} ncclDataType_t;
+
+ncclResult_t ncclGetVersion(int* version);
+ncclResult_t ncclGetUniqueId(ncclUniqueId* uniqueId);
+ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank);
+ncclResult_t ncclCommDestroy(ncclComm_t comm);
+ncclResult_t ncclCommAbort(ncclComm_t comm);
+const char* ncclGetErrorString(ncclResult_t result);
+const char* ncclGetLastError(ncclComm_t comm);
+ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError);
+ncclResult_t ncclCommCount(const ncclComm_t comm, int* count);
+ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int* device);
+ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* rank);
+
+ncclResult_t ncclBcast(void* buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
+                       cudaStream_t stream);
+ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
+                           ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+                           ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, ncclDataType_t datatype,
+                               ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t datatype,
+                           ncclComm_t comm, cudaStream_t stream);
+
+ncclResult_t ncclGroupStart(void);
+ncclResult_t ncclGroupEnd(void);
+
+// Emulator only: the next call of `call` (an NCCL function name, e.g. "ncclAllReduce") in
+// this process returns `result`, with ncclGetLastError saying it was injected; for
+// "ncclCommGetAsyncError" the call succeeds and reports `result` as the async error.
+// `call` == NULL clears a pending injection.
+void fsdpEmuNcclInjectError(const char* call, ncclResult_t result);
+
+}  // extern "C"
