@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# Roofline of one FSDP training step, computed without a GPU: for each kernel of the step,
+# its FLOPs and the bytes it must move to and from HBM, and the time they imply on the
+# named device as max(FLOPs / peak, bytes / bandwidth); then the step's bound and the MFU
+# bound. So the gap to the limit is known before the first GPU run, and a measured kernel
+# can be held to its row (bench/README.md, "Roofline").
+#
+#   bash bench/roofline/roofline.sh                 # Llama 2 7B, seq 4096, micro-batch 1, 8 x H100 SXM
+#   RANKS=64 SEQ=2048 bash bench/roofline/roofline.sh
+#
+# Every input is an environment variable (defaults: Llama 2 7B on H100 SXM):
+#   VOCAB HIDDEN INTER LAYERS HEADS KV_HEADS    model shape (the llama2_7b preset)
+#   SEQ MICRO_BATCH RANKS                       sequence length, sequences per rank, FSDP ranks
+#   PEAK_TFLOPS HBM_TBS LINK_GBS                dense bf16 peak, HBM bandwidth, NVLink per direction
+# Assumptions (each row's bytes are the compulsory traffic: every operand read once and
+# every result written once; caches only make a kernel slower than its row, never faster):
+#   * bf16 activations, weights and gradients; fp32 master weights and AdamW moments (the
+#     GPU default of issue 7); gradients reduce-scattered in bf16 (fsdp.reduce_dtype);
+#   * FULL_SHARD: each unit is all-gathered for forward and again for backward, and its
+#     gradient reduce-scattered; the bytes are what one rank sends (communicator.h's ring
+#     volume, (N-1)/N of the unit), at LINK_GBS;
+#   * no activation checkpointing (recomputing the forward would add one forward's rows);
+#   * attention is flash-style: causal (half the s x s products), scores never in HBM,
+#     backward = 2.5 x forward FLOPs (recomputed QK^T plus dV, dP, dQ, dK products);
+#   * QKV and gate/up are single fused GEMMs; residual add is fused into RMSNorm; the
+#     cross-entropy kernel reads the logits once and writes their gradient in place;
+#   * the step bound assumes communication overlaps compute on its own stream (Note [NCCL
+#     stream ordering]); the line after it gives the time without overlap.
+# No Python at run time: bash and awk only.
+set -euo pipefail
+export LC_ALL=C  # awk prints decimal points, whatever the locale
+
+awk -v vocab="${VOCAB:-32000}" -v h="${HIDDEN:-4096}" -v f="${INTER:-11008}" -v L="${LAYERS:-32}" \
+    -v H="${HEADS:-32}" -v KVH="${KV_HEADS:-32}" -v s="${SEQ:-4096}" -v b="${MICRO_BATCH:-1}" \
+    -v N="${RANKS:-8}" -v peak_tf="${PEAK_TFLOPS:-989}" -v hbm_tb="${HBM_TBS:-3.35}" \
+    -v link_gb="${LINK_GBS:-450}" '
+function row(name, calls, flops, bytes,    tc, tm, t) {
+  tc = flops / peak; tm = bytes / hbm; t = (tc > tm ? tc : tm)
+  printf "%-44s %5d %11.2f %10.1f %8.1f  %-7s %9.1f %9.2f\n", name, calls, flops / 1e9, bytes / 1e6,
+         (bytes > 0 ? flops / bytes : 0), (tc > tm ? "compute" : "memory"), t * 1e6, calls * t * 1e3
+  step_flops += calls * flops; step_bytes += calls * bytes; step_time += calls * t
+  if (tc > tm) compute_time += calls * t; else memory_time += calls * t
+}
+function gemm(name, calls, M, K, Nn) {  # C[M,Nn] = A[M,K] B[K,Nn], bf16 in and out
+  row(sprintf("%s [%dx%dx%d]", name, M, K, Nn), calls, 2 * M * K * Nn, 2 * (M * K + K * Nn + M * Nn))
+}
+function comm(name, calls, bytes,    t) {
+  t = bytes / link
+  printf "%-44s %5d %11s %10.1f %8s  %-7s %9.1f %9.2f\n", name, calls, "-", bytes / 1e6, "-", "link", t * 1e6, calls * t * 1e3
+  comm_bytes += calls * bytes; comm_time += calls * t
+}
+BEGIN {
+  peak = peak_tf * 1e12; hbm = hbm_tb * 1e12; link = link_gb * 1e9
+  d = h / H; kv = KVH * d; T = b * s  # tokens per rank per micro-batch
+  block_params = h * (h + 2 * kv) + h * h + 3 * h * f + 2 * h
+  params = 2 * vocab * h + L * block_params + h
+  matmul_params = L * (h * (h + 2 * kv) + h * h + 3 * h * f) + vocab * h
+  shard = params / N
+
+  printf "Roofline of one training step: Llama 2 shape (%.2fB parameters: hidden %d, intermediate %d, %d layers, %d/%d heads, vocab %d)\n", params / 1e9, h, f, L, H, KVH, vocab
+  printf "seq %d, micro-batch %d (%d tokens per rank per step), bf16, FULL_SHARD on %d ranks (shard %.0fM parameters)\n", s, b, T, N, shard / 1e6
+  printf "device: %g TFLOP/s dense bf16, %g TB/s HBM, %g GB/s link per direction; ridge point %.0f FLOP/byte\n\n", peak_tf, hbm_tb, link_gb, peak / hbm
+  printf "%-44s %5s %11s %10s %8s  %-7s %9s %9s\n", "kernel", "calls", "GFLOP/call", "MB/call", "FLOP/B", "bound", "us/call", "ms/step"
+
+  # ---- forward ----
+  row("embedding fwd (gather)", 1, 0, 2 * (2 * T * h))
+  row("rmsnorm+residual fwd", 2 * L + 1, 5 * T * h, 2 * (4 * T * h + h) + 4 * T)
+  gemm("gemm qkv fwd", L, T, h, h + 2 * kv)
+  row("rope fwd (q, k)", L, 3 * T * (h + kv), 2 * 2 * T * (h + kv) + 4 * s * d)
+  attn_fwd = 2 * b * H * s * s * d  # QK^T and PV over the causal half
+  row("attention fwd (flash, causal)", L, attn_fwd, 2 * (2 * T * h + 2 * T * kv) + 4 * T * H)
+  gemm("gemm o fwd", L, T, h, h)
+  gemm("gemm gate+up fwd", L, T, h, 2 * f)
+  row("swiglu fwd", L, 5 * T * f, 2 * 3 * T * f)
+  gemm("gemm down fwd", L, T, f, h)
+  gemm("gemm lm_head fwd", 1, T, h, vocab)
+  row("cross-entropy fwd+bwd (fused)", 1, 6 * T * vocab, 2 * 2 * T * vocab)
+  # ---- backward: dX and dW GEMMs (same FLOPs and bytes as the forward each) ----
+  gemm("gemm lm_head bwd (dX + dW)", 2, T, h, vocab)
+  gemm("gemm down bwd (dX + dW)", 2 * L, T, f, h)
+  row("swiglu bwd", L, 12 * T * f, 2 * 5 * T * f)
+  gemm("gemm gate+up bwd (dX + dW)", 2 * L, T, h, 2 * f)
+  gemm("gemm o bwd (dX + dW)", 2 * L, T, h, h)
+  row("attention bwd (flash, causal)", L, 2.5 * attn_fwd, 2 * (4 * T * h + 4 * T * kv + 2 * T * kv) + 8 * T * H)
+  row("rope bwd (dq, dk)", L, 3 * T * (h + kv), 2 * 2 * T * (h + kv) + 4 * s * d)
+  gemm("gemm qkv bwd (dX + dW)", 2 * L, T, h, h + 2 * kv)
+  row("rmsnorm+residual bwd", 2 * L + 1, 10 * T * h, 2 * (5 * T * h + h) + 4 * T + 4 * h)
+  row("embedding bwd (zero + scatter-add)", 1, T * h, 2 * (vocab * h + 3 * T * h))
+  # ---- optimizer, over the shard of this rank ----
+  row("grad-norm (sum of squares, shard)", 1, 2 * shard, 2 * shard)
+  # reads fp32 master, m, v and the bf16 gradient; writes master, m, v and the bf16 copy
+  row("adamw (fused, shard)", 1, 15 * shard, 28 * shard)
+  # ---- communication: what one rank sends ----
+  printf "\n"
+  unit_sent = (N - 1) / N * 2 * params
+  comm("all-gather fwd (bf16 params)", 1, unit_sent)
+  comm("all-gather bwd (bf16 params)", 1, unit_sent)
+  comm("reduce-scatter (bf16 grads)", 1, unit_sent)
+
+  model_flops = 6 * matmul_params * T + 3 * L * attn_fwd
+  step_bound = (step_time > comm_time ? step_time : comm_time)
+  printf "\n"
+  printf "kernels: %.1f TFLOP, %.1f GB of HBM traffic; %.1f ms bound (%.1f ms compute-bound rows, %.1f ms memory-bound rows)\n", step_flops / 1e12, step_bytes / 1e9, step_time * 1e3, compute_time * 1e3, memory_time * 1e3
+  printf "communication: %.1f GB sent per rank, %.1f ms at %g GB/s; per block %.1f MB per collective = %.2f ms vs %.2f ms of its forward\n", comm_bytes / 1e9, comm_time * 1e3, link_gb, (N - 1) / N * 2 * block_params / 1e6, (N - 1) / N * 2 * block_params / link * 1e3, (step_time > 0 ? (2 * T * (h * (h + 2 * kv) + h * h + 3 * h * f) + attn_fwd) / peak * 1e3 : 0)
+  printf "step bound: %.1f ms with communication overlapped (%.1f ms without); %.0f tokens/s per GPU\n", step_bound * 1e3, (step_time + comm_time) * 1e3, T / step_bound
+  printf "model FLOPs (6 x %.2fB matmul parameters x %d tokens + causal attention fwd+bwd at 3x fwd): %.1f TFLOP\n", matmul_params / 1e9, T, model_flops / 1e12
+  printf "MFU bound: %.1f%% (model FLOPs / (step bound x peak)); %.1f%% without overlap\n", 100 * model_flops / (step_bound * peak), 100 * model_flops / ((step_time + comm_time) * peak)
+}'
