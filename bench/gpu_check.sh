@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# One command for a machine with an NVIDIA GPU: build fsdp_train for sm_80 and sm_90 with
+# the real CUDA backend (FSDP_CUDA=ON: nvcc, cuBLASLt, NCCL), run the whole test suite on the
+# device (ctest: every label; the `gpu` tests are the emulated suite's CUDA tests, unchanged,
+# on real hardware), and print a short table: tests passed / failed / skipped per label, and
+# the device. Then the roofline bound those numbers are to be read against.
+#
+#   bash bench/gpu_check.sh                  # build into build-gpu/, run everything
+#   GPU_BUILD_DIR=/tmp/b bash bench/gpu_check.sh -R Nccl   # extra arguments go to ctest
+#
+# Exit status: 0 when every test ran and passed and the `gpu` tests really ran on the device
+# (not skipped); 1 when any failed or were skipped on the GPU; 2 when there is no GPU or no
+# CUDA toolkit here: then nothing is built or run, and the script says so (CI machines have
+# no GPU: CI runs the emulated suite instead, scripts/test.sh). Not run by CI.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+build="${GPU_BUILD_DIR:-$root/build-gpu}"
+
+# ---- is there a GPU? (never pretend) ----
+if ! command -v nvidia-smi >/dev/null 2>&1; then
+  echo "gpu_check: no GPU on this machine (no nvidia-smi, so no NVIDIA driver); nothing was built or run." >&2
+  echo "gpu_check: without a GPU, the CUDA backend runs on the emulator: bash scripts/test.sh (labels emulated-gpu)." >&2
+  exit 2
+fi
+if ! gpus="$(nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv,noheader 2>&1)" ||
+   [ -z "$gpus" ]; then
+  echo "gpu_check: nvidia-smi finds no usable GPU: ${gpus:-no devices}; nothing was built or run." >&2
+  exit 2
+fi
+nvcc="${CUDACXX:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}"
+if [ ! -x "$nvcc" ]; then
+  echo "gpu_check: a GPU is here but no CUDA toolkit (nvcc not found; set CUDACXX); nothing was built or run." >&2
+  exit 2
+fi
+
+# ---- build: sm_80 (A100) and sm_90 (H100/H200) in one fat binary ----
+echo "gpu_check: building into $build (FSDP_CUDA=ON, CMAKE_CUDA_ARCHITECTURES=80;90) ..."
+BUILD_DIR="$build" bash "$root/scripts/build.sh" -DFSDP_CUDA=ON -DFSDP_CUDA_EMULATION=OFF \
+  -DCMAKE_CUDA_COMPILER="$nvcc" "-DCMAKE_CUDA_ARCHITECTURES=80;90"
+grep -q '^FSDP_CUDA:BOOL=ON' "$build/CMakeCache.txt" || { echo "gpu_check: the build has no CUDA backend" >&2; exit 1; }
+
+# ---- run every label on the device ----
+logs="$build/gpu_check"
+mkdir -p "$logs"
+labels=(cpu mpi gpu slurm)
+declare -A passed failed skipped total
+status=0
+# The NCCL tests under mpiexec need a GPU per rank: those with more ranks than GPUs here are
+# left out (and said so), so that any other skip on the GPU counts as a failure.
+ngpus=$(wc -l <<<"$gpus")
+exclude=()
+not_run=""
+for np in 2 4; do
+  if [ "$np" -gt "$ngpus" ]; then not_run+=" cuda_mpi_np$np"; fi
+done
+[ -n "$not_run" ] && exclude=(-E "^($(echo $not_run | tr ' ' '|'))\$")
+for label in "${labels[@]}"; do
+  echo "gpu_check: ctest -L $label ..."
+  out="$logs/$label.txt"
+  (cd "$build" && ctest -L "^$label\$" "${exclude[@]}" --output-on-failure --output-log "$logs/$label.log" \
+     -j"$(nproc)" "$@") >"$out" 2>&1 || status=1
+  # "93% tests passed, 1 tests failed out of 14"; "No tests were found" for an empty label.
+  read -r pct nfail ntotal < <(sed -n 's/^\([0-9]*\)% tests passed, \([0-9]*\) tests\{0,1\} failed out of \([0-9]*\).*/\1 \2 \3/p' "$out" | tail -1) ||
+    { pct=0 nfail=0 ntotal=0; }
+  # Skipped: ctest's (a script's exit 77) plus gtest's GTEST_SKIP inside a passing test.
+  nskip=$(( $(grep -c '\*\*\*Skipped' "$out" || true) + $(grep -c '^\[  SKIPPED \]' "$logs/$label.log" 2>/dev/null || true) ))
+  total[$label]=${ntotal:-0}; failed[$label]=${nfail:-0}; skipped[$label]=$nskip
+  passed[$label]=$(( ${ntotal:-0} - ${nfail:-0} ))
+done
+
+# ---- the table ----
+echo
+echo "gpu_check on $(hostname) at $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?')"
+echo "device(s): index, name, memory, driver"
+sed 's/^/  /' <<<"$gpus"
+echo "toolkit: $("$nvcc" --version | tail -1)"
+printf '\n%-8s %8s %8s %10s %8s\n' label passed failed "skipped*" total
+for label in "${labels[@]}"; do
+  printf '%-8s %8s %8s %10s %8s\n' "$label" "${passed[$label]}" "${failed[$label]}" "${skipped[$label]}" "${total[$label]}"
+done
+echo "* skipped: a test (or gtest case) that skipped itself, e.g. Slurm tests without root; logs in $logs/"
+[ -n "$not_run" ] && echo "not run:$not_run (a GPU per rank: $ngpus GPU(s) here)"
+if [ "${total[gpu]}" -eq 0 ]; then
+  echo "gpu_check: no test of the gpu label ran (is the CUDA backend built? see $logs/gpu.txt)"
+  status=1
+elif [ "${skipped[gpu]}" -gt 0 ]; then
+  echo "gpu_check: ${skipped[gpu]} of the gpu tests skipped themselves on this device; see $logs/gpu.log"
+  status=1
+fi
+echo
+echo "roofline for comparison (bench/README.md): $(bash "$root/bench/roofline/roofline.sh" | grep -E '^(step bound|MFU bound)' | tr '\n' ' ')"
+[ "$status" -eq 0 ] && echo "gpu_check: all tests passed on the GPU" || echo "gpu_check: FAILED (see above)"
+exit "$status"
