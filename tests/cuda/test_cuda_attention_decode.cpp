@@ -1,16 +1,16 @@
 // CUDA decode-time attention against a KV cache, against the CPU op (the reference): the
-// decode-step kernel (T < kDecodeTiledRows, one block per query row) and the tiled prefill
-// (the flash forward with the cache as k and v), with pos 0 and pos > 0, caches longer than
-// one 128-key tile of the step kernel, GQA ratios 1, 2, 4, batch 1 and 3, head dims 8, 16,
-// 64, 72, 136; the caches are one layer of a [2, B, KVH, S, D] buffer, and q, k_new, v_new
-// views of one fused buffer. Cache positions past pos + T hold NaN on both sides: a kernel
+// decode-step kernel (T < kDecodeTiledRows: flash-decoding over 512-position chunks, with
+// one chunk or several and their combine, empty chunks included) and the tiled prefill
+// (the flash forward with the cache as k and v), with pos 0 and pos > 0, GQA ratios 1, 2, 4,
+// batch 1 and 3, head dims 8, 16, 64, 72, 136; the caches are one layer of a
+// [2, B, KVH, S, D] buffer, and q, k_new, v_new views of one fused buffer. Cache positions past pos + T hold NaN on both sides: a kernel
 // that read them would turn the output into NaN.
 //
 // Tolerances: the appended cache rows are copies, so bitwise; out as in
 // test_cuda_attention.cpp (normalised MSE): float64 1e-24 and float32 1e-11 (summation
 // order and exp's last ulp; the CPU's decode uses libm exp), bfloat16 1e-5 (reference: the
 // CPU float32 op on the exact upcast inputs, rounded once; a 1e-7 difference can flip a
-// bf16 rounding). Measured: float64 <= 7e-31, float32 <= 3e-13, bfloat16 0 (every output
+// bf16 rounding). Measured: float64 <= 2e-30, float32 <= 6e-13, bfloat16 0 (every output
 // rounds to the reference's bf16 value).
 #include <gtest/gtest.h>
 
@@ -34,6 +34,8 @@ const Case kCases[] = {
     {3, 1, 4, 2, 16, 40, 33},    // a decode step, batch 3, GQA 2
     {1, 7, 4, 1, 64, 300, 200},  // 7 rows past 200 cached: two 128-key tiles, GQA 4
     {1, 1, 2, 1, 136, 10, 9},    // head dim past 128 (two columns per thread)
+    {1, 1, 4, 1, 64, 1500, 1200},  // a long cache: three 512-position chunks and their combine
+    {2, 3, 2, 2, 16, 600, 510},    // rows of 511, 512, 513 keys: an empty chunk, a 1-key chunk
     {3, 33, 2, 1, 8, 40, 0},     // a prefill (tiled kernel) at pos 0
     {1, 20, 2, 2, 72, 64, 30},   // a prefill after 30 cached positions, 64 < D <= 128
     {1, 100, 4, 2, 16, 128, 0},  // a long prefill: two 64-row tiles
