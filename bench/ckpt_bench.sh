@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Checkpoint save / load throughput against the disk's own sequential speed, on the
-# filesystem holding DIR (default /tmp/fsdp_ckpt_bench):
-#   ceiling (write): dd of the same number of bytes with conv=fsync
-#   ceiling (read):  dd of that file back, after dropping the page cache where permitted
+# filesystem holding DIR (default /tmp/fsdp_ckpt_bench), measured right after:
+#   ceiling (write): dd copying the checkpoint's own rank file (the same bytes; dd from
+#                    /dev/zero is not a fair ceiling on a thin-provisioned VM disk, which can
+#                    skip zero blocks) to a new file with conv=fsync
+#   ceiling (read):  dd reading that copy back, after dropping the page cache where permitted
 # Usage: bench/ckpt_bench.sh [build dir] [dir] [hidden layers]
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -12,11 +14,9 @@ shift 2 2>/dev/null || true
 drop() { sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null && echo "(page cache dropped)" || echo "(page cache NOT dropped: reads may be cached)"; }
 out=$("$build/bench/ckpt_bench" "$dir" "$@")
 echo "$out"
-bytes=$(stat -c %s "$dir/step_3/rank_00000.safetensors")
-mib=$(( (bytes + 1048575) / 1048576 ))
-rm -rf "$dir"
-mkdir -p "$dir"
-dd_w=$(dd if=/dev/zero of="$dir/dd.bin" bs=1M count="$mib" conv=fsync 2>&1 | tail -1)
+src="$dir/step_3/rank_00000.safetensors"
+cat "$src" > /dev/null   # the source in the page cache: dd then measures the write side
+dd_w=$(dd if="$src" of="$dir/dd.bin" bs=1M conv=fsync 2>&1 | tail -1)
 echo "dd write: $dd_w"
 drop
 dd_r=$(dd if="$dir/dd.bin" of=/dev/null bs=1M 2>&1 | tail -1)
