@@ -117,12 +117,14 @@ class Tensor {
   double get_flat(int64_t linear) const;  // row-major logical index
   void set_flat(int64_t linear, double v) const;
 
-  // ---- whole-tensor host operations (CPU; the op set has the device versions) ----
+  // ---- whole-tensor operations on any device (Note [Tensor copies across devices]) ----
   void fill_(double v) const;
   void zero_() const { fill_(0.0); }
-  void copy_(const Tensor& src) const;  // same shape, any dtypes, any strides
-  Tensor clone() const;                 // contiguous copy
-  Tensor to(DType dtype) const;         // contiguous copy converted
+  void copy_(const Tensor& src) const;  // same shape, any dtypes, any strides, any devices
+  Tensor clone() const;                 // contiguous copy on the same device
+  Tensor to(DType dtype) const;         // contiguous copy converted, on the same device
+  Tensor to(Device device) const;       // contiguous copy on `device`
+  Tensor to(Device device, DType dtype) const;
 
   std::string str() const;  // "float32[2, 3] on cpu"
 
