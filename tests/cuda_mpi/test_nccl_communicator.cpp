@@ -389,6 +389,18 @@ TEST_F(NcclCommunicator, FailingNcclCallsAreReportedWithTheirContext) {
   nccl.wait(nccl.all_reduce(x));
 }
 
+// A failed ncclCommInitRank: the error names the call and the group; the constructor
+// releases the stream and events it made; the next communicator comes up normally.
+TEST_F(NcclCommunicator, FailedInitIsReportedAndCleanedUp) {
+  fsdpEmuNcclInjectError("ncclCommInitRank", ncclSystemError);
+  expect_error([&] { dist::make_nccl_communicator(*test::world_groups().world, test::rank_device()); },
+               {"ncclCommInitRank(&comm_, size_, id, rank_)", "group 'world'", "unhandled system error"});
+  auto nccl = dist::make_nccl_communicator(*test::world_groups().world, test::rank_device());
+  const Tensor x = on(test::filled(DType::F32, 2, [](int64_t) { return 1.0; }), gpu());
+  nccl->wait(nccl->all_reduce(x));
+  EXPECT_EQ(host(x).get_flat(1), double(nccl->size()));
+}
+
 // An asynchronous error (a peer died mid-collective) surfaces at the next wait(). It leaves
 // the communicator failed, so the test uses one of its own.
 TEST_F(NcclCommunicator, AsyncErrorsSurfaceInWait) {

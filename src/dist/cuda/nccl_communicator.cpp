@@ -129,39 +129,19 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
     FSDP_CHECK(device_ < count, "NCCL communicator for group '{}' (rank {} of {}): cuda:{} requested, but this "
                "process sees {} CUDA device(s)", name_, rank_, size_, device_, count);
     const cuda::DeviceGuard guard(device_);
-    if (stream_ == nullptr) {
-      FSDP_NCCL_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-      owns_stream_ = true;
+    try {
+      init(bootstrap);
+    } catch (...) {
+      release();  // a constructor that throws gets no destructor
+      throw;
     }
-    for (Slot& s : slots_.all()) {
-      FSDP_NCCL_CUDA_CHECK(cudaEventCreateWithFlags(&s.handle.ready, cudaEventDisableTiming));
-      FSDP_NCCL_CUDA_CHECK(cudaEventCreateWithFlags(&s.handle.done, cudaEventDisableTiming));
-    }
-
-    // The unique id travels as 64 bfloat16 elements: MPI moves that type as raw bytes.
-    static_assert(sizeof(ncclUniqueId) == 128);
-    ncclUniqueId id;
-    std::memset(&id, 0, sizeof(id));
-    if (rank_ == 0) FSDP_NCCL_CHECK(ncclGetUniqueId(&id));
-    const Tensor id_bytes = Tensor::from_blob(&id, {int64_t(sizeof(id) / 2)}, DType::BF16);
-    bootstrap.wait(bootstrap.broadcast(id_bytes, 0));
-    FSDP_NCCL_CHECK(ncclCommInitRank(&comm_, size_, id, rank_));
   }
 
   ~NcclCommunicatorImpl() override {
     int previous = -1;
     (void)cudaGetDevice(&previous);
     (void)cudaSetDevice(device_);
-    if (comm_ != nullptr) (void)ncclCommDestroy(comm_);
-    if (barrier_buf_ != nullptr) (void)cudaFree(barrier_buf_);
-    if (owns_stream_ && stream_ != nullptr) {
-      (void)cudaStreamSynchronize(stream_);
-      (void)cudaStreamDestroy(stream_);
-    }
-    for (Slot& s : slots_.all()) {
-      if (s.handle.ready != nullptr) (void)cudaEventDestroy(s.handle.ready);
-      if (s.handle.done != nullptr) (void)cudaEventDestroy(s.handle.done);
-    }
+    release();
     if (previous >= 0) (void)cudaSetDevice(previous);
   }
 
@@ -243,6 +223,46 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
 
  private:
   using Slot = detail::RequestSlots<Events>::Slot;
+
+  // The constructor's work, with device_ current: the comm stream, the events, and the
+  // NCCL communicator (a collective over the bootstrap group).
+  void init(Communicator& bootstrap) {
+    if (stream_ == nullptr) {
+      FSDP_NCCL_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+      owns_stream_ = true;
+    }
+    for (Slot& s : slots_.all()) {
+      FSDP_NCCL_CUDA_CHECK(cudaEventCreateWithFlags(&s.handle.ready, cudaEventDisableTiming));
+      FSDP_NCCL_CUDA_CHECK(cudaEventCreateWithFlags(&s.handle.done, cudaEventDisableTiming));
+    }
+
+    // The unique id travels as 64 bfloat16 elements: MPI moves that type as raw bytes.
+    static_assert(sizeof(ncclUniqueId) == 128);
+    ncclUniqueId id;
+    std::memset(&id, 0, sizeof(id));
+    if (rank_ == 0) FSDP_NCCL_CHECK(ncclGetUniqueId(&id));
+    const Tensor id_bytes = Tensor::from_blob(&id, {int64_t(sizeof(id) / 2)}, DType::BF16);
+    bootstrap.wait(bootstrap.broadcast(id_bytes, 0));
+    FSDP_NCCL_CHECK(ncclCommInitRank(&comm_, size_, id, rank_));
+  }
+
+  // Everything init() made, whatever it got to; unchecked (see the file comment).
+  void release() {
+    if (comm_ != nullptr) (void)ncclCommDestroy(comm_);
+    comm_ = nullptr;
+    if (barrier_buf_ != nullptr) (void)cudaFree(barrier_buf_);
+    barrier_buf_ = nullptr;
+    if (owns_stream_ && stream_ != nullptr) {
+      (void)cudaStreamSynchronize(stream_);
+      (void)cudaStreamDestroy(stream_);
+      stream_ = nullptr;
+    }
+    for (Slot& s : slots_.all()) {
+      if (s.handle.ready != nullptr) (void)cudaEventDestroy(s.handle.ready);
+      if (s.handle.done != nullptr) (void)cudaEventDestroy(s.handle.done);
+      s.handle = Events{};
+    }
+  }
 
   Context context() const { return Context{&name_, rank_, size_, device_}; }
 
