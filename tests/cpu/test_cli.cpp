@@ -17,25 +17,14 @@
 namespace fsdp {
 namespace {
 
-struct Result {
-  int code = -1;
-  std::string out;  // stdout and stderr together
-};
+using Result = test::CommandResult;  // code, and stdout and stderr together
 
 Result run(const std::string& args) {
   // One log per test: ctest runs the tests of this binary in parallel processes.
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
   const std::string log =
       std::filesystem::temp_directory_path() / (std::string("fsdp_cli_") + info->name() + ".log");
-  const std::string cmd = std::string(FSDP_TRAIN_BIN) + " " + args + " > " + log + " 2>&1";
-  const int status = std::system(cmd.c_str());
-  Result r;
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  std::ifstream in(log);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  r.out = ss.str();
-  return r;
+  return test::run_command(std::string(FSDP_TRAIN_BIN) + " " + args, log);
 }
 
 std::string write_config(const std::string& name, const std::string& text) {

@@ -21,20 +21,10 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct Result {
-  int code = -1;
-  std::string out;
-};
+using Result = test::CommandResult;
 
 Result run(const std::string& args, const std::string& log) {
-  const int status = std::system((std::string(FSDP_TRAIN_BIN) + " " + args + " > " + log + " 2>&1").c_str());
-  Result r;
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  std::ifstream in(log);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  r.out = ss.str();
-  return r;
+  return test::run_command(std::string(FSDP_TRAIN_BIN) + " " + args, log);
 }
 
 const std::string kShape =

@@ -6,11 +6,15 @@
 
 #include <gtest/gtest.h>
 #include <omp.h>
+#include <sys/wait.h>
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <functional>
+#include <sstream>
 #include <initializer_list>
 #include <random>
 #include <string>
@@ -19,6 +23,23 @@
 #include "fsdp/core/tensor.h"
 
 namespace fsdp::test {
+
+// A command run through the shell: its exit code (-1 if it did not exit) and its stdout
+// and stderr together, kept in `log`.
+struct CommandResult {
+  int code = -1;
+  std::string out;
+};
+inline CommandResult run_command(const std::string& command, const std::string& log) {
+  const int status = std::system((command + " > " + log + " 2>&1").c_str());
+  CommandResult r;
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  std::ifstream in(log);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  r.out = ss.str();
+  return r;
+}
 
 inline std::string source_path(const std::string& rel) { return std::string(FSDP_SOURCE_DIR) + "/" + rel; }
 
