@@ -24,6 +24,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "fsdp/config/config.h"
@@ -108,6 +109,7 @@ class FsdpEngine final : public model::ParamProvider {
     Tensor reduce_recv;                        // reduce_dtype shard (when not fp32)
     dist::Request reduce_req;
     bool reduce_pending = false;
+    std::string nvtx_forward, nvtx_backward;  // range names, made once ("layers.3 forward")
   };
   Buffer* acquire(DType dtype);
   void release(Buffer*& b);
