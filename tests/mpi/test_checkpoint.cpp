@@ -182,3 +182,33 @@ TEST(CheckpointReshard, EveryRankAloneLoadsTheWholeCheckpoint) { expect_resharde
 
 }  // namespace
 }  // namespace fsdp
+
+namespace fsdp {
+namespace {
+
+// model.init_from under FULL_SHARD: every rank reads only its own slice of the Hugging Face
+// files into its shard (load_hf_unit with a begin offset), and the shards assemble into
+// exactly the single-process import.
+TEST(InitFromSharded, ShardsAssembleIntoTheSingleProcessImport) {
+  dist::ProcessGroups& world = test::world_groups();
+  const std::string hf = std::string(FSDP_SOURCE_DIR) + "/tests/golden/llama_gqa_tiny";
+  const std::vector<std::string> o = {"model.init_from=" + hf, "checkpoint.resume=none", "train.seq_len=13",
+                                      "train.micro_batch_size=1", "logging.metrics=false"};
+  const config::Config cfg = config::load_config_string("", "test", o);
+  auto sharded = dist::split_process_groups(world, 0);
+  train::Trainer t(cfg, sharded);
+  auto local = dist::local_process_groups();
+  train::Trainer whole(cfg, local);
+  for (int u = 0; u < t.engine().num_units(); ++u) {
+    EXPECT_LE(t.engine().master(u).numel(), (whole.engine().master(u).numel() + world.world->size() - 1) /
+                                                 world.world->size())
+        << "rank holds more than its shard of unit " << u;
+    const Tensor full = t.engine().gather_full(u);
+    const Tensor& want = whole.engine().master(u);
+    EXPECT_EQ(std::memcmp(full.data<float>(), want.data<float>(), size_t(full.numel()) * sizeof(float)), 0)
+        << "unit " << u;
+  }
+}
+
+}  // namespace
+}  // namespace fsdp
