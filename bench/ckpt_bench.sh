@@ -14,7 +14,7 @@ shift 2 2>/dev/null || true
 drop() { sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null && echo "(page cache dropped)" || echo "(page cache NOT dropped: reads may be cached)"; }
 out=$("$build/bench/ckpt_bench" "$dir" "$@")
 echo "$out"
-src="$dir/step_3/rank_00000.safetensors"
+src="$dir/step_4/rank_00000.safetensors"
 cat "$src" > /dev/null   # the source in the page cache: dd then measures the write side
 dd_w=$(dd if="$src" of="$dir/dd.bin" bs=1M conv=fsync 2>&1 | tail -1)
 echo "dd write: $dd_w"
