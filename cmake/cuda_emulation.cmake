@@ -50,3 +50,13 @@ target_compile_options(fsdp_cuda_dist PRIVATE -Wall -Wextra ${FSDP_ARCH_FLAGS})
 target_compile_definitions(fsdp_cuda_dist PUBLIC FSDP_WITH_NCCL=1)
 target_link_libraries(fsdp_cuda_dist PUBLIC fsdp_cuda_backend fsdp_cuda_emu_nccl MPI::MPI_CXX)
 # ---- NCCL over MPI (issue 7): end -----------------------------------------------------
+
+# ---- model on CUDA (issue 7): begin ---------------------------------------------------
+# The Llama model on a CUDA device (tests/cuda/test_cuda_llama*.cpp): the model sources
+# and what the golden Hugging Face test loads its fixture with (safetensors and the HF
+# import) join the set the CUDA tests link, still not all of fsdp_lib.
+file(GLOB FSDP_CUDA_MODEL_SOURCES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/model/*.cpp)
+target_sources(fsdp_cuda_backend PRIVATE ${FSDP_CUDA_MODEL_SOURCES}
+               ${PROJECT_SOURCE_DIR}/src/ckpt/safetensors.cpp ${PROJECT_SOURCE_DIR}/src/ckpt/hf_import.cpp)
+target_link_libraries(fsdp_cuda_backend PUBLIC nlohmann_json::nlohmann_json ZLIB::ZLIB)
+# ---- model on CUDA (issue 7): end -----------------------------------------------------

@@ -87,7 +87,9 @@ LlamaActivations::LlamaActivations(const LlamaConfig& c, int64_t B, int64_t T, D
 Llama::Llama(const LlamaConfig& cfg, DType dtype, Device device)
     : cfg_(cfg), dtype_(dtype), device_(device), units_(llama_units(cfg)) {
   cfg_.validate();
-  rope_ = make_rope_tables(cfg_.max_seq_len, cfg_.head_dim(), cfg_.rope_theta, device);
+  // The tables are computed on the host (in double, rounded once) and moved once.
+  rope_ = make_rope_tables(cfg_.max_seq_len, cfg_.head_dim(), cfg_.rope_theta, Device::cpu());
+  if (!device_.is_cpu()) rope_ = RopeTables{rope_.cos.to(device_), rope_.sin.to(device_)};
   for (int l = 0; l < int(cfg_.num_layers); ++l) {
     const UnitLayout& u = units_[block_unit(l)];
     const std::string p = u.name + ".";
@@ -176,11 +178,13 @@ Tensor Llama::head_lm(const Tensor& flat) const {
 Tensor Llama::head_norm(const Tensor& flat) const { return flat.narrow(0, head_norm_, cfg_.hidden_size); }
 
 LossSum Llama::loss_sum(const LlamaActivations& a) const {
-  // Summed on the host in double, in row order: the loss is reproducible to the bit.
-  // (The CUDA backend will read the [N] losses back here: the step's one host sync.)
+  // Summed on the host in double, in row order: the loss is reproducible to the bit, the
+  // same on every backend given the same per-token losses. On a device the [N] losses and
+  // targets are read back here: the call's one wait for the device (the first copy waits
+  // for the step's kernels, the second finds the stream idle).
   LossSum r;
-  const Tensor& losses = a.losses;
-  const Tensor& targets = a.targets;
+  const Tensor losses = a.losses.device().is_cpu() ? a.losses : a.losses.to(Device::cpu());
+  const Tensor targets = a.targets.device().is_cpu() ? a.targets : a.targets.to(Device::cpu());
   for (int64_t i = 0; i < losses.numel(); ++i) {
     if (targets.get_flat(i) == double(kIgnoreIndex)) continue;
     r.sum += losses.get_flat(i);

@@ -1,6 +1,8 @@
-// Every unit's full parameters and gradients in float32 in this process: the simplest
-// ParamProvider, for tests that drive the model directly (the golden test). Training
-// always goes through the FSDP engine, which on one rank does the same thing.
+// Every unit's full parameters and gradients in this process, zero-initialised, on one
+// device in one dtype (float32 on the host unless asked otherwise; the model's compute
+// dtype and device when it runs elsewhere): the simplest ParamProvider, for tests that
+// drive the model directly (the golden test). Training always goes through the FSDP
+// engine, which on one rank does the same thing.
 #pragma once
 
 #include <vector>
@@ -11,10 +13,11 @@ namespace fsdp::model {
 
 class LocalParams final : public ParamProvider {
  public:
-  explicit LocalParams(const std::vector<UnitLayout>& units) {
+  explicit LocalParams(const std::vector<UnitLayout>& units, DType dtype = DType::F32,
+                       Device device = Device::cpu()) {
     for (const auto& u : units) {
-      params_.push_back(Tensor::zeros({u.numel}, DType::F32));
-      grads_.push_back(Tensor::zeros({u.numel}, DType::F32));
+      params_.push_back(Tensor::zeros({u.numel}, dtype, device));
+      grads_.push_back(Tensor::zeros({u.numel}, dtype, device));
     }
   }
   Tensor params(int unit) override { return params_[unit]; }
