@@ -19,6 +19,12 @@ std::span<const float> row(const Tensor& logits) {
   return {logits.data<float>(), size_t(logits.size(1))};
 }
 
+// The logits as the sampler reads them, float32 on the host: themselves when they are,
+// else a copy (a device decoder's row is read back here, the one wait per token).
+Tensor host_f32(const Tensor& logits) {
+  return logits.device().is_cpu() && logits.dtype() == DType::F32 ? logits : logits.to(Device::cpu(), DType::F32);
+}
+
 }  // namespace
 
 GenerateResult generate(LlamaDecoder& dec, ParamProvider& params, std::span<const int32_t> prompt, Sampler& sampler,
@@ -37,24 +43,32 @@ GenerateResult generate(LlamaDecoder& dec, ParamProvider& params, std::span<cons
   dec.reset();
   const auto t0 = std::chrono::steady_clock::now();
   if (max_new_tokens == 0) return r;
-  // Token buffers: the largest prompt chunk, and the one token fed back per step.
+  // Token buffers: the largest prompt chunk, and the one token fed back per step; written
+  // on the host and, for a decoder on a device, uploaded into their device twins.
+  const Device dev = dec.device();
   Tensor chunk = Tensor::empty({std::min(P, dec.max_chunk())}, DType::I32);
   Tensor one = Tensor::empty({1, 1}, DType::I32);
+  const Tensor chunk_dev = dev.is_cpu() ? chunk : Tensor::empty(chunk.sizes(), DType::I32, dev);
+  const Tensor one_dev = dev.is_cpu() ? one : Tensor::empty(one.sizes(), DType::I32, dev);
   Tensor logits;
   for (int64_t i = 0; i < P; i += dec.max_chunk()) {
     const int64_t n = std::min(dec.max_chunk(), P - i);
     const Tensor ids = chunk.narrow(0, 0, n).reshape({1, n});
     std::copy_n(prompt.data() + i, n, ids.data<int32_t>());
-    logits = dec.forward(ids, params);
+    const Tensor ids_dev = chunk_dev.narrow(0, 0, n).reshape({1, n});
+    if (!dev.is_cpu()) ids_dev.copy_(ids);
+    logits = dec.forward(ids_dev, params);
   }
   const int64_t budget = std::min(max_new_tokens, dec.max_len() - P + 1);
   auto t1 = std::chrono::steady_clock::now();
   for (int64_t i = 0; i < budget; ++i) {
     if (i > 0) {
       one.data<int32_t>()[0] = r.tokens.back();
-      logits = dec.forward(one, params);
+      if (!dev.is_cpu()) one_dev.copy_(one);
+      logits = dec.forward(one_dev, params);
     }
-    const int32_t tok = sampler.sample(row(logits), uint64_t(i));
+    const Tensor host = host_f32(logits);
+    const int32_t tok = sampler.sample(row(host), uint64_t(i));
     r.tokens.push_back(tok);
     if (i == 0) {
       r.prefill_seconds = seconds_since(t0);

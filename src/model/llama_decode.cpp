@@ -16,7 +16,7 @@ namespace fsdp::model {
 
 LlamaDecoder::LlamaDecoder(const LlamaConfig& cfg, int64_t batch, int64_t max_len, int64_t max_chunk, DType dtype,
                            Device device)
-    : cfg_(cfg), dtype_(dtype), units_(llama_units(cfg)), max_chunk_(max_chunk) {
+    : cfg_(cfg), dtype_(dtype), device_(device), units_(llama_units(cfg)), max_chunk_(max_chunk) {
   cfg_.validate();
   FSDP_CHECK(batch >= 1, "LlamaDecoder: batch must be >= 1, got {}", batch);
   FSDP_CHECK(max_len >= 1 && max_len <= cfg_.max_seq_len,
@@ -35,7 +35,9 @@ LlamaDecoder::LlamaDecoder(const LlamaConfig& cfg, int64_t batch, int64_t max_le
   const UnitLayout& h = units_[head_unit(cfg_)];
   head_lm_ = h.slot("lm_head").offset;
   head_norm_ = h.slot("norm").offset;
-  rope_ = make_rope_tables(max_len, cfg_.head_dim(), cfg_.rope_theta, device);
+  // Computed on the host, moved once (as in Llama's constructor).
+  rope_ = make_rope_tables(max_len, cfg_.head_dim(), cfg_.rope_theta, Device::cpu());
+  if (!device.is_cpu()) rope_ = RopeTables{rope_.cos.to(device), rope_.sin.to(device)};
   cache_ = KVCache(cfg_, batch, max_len, dtype, device);
 
   const int64_t N = batch * max_chunk, C = cfg_.hidden_size, F = cfg_.intermediate_size;

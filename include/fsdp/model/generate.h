@@ -26,6 +26,8 @@ struct GenerateResult {
 // ids < vocab) is fed in chunks of decoder.max_chunk() tokens. Generates at most
 // max_new_tokens, and at most max_len - prompt + 1 (the last token is never fed back);
 // eos_id < 0: never stops early. on_token, when set, sees each id as soon as it is chosen.
+// A decoder on a CUDA device gets its ids uploaded per call and each step's logits read
+// back for the sampler (which runs on the host).
 GenerateResult generate(LlamaDecoder& decoder, ParamProvider& params, std::span<const int32_t> prompt,
                         Sampler& sampler, int64_t max_new_tokens, int32_t eos_id,
                         const std::function<void(int32_t)>& on_token = {});

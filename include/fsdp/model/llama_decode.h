@@ -36,6 +36,7 @@ class LlamaDecoder {
 
   const LlamaConfig& config() const { return cfg_; }
   const std::vector<UnitLayout>& units() const { return units_; }
+  Device device() const { return device_; }  // where ids, parameters and logits live
   int64_t batch() const { return cache_.batch(); }
   int64_t max_len() const { return cache_.max_len(); }
   int64_t max_chunk() const { return max_chunk_; }
@@ -43,7 +44,7 @@ class LlamaDecoder {
   const KVCache& cache() const { return cache_; }
   void reset() { cache_.clear(); }
 
-  // Runs ids [B, T] (int32, contiguous; 1 <= T <= max_chunk, position() + T <= max_len) at
+  // Runs ids [B, T] (int32, contiguous, on device(); 1 <= T <= max_chunk, position() + T <= max_len) at
   // positions position() .. position()+T-1 and advances position() by T. Returns logits
   // [B*T, V] (row b*T + t) when all_rows, else [B, V] for each sequence's last token: a view
   // of a buffer the next call overwrites.
@@ -58,6 +59,7 @@ class LlamaDecoder {
 
   LlamaConfig cfg_;
   DType dtype_;
+  Device device_;
   std::vector<UnitLayout> units_;
   std::vector<Llama::BlockOffsets> blocks_;
   int64_t head_lm_ = 0, head_norm_ = 0;
