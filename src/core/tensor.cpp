@@ -383,6 +383,7 @@ void Tensor::copy_(const Tensor& src) const {
   if (!device_.is_cpu() || !src.device_.is_cpu()) {
 #if defined(FSDP_WITH_CUDA)
     if (numel_ == 0) return;
+    if (dtype_ == src.dtype_ && data_ptr() == src.data_ptr() && strides_ == src.strides_) return;  // onto itself
     if (dtype_ == src.dtype_) {
       device_copy_same_dtype(*this, src);
     } else if (src.device_.is_cpu()) {
