@@ -44,10 +44,10 @@ class LlamaDecoder {
   const KVCache& cache() const { return cache_; }
   void reset() { cache_.clear(); }
 
-  // Runs ids [B, T] (int32, contiguous, on device(); 1 <= T <= max_chunk, position() + T <= max_len) at
-  // positions position() .. position()+T-1 and advances position() by T. Returns logits
-  // [B*T, V] (row b*T + t) when all_rows, else [B, V] for each sequence's last token: a view
-  // of a buffer the next call overwrites.
+  // Runs ids [B, T] (int32, contiguous, on device(); 1 <= T <= max_chunk, position() + T
+  // <= max_len) at positions position() .. position()+T-1 and advances position() by T.
+  // Returns logits [B*T, V] (row b*T + t) when all_rows, else [B, V] for each sequence's
+  // last token: a view of a buffer the next call overwrites.
   Tensor forward(const Tensor& ids, ParamProvider& params, bool all_rows = false);
 
  private:
