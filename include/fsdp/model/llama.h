@@ -24,9 +24,9 @@
 
 namespace fsdp::model {
 
-// Supplies the flat parameter (and gradient) buffers of each unit. The single-process
-// trainer hands out buffers it owns; the FSDP engine gathers shards before and releases
-// / reduce-scatters after.
+// Supplies the flat parameter (and gradient) buffers of each unit, on the model's device
+// in its compute dtype. The single-process trainer hands out buffers it owns; the FSDP
+// engine gathers shards before and releases / reduce-scatters after.
 class ParamProvider {
  public:
   virtual ~ParamProvider() = default;
