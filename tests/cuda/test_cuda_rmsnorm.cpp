@@ -82,7 +82,7 @@ TEST_F(CudaOps, RmsNormBackwardInPlace) {
   rmsnorm_forward(x, w, y, rstd, 1e-5);
   Tensor dx = Tensor::empty({n, c}, DType::F32), dw = Tensor::zeros({c}, DType::F32);
   rmsnorm_backward(dy, x, w, rstd, dx, dw, false);
-  Tensor gdy = on_gpu(dy), gdw = on_gpu(Tensor::zeros({c}, DType::F32));  // (Tensor::zeros is host-only)
+  Tensor gdy = on_gpu(dy), gdw = Tensor::zeros({c}, DType::F32, Device::cuda(0));
   rmsnorm_backward(gdy, on_gpu(x), on_gpu(w), on_gpu(rstd), gdy, gdw, false);
   EXPECT_LE(nmse(on_cpu(gdy), dx), 1e-12);
   EXPECT_LE(nmse(on_cpu(gdw), dw), 1e-12);
