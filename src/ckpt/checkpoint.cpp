@@ -36,6 +36,7 @@
 
 #include "fsdp/ckpt/safetensors.h"
 #include "fsdp/core/error.h"
+#include "durable_file.h"
 
 namespace fsdp::ckpt {
 
@@ -53,42 +54,6 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 std::string rank_file_name(int rank) { return fmt::format("rank_{:05d}.safetensors", rank); }
 
 std::string tensor_name(const std::string& unit, std::string_view kind) { return unit + "." + std::string(kind); }
-
-// fsync a directory so renames and creations inside it are durable.
-void fsync_dir(const fs::path& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  FSDP_CHECK(fd >= 0, "cannot open directory {}: {}", dir.string(), std::strerror(errno));
-  const int rc = ::fsync(fd);
-  const int err = errno;
-  ::close(fd);
-  FSDP_CHECK(rc == 0, "cannot fsync directory {}: {}", dir.string(), std::strerror(err));
-}
-
-void write_file_durably(const fs::path& path, const std::string& text) {
-  const fs::path tmp = path.string() + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  FSDP_CHECK(fd >= 0, "cannot create {}: {}", tmp.string(), std::strerror(errno));
-  size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t w = ::write(fd, text.data() + done, text.size() - done);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) {
-      const int err = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      FSDP_FAIL("cannot write {}: {}", tmp.string(), std::strerror(err));
-    }
-    done += size_t(w);
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    FSDP_FAIL("cannot write {}: {}", tmp.string(), std::strerror(err));
-  }
-  FSDP_CHECK(::rename(tmp.c_str(), path.c_str()) == 0, "cannot rename {} to {}: {}", tmp.string(), path.string(),
-             std::strerror(errno));
-  fsync_dir(path.parent_path());
-}
 
 // Removes a directory tree without ever leaving a partial tree under a checkpoint's name.
 void remove_checkpoint_dir(const fs::path& dir) {
@@ -449,7 +414,7 @@ void CheckpointWriter::start_tmp_dir(int64_t step) {
       FSDP_CHECK(!ec, "cannot clear {}: {}", tmp.string(), ec.message());
       fs::create_directory(tmp, ec);
       FSDP_CHECK(!ec, "cannot create {}: {}", tmp.string(), ec.message());
-      fsync_dir(opt_.dir);
+      detail::fsync_dir(opt_.dir);
     } catch (const std::exception& e) {
       error = e.what();
     }
@@ -590,12 +555,12 @@ SaveStats CheckpointWriter::commit() {
                        {"files", files},
                        {"units", units},
                        {"config", job.meta.config_yaml}};
-      write_file_durably(job.tmp_dir / kManifest, manifest.dump(1));
+      detail::replace_file_durably(job.tmp_dir / kManifest, manifest.dump(1));
       std::error_code ec;
       if (fs::exists(job.final_dir)) remove_checkpoint_dir(job.final_dir);  // a broken one of the same step
       fs::rename(job.tmp_dir, job.final_dir, ec);
       FSDP_CHECK(!ec, "cannot rename {} to {}: {}", job.tmp_dir.string(), job.final_dir.string(), ec.message());
-      fsync_dir(opt_.dir);
+      detail::fsync_dir(opt_.dir);
     } catch (const std::exception& e) {
       error = e.what();
     }

@@ -18,50 +18,17 @@
 
 #include "fsdp/ckpt/safetensors.h"
 #include "fsdp/core/error.h"
+#include "durable_file.h"
 
 namespace fsdp::ckpt {
 
 namespace {
 
+using detail::fsync_dir;
+using detail::write_file_synced;
+
 namespace fs = std::filesystem;
 using nlohmann::json;
-
-// ---- durable small files --------------------------------------------------------------
-
-void write_all(int fd, const void* data, size_t n, const std::string& path) {
-  const char* p = static_cast<const char*>(data);
-  while (n > 0) {
-    const ssize_t w = ::write(fd, p, n);
-    if (w < 0 && errno == EINTR) continue;
-    FSDP_CHECK(w > 0, "cannot write {}: {}", path, std::strerror(errno));
-    p += w;
-    n -= size_t(w);
-  }
-}
-
-// Creates `path` (which must not exist), writes `bytes`, fsyncs and closes it.
-void write_file_synced(const fs::path& path, const std::string& bytes) {
-  const std::string p = path.string();
-  const int fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  FSDP_CHECK(fd >= 0, "cannot create {}: {}", p, std::strerror(errno));
-  try {
-    write_all(fd, bytes.data(), bytes.size(), p);
-    FSDP_CHECK(::fsync(fd) == 0, "cannot fsync {}: {}", p, std::strerror(errno));
-  } catch (...) {
-    ::close(fd);
-    throw;
-  }
-  FSDP_CHECK(::close(fd) == 0, "cannot close {}: {}", p, std::strerror(errno));
-}
-
-void fsync_dir(const fs::path& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  FSDP_CHECK(fd >= 0, "cannot open directory {} to fsync it: {}", dir.string(), std::strerror(errno));
-  const int rc = ::fsync(fd);
-  const int err = errno;
-  ::close(fd);
-  FSDP_CHECK(rc == 0, "cannot fsync directory {}: {}", dir.string(), std::strerror(err));
-}
 
 std::string read_file(const std::string& path, const char* what) {
   std::ifstream in(path, std::ios::binary);
