@@ -52,19 +52,21 @@ int main(int argc, char** argv) {
   std::printf("model: %s, %.2f GB of checkpoint state\n", cfg.summary().c_str(), double(cfg.num_parameters()) * 12 / 1e9);
 
   std::filesystem::remove_all(dir);
-  for (int64_t step : {0}) {
-    // Step 0 is a warm-up, step 4 the measurement. On this Firecracker VM the guest's
-    // memory is backed by the host lazily: the first gigabytes of page cache a process
-    // fills cost a host page fault each, which made the first 6.6 GB save run at 0.3 GB/s
-    // and the same write 0.8 GB/s once memory had been through the cache.
+  // A synchronous save at `step`, printed under `label`.
+  auto sync_save = [&](int64_t step, const char* label) {
     ckpt::CheckpointWriter sync(groups, ckpt::WriterOptions{dir, 1, false});
     meta.state.step = step;
     const auto t0 = std::chrono::steady_clock::now();
     const ckpt::SaveStats s = sync.save(meta, shards);
     const double secs = seconds_since(t0);
-    std::printf("%s %.3f  (%.2f GB in %.2f s, write+fsync %.2f s)\n", step == 0 ? "warmup_save_GBps" : "save_sync_GBps",
-                double(s.bytes) / secs / 1e9, double(s.bytes) / 1e9, secs, s.write_seconds);
-  }
+    std::printf("%s %.3f  (%.2f GB in %.2f s, write+fsync %.2f s)\n", label, double(s.bytes) / secs / 1e9,
+                double(s.bytes) / 1e9, secs, s.write_seconds);
+  };
+  // Step 0 is a warm-up, step 4 the measurement. On this Firecracker VM the guest's memory
+  // is backed by the host lazily: the first gigabytes of page cache a process fills cost a
+  // host page fault each, which made the first 6.6 GB save run at 0.3 GB/s and the same
+  // write 0.8 GB/s once memory had been through the cache.
+  sync_save(0, "warmup_save_GBps");
   {
     // The first asynchronous save allocates its snapshot buffers (page faults included);
     // the second shows the steady state of a training run.
@@ -79,17 +81,7 @@ int main(int argc, char** argv) {
                   s.stall_seconds, step == 2 ? "first" : "steady-state", seconds_since(t0));
     }
   }
-  for (int64_t step : {4}) {
-    // Step 0 is a warm-up: the first pass over the freshly allocated state pays its page
-    // faults (the moments are untouched zeros until a real optimizer step writes them).
-    ckpt::CheckpointWriter sync(groups, ckpt::WriterOptions{dir, 1, false});
-    meta.state.step = step;
-    const auto t0 = std::chrono::steady_clock::now();
-    const ckpt::SaveStats s = sync.save(meta, shards);
-    const double secs = seconds_since(t0);
-    std::printf("%s %.3f  (%.2f GB in %.2f s, write+fsync %.2f s)\n", step == 0 ? "warmup_save_GBps" : "save_sync_GBps",
-                double(s.bytes) / secs / 1e9, double(s.bytes) / 1e9, secs, s.write_seconds);
-  }
+  sync_save(4, "save_sync_GBps");
   const std::string path = dir + "/step_4";
   // Cold reads, as after a requeue on another node: drop the page cache where permitted.
   ::sync();
