@@ -57,6 +57,7 @@ target_link_libraries(fsdp_cuda_dist PUBLIC fsdp_cuda_backend fsdp_cuda_emu_nccl
 # import) join the set the CUDA tests link, still not all of fsdp_lib.
 file(GLOB FSDP_CUDA_MODEL_SOURCES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/model/*.cpp)
 target_sources(fsdp_cuda_backend PRIVATE ${FSDP_CUDA_MODEL_SOURCES}
-               ${PROJECT_SOURCE_DIR}/src/ckpt/safetensors.cpp ${PROJECT_SOURCE_DIR}/src/ckpt/hf_import.cpp)
+               ${PROJECT_SOURCE_DIR}/src/ckpt/safetensors.cpp ${PROJECT_SOURCE_DIR}/src/ckpt/durable_file.cpp
+               ${PROJECT_SOURCE_DIR}/src/ckpt/hf_import.cpp)
 target_link_libraries(fsdp_cuda_backend PUBLIC nlohmann_json::nlohmann_json ZLIB::ZLIB)
 # ---- model on CUDA (issue 7): end -----------------------------------------------------
