@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "fsdp/core/cli_args.h"
 #include "fsdp/core/error.h"
 #include "fsdp/data/indexed_dataset.h"
 #include "fsdp/data/text_inputs.h"
@@ -411,10 +412,6 @@ const char* prepare_help() {
 
 namespace {
 
-struct UsageError {
-  std::string message;
-};
-
 double parse_double(const std::string& flag, const std::string& v) {
   try {
     size_t used = 0;
@@ -427,19 +424,10 @@ double parse_double(const std::string& flag, const std::string& v) {
 
 PrepareOptions parse_prepare_args(int argc, char** argv, bool& help) {
   PrepareOptions o;
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i], inline_value;
-    bool has_inline = false;
-    if (arg.starts_with("--") && arg.find('=') != std::string::npos) {
-      inline_value = arg.substr(arg.find('=') + 1);
-      arg = arg.substr(0, arg.find('='));
-      has_inline = true;
-    }
-    auto value = [&]() -> std::string {
-      if (has_inline) return inline_value;
-      if (i + 1 >= argc) throw UsageError{arg + " needs a value"};
-      return argv[++i];
-    };
+  ArgCursor args(argc, argv);
+  while (args.next()) {
+    const std::string& arg = args.arg();
+    auto value = [&] { return args.value(); };
     if (arg == "--help" || arg == "-h") {
       help = true;
     } else if (arg == "--tokenizer") {
@@ -456,7 +444,7 @@ PrepareOptions parse_prepare_args(int argc, char** argv, bool& help) {
       const double w = parse_double(arg, value());
       if (w < 1 || w != double(int(w))) throw UsageError{"--workers needs a whole number >= 1"};
       o.workers = int(w);
-    } else if (arg == "--overwrite" && !has_inline) {
+    } else if (arg == "--overwrite" && !args.has_inline_value()) {
       o.overwrite = true;
     } else if (arg.starts_with("-") && arg != "-") {
       throw UsageError{"unknown option '" + arg + "'"};

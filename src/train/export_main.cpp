@@ -11,6 +11,7 @@
 #include "fsdp/ckpt/checkpoint.h"
 #include "fsdp/ckpt/hf_export.h"
 #include "fsdp/config/config.h"
+#include "fsdp/core/cli_args.h"
 #include "fsdp/core/error.h"
 #include "fsdp/model/param_units.h"
 #include "fsdp/train/exit_codes.h"
@@ -39,10 +40,6 @@ const char* export_help() {
 }
 
 namespace {
-
-struct UsageError {
-  std::string message;
-};
 
 uint64_t parse_size(const std::string& v) {
   double scale = 1;
@@ -85,12 +82,10 @@ int export_main(int argc, char** argv) {
   ckpt::HfExportOptions opt;
   bool tokenizer_given = false;
   try {
-    for (int i = 1; i < argc; ++i) {
-      const std::string a = argv[i];
-      auto value = [&]() -> std::string {
-        if (i + 1 >= argc) throw UsageError{a + " needs a value"};
-        return argv[++i];
-      };
+    ArgCursor args(argc, argv);
+    while (args.next()) {
+      const std::string& a = args.arg();
+      auto value = [&] { return args.value(); };
       if (a == "--help" || a == "-h") {
         std::fputs(export_help(), stdout);
         return kExitOk;
@@ -109,7 +104,7 @@ int export_main(int argc, char** argv) {
       } else if (a == "--max-shard-size") {
         opt.max_shard_bytes = parse_size(value());
       } else {
-        throw UsageError{"unknown argument '" + a + "'"};
+        throw UsageError{"unknown argument '" + args.raw() + "'"};
       }
     }
     if (checkpoint.empty()) throw UsageError{"--checkpoint DIR is required"};

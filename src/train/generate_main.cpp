@@ -15,6 +15,7 @@
 
 #include "fsdp/ckpt/checkpoint.h"
 #include "fsdp/ckpt/hf_import.h"
+#include "fsdp/core/cli_args.h"
 #include "fsdp/core/error.h"
 #include "fsdp/data/tokenizer.h"
 #include "fsdp/model/generate.h"
@@ -51,10 +52,6 @@ const char* generate_help() {
 }
 
 namespace {
-
-struct UsageError {
-  std::string message;
-};
 
 struct GenerateArgs {
   std::string checkpoint, tokenizer, prompt;
@@ -94,19 +91,10 @@ uint64_t parse_seed(const std::string& flag, const std::string& v) {
 
 GenerateArgs parse_generate_args(int argc, char** argv) {
   GenerateArgs a;
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i], inline_value;
-    bool has_inline = false;
-    if (arg.starts_with("--") && arg.find('=') != std::string::npos) {
-      inline_value = arg.substr(arg.find('=') + 1);
-      arg = arg.substr(0, arg.find('='));
-      has_inline = true;
-    }
-    auto value = [&]() -> std::string {
-      if (has_inline) return inline_value;
-      if (i + 1 >= argc) throw UsageError{arg + " needs a value"};
-      return argv[++i];
-    };
+  ArgCursor args(argc, argv);
+  while (args.next()) {
+    const std::string& arg = args.arg();
+    auto value = [&] { return args.value(); };
     if (arg == "--help" || arg == "-h") {
       a.help = true;
     } else if (arg == "--checkpoint") {
@@ -129,7 +117,7 @@ GenerateArgs parse_generate_args(int argc, char** argv) {
     } else if (arg == "--seed") {
       a.sampling.seed = parse_seed(arg, value());
     } else {
-      throw UsageError{"unknown argument '" + std::string(argv[i]) + "'"};
+      throw UsageError{"unknown argument '" + args.raw() + "'"};
     }
   }
   if (a.help) return a;
