@@ -463,6 +463,22 @@ PrepareOptions parse_prepare_args(int argc, char** argv, bool& help) {
 
 }  // namespace
 
+std::optional<ShardManifest> read_shard_manifest(const std::string& dir) {
+  const auto path = std::filesystem::path(dir) / "manifest.json";
+  if (!std::filesystem::exists(path)) return std::nullopt;
+  std::ifstream in(path);
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    FSDP_FAIL("{}: not valid JSON: {}", path.string(), e.what());
+  }
+  ShardManifest m;
+  if (j.contains("vocab_size")) m.vocab_size = j["vocab_size"].get<int64_t>();
+  if (j.contains("tokenizer") && j["tokenizer"].contains("path")) m.tokenizer_path = j["tokenizer"]["path"].get<std::string>();
+  return m;
+}
+
 int prepare_main(int argc, char** argv) {
   bool help = false;
   PrepareOptions o;

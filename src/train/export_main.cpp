@@ -2,10 +2,8 @@
 
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <string>
 
-#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
 #include "fsdp/ckpt/checkpoint.h"
@@ -13,6 +11,7 @@
 #include "fsdp/config/config.h"
 #include "fsdp/core/cli_args.h"
 #include "fsdp/core/error.h"
+#include "fsdp/data/prepare.h"
 #include "fsdp/model/param_units.h"
 #include "fsdp/train/exit_codes.h"
 
@@ -65,11 +64,8 @@ std::string tokenizer_of_run(const ckpt::Manifest& m) {
   try {
     const config::Config cfg = config::load_config_string(m.config_yaml, "checkpoint config");
     if (cfg.data.source != config::DataSource::Shards) return "";
-    std::ifstream in(fs::path(cfg.data.path) / "manifest.json");
-    if (!in.good()) return "";
-    const auto j = nlohmann::json::parse(in);
-    const std::string path = j.at("tokenizer").at("path").get<std::string>();
-    return fs::exists(path) ? path : "";
+    const auto m = data::read_shard_manifest(cfg.data.path);
+    return m && !m->tokenizer_path.empty() && fs::exists(m->tokenizer_path) ? m->tokenizer_path : "";
   } catch (const std::exception&) {
     return "";
   }

@@ -8,11 +8,8 @@
 
 #include <spdlog/spdlog.h>
 
-#include <fstream>
-
-#include <nlohmann/json.hpp>
-
 #include "fsdp/ckpt/hf_import.h"
+#include "fsdp/data/prepare.h"
 #include "fsdp/data/synthetic.h"
 #include "fsdp/data/synthetic_samples.h"
 #include "fsdp/ops/elementwise.h"
@@ -65,21 +62,12 @@ class OffsetSamples final : public data::SampleSource {
 // The manifest `fsdp_train prepare` writes beside the shards: its vocabulary must be the
 // model's (a different tokenizer would train on meaningless ids).
 void check_manifest_vocab(const std::string& dir, int64_t model_vocab) {
-  const auto path = std::filesystem::path(dir) / "manifest.json";
-  if (!std::filesystem::exists(path)) return;  // shards from Megatron-LM / NeMo carry none
-  std::ifstream in(path);
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    FSDP_FAIL("{}: not valid JSON: {}", path.string(), e.what());
-  }
-  if (!j.contains("vocab_size")) return;
-  const int64_t vocab = j["vocab_size"].get<int64_t>();
-  FSDP_CHECK(vocab == model_vocab,
+  const auto m = data::read_shard_manifest(dir);
+  if (!m || !m->vocab_size) return;
+  FSDP_CHECK(*m->vocab_size == model_vocab,
              "{}: the tokenizer's vocab_size {} differs from model.vocab_size {} (prepare the data with the model's "
              "tokenizer, or set model.vocab_size)",
-             path.string(), vocab, model_vocab);
+             (std::filesystem::path(dir) / "manifest.json").string(), *m->vocab_size, model_vocab);
 }
 
 }  // namespace
