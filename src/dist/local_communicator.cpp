@@ -36,8 +36,8 @@ std::string where(const Communicator& c, Collective op) {
 
 void check_tensor(const Communicator& c, Collective op, const Tensor& t, const char* what) {
   FSDP_CHECK(t.defined(), "{}: {} is an undefined tensor", where(c, op), what);
-  FSDP_CHECK(t.dtype() == DType::F32 || t.dtype() == DType::F64 || t.dtype() == DType::BF16,
-             "{}: {} is {}; collectives take float32, float64 or bfloat16", where(c, op), what, t.str());
+  FSDP_CHECK(t.dtype() == DType::F32 || t.dtype() == DType::F64 || t.dtype() == DType::BF16 || t.dtype() == DType::F16,
+             "{}: {} is {}; collectives take float32, float64, bfloat16 or float16", where(c, op), what, t.str());
   FSDP_CHECK(t.is_contiguous(), "{}: {} must be contiguous, got {} with strides {}", where(c, op), what, t.str(),
              t.strides().str());
 }

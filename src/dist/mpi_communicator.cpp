@@ -6,9 +6,9 @@
 // (our side of it: what the MPI library does inside is its own business), and a stale or
 // foreign Request id throws instead of waiting on someone else's collective.
 //
-// Datatypes: float32 / float64 natively (MPI_FLOAT / MPI_DOUBLE, MPI_SUM); bfloat16 as a
-// 2-byte contiguous type with a commutative user op that adds in float32 and rounds to
-// bf16 once per addition (the semantics communicator.h promises).
+// Datatypes: float32 / float64 natively (MPI_FLOAT / MPI_DOUBLE, MPI_SUM); bfloat16 and
+// float16 as a 2-byte contiguous type with a commutative user op per type that adds in
+// float32 and rounds once per addition (the semantics communicator.h promises).
 //
 // Errors: the communicator's MPI_Comm uses MPI_ERRORS_RETURN (inherited from
 // MPI_COMM_WORLD, set in bootstrap.cpp), and every MPI call goes through FSDP_MPI_CHECK,
@@ -57,26 +57,31 @@ namespace {
 
 using detail::Collective;
 
-// ---- bfloat16: a 2-byte type and a float32-accumulating sum ----
+// ---- bfloat16 and float16: 2-byte types and float32-accumulating sums ----
 
-void bf16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
-  const auto* a = static_cast<const bf16*>(in);
-  auto* b = static_cast<bf16*>(inout);
-  for (int i = 0; i < *len; ++i) b[i] = float_to_bf16(bf16_to_float(a[i]) + bf16_to_float(b[i]));
+template <typename H, float (*ToFloat)(H), H (*FromFloat)(float)>
+void half_sum(void* in, void* inout, int* len, MPI_Datatype*) {
+  const auto* a = static_cast<const H*>(in);
+  auto* b = static_cast<H*>(inout);
+  for (int i = 0; i < *len; ++i) b[i] = FromFloat(ToFloat(a[i]) + ToFloat(b[i]));
 }
 
-struct Bf16Mpi {
+struct HalfMpi {
   MPI_Datatype type = MPI_DATATYPE_NULL;
-  MPI_Op sum = MPI_OP_NULL;
+  MPI_Op bf16_sum = MPI_OP_NULL, f16_sum = MPI_OP_NULL;
 };
 
-// Created once, on the first communicator (MPI frees both at MPI_Finalize).
-const Bf16Mpi& bf16_mpi() {
-  static const Bf16Mpi v = [] {
-    Bf16Mpi r;
+// Created once, on the first communicator (MPI frees them at MPI_Finalize). One 2-byte
+// datatype serves both: the op, not the type, knows how to add.
+const HalfMpi& half_mpi() {
+  static const HalfMpi v = [] {
+    HalfMpi r;
     FSDP_MPI_CHECK(MPI_Type_contiguous(2, MPI_BYTE, &r.type), "world", -1, 0);
     FSDP_MPI_CHECK(MPI_Type_commit(&r.type), "world", -1, 0);
-    FSDP_MPI_CHECK(MPI_Op_create(&bf16_sum, /*commute=*/1, &r.sum), "world", -1, 0);
+    FSDP_MPI_CHECK(MPI_Op_create(&half_sum<bf16, bf16_to_float, float_to_bf16>, /*commute=*/1, &r.bf16_sum), "world",
+                   -1, 0);
+    FSDP_MPI_CHECK(MPI_Op_create(&half_sum<f16, f16_to_float, float_to_f16>, /*commute=*/1, &r.f16_sum), "world", -1,
+                   0);
     return r;
   }();
   return v;
@@ -86,12 +91,17 @@ MPI_Datatype mpi_type(DType t) {
   switch (t) {
     case DType::F32: return MPI_FLOAT;
     case DType::F64: return MPI_DOUBLE;
-    case DType::BF16: return bf16_mpi().type;
+    case DType::BF16:
+    case DType::F16: return half_mpi().type;
     default: FSDP_FAIL("no MPI datatype for {}", dtype_name(t));
   }
 }
 
-MPI_Op mpi_sum(DType t) { return t == DType::BF16 ? bf16_mpi().sum : MPI_SUM; }
+MPI_Op mpi_sum(DType t) {
+  if (t == DType::BF16) return half_mpi().bf16_sum;
+  if (t == DType::F16) return half_mpi().f16_sum;
+  return MPI_SUM;
+}
 
 class MpiCommunicator final : public Communicator {
  public:
@@ -99,7 +109,7 @@ class MpiCommunicator final : public Communicator {
   MpiCommunicator(MPI_Comm comm, std::string name) : comm_(comm), name_(std::move(name)) {
     FSDP_MPI_CHECK(MPI_Comm_rank(comm_, &rank_), name_.c_str(), -1, 0);
     FSDP_MPI_CHECK(MPI_Comm_size(comm_, &size_), name_.c_str(), -1, 0);
-    bf16_mpi();
+    half_mpi();
   }
 
   ~MpiCommunicator() override {

@@ -1,6 +1,6 @@
 // The NCCL communicator on CUDA tensors against the MPI communicator on the same data, under
 // mpiexec with 1, 2 and 4 ranks: all_gather (also in place), reduce_scatter, all_reduce and
-// broadcast from every root; float32, float64 and bfloat16; sizes 1, 7, 33, 1000, 4099 (odd,
+// broadcast from every root; float32, float64, bfloat16 and float16; sizes 1, 7, 33, 1000, 4099 (odd,
 // prime, not multiples of 4 or 32) and 0; over the world and over split shard / replicate
 // groups; with the byte accounting of communicator.h equal call for call. Then the errors:
 // bad arguments, bad waits, a failing NCCL call (injected in the emulator) and a bad device.
@@ -11,7 +11,8 @@
 // rings and trees; here MPI's blocking algorithms against the MPI communicator's
 // non-blocking ones), so each result is held to the exact sum (in double) within the
 // worst case of (ranks - 1) roundings: |got - exact| <= (ranks - 1) * u * sum |x_r|, with
-// u = 2^-24 (float32), 2^-53 (float64), 2^-8 (bfloat16, rounded after every addition).
+// u = 2^-24 (float32), 2^-53 (float64), 2^-8 (bfloat16), 2^-10 (float16), the halves
+// rounded after every addition.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -85,7 +86,7 @@ namespace {
 using test::expect_error;
 
 constexpr int64_t kSizes[] = {1, 7, 33, 1000, 4099};
-constexpr DType kTypes[] = {DType::F32, DType::F64, DType::BF16};
+constexpr DType kTypes[] = {DType::F32, DType::F64, DType::BF16, DType::F16};
 
 class NcclCommunicator : public ::testing::Test {
  protected:
@@ -106,7 +107,12 @@ Tensor on(const Tensor& t, Device d) { return cuda::to_device(t, d); }
 Tensor host(const Tensor& t) { return cuda::to_device(t, Device::cpu()); }
 
 double unit_roundoff(DType t) {
-  return t == DType::F64 ? std::ldexp(1.0, -53) : t == DType::F32 ? std::ldexp(1.0, -24) : std::ldexp(1.0, -8);
+  switch (t) {
+    case DType::F64: return std::ldexp(1.0, -53);
+    case DType::F32: return std::ldexp(1.0, -24);
+    case DType::F16: return std::ldexp(1.0, -10);
+    default: return std::ldexp(1.0, -8);
+  }
 }
 
 ::testing::AssertionResult identical(const Tensor& got, const Tensor& want) {
@@ -343,8 +349,8 @@ TEST_F(NcclCommunicator, BadArgumentsGiveClearErrors) {
     expect_error([&] { nccl.broadcast(cuda::to_device(Tensor::zeros({5}, DType::F32), Device::cuda(other)), 0); },
                  {"broadcast on group 'world'", fmt::format("on cuda:{}", other)});
   }
-  expect_error([&] { nccl.all_reduce(cuda::to_device(Tensor::zeros({5}, DType::F16), gpu())); },
-               {"collectives take float32, float64 or bfloat16"});
+  expect_error([&] { nccl.all_reduce(cuda::to_device(Tensor::zeros({5}, DType::I32), gpu())); },
+               {"collectives take float32, float64, bfloat16 or float16"});
   expect_error([&] { nccl.all_gather(shard, cuda::to_device(Tensor::zeros({5 * size + 1}, DType::F32), gpu())); },
                {"all_gather on group 'world'", "must have shard.numel() * group size"});
   expect_error([&] { nccl.reduce_scatter(full, cuda::to_device(Tensor::zeros({5}, DType::BF16), gpu())); },

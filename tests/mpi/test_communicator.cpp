@@ -103,7 +103,8 @@ std::string case_name(const testing::TestParamInfo<Case>& info) {
 INSTANTIATE_TEST_SUITE_P(MpiCommunicator, Collectives,
                          testing::Values(Case{DType::F32, 0}, Case{DType::F32, 1}, Case{DType::F32, 7},
                                          Case{DType::F32, 1001}, Case{DType::F64, 0}, Case{DType::F64, 13},
-                                         Case{DType::BF16, 0}, Case{DType::BF16, 3}, Case{DType::BF16, 1001}),
+                                         Case{DType::BF16, 0}, Case{DType::BF16, 3}, Case{DType::BF16, 1001},
+                                         Case{DType::F16, 5}, Case{DType::F16, 1001}),
                          case_name);
 
 TEST_P(Collectives, AllGatherConcatenatesShardsInRankOrder) {
@@ -174,12 +175,15 @@ TEST(MpiCommunicator, AllReduceOfRandomValuesIsCloseAndIdenticalOnEveryRank) {
     std::mt19937_64 rng(uint64_t(q) * 1000003u + uint64_t(i));
     return std::uniform_real_distribution<double>(-1, 1)(rng);
   };
-  for (DType dtype : {DType::F32, DType::BF16}) {
+  for (DType dtype : {DType::F32, DType::BF16, DType::F16}) {
     SCOPED_TRACE(dtype_name(dtype));
     const Tensor x = filled(dtype, n, [&](int64_t i) { return value(r, i); });
     c.wait(c.all_reduce(x));
-    // Per addition: float32 rounds at 2^-24 relative, bf16 at 2^-9 (of a partial sum <= p).
-    const double eps = dtype == DType::F32 ? 1e-6 : p * 0.5 * std::ldexp(1.0, -8);
+    // Per addition: float32 rounds at 2^-24 relative, bf16 at 2^-9, fp16 at 2^-11 (of a
+    // partial sum <= p).
+    const double eps = dtype == DType::F32    ? 1e-6
+                       : dtype == DType::BF16 ? p * 0.5 * std::ldexp(1.0, -8)
+                                              : p * 0.5 * std::ldexp(1.0, -10);
     for (int64_t i = 0; i < n; ++i) {
       double exact = 0;
       for (int q = 0; q < p; ++q) exact += filled(dtype, 1, [&](int64_t) { return value(q, i); }).get_flat(0);
@@ -423,7 +427,7 @@ TEST(MpiCommunicator, BadArgumentsThrowClearErrors) {
                 "shard.numel() * group size"});
   expect_error([&] { c.reduce_scatter(full, Tensor::zeros({4}, DType::BF16)); }, {"reduce_scatter", "same dtype"});
   expect_error([&] { c.all_reduce(Tensor::zeros({3, 4}, DType::F32).transpose(0, 1)); }, {"must be contiguous"});
-  expect_error([&] { c.all_reduce(Tensor::zeros({3}, DType::I32)); }, {"float32, float64 or bfloat16"});
+  expect_error([&] { c.all_reduce(Tensor::zeros({3}, DType::I32)); }, {"float32, float64, bfloat16 or float16"});
   expect_error([&] { c.all_reduce(Tensor()); }, {"undefined tensor"});
   expect_error([&] { c.broadcast(shard, p); }, {"root " + std::to_string(p) + " is not a rank"});
   expect_error([&] { c.broadcast(shard, -1); }, {"root -1 is not a rank"});

@@ -8,8 +8,8 @@
 //   reduce_scatter(full [n * size], shard [n]): shard = sum over ranks of full[rank*n : (rank+1)*n]
 //   all_reduce(x):   x = sum over ranks of x           (in place)
 //   broadcast(x, root): x = root's x                    (in place)
-// All tensors contiguous, same dtype on every rank; float32, float64 and bfloat16
-// (bf16 sums are computed in float32 and rounded once per addition). in/out must not
+// All tensors contiguous, same dtype on every rank; float32, float64, bfloat16 and
+// float16 (half sums are computed in float32 and rounded once per addition). in/out must not
 // overlap except all_reduce / broadcast, which are in place.
 //
 // Every call is non-blocking: it returns a Request; wait(request) blocks until it has

@@ -3,7 +3,7 @@
 // [NCCL stream ordering], for the stream / event contract.
 //
 // Collectives: ncclAllGather / ncclReduceScatter / ncclAllReduce / ncclBroadcast with
-// ncclSum on ncclFloat32 / ncclFloat64 / ncclBfloat16 (NCCL adds bf16 in float and rounds
+// ncclSum on ncclFloat32 / ncclFloat64 / ncclBfloat16 / ncclFloat16 (NCCL adds halves in float and rounds
 // per step, the semantics communicator.h gives), each on the comm stream between a `ready`
 // event recorded on the caller's stream and a `done` event recorded after it. Each call
 // takes one of kMaxPending request slots holding both events, created up front, so issuing
@@ -94,6 +94,7 @@ ncclDataType_t nccl_type(DType t) {
     case DType::F32: return ncclFloat32;
     case DType::F64: return ncclFloat64;
     case DType::BF16: return ncclBfloat16;
+    case DType::F16: return ncclFloat16;
     default: FSDP_FAIL("no NCCL datatype for {}", dtype_name(t));
   }
 }
