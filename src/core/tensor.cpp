@@ -58,6 +58,11 @@ Storage::Storage(size_t nbytes, Device device) : nbytes_(nbytes), device_(device
   data_ = allocator_->allocate(nbytes);
 }
 
+Storage::Storage(size_t nbytes, Allocator& allocator)
+    : nbytes_(nbytes), device_(allocator.device()), allocator_(&allocator) {
+  data_ = allocator_->allocate(nbytes);
+}
+
 std::shared_ptr<Storage> Storage::wrap(void* data, size_t nbytes, Device device) {
   std::shared_ptr<Storage> s(new Storage());
   s->data_ = data;
@@ -86,6 +91,12 @@ Tensor Tensor::contiguous_meta(const Dims& sizes, DType dtype, Device device) {
 Tensor Tensor::empty(const Dims& sizes, DType dtype, Device device) {
   Tensor t = contiguous_meta(sizes, dtype, device);
   t.storage_ = std::make_shared<Storage>(t.nbytes(), device);
+  return t;
+}
+
+Tensor Tensor::empty(const Dims& sizes, DType dtype, Allocator& allocator) {
+  Tensor t = contiguous_meta(sizes, dtype, allocator.device());
+  t.storage_ = std::make_shared<Storage>(t.nbytes(), allocator);
   return t;
 }
 

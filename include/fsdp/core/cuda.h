@@ -13,11 +13,16 @@
 // copies to host memory, sum_squares and synchronize().
 #pragma once
 
+#include <string>
+
 #include "fsdp/core/tensor.h"
 
 namespace fsdp::cuda {
 
 int device_count();  // usable devices; 0 when none (no error)
+// cudaDeviceProp's name ("NVIDIA H100 80GB HBM3"; the emulator names itself) and memory.
+std::string device_name(int device);
+size_t device_memory_bytes(int device);
 bool is_emulated();  // the emulation build: kernels run on the CPU's SIMT emulator
 
 void* current_stream(int device);
@@ -47,5 +52,12 @@ class DeviceGuard {
 void copy(const Tensor& src, const Tensor& dst);
 // A contiguous copy of t on `device` (cpu or cuda:N); t may be strided on the host.
 Tensor to_device(const Tensor& t, Device device);
+
+// A host tensor in page-locked memory (cudaMallocHost): a copy from it to a device is a
+// DMA the host does not wait for, where pageable memory is staged by the driver first.
+// Such a copy reads the buffer until the stream reaches it, so the caller may refill it
+// only after the stream has passed the copy (Trainer: the loss read-back that ends every
+// micro-batch). Counted apart from allocator_for(cpu): its own small allocator.
+Tensor pinned_empty(const Dims& sizes, DType dtype);
 
 }  // namespace fsdp::cuda

@@ -44,6 +44,9 @@ class Storage {
  public:
   // Owned memory from the device's allocator.
   Storage(size_t nbytes, Device device);
+  // Owned memory from a particular allocator (e.g. page-locked host memory for copies to a
+  // GPU, fsdp/core/cuda.h's pinned_empty); freed back to it.
+  Storage(size_t nbytes, Allocator& allocator);
   // Memory owned by someone else (an mmap'd file, a caller's buffer); never freed here.
   static std::shared_ptr<Storage> wrap(void* data, size_t nbytes, Device device);
   ~Storage();
@@ -67,6 +70,7 @@ class Tensor {
   Tensor() = default;  // undefined tensor
 
   static Tensor empty(const Dims& sizes, DType dtype, Device device = Device::cpu());
+  static Tensor empty(const Dims& sizes, DType dtype, Allocator& allocator);  // on allocator.device()
   static Tensor zeros(const Dims& sizes, DType dtype, Device device = Device::cpu());
   // A view of memory the caller keeps alive (e.g. an mmap'd checkpoint).
   static Tensor from_blob(void* data, const Dims& sizes, DType dtype, Device device = Device::cpu());
