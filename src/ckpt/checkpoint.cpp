@@ -37,6 +37,9 @@
 #include "fsdp/ckpt/safetensors.h"
 #include "fsdp/core/error.h"
 #include "durable_file.h"
+#if defined(FSDP_WITH_CUDA)
+#include "fsdp/core/cuda.h"
+#endif
 
 namespace fsdp::ckpt {
 
@@ -159,6 +162,9 @@ CheckpointReader::CheckpointReader(const std::string& dir) : dir_(dir), open_(st
     m.state.samples_seen = st.at("samples_seen").get<int64_t>();
     m.state.train_seed = st.at("train_seed").get<uint64_t>();
     m.state.data_seed = st.at("data_seed").get<uint64_t>();
+    m.state.loss_scale = st.value("loss_scale", 0.0);
+    m.state.loss_scale_good_steps = st.value("loss_scale_good_steps", int64_t{0});
+    m.state.skipped_steps = st.value("skipped_steps", int64_t{0});
     m.model = model_from_json(j.at("model"));
     m.strategy = j.at("strategy").get<std::string>();
     m.world_size = j.at("world_size").get<int>();
@@ -425,6 +431,35 @@ void CheckpointWriter::start_tmp_dir(int64_t step) {
   }
 }
 
+// Host copies of the shards in buffers owned here (allocated at the first save, page-locked
+// when the shards are on a GPU so the copy runs at the link's speed).
+void CheckpointWriter::take_snapshot(const std::vector<UnitShard>& shards) {
+  if (snapshot_.size() != shards.size()) snapshot_.assign(shards.size(), UnitShard{});
+  for (size_t u = 0; u < shards.size(); ++u) {
+    UnitShard& dst = snapshot_[u];
+    const UnitShard& src = shards[u];
+    const int64_t n = src.master.numel();
+    if (!dst.master.defined() || dst.master.numel() != n) {
+      for (Tensor* t : {&dst.master, &dst.exp_avg, &dst.exp_avg_sq}) {
+#if defined(FSDP_WITH_CUDA)
+        *t = src.master.device().is_cpu() ? Tensor::empty({n}, DType::F32) : cuda::pinned_empty({n}, DType::F32);
+#else
+        *t = Tensor::empty({n}, DType::F32);
+#endif
+      }
+    }
+    dst.begin = src.begin;
+    for (auto [d, s] : {std::pair{&dst.master, &src.master}, std::pair{&dst.exp_avg, &src.exp_avg},
+                        std::pair{&dst.exp_avg_sq, &src.exp_avg_sq}}) {
+      if (s->device().is_cpu()) {
+        parallel_copy(*d, *s);
+      } else {
+        d->copy_(*s);  // device -> host: returns once the bytes are here
+      }
+    }
+  }
+}
+
 SaveStats CheckpointWriter::save(const CheckpointMeta& meta, const std::vector<UnitShard>& shards) {
   finish();  // a previous asynchronous save commits first
   const auto t0 = std::chrono::steady_clock::now();
@@ -440,31 +475,19 @@ SaveStats CheckpointWriter::save(const CheckpointMeta& meta, const std::vector<U
   job.meta = meta;
   job.writes = groups_.replicate->rank() == 0;
   pending_ = true;
+  // Shards on a GPU are written from host copies; so are async saves (the step loop
+  // goes on changing the shards). Only a sync save of host shards writes them in place.
+  const bool on_device = !shards.empty() && !shards[0].master.device().is_cpu();
+  const bool copy_first = opt_.async || on_device;
+  if (copy_first) take_snapshot(shards);
+  job.shards = copy_first ? &snapshot_ : &shards;
   if (!opt_.async) {
-    job.shards = &shards;
     write_local(job);
     job.stall_seconds = seconds_since(t0);
     SaveStats s = commit();
     s.stall_seconds = seconds_since(t0);
     return s;
   }
-  // Snapshot into buffers owned here (allocated at the first save), then write behind.
-  if (snapshot_.size() != shards.size()) snapshot_.assign(shards.size(), UnitShard{});
-  for (size_t u = 0; u < shards.size(); ++u) {
-    UnitShard& dst = snapshot_[u];
-    const UnitShard& src = shards[u];
-    const int64_t n = src.master.numel();
-    if (!dst.master.defined() || dst.master.numel() != n) {
-      dst.master = Tensor::empty({n}, DType::F32);
-      dst.exp_avg = Tensor::empty({n}, DType::F32);
-      dst.exp_avg_sq = Tensor::empty({n}, DType::F32);
-    }
-    dst.begin = src.begin;
-    parallel_copy(dst.master, src.master);
-    parallel_copy(dst.exp_avg, src.exp_avg);
-    parallel_copy(dst.exp_avg_sq, src.exp_avg_sq);
-  }
-  job.shards = &snapshot_;
   job.stall_seconds = seconds_since(t0);
   job.thread = std::thread([this, &job] { write_local(job); });
   SaveStats s;
@@ -547,7 +570,10 @@ SaveStats CheckpointWriter::commit() {
                          {"tokens_seen", st.tokens_seen},
                          {"samples_seen", st.samples_seen},
                          {"train_seed", st.train_seed},
-                         {"data_seed", st.data_seed}}},
+                         {"data_seed", st.data_seed},
+                         {"loss_scale", st.loss_scale},
+                         {"loss_scale_good_steps", st.loss_scale_good_steps},
+                         {"skipped_steps", st.skipped_steps}}},
                        {"model", model_to_json(job.meta.model)},
                        {"strategy", job.meta.strategy},
                        {"world_size", W},

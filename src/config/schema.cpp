@@ -46,8 +46,8 @@ struct Choices<ShardingStrategy> {
 // The dtypes a run may ask for (a subset of fsdp::DType), spelled as dtype_name spells them.
 template <>
 struct Choices<DType> {
-  static constexpr std::pair<DType, std::string_view> table[] = {{DType::F32, "float32"},
-                                                                  {DType::BF16, "bfloat16"}};
+  static constexpr std::pair<DType, std::string_view> table[] = {
+      {DType::F32, "float32"}, {DType::BF16, "bfloat16"}, {DType::F16, "float16"}};
 };
 
 template <class E>
@@ -321,7 +321,20 @@ std::vector<detail::Field> build_table() {
       .add("log_every", &TrainConfig::log_every, "Steps between log lines (metrics.jsonl records every step).", ge(1))
       .add("eval_every", &TrainConfig::eval_every, "Steps between evaluations; 0 = never.", ge(0))
       .add("grad_clip", &TrainConfig::grad_clip, "Clip the global gradient norm to this; 0 = off.", ge(0))
-      .add("dtype", &TrainConfig::dtype, "Compute dtype of forward and backward (master weights stay float32).");
+      .add("dtype", &TrainConfig::dtype,
+           "Compute dtype of forward and backward (master weights stay float32); bfloat16 and float16 need "
+           "train.device cuda.")
+      .add_one_of("device", &TrainConfig::device,
+                  "Where the model computes: cuda = one GPU per local rank (NCCL between them); auto = cuda when this "
+                  "build has the CUDA backend and a GPU is visible, else cpu.",
+                  {"auto", "cpu", "cuda"})
+      .add("tf32", &TrainConfig::tf32, "Let float32 GEMMs on the GPU use TF32 tensor cores (torch's allow_tf32).")
+      .add("fp16_init_scale", &TrainConfig::fp16_init_scale,
+           "float16 only: initial loss scale of dynamic loss scaling (halved on inf/NaN gradients, doubled after "
+           "fp16_growth_interval clean steps).",
+           gt(0))
+      .add("fp16_growth_interval", &TrainConfig::fp16_growth_interval,
+           "float16 only: clean steps before the loss scale doubles.", ge(1));
 
   SectionRows(t, "optim", &Config::optim)
       .add("lr", &OptimConfig::lr, "Peak learning rate (AdamW), reached after warmup.", gt(0))

@@ -28,14 +28,19 @@ using config::ShardingStrategy;
 FsdpEngine::FsdpEngine(const std::vector<model::UnitLayout>& units, dist::ProcessGroups& groups,
                        const FsdpOptions& options)
     : layouts_(units), shard_(*groups.shard), replicate_(*groups.replicate), opt_(options) {
-  FSDP_CHECK(opt_.param_dtype == DType::F32 || opt_.param_dtype == DType::BF16,
-             "fsdp.param_dtype must be float32 or bfloat16, got {}", dtype_name(opt_.param_dtype));
-  FSDP_CHECK(opt_.reduce_dtype == DType::F32 || opt_.reduce_dtype == DType::BF16,
-             "fsdp.reduce_dtype must be float32 or bfloat16, got {}", dtype_name(opt_.reduce_dtype));
+  auto floating = [](DType t) { return t == DType::F32 || t == DType::BF16 || t == DType::F16; };
+  FSDP_CHECK(floating(opt_.param_dtype), "fsdp.param_dtype must be float32, bfloat16 or float16, got {}",
+             dtype_name(opt_.param_dtype));
+  FSDP_CHECK(floating(opt_.reduce_dtype), "fsdp.reduce_dtype must be float32, bfloat16 or float16, got {}",
+             dtype_name(opt_.reduce_dtype));
+  FSDP_CHECK(floating(opt_.compute_dtype), "the compute dtype must be float32, bfloat16 or float16, got {}",
+             dtype_name(opt_.compute_dtype));
   FSDP_CHECK(opt_.prefetch_limit >= 0, "fsdp.prefetch_limit must be >= 0, got {}", opt_.prefetch_limit);
   const int n = shard_.size();
-  norm_buf_ = Tensor::zeros({1}, DType::F64);
-  direct_ = n == 1 && opt_.param_dtype == DType::F32 && opt_.reduce_dtype == DType::F32;
+  const Device dev = opt_.device;
+  norm_buf_ = Tensor::zeros({1}, DType::F64, dev);
+  direct_ = n == 1 && opt_.param_dtype == DType::F32 && opt_.reduce_dtype == DType::F32 &&
+            opt_.compute_dtype == DType::F32;
   units_.resize(layouts_.size());
   for (size_t u = 0; u < layouts_.size(); ++u) {
     Unit& x = units_[u];
@@ -44,12 +49,12 @@ FsdpEngine::FsdpEngine(const std::vector<model::UnitLayout>& units, dist::Proces
     x.padded = x.shard_range.size * n;
     x.segments = optim::decay_segments(layouts_[u]);
     const int64_t s = x.shard_range.size;
-    x.master = Tensor::zeros({s}, DType::F32);
-    x.grad = Tensor::zeros({s}, DType::F32);
-    x.exp_avg = Tensor::zeros({s}, DType::F32);
-    x.exp_avg_sq = Tensor::zeros({s}, DType::F32);
-    if (opt_.param_dtype != DType::F32) x.shard_cast = Tensor::zeros({s}, opt_.param_dtype);
-    if (opt_.reduce_dtype != DType::F32) x.reduce_recv = Tensor::zeros({s}, opt_.reduce_dtype);
+    x.master = Tensor::zeros({s}, DType::F32, dev);
+    x.grad = Tensor::zeros({s}, DType::F32, dev);
+    x.exp_avg = Tensor::zeros({s}, DType::F32, dev);
+    x.exp_avg_sq = Tensor::zeros({s}, DType::F32, dev);
+    if (opt_.param_dtype != DType::F32) x.shard_cast = Tensor::zeros({s}, opt_.param_dtype, dev);
+    if (opt_.reduce_dtype != DType::F32) x.reduce_recv = Tensor::zeros({s}, opt_.reduce_dtype, dev);
     max_padded_ = std::max(max_padded_, x.padded);
     x.nvtx_forward = layouts_[u].name + " forward";
     x.nvtx_backward = layouts_[u].name + " backward";
@@ -84,7 +89,7 @@ FsdpEngine::Buffer* FsdpEngine::acquire(DType dtype) {
     }
   }
   pool_.push_back(std::make_unique<Buffer>());
-  pool_.back()->t = Tensor::empty({max_padded_}, dtype);
+  pool_.back()->t = Tensor::empty({max_padded_}, dtype, opt_.device);
   pool_.back()->in_use = true;
   return pool_.back().get();
 }
@@ -105,13 +110,17 @@ void FsdpEngine::issue_gather(int unit) {
   if (direct_ || unit < 0 || unit >= num_units()) return;
   Unit& x = units_[unit];
   if (x.full != nullptr || x.gather_pending) return;
-  x.full = acquire(DType::F32);
-  if (opt_.param_dtype == DType::F32) {
-    x.gather_req = shard_.all_gather(x.master, x.full->t.narrow(0, 0, x.padded));
-  } else {
+  x.full = acquire(opt_.compute_dtype);
+  const Tensor* shard = &x.master;
+  if (opt_.param_dtype != DType::F32) {
     cast(x.master, x.shard_cast);
+    shard = &x.shard_cast;
+  }
+  if (opt_.param_dtype == opt_.compute_dtype) {
+    x.gather_req = shard_.all_gather(*shard, x.full->t.narrow(0, 0, x.padded));
+  } else {
     x.gather_staging = acquire(opt_.param_dtype);
-    x.gather_req = shard_.all_gather(x.shard_cast, x.gather_staging->t.narrow(0, 0, x.padded));
+    x.gather_req = shard_.all_gather(*shard, x.gather_staging->t.narrow(0, 0, x.padded));
   }
   x.gather_pending = true;
 }
@@ -172,7 +181,7 @@ Tensor FsdpEngine::grads(int unit) {
   Unit& x = units_[unit];
   if (direct_) return x.grad.narrow(0, 0, x.numel);
   if (x.full_grad == nullptr) {  // first micro-batch of the step for this unit
-    x.full_grad = acquire(DType::F32);
+    x.full_grad = acquire(opt_.compute_dtype);
     fill_(x.full_grad->t.narrow(0, 0, x.padded), 0.0);
   }
   return x.full_grad->t.narrow(0, 0, x.numel);
@@ -195,15 +204,14 @@ void FsdpEngine::reduce_gradient(int unit) {
     }
     return;
   }
-  const Tensor full = x.full_grad->t.narrow(0, 0, x.padded);
-  if (opt_.reduce_dtype == DType::F32) {
-    x.reduce_req = shard_.reduce_scatter(full, x.grad);
-  } else {
+  Tensor send = x.full_grad->t.narrow(0, 0, x.padded);
+  if (opt_.reduce_dtype != opt_.compute_dtype) {
     x.reduce_send = acquire(opt_.reduce_dtype);
-    const Tensor send = x.reduce_send->t.narrow(0, 0, x.padded);
-    cast(full, send);
-    x.reduce_req = shard_.reduce_scatter(send, x.reduce_recv);
+    const Tensor converted = x.reduce_send->t.narrow(0, 0, x.padded);
+    cast(send, converted);
+    send = converted;
   }
+  x.reduce_req = shard_.reduce_scatter(send, opt_.reduce_dtype == DType::F32 ? x.grad : x.reduce_recv);
   x.reduce_pending = true;
 }
 
@@ -240,9 +248,10 @@ double FsdpEngine::grad_norm() {
   double sq = 0;
   for (const Unit& x : units_) sq += sum_squares(x.grad);
   // Replicas hold identical shards, so the shard group alone covers every element once.
-  norm_buf_.data<double>()[0] = sq;
+  fill_(norm_buf_, sq);
   shard_.wait(shard_.all_reduce(norm_buf_));
-  return std::sqrt(norm_buf_.data<double>()[0]);
+  const Tensor total = norm_buf_.device().is_cpu() ? norm_buf_ : norm_buf_.to(Device::cpu());
+  return std::sqrt(total.data<double>()[0]);
 }
 
 void FsdpEngine::optimizer_step(const optim::AdamWConfig& cfg, double lr, int64_t step, double grad_scale) {
@@ -255,7 +264,7 @@ void FsdpEngine::optimizer_step(const optim::AdamWConfig& cfg, double lr, int64_
 
 Tensor FsdpEngine::gather_full(int unit) {
   Unit& x = units_[unit];
-  Tensor full = Tensor::empty({x.padded}, DType::F32);
+  Tensor full = Tensor::empty({x.padded}, DType::F32, opt_.device);
   shard_.wait(shard_.all_gather(x.master, full));
   return full.narrow(0, 0, x.numel);
 }

@@ -13,8 +13,15 @@
 #include "fsdp/data/synthetic.h"
 #include "fsdp/data/synthetic_samples.h"
 #include "fsdp/ops/elementwise.h"
+#include "fsdp/train/device_peak.h"
 #include "fsdp/train/exit_codes.h"
 #include "fsdp/train/preemption.h"
+#if defined(FSDP_WITH_CUDA)
+#include "fsdp/core/cuda.h"
+#endif
+#if defined(FSDP_WITH_NCCL)
+#include "fsdp/dist/nccl.h"
+#endif
 
 namespace fsdp::train {
 
@@ -96,26 +103,85 @@ model::LlamaConfig resolve_model_config(const config::ModelConfig& m) {
   return c;
 }
 
-FsdpOptions fsdp_options(const config::Config& cfg) {
+FsdpOptions fsdp_options(const config::Config& cfg, Device device) {
   FsdpOptions o;
   o.strategy = cfg.fsdp.sharding_strategy;
   o.param_dtype = cfg.fsdp.param_dtype;
   o.reduce_dtype = cfg.fsdp.reduce_dtype;
   o.prefetch_limit = cfg.fsdp.prefetch_limit;
+  o.device = device;
+  o.compute_dtype = cfg.train.dtype;
   return o;
 }
+
+Device resolve_device(const config::Config& cfg, const dist::WorldInfo& world) {
+  const std::string& want = cfg.train.device;
+  Device d = Device::cpu();
+#if defined(FSDP_WITH_CUDA)
+  const int visible = cuda::device_count();
+  const bool use_cuda = want == "cuda" || (want == "auto" && visible > 0 && !cuda::is_emulated());
+  if (use_cuda) {
+    FSDP_CHECK(visible > 0,
+               "train.device is cuda but rank {} on {} sees no CUDA device (CUDA_VISIBLE_DEVICES='{}'); set "
+               "train.device: cpu, or run where the GPUs are",
+               world.rank, world.hostname, std::getenv("CUDA_VISIBLE_DEVICES") ? std::getenv("CUDA_VISIBLE_DEVICES") : "");
+    const int index = visible == 1 ? 0 : world.local_rank;
+    FSDP_CHECK(index < visible,
+               "train.device is cuda: rank {} is local rank {} of {} on {} but only {} GPU(s) are visible; one rank "
+               "per GPU (srun --ntasks-per-node={})",
+               world.rank, world.local_rank, world.local_size, world.hostname, visible, visible);
+    d = Device::cuda(index);
+  }
+#else
+  FSDP_CHECK(want != "cuda",
+             "train.device is cuda but this fsdp_train was built without the CUDA backend (rebuild where nvcc is "
+             "found: scripts/build.sh -DFSDP_CUDA=ON), or set train.device: cpu");
+  (void)world;
+#endif
+  FSDP_CHECK(!d.is_cpu() || cfg.train.dtype == DType::F32,
+             "train.dtype {} needs train.device cuda; the CPU backend computes in float32 (fsdp.param_dtype: "
+             "bfloat16 still halves the all-gathers)",
+             dtype_name(cfg.train.dtype));
+  return d;
+}
+
+namespace {
+
+// The engine's groups: on a GPU the shard and replicate groups carry CUDA tensors (NCCL).
+dist::ProcessGroups engine_groups(dist::ProcessGroups& host, Device device) {
+  if (device.is_cpu()) return host;
+#if defined(FSDP_WITH_NCCL)
+  return dist::make_nccl_process_groups(host, device.index);
+#else
+  // Single-rank groups copy on the device without NCCL; more ranks need it.
+  FSDP_CHECK(host.shard->size() == 1 && host.replicate->size() == 1,
+             "train.device cuda with {} ranks needs NCCL, and this build has none (rebuild with NCCL installed)",
+             host.world->size());
+  return host;
+#endif
+}
+
+}  // namespace
 
 Trainer::Trainer(const config::Config& cfg, dist::ProcessGroups& groups)
     : cfg_(cfg),
       groups_(groups),
-      model_(checked_model_config(cfg), cfg.train.dtype),
-      engine_(model_.units(), groups, fsdp_options(cfg)),
-      act_(model_.config(), cfg.train.micro_batch_size, cfg.train.seq_len, cfg.train.dtype, Device::cpu()),
+      device_(resolve_device(cfg, groups.world_info)),
+      engine_groups_(engine_groups(groups, device_)),
+      model_(checked_model_config(cfg), cfg.train.dtype, device_),
+      engine_(model_.units(), engine_groups_, fsdp_options(cfg, device_)),
+      act_(model_.config(), cfg.train.micro_batch_size, cfg.train.seq_len, cfg.train.dtype, device_),
       loss_buf_(Tensor::zeros({4}, DType::F64)) {
-  FSDP_CHECK(cfg.train.dtype == DType::F32,
-             "train.dtype {} is not available on the CPU backend (float32 compute; use fsdp.param_dtype: bfloat16 "
-             "for bf16 parameters)",
-             dtype_name(cfg.train.dtype));
+  if (cfg.train.dtype == DType::F16) scaler_ = optim::DynamicLossScaler(cfg.train.fp16_init_scale, cfg.train.fp16_growth_interval);
+#if defined(FSDP_WITH_CUDA)
+  if (device_.is_cuda()) {
+    cuda::set_tf32(cfg.train.tf32);
+    const int64_t n = int64_t(cfg.train.micro_batch_size) * cfg.train.seq_len;
+    ids_host_ = cuda::pinned_empty({n}, DType::I32);
+    targets_host_ = cuda::pinned_empty({n}, DType::I32);
+    peak_flops_ = peak_bf16_flops(cuda::device_name(device_.index));
+  }
+#endif
   const int64_t vocab = model_.config().vocab_size, T = cfg.train.seq_len;
   const int world = groups.world->size();
   data::LoaderOptions lo;
@@ -195,13 +261,25 @@ void Trainer::resume(const std::string& path) {
   reader.check_model(model_.config(), model_.units());
   const ckpt::Manifest& m = reader.manifest();
   uint64_t bytes = 0;
+  Tensor staging;  // shards on a GPU are read into host memory, then uploaded
   for (int u = 0; u < engine_.num_units(); ++u) {
     const int64_t begin = engine_.shard_range(u).begin;
-    reader.read(u, "master", begin, engine_.master(u));
-    reader.read(u, "exp_avg", begin, engine_.exp_avg(u));
-    reader.read(u, "exp_avg_sq", begin, engine_.exp_avg_sq(u));
-    bytes += 3 * engine_.master(u).nbytes();
+    for (const char* kind : {"master", "exp_avg", "exp_avg_sq"}) {
+      const Tensor& dst = std::string_view(kind) == "master"    ? engine_.master(u)
+                          : std::string_view(kind) == "exp_avg" ? engine_.exp_avg(u)
+                                                                : engine_.exp_avg_sq(u);
+      if (dst.device().is_cpu()) {
+        reader.read(u, kind, begin, dst);
+      } else {
+        if (!staging.defined() || staging.numel() < dst.numel()) staging = Tensor::empty({dst.numel()}, DType::F32);
+        const Tensor host = staging.narrow(0, 0, dst.numel());
+        reader.read(u, kind, begin, host);
+        dst.copy_(host);
+      }
+      bytes += dst.nbytes();
+    }
   }
+  scaler_.restore(m.state.loss_scale, m.state.loss_scale_good_steps, m.state.skipped_steps);
   step_ = m.state.step;
   tokens_seen_ = m.state.tokens_seen;
   samples_seen_ = m.state.samples_seen;
@@ -227,6 +305,11 @@ void Trainer::resume(const std::string& path) {
 ckpt::SaveStats Trainer::save_checkpoint() {
   ckpt::CheckpointMeta meta;
   meta.state = ckpt::TrainState{step_, tokens_seen_, samples_seen_, uint64_t(cfg_.train.seed), uint64_t(cfg_.data.seed)};
+  if (scaler_.enabled()) {
+    meta.state.loss_scale = scaler_.scale();
+    meta.state.loss_scale_good_steps = scaler_.good_steps();
+    meta.state.skipped_steps = scaler_.skipped_steps();
+  }
   meta.model = model_.config();
   meta.units = model_.units();
   meta.strategy = std::string(config::to_string(cfg_.fsdp.sharding_strategy));
@@ -288,14 +371,49 @@ void Trainer::log_save(const ckpt::SaveStats& s, bool committed) const {
 }
 
 uint64_t Trainer::comm_bytes() const {
-  // The shard and replicate groups carry the FSDP traffic; world carries the loss.
-  return groups_.world->stats().bytes_sent + groups_.shard->stats().bytes_sent +
-         groups_.replicate->stats().bytes_sent;
+  // The engine's shard and replicate groups carry the FSDP traffic; world carries the loss.
+  return groups_.world->stats().bytes_sent + engine_groups_.shard->stats().bytes_sent +
+         engine_groups_.replicate->stats().bytes_sent;
 }
 
 double Trainer::comm_wait_seconds() const {
-  return groups_.world->stats().wait_seconds + groups_.shard->stats().wait_seconds +
-         groups_.replicate->stats().wait_seconds;
+  return groups_.world->stats().wait_seconds + engine_groups_.shard->stats().wait_seconds +
+         engine_groups_.replicate->stats().wait_seconds;
+}
+
+void Trainer::log_device() const {
+  const std::string dtype = dtype_name(cfg_.train.dtype);
+  if (device_.is_cpu()) {
+    spdlog::info("device: cpu, {} compute", dtype);
+    return;
+  }
+#if defined(FSDP_WITH_CUDA)
+  const int i = device_.index;
+  spdlog::info("device: one GPU per rank ({} here: {}, {:.0f} GiB{}), {} compute{}{}, collectives over {}", device_.str(),
+               cuda::device_name(i), double(cuda::device_memory_bytes(i)) / double(1ull << 30),
+               cuda::is_emulated() ? ", the CPU emulator: no GPU timing" : "", dtype,
+               scaler_.enabled() ? fmt::format(" with dynamic loss scaling from {:g}", scaler_.scale()) : "",
+               cfg_.train.tf32 ? ", TF32 GEMMs" : "",
+               engine_groups_.shard->size() > 1 || engine_groups_.replicate->size() > 1 ? "NCCL" : "none (one rank)");
+  if (peak_flops_) {
+    spdlog::info("device: MFU is model FLOP/s over {:.0f} TFLOP/s (dense bf16 peak of this GPU; FSDP_PEAK_TFLOPS "
+                 "overrides)",
+                 *peak_flops_ / 1e12);
+  }
+#endif
+}
+
+// The pinned staging buffers are refilled here while the previous micro-batch's upload
+// may only be enqueued: safe because every forward (and forward + backward) ends in the
+// model's loss read-back, which waits for the compute stream, past that upload.
+void Trainer::load_micro_batch(data::Loader& loader) {
+  if (device_.is_cpu()) {
+    loader.next(act_.ids, act_.targets);
+    return;
+  }
+  loader.next(ids_host_, targets_host_);
+  act_.ids.copy_(ids_host_);
+  act_.targets.copy_(targets_host_);
 }
 
 model::LossSum Trainer::all_reduce_loss(model::LossSum local) {
@@ -312,8 +430,8 @@ model::LossSum Trainer::all_reduce_loss(model::LossSum local) {
 
 StepMetrics Trainer::train_step() {
   const auto t0 = std::chrono::steady_clock::now();
-  Allocator& host = allocator_for(Device::cpu());
-  host.reset_peak();
+  Allocator& mem = allocator_for(device_);
+  mem.reset_peak();
   const uint64_t bytes0 = comm_bytes();
   const double wait0 = comm_wait_seconds();
   const double data_wait0 = train_loader_->wait_seconds();
@@ -325,24 +443,34 @@ StepMetrics Trainer::train_step() {
   // Every target of a synthetic sample is a real token, so the global batch holds
   // global_batch * seq_len targets.
   const int64_t step_tokens = global_batch * cfg_.train.seq_len;
-  const double grad_scale = 1.0 / double(step_tokens);
+  // float16: the backward pass runs on the loss times the loss scale (1 otherwise).
+  const double loss_scale = scaler_.scale();
+  const double grad_scale = loss_scale / double(step_tokens);
   engine_.begin_step(int(accum));
   model::LossSum local;
   for (int64_t a = 0; a < accum; ++a) {
     engine_.begin_micro_batch(int(a));
-    train_loader_->next(act_.ids, act_.targets);
+    load_micro_batch(*train_loader_);
     const model::LossSum l = model_.forward_backward(act_, engine_, grad_scale);
     local.sum += l.sum;
     local.tokens += l.tokens;
   }
   const model::LossSum total = all_reduce_loss(local);
   const double loss = total.sum / double(total.tokens);
-  FSDP_CHECK(std::isfinite(loss), "loss is {} at step {}: stopping (lower optim.lr or check the data)", loss, step_);
+  FSDP_CHECK(std::isfinite(loss), "loss is {} at step {}: stopping (lower optim.lr or check the data{})", loss, step_,
+             cfg_.train.dtype == DType::F16 ? "; float16 activations may overflow: try bfloat16" : "");
 
-  const double grad_norm = engine_.grad_norm();
-  const double clip = optim::clip_factor(grad_norm, cfg_.train.grad_clip);
+  // The norm of the scaled gradients: not finite when float16 overflowed (every rank sees
+  // the same all-reduced value, so every rank skips alike).
+  const double scaled_norm = engine_.grad_norm();
+  const bool apply = scaler_.update(!std::isfinite(scaled_norm));
+  const double grad_norm = scaled_norm / loss_scale;
   const double lr = schedule_.at(step_);
-  engine_.optimizer_step(adamw_, lr, step_, clip);
+  if (apply) {
+    const double clip = optim::clip_factor(grad_norm, cfg_.train.grad_clip);
+    // AdamW counts only the steps it took (torch.optim skips its step count with the step).
+    engine_.optimizer_step(adamw_, lr, step_ - scaler_.skipped_steps(), clip / loss_scale);
+  }
   tokens_seen_ += step_tokens;
   samples_seen_ += global_batch;
 
@@ -356,9 +484,12 @@ StepMetrics Trainer::train_step() {
   m.samples_per_sec = double(global_batch) / secs;
   m.tokens_per_sec = double(step_tokens) / secs;
   m.gflops_per_sec = flops_per_token_ * double(step_tokens) / secs / 1e9;
+  if (peak_flops_) m.mfu = m.gflops_per_sec * 1e9 / double(world) / *peak_flops_;
+  if (scaler_.enabled()) m.loss_scale = loss_scale;
+  m.skipped = !apply;
   m.tokens = step_tokens;
   m.tokens_seen = tokens_seen_;
-  m.peak_tensor_bytes = host.stats().peak_bytes;
+  m.peak_tensor_bytes = mem.stats().peak_bytes;
   m.comm_bytes = comm_bytes() - bytes0;
   m.comm_wait_ms = (comm_wait_seconds() - wait0) * 1e3;
   m.world_size = world;
@@ -373,7 +504,7 @@ double Trainer::evaluate(int batches) {
   val_loader_->seek(0);
   model::LossSum local;
   for (int b = 0; b < batches; ++b) {
-    val_loader_->next(act_.ids, act_.targets);
+    load_micro_batch(*val_loader_);
     const model::LossSum l = model_.forward(act_, engine_);
     local.sum += l.sum;
     local.tokens += l.tokens;
@@ -395,6 +526,7 @@ int Trainer::run() {
     metrics = std::make_unique<MetricsWriter>(path, /*truncate=*/resumed_from_.empty());
   }
   spdlog::info("model: {}", model_.config().summary());
+  log_device();
   const int world = groups_.world->size();
   spdlog::info("batch: {} sequences x {} tokens per micro-batch, {} accumulation steps, {} ranks = {} tokens per step",
                t.micro_batch_size, t.seq_len, t.grad_accum_steps, world,

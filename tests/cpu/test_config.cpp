@@ -114,6 +114,10 @@ TEST(ConfigFile, EveryKeyIsRead) {
   EXPECT_EQ(c.train.eval_every, 500);
   EXPECT_EQ(c.train.grad_clip, 0.5);
   EXPECT_EQ(c.train.dtype, DType::BF16);
+  EXPECT_EQ(c.train.device, "cuda");
+  EXPECT_TRUE(c.train.tf32);
+  EXPECT_EQ(c.train.fp16_init_scale, 1024.0);
+  EXPECT_EQ(c.train.fp16_growth_interval, 100);
   EXPECT_EQ(c.optim.lr, 1.5e-4);
   EXPECT_EQ(c.optim.min_lr, 0.0);
   EXPECT_EQ(c.optim.warmup_steps, 2000);
@@ -251,8 +255,10 @@ TEST(ConfigErrors, ImpossibleValue) {
   EXPECT_EQ(error_of("model:\n  preset: llama3_8b\n"),
             "configs/x.yaml:2: key 'model.preset' must be one of tiny, llama2_7b, llama2_13b, llama2_70b, "
             "codellama_7b, got 'llama3_8b'");
-  EXPECT_EQ(error_of("train:\n  dtype: float16\n"),
-            "configs/x.yaml:2: key 'train.dtype' must be one of float32, bfloat16, got 'float16'");
+  EXPECT_EQ(error_of("train:\n  dtype: float8\n"),
+            "configs/x.yaml:2: key 'train.dtype' must be one of float32, bfloat16, float16, got 'float8'");
+  EXPECT_EQ(error_of("train:\n  device: gpu\n"),
+            "configs/x.yaml:2: key 'train.device' must be one of auto, cpu, cuda, got 'gpu'");
   EXPECT_EQ(error_of("run:\n  dir: \"\"\n"), "configs/x.yaml:2: key 'run.dir' must not be empty (the run directory)");
 }
 
@@ -346,7 +352,7 @@ TEST(ConfigDump, EveryKeyInSectionOrder) {
   EXPECT_NE(text.find("  sharding_strategy: FULL_SHARD\n"), std::string::npos);
   EXPECT_NE(text.find("  dtype: float32\n"), std::string::npos);
   const size_t lines = static_cast<size_t>(std::count(text.begin(), text.end(), '\n'));
-  EXPECT_EQ(lines, 9 + 51u);  // 9 sections, 51 keys
+  EXPECT_EQ(lines, 9 + 55u);  // 9 sections, 55 keys
 }
 
 TEST(ConfigDump, HashIsDeterministicAndSeesEveryChange) {

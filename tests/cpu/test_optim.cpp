@@ -6,6 +6,7 @@
 #include <cstring>
 #include <numbers>
 
+#include "fsdp/optim/loss_scaler.h"
 #include "fsdp/optim/lr_schedule.h"
 #include "fsdp/optim/optimizer.h"
 #include "test_util.h"
@@ -80,6 +81,48 @@ TEST(AdamWRange, ShardedStepsEqualTheWholeStep) {
   }
   ASSERT_EQ(std::memcmp(p1.data_ptr(), p2.data_ptr(), p1.nbytes()), 0);
   ASSERT_EQ(std::memcmp(v1.data_ptr(), v2.data_ptr(), v1.nbytes()), 0);
+}
+
+
+// torch.amp.GradScaler's update rule as its documentation states it (growth_factor 2,
+// backoff_factor 0.5): an inf/NaN step halves the scale and resets the clean-step count;
+// growth_interval clean steps in a row double it. Worked by hand for interval 3.
+TEST(DynamicLossScaler, FollowsGradScalersUpdateRule) {
+  optim::DynamicLossScaler s(1024, 3);
+  EXPECT_TRUE(s.enabled());
+  struct Want {
+    bool found_inf, applies;
+    double scale;
+    int64_t good, skipped;
+  };
+  const Want seq[] = {{false, true, 1024, 1, 0}, {false, true, 1024, 2, 0}, {true, false, 512, 0, 1},
+                      {false, true, 512, 1, 1},  {false, true, 512, 2, 1},  {false, true, 1024, 0, 1},
+                      {true, false, 512, 0, 2},  {true, false, 256, 0, 3},  {false, true, 256, 1, 3},
+                      {false, true, 256, 2, 3},  {false, true, 512, 0, 3},  {false, true, 512, 1, 3}};
+  int i = 0;
+  for (const Want& w : seq) {
+    EXPECT_EQ(s.update(w.found_inf), w.applies) << "update " << i;
+    EXPECT_EQ(s.scale(), w.scale) << "update " << i;
+    EXPECT_EQ(s.good_steps(), w.good) << "update " << i;
+    EXPECT_EQ(s.skipped_steps(), w.skipped) << "update " << i;
+    ++i;
+  }
+  // A checkpoint's state comes back whole; a disabled scaler (float32/bf16) ignores it.
+  optim::DynamicLossScaler r(65536, 3);
+  r.restore(s.scale(), s.good_steps(), s.skipped_steps());
+  EXPECT_EQ(r.scale(), 512);
+  EXPECT_EQ(r.good_steps(), 1);
+  EXPECT_EQ(r.skipped_steps(), 3);
+  optim::DynamicLossScaler off;
+  off.restore(512, 1, 3);
+  EXPECT_FALSE(off.enabled());
+  EXPECT_EQ(off.scale(), 1.0);
+  EXPECT_TRUE(off.update(true));  // never skips
+  EXPECT_EQ(off.skipped_steps(), 0);
+  // Growth stops below float32's largest value.
+  optim::DynamicLossScaler big(std::ldexp(1.0, 127), 1);
+  big.update(false);
+  EXPECT_EQ(big.scale(), std::ldexp(1.0, 127));
 }
 
 }  // namespace

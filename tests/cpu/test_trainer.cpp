@@ -13,8 +13,12 @@
 
 #include "fsdp/ckpt/safetensors.h"
 #include "fsdp/data/synthetic.h"
+#include "fsdp/train/device_peak.h"
 #include "fsdp/train/trainer.h"
 #include "test_util.h"
+#if defined(FSDP_WITH_CUDA)
+#include "fsdp/core/cuda.h"
+#endif
 
 // The cpu test binary's allocation counter (included here and nowhere else in it).
 #define FSDP_DEFINE_ALLOCATION_COUNTER
@@ -106,6 +110,48 @@ TEST(Trainer, SeqLenLongerThanModelContextIsRefused) {
     EXPECT_NE(std::string(e.what()).find("train.seq_len 32 exceeds the model's max_seq_len 16"), std::string::npos)
         << e.what();
   }
+}
+
+// train.device and train.dtype: where a run may compute, and the one error each mistake gets.
+TEST(Trainer, DeviceAndDtypeChoicesAreCheckedAtStart) {
+  dist::WorldInfo w;
+  w.hostname = "node7";
+  EXPECT_EQ(train::resolve_device(small_config({"train.device=cpu"}), w), Device::cpu());
+  // auto never picks the CUDA emulator, and without a visible GPU it is the CPU.
+#if defined(FSDP_WITH_CUDA)
+  const bool gpu = cuda::device_count() > 0 && !cuda::is_emulated();
+#else
+  const bool gpu = false;
+#endif
+  EXPECT_EQ(train::resolve_device(small_config(), w).is_cuda(), gpu);
+  test::expect_error([&] { train::resolve_device(small_config({"train.dtype=bfloat16", "train.device=cpu"}), w); },
+                     {"train.dtype bfloat16 needs train.device cuda"});
+  test::expect_error([&] { LocalTrainer t(small_config({"train.dtype=float16", "train.device=cpu"})); },
+                     {"train.dtype float16 needs train.device cuda"});
+#if defined(FSDP_WITH_CUDA)
+  if (cuda::device_count() == 0)
+    test::expect_error([&] { train::resolve_device(small_config({"train.device=cuda"}), w); },
+                       {"train.device is cuda but rank 0 on node7 sees no CUDA device"});
+#else
+  test::expect_error([&] { train::resolve_device(small_config({"train.device=cuda"}), w); },
+                     {"train.device is cuda but this fsdp_train was built without the CUDA backend"});
+#endif
+}
+
+// MFU's denominator: datasheet dense bf16 peaks by name, the more specific name first;
+// FSDP_PEAK_TFLOPS overrides; an unknown GPU gets none (the log then shows FLOP/s only).
+TEST(DevicePeak, KnownGpusByNameAndTheOverride) {
+  unsetenv("FSDP_PEAK_TFLOPS");
+  EXPECT_EQ(train::peak_bf16_flops("NVIDIA H100 80GB HBM3"), 989e12);
+  EXPECT_EQ(train::peak_bf16_flops("NVIDIA H100 PCIe"), 756e12);
+  EXPECT_EQ(train::peak_bf16_flops("NVIDIA A100-SXM4-80GB"), 312e12);
+  EXPECT_EQ(train::peak_bf16_flops("NVIDIA H200"), 989e12);
+  EXPECT_FALSE(train::peak_bf16_flops("fsdp_emu CPU emulator").has_value());
+  setenv("FSDP_PEAK_TFLOPS", "500", 1);
+  EXPECT_EQ(train::peak_bf16_flops("NVIDIA H100 80GB HBM3"), 500e12);
+  setenv("FSDP_PEAK_TFLOPS", "fast", 1);
+  test::expect_error([] { train::peak_bf16_flops("x"); }, {"FSDP_PEAK_TFLOPS must be a positive number", "'fast'"});
+  unsetenv("FSDP_PEAK_TFLOPS");
 }
 
 TEST(Trainer, InitFromHuggingFaceFolderLoadsItsWeights) {

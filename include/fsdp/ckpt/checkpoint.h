@@ -50,10 +50,18 @@ struct TrainState {
   int64_t tokens_seen = 0;
   int64_t samples_seen = 0;  // global data position (sum of global batches so far)
   uint64_t train_seed = 0, data_seed = 0;
+  // Dynamic loss scaling (train.dtype float16, optim/loss_scaler.h): the scale, the clean
+  // steps since it last changed and the steps skipped on overflow (AdamW's own step count
+  // is step - skipped), so a resumed fp16 run continues exactly. 0 for other dtypes (and
+  // in manifests written before these existed).
+  double loss_scale = 0;
+  int64_t loss_scale_good_steps = 0;
+  int64_t skipped_steps = 0;
 };
 
 // One rank's share of one unit: elements [begin, begin + extent) of the unit's flat
-// buffer, float32 CPU tensors of that extent (which may run past numel into padding).
+// buffer, float32 tensors of that extent (which may run past numel into padding), on the
+// host or on a GPU (the writer copies them to host buffers of its own first).
 struct UnitShard {
   int64_t begin = 0;
   Tensor master, exp_avg, exp_avg_sq;
@@ -191,7 +199,8 @@ class CheckpointWriter {
   WriterOptions opt_;
   bool pending_ = false;
   std::unique_ptr<Job> job_;
-  std::vector<UnitShard> snapshot_;  // async staging, reused across saves
+  void take_snapshot(const std::vector<UnitShard>& shards);
+  std::vector<UnitShard> snapshot_;  // host staging (async saves, GPU shards), reused across saves
   Tensor status_;                    // [world * 4] float64 for the commit all-gather
 };
 

@@ -89,6 +89,10 @@ struct TrainConfig {
   int eval_every = 0;      // 0 = never
   double grad_clip = 1.0;  // 0 = off
   DType dtype = DType::F32;  // compute dtype
+  std::string device = "auto";  // auto | cpu | cuda (see Trainer: auto = cuda when a GPU is usable)
+  bool tf32 = false;            // float32 GEMMs may use TF32 tensor cores
+  double fp16_init_scale = 65536.0;  // dynamic loss scaling (dtype float16), torch.amp.GradScaler's defaults
+  int fp16_growth_interval = 2000;
   bool operator==(const TrainConfig&) const = default;
 };
 

@@ -17,10 +17,18 @@
 // Strategies: FULL_SHARD, SHARD_GRAD_OP, NO_SHARD (every rank holds everything and
 // gradients are all-reduced, i.e. DDP), HYBRID_SHARD (shard within the shard group,
 // all-reduce shards across the replicate group).
-// Mixed precision: parameters are all-gathered in param_dtype and gradients
-// reduce-scattered in reduce_dtype; master weights, gradients shards and moments are fp32.
+// Mixed precision (PyTorch FSDP's MixedPrecision): parameters are all-gathered in
+// param_dtype and handed to the model in its compute dtype; gradients come back in the
+// compute dtype and are reduce-scattered in reduce_dtype; master weights, gradient shards
+// and moments are fp32. Each conversion is a cast kernel on the compute stream, done only
+// where two of those dtypes differ (bf16 compute with bf16 params and reductions: none
+// but the fp32 master -> bf16 cast before the gather and the bf16 -> fp32 gradient shard).
 // On the CPU backend compute is fp32: a bf16 param_dtype halves the all-gather volume
 // and the model computes on the bf16-rounded parameters held in fp32.
+//
+// Device: every buffer lives on options.device (the host, or the rank's GPU, where the
+// collectives are NCCL's on tensors and all the engine's work is stream-ordered: nothing
+// here makes the host wait for the GPU except grad_norm's result).
 #pragma once
 
 #include <memory>
@@ -40,6 +48,8 @@ struct FsdpOptions {
   DType param_dtype = DType::F32;   // all-gather dtype
   DType reduce_dtype = DType::F32;  // reduce-scatter dtype
   int prefetch_limit = 2;           // gathered units alive ahead of the one computing
+  Device device = Device::cpu();    // where shards, buffers and collectives live
+  DType compute_dtype = DType::F32; // the model's dtype: params() / grads() are in it
 };
 
 class FsdpEngine final : public model::ParamProvider {
@@ -50,9 +60,19 @@ class FsdpEngine final : public model::ParamProvider {
   // Fills every rank's shards from a function that writes elements [begin, begin+n) of
   // unit u into a float32 tensor (seeded init or a Hugging Face import): no rank ever
   // materialises a whole unit it does not own.
+  // On a GPU the fill writes a host tensor, uploaded unit by unit.
   template <typename Fill>
   void init_shards(Fill&& fill) {
-    for (int u = 0; u < num_units(); ++u) fill(u, units_[u].shard_range.begin, units_[u].master);
+    for (int u = 0; u < num_units(); ++u) {
+      Unit& x = units_[u];
+      if (x.master.device().is_cpu()) {
+        fill(u, x.shard_range.begin, x.master);
+      } else {
+        const Tensor host = Tensor::zeros(x.master.sizes(), DType::F32);
+        fill(u, x.shard_range.begin, host);
+        x.master.copy_(host);
+      }
+    }
   }
 
   // Step structure: begin_step(accum) zeroes gradient state; before each micro-batch
@@ -76,6 +96,7 @@ class FsdpEngine final : public model::ParamProvider {
   void finish() override;
 
   int num_units() const { return int(units_.size()); }
+  Device device() const { return opt_.device; }
   const ShardRange& shard_range(int unit) const { return units_[unit].shard_range; }
   const Tensor& master(int unit) const { return units_[unit].master; }
   const Tensor& grad_shard(int unit) const { return units_[unit].grad; }
@@ -100,12 +121,12 @@ class FsdpEngine final : public model::ParamProvider {
     std::vector<optim::DecaySegment> segments;
     Tensor master, grad, exp_avg, exp_avg_sq;  // fp32 shards
     Tensor shard_cast;                         // param_dtype copy of master (when not fp32)
-    Buffer* full = nullptr;                    // gathered parameters, fp32 for compute
-    Buffer* gather_staging = nullptr;          // param_dtype all-gather target (when not fp32)
+    Buffer* full = nullptr;                    // gathered parameters, in the compute dtype
+    Buffer* gather_staging = nullptr;          // param_dtype all-gather target (when not the compute dtype)
     dist::Request gather_req;
     bool gather_pending = false;
-    Buffer* full_grad = nullptr;               // full gradient being accumulated (fp32)
-    Buffer* reduce_send = nullptr;             // reduce_dtype copy of full_grad (when not fp32)
+    Buffer* full_grad = nullptr;               // full gradient being accumulated (compute dtype)
+    Buffer* reduce_send = nullptr;             // reduce_dtype copy of full_grad (when not the compute dtype)
     Tensor reduce_recv;                        // reduce_dtype shard (when not fp32)
     dist::Request reduce_req;
     bool reduce_pending = false;
@@ -128,7 +149,7 @@ class FsdpEngine final : public model::ParamProvider {
   int accum_steps_ = 1;
   bool sync_ = true;    // this micro-batch reduces gradients
   bool direct_ = false; // one-rank shard group in fp32: the master shard IS the full unit
-  Tensor norm_buf_;     // [1] float64, for the grad-norm all-reduce (no per-step allocation)
+  Tensor norm_buf_;     // [1] float64 on the device, for the grad-norm all-reduce (no per-step allocation)
   int64_t max_padded_ = 0;
 };
 

@@ -1,6 +1,7 @@
 // Step metrics: one rank-0 log line per `train.log_every` steps and the same fields as one
 // JSON object per line in <run.dir>/metrics.jsonl (stable field names: step, loss, lr,
-// grad_norm, tokens_per_sec, and val_loss when evaluated).
+// grad_norm, tokens_per_sec, and val_loss when evaluated; mfu on a GPU; loss_scale and
+// skipped under float16).
 #pragma once
 
 #include <cstdint>
@@ -28,6 +29,9 @@ struct StepMetrics {
   double data_wait_ms = 0;         // time the step waited for the loader
   int world_size = 1;
   std::optional<double> val_loss;
+  std::optional<double> mfu;         // on a GPU whose peak is known (train/device_peak.h): 0..1
+  std::optional<double> loss_scale;  // float16 compute: the dynamic loss scale this step ran with
+  bool skipped = false;              // float16: inf/NaN gradients, the optimizer did not step
 };
 
 std::string format_step_line(const StepMetrics& m, int64_t max_steps);

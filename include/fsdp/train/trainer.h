@@ -10,6 +10,14 @@
 // scaled by 1 / (tokens in the global batch), so the summed gradient is the global mean
 // whatever the world size or accumulation.
 //
+// Device (train.device): on the CPU everything is host tensors and MPI. On CUDA each rank
+// takes one GPU (its local rank's, or the only one it sees under --gpus-per-task): the
+// model, activations and the engine's shards live there, the shard and replicate groups
+// are NCCL communicators (dist/nccl.h), batches go up from page-locked host buffers, and
+// the host waits for the GPU once per micro-batch (the loss read-back) and once per step
+// (the gradient norm). Compute in train.dtype: float32, bfloat16, or float16 with dynamic
+// loss scaling (optim/loss_scaler.h).
+//
 // Checkpoints (ckpt/checkpoint.h): every checkpoint.interval steps and at the end; on
 // start, checkpoint.resume picks one (auto: the newest complete one) and restores the
 // shards, AdamW moments, step, token and sample counters, so the resumed run continues
@@ -21,6 +29,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "fsdp/ckpt/checkpoint.h"
@@ -29,6 +38,7 @@
 #include "fsdp/dist/communicator.h"
 #include "fsdp/fsdp/fsdp_engine.h"
 #include "fsdp/model/llama.h"
+#include "fsdp/optim/loss_scaler.h"
 #include "fsdp/optim/lr_schedule.h"
 #include "fsdp/optim/optimizer.h"
 #include "fsdp/train/metrics.h"
@@ -40,8 +50,14 @@ namespace fsdp::train {
 // init_from folder is an error naming the key).
 model::LlamaConfig resolve_model_config(const config::ModelConfig& m);
 
-// fsdp.* as engine options.
-FsdpOptions fsdp_options(const config::Config& cfg);
+// fsdp.* as engine options for a model computing in train.dtype on `device`.
+FsdpOptions fsdp_options(const config::Config& cfg, Device device = Device::cpu());
+
+// Where this rank computes (train.device): cpu, or cuda:<local rank> (cuda:0 when the rank
+// sees a single GPU, as under srun --gpus-per-task=1). auto is cuda when this build has
+// the CUDA backend (not the emulator) and a GPU is visible. Errors name the key, the rank
+// and what is visible.
+Device resolve_device(const config::Config& cfg, const dist::WorldInfo& world);
 
 class Trainer {
  public:
@@ -65,6 +81,8 @@ class Trainer {
   void finish_checkpoint();
   const model::Llama& model() const { return model_; }
   FsdpEngine& engine() { return engine_; }
+  Device device() const { return device_; }
+  const optim::DynamicLossScaler& loss_scaler() const { return scaler_; }
   const config::Config& config() const { return cfg_; }
 
  private:
@@ -78,12 +96,21 @@ class Trainer {
   // Commits an asynchronous save once every rank's write is done (collective, same step).
   void maybe_commit_checkpoint();
   void log_save(const ckpt::SaveStats& s, bool committed) const;
+  void log_device() const;
+  // The loader's next micro-batch into act_.ids / act_.targets (through the page-locked
+  // staging buffers when the model is on a GPU).
+  void load_micro_batch(data::Loader& loader);
 
   config::Config cfg_;
-  dist::ProcessGroups& groups_;
+  dist::ProcessGroups& groups_;   // host groups (MPI or local): world, checkpoints
+  Device device_;
+  dist::ProcessGroups engine_groups_;  // the engine's: groups_, with NCCL shard/replicate on a GPU
   model::Llama model_;
   FsdpEngine engine_;
   model::LlamaActivations act_;
+  Tensor ids_host_, targets_host_;  // page-locked batch staging (GPU runs only)
+  optim::DynamicLossScaler scaler_;
+  std::optional<double> peak_flops_;  // the GPU's bf16 peak, for MFU
   std::shared_ptr<const data::SampleSource> train_source_, val_source_;
   std::unique_ptr<data::Loader> train_loader_, val_loader_;
   optim::LrSchedule schedule_;
