@@ -1,7 +1,7 @@
 // CUDA embedding against the CPU: the forward gathers bit-exact rows; the backward adds
 // rows of dout into dtable in the CPU's order (row n = 0..N-1 per element), so float32
-// and float64 match bitwise even with repeated ids; bfloat16 (no CPU version) matches a
-// host loop that rounds after every addition, as the kernel does. Bad ids give the CPU's
+// and float64 match bitwise even with repeated ids; bfloat16 and float16 (no CPU version)
+// match a host loop that rounds after every addition, as the kernel does. Bad ids give the CPU's
 // error and leave the output untouched.
 #include <gtest/gtest.h>
 
@@ -21,7 +21,7 @@ Tensor random_ids(int64_t n, int64_t vocab, DType t, uint64_t seed) {
 }
 
 TEST_F(CudaOps, EmbeddingMatchesCpu) {
-  for (DType t : {DType::F32, DType::F64, DType::BF16})
+  for (DType t : kFloatTypes)
     for (DType id_t : {DType::I32, DType::I64})
       for (int64_t vocab : {int64_t(1), int64_t(50)})
         for (int64_t c : {int64_t(1), int64_t(7), int64_t(300)})
@@ -43,7 +43,7 @@ TEST_F(CudaOps, EmbeddingMatchesCpu) {
             EXPECT_TRUE(identical(on_cpu(gout), want)) << what;
             // Backward: the CPU op where it exists, else the same order with a rounding per add.
             Tensor dtable = dtable0.clone();
-            if (t == DType::BF16) {
+            if (t == DType::BF16 || t == DType::F16) {
               for (int64_t i = 0; i < n; ++i)
                 for (int64_t j = 0; j < c; ++j) {
                   const int64_t v = int64_t(ids.get_flat(i));

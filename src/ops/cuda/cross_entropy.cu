@@ -109,7 +109,7 @@ void with_targets(DType target_t, RowsView logits, const void* targets, void* lo
 
 }  // namespace
 
-bool cross_entropy_supports(DType t) { return t == DType::F32 || t == DType::F64 || t == DType::BF16; }
+bool cross_entropy_supports(DType t) { return is_floating(t); }
 
 BadTarget find_bad_target(DType target_t, const void* targets, int64_t n, int64_t v, int64_t ignore_index,
                           cudaStream_t stream) {
@@ -126,6 +126,8 @@ void launch_cross_entropy(DType t, DType target_t, RowsView logits, const void* 
     return with_targets<double>(target_t, logits, targets, losses, dlogits, n, v, grad_scale, ignore_index, stream);
   if (t == DType::BF16)
     return with_targets<bf16>(target_t, logits, targets, losses, dlogits, n, v, grad_scale, ignore_index, stream);
+  if (t == DType::F16)
+    return with_targets<f16>(target_t, logits, targets, losses, dlogits, n, v, grad_scale, ignore_index, stream);
 }
 
 }  // namespace fsdp::cuda

@@ -11,7 +11,7 @@
 
 namespace fsdp::cuda {
 
-bool cross_entropy_supports(DType t);  // float32, float64, bfloat16
+bool cross_entropy_supports(DType t);  // float32, float64, bfloat16, float16
 
 // The first row whose target is neither ignore_index nor in [0, v), and that target; row
 // -1 when all are valid. Waits for the stream.

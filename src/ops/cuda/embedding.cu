@@ -97,7 +97,7 @@ void backward_ids(DType id_t, const void* ids, RowsView dout, RowsView dtable, i
 
 }  // namespace
 
-bool embedding_supports(DType t) { return t == DType::F32 || t == DType::F64 || t == DType::BF16; }
+bool embedding_supports(DType t) { return is_floating(t); }
 
 BadId find_bad_id(DType id_t, const void* ids, int64_t n, int64_t vocab, cudaStream_t stream) {
   if (id_t == DType::I64) return find_bad_t<int64_t>(ids, n, vocab, stream);
@@ -109,6 +109,7 @@ void launch_embedding_forward(DType t, DType id_t, const void* ids, RowsView tab
   if (t == DType::F32) return forward_ids<float>(id_t, ids, table, out, n, c, stream);
   if (t == DType::F64) return forward_ids<double>(id_t, ids, table, out, n, c, stream);
   if (t == DType::BF16) return forward_ids<bf16>(id_t, ids, table, out, n, c, stream);
+  if (t == DType::F16) return forward_ids<f16>(id_t, ids, table, out, n, c, stream);
 }
 
 void launch_embedding_backward(DType t, DType id_t, const void* ids, RowsView dout, RowsView dtable, int64_t n,
@@ -116,6 +117,7 @@ void launch_embedding_backward(DType t, DType id_t, const void* ids, RowsView do
   if (t == DType::F32) return backward_ids<float>(id_t, ids, dout, dtable, n, c, stream);
   if (t == DType::F64) return backward_ids<double>(id_t, ids, dout, dtable, n, c, stream);
   if (t == DType::BF16) return backward_ids<bf16>(id_t, ids, dout, dtable, n, c, stream);
+  if (t == DType::F16) return backward_ids<f16>(id_t, ids, dout, dtable, n, c, stream);
 }
 
 }  // namespace fsdp::cuda

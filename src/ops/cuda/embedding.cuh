@@ -11,7 +11,7 @@
 
 namespace fsdp::cuda {
 
-bool embedding_supports(DType t);  // float32, float64, bfloat16
+bool embedding_supports(DType t);  // float32, float64, bfloat16, float16
 
 // The first position whose id is outside [0, vocab), and that id; position -1 when all are
 // in range. Waits for the stream (the caller raises the error before any output is written).
