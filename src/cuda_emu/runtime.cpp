@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -221,8 +222,17 @@ const char* kind_name(cudaMemcpyKind k) {
   return "?";
 }
 
-cudaError_t copy(void* dst, const void* src, size_t n, cudaMemcpyKind kind, cudaStream_t stream, const char* call) {
+// fsdpEmuHostBlockingCalls's count.
+std::atomic<unsigned long long> g_host_blocking{0};
+void host_blocks() { g_host_blocking.fetch_add(1, std::memory_order_relaxed); }
+
+cudaError_t copy(void* dst, const void* src, size_t n, cudaMemcpyKind kind, cudaStream_t stream, bool async,
+                 const char* call) {
   std::lock_guard<std::mutex> lock(rt().mu);
+  // cudaMemcpy always makes the host wait; cudaMemcpyAsync when device memory lands in
+  // pageable memory.
+  const auto* from = find_alloc(src);
+  if (!async || (find_alloc(dst) == nullptr && from != nullptr && from->second.kind == Kind::Device)) host_blocks();
   std::string why;
   if (stream_device_locked(stream, &why) < 0) return fail(cudaErrorInvalidResourceHandle, std::string(call) + " on " + why);
   if (n == 0) return cudaSuccess;
@@ -348,6 +358,7 @@ extern "C" {
 const char* cudaGetErrorString(cudaError_t error) { return error_string(error); }
 const char* cudaGetErrorName(cudaError_t error) { return error_name(error); }
 const char* fsdpEmuLastErrorDetail(void) { return tl_detail.c_str(); }
+unsigned long long fsdpEmuHostBlockingCalls(void) { return g_host_blocking.load(std::memory_order_relaxed); }
 
 cudaError_t cudaGetLastError(void) {
   const cudaError_t e = tl_last;
@@ -420,7 +431,10 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) 
   return fail(cudaErrorInvalidValue, "cudaDeviceGetAttribute: attribute " + std::to_string(int(attr)) + " not emulated");
 }
 
-cudaError_t cudaDeviceSynchronize(void) { return check_device(tl_device); }
+cudaError_t cudaDeviceSynchronize(void) {
+  host_blocks();
+  return check_device(tl_device);
+}
 
 cudaError_t cudaMemGetInfo(size_t* free, size_t* total) {
   if (const cudaError_t e = check_device(tl_device); e != cudaSuccess) return e;
@@ -529,10 +543,10 @@ cudaError_t cudaMemPoolTrimTo(cudaMemPool_t pool, size_t keep) {
 }
 
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, cudaMemcpyKind kind) {
-  return copy(dst, src, count, kind, nullptr, "cudaMemcpy");
+  return copy(dst, src, count, kind, nullptr, false, "cudaMemcpy");
 }
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpyKind kind, cudaStream_t stream) {
-  return copy(dst, src, count, kind, stream, "cudaMemcpyAsync");
+  return copy(dst, src, count, kind, stream, true, "cudaMemcpyAsync");
 }
 cudaError_t cudaMemset(void* ptr, int value, size_t count) { return set(ptr, value, count, nullptr, "cudaMemset"); }
 cudaError_t cudaMemsetAsync(void* ptr, int value, size_t count, cudaStream_t stream) {
@@ -558,6 +572,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
 }
 
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+  host_blocks();
   std::string why;
   if (stream_device(stream, &why) < 0) return fail(cudaErrorInvalidResourceHandle, "cudaStreamSynchronize on " + why);
   return cudaSuccess;
@@ -614,6 +629,7 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
 }
 
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+  host_blocks();
   std::lock_guard<std::mutex> lock(rt().mu);
   return check_event(event, "cudaEventSynchronize");
 }

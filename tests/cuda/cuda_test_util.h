@@ -11,6 +11,10 @@
 #include "fsdp/core/cuda.h"
 #include "test_util.h"
 
+#if defined(FSDP_CUDA_EMULATION)
+#include <cuda_runtime.h>  // the emulator's, for fsdpEmuHostBlockingCalls
+#endif
+
 namespace fsdp::test {
 
 inline const Device kGpu = Device::cuda(0);
@@ -50,6 +54,17 @@ inline ::testing::AssertionResult identical(const Tensor& got, const Tensor& wan
       return ::testing::AssertionFailure() << "element " << i << " of " << want.str() << ": " << got.get_flat(i)
                                            << " vs " << want.get_flat(i);
   return ::testing::AssertionSuccess();
+}
+
+// How many calls so far made the host wait for a device: the emulator counts them
+// (fsdpEmuHostBlockingCalls); on a GPU the tests that need it skip themselves.
+inline bool can_count_host_waits() { return cuda::is_emulated(); }
+inline unsigned long long host_waits() {
+#if defined(FSDP_CUDA_EMULATION)
+  return fsdpEmuHostBlockingCalls();
+#else
+  return 0;
+#endif
 }
 
 // Random values in [-2, 2) stored in `dtype` (so the 16-bit inputs are exact on both sides).

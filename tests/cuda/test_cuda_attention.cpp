@@ -2,9 +2,9 @@
 // awkward shapes: T = 1, 7, 20, 33, 40, 100 (one, part of, and several kernel tiles), head
 // dims 8, 16, 64, 72, 136 (each kernel configuration: D <= 64, <= 128, <= 256), GQA ratios
 // 1, 2, 4, batch 1 and 3; q, k, v (and dq, dk, dv) are strided views of one fused
-// [B, T, H + 2 KVH, D] buffer, as in the model. float32, float64 and bfloat16; for bfloat16,
-// which the CPU backend does not implement, the reference is the CPU float32 op on the
-// exact upcast inputs, rounded once to bfloat16 at the end.
+// [B, T, H + 2 KVH, D] buffer, as in the model. float32, float64, bfloat16 and float16;
+// for the 16-bit types, which the CPU backend does not implement, the reference is the CPU
+// float32 op on the exact upcast inputs, rounded once to the 16-bit type at the end.
 //
 // Tolerances (normalised MSE), and why:
 //   float64  1e-24  both in double; summation order (BLAS tiles vs one thread's loop) and
@@ -15,7 +15,11 @@
 //   bfloat16 1e-5   the float results agree to ~1e-7 relative, and a difference that small
 //                   flips a bf16 rounding (2^-8 relative) now and then (measured <= 7e-11
 //                   on these seeds; the bound is one flip in a few hundred elements);
-//                   lse stays float32: the float32 bound.
+//                   lse stays float32: the float32 bound;
+//   float16  1e-7   the same flips at 2^-11 relative instead of 2^-8 (every element
+//                   flipping would be 2.4e-7; measured <= 2.1e-10 forward and 1.3e-10
+//                   backward); inputs in [-2, 2] and softmax weights keep every value far
+//                   below float16's 65504.
 // With T = 1 the exact dq and dk are 0 (dP - delta = dO.v - dO.v), so both sides hold only
 // rounding noise and a relative error means nothing: they are held to |x| <= 1e-4 instead
 // (two length-D dot products of O(1) values subtracted, in float).
@@ -30,7 +34,9 @@
 namespace fsdp::test {
 namespace {
 
-double tolerance(DType t) { return t == DType::F64 ? 1e-24 : t == DType::F32 ? 1e-11 : 1e-5; }
+double tolerance(DType t) {
+  return t == DType::F64 ? 1e-24 : t == DType::F32 ? 1e-11 : t == DType::BF16 ? 1e-5 : 1e-7;
+}
 double lse_tolerance(DType t) { return t == DType::F64 ? 1e-24 : 1e-11; }
 DType reference_dtype(DType t) { return t == DType::F64 ? DType::F64 : DType::F32; }
 DType lse_dtype(DType t) { return t == DType::F64 ? DType::F64 : DType::F32; }
@@ -92,7 +98,7 @@ Tensor gpu_backward(const Tensor& gdout, const Tensor& gbuf, const Tensor& gout,
 }
 
 TEST_F(CudaOps, AttentionForwardMatchesCpu) {
-  for (DType t : {DType::F32, DType::F64, DType::BF16})
+  for (DType t : kFloatTypes)
     for (const Shape& s : kShapes) {
       const DType rt = reference_dtype(t);
       const Tensor buf = fused(s, t, seed_of(s));
@@ -107,7 +113,7 @@ TEST_F(CudaOps, AttentionForwardMatchesCpu) {
 }
 
 TEST_F(CudaOps, AttentionBackwardMatchesCpu) {
-  for (DType t : {DType::F32, DType::F64, DType::BF16})
+  for (DType t : kFloatTypes)
     for (const Shape& s : kShapes) {
       const DType rt = reference_dtype(t);
       const Tensor buf = fused(s, t, seed_of(s));
@@ -136,7 +142,7 @@ TEST_F(CudaOps, AttentionBackwardMatchesCpu) {
 
 // No atomics and a fixed order of every sum: two runs give the same bits.
 TEST_F(CudaOps, AttentionIsDeterministic) {
-  for (DType t : {DType::F32, DType::BF16}) {
+  for (DType t : {DType::F32, DType::BF16, DType::F16}) {
     const Shape s{3, 100, 4, 1, 64};
     const Tensor gbuf = on_gpu(fused(s, t, 7));
     const Tensor gdout = on_gpu(random_tensor({s.B, s.T, s.H, s.D}, DType::F64, 8, -2, 2).to(t));

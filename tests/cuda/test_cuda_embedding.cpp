@@ -1,8 +1,9 @@
 // CUDA embedding against the CPU: the forward gathers bit-exact rows; the backward adds
 // rows of dout into dtable in the CPU's order (row n = 0..N-1 per element), so float32
-// and float64 match bitwise even with repeated ids; bfloat16 (no CPU version) matches a
-// host loop that rounds after every addition, as the kernel does. Bad ids give the CPU's
-// error and leave the output untouched.
+// and float64 match bitwise even with repeated ids; bfloat16 and float16 (no CPU version)
+// match a host loop that rounds after every addition, as the kernel does. Ids are
+// checked on the device without a wait of the host: a bad id is the CPU's error (op,
+// position, id, vocabulary) at the next read-back, its row skipped.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -21,7 +22,7 @@ Tensor random_ids(int64_t n, int64_t vocab, DType t, uint64_t seed) {
 }
 
 TEST_F(CudaOps, EmbeddingMatchesCpu) {
-  for (DType t : {DType::F32, DType::F64, DType::BF16})
+  for (DType t : kFloatTypes)
     for (DType id_t : {DType::I32, DType::I64})
       for (int64_t vocab : {int64_t(1), int64_t(50)})
         for (int64_t c : {int64_t(1), int64_t(7), int64_t(300)})
@@ -43,7 +44,7 @@ TEST_F(CudaOps, EmbeddingMatchesCpu) {
             EXPECT_TRUE(identical(on_cpu(gout), want)) << what;
             // Backward: the CPU op where it exists, else the same order with a rounding per add.
             Tensor dtable = dtable0.clone();
-            if (t == DType::BF16) {
+            if (t == DType::BF16 || t == DType::F16) {
               for (int64_t i = 0; i < n; ++i)
                 for (int64_t j = 0; j < c; ++j) {
                   const int64_t v = int64_t(ids.get_flat(i));
@@ -58,18 +59,68 @@ TEST_F(CudaOps, EmbeddingMatchesCpu) {
           }
 }
 
-TEST_F(CudaOps, EmbeddingRefusesIdsOutsideTheVocabulary) {
+Tensor filled(const Dims& sizes, double value) {
+  Tensor t = Tensor::empty(sizes, DType::F32, kGpu);
+  t.fill_(value);
+  return t;
+}
+
+// Note [Device error record]: the op goes on; the next read-back (here the output's copy
+// to the host, or synchronize) raises the CPU's message and clears the record, so the
+// read-back after it and the next correct call work. A bad row is zeros forward and adds
+// nothing backward; every other row is computed.
+TEST_F(CudaOps, EmbeddingReportsIdsOutsideTheVocabularyAtTheNextReadBack) {
   Tensor ids = random_ids(10, 50, DType::I64, 1);
   ids.set_flat(3, 50);
+  const Tensor table = random_tensor({50, 4}, DType::F32, 2);
+  const Tensor gtable = on_gpu(table);
+  Tensor out = filled({10, 4}, 7.0);
+  embedding_forward(on_gpu(ids), gtable, out);
+  expect_error([&] { (void)on_cpu(out); },
+               {"embedding_forward", "token id 50 at position 3 is outside the vocabulary [0, 50)", "cuda:0",
+                "next read-back"});
+  const Tensor got = on_cpu(out);  // the record was reset: no error now
+  for (int64_t i = 0; i < 10; ++i)
+    for (int64_t j = 0; j < 4; ++j)
+      EXPECT_EQ(got.get({i, j}), i == 3 ? 0.0 : table.get({int64_t(ids.get_flat(i)), j})) << i << "," << j;
+
+  ids.set_flat(3, 1);
   ids.set_flat(7, -1);
-  const Tensor table = on_gpu(random_tensor({50, 4}, DType::F32, 2));
-  Tensor out = on_gpu(Tensor::zeros({10, 4}, DType::F32));
-  expect_error([&] { embedding_forward(on_gpu(ids), table, out); },
-               {"token id 50 at position 3 is outside the vocabulary [0, 50)"});
-  EXPECT_TRUE(identical(on_cpu(out), Tensor::zeros({10, 4}, DType::F32)));
   Tensor dtable = on_gpu(Tensor::zeros({50, 4}, DType::F32));
-  expect_error([&] { embedding_backward(on_gpu(ids), on_gpu(Tensor::zeros({10, 4}, DType::F32)), dtable); },
-               {"token id 50 at position 3"});
+  embedding_backward(on_gpu(ids), filled({10, 4}, 1.0), dtable);
+  expect_error([&] { cuda::synchronize(0); }, {"embedding_backward", "token id -1 at position 7", "[0, 50)"});
+  Tensor want = Tensor::zeros({50, 4}, DType::F32);
+  for (int64_t i = 0; i < 10; ++i) {
+    const int64_t id = int64_t(ids.get_flat(i));
+    for (int64_t j = 0; j < 4 && id >= 0; ++j) want.set({id, j}, want.get({id, j}) + 1);
+  }
+  EXPECT_TRUE(identical(on_cpu(dtable), want));
+
+  ids.set_flat(7, 2);
+  embedding_forward(on_gpu(ids), gtable, out);
+  EXPECT_NO_THROW(cuda::check_device_errors(0));
+  Tensor all = Tensor::empty({10, 4}, DType::F32);
+  embedding_forward(ids, table, all);
+  EXPECT_TRUE(identical(on_cpu(out), all));
+}
+
+// The op enqueues its kernel and returns: no read-back, no wait of the host. The read-back
+// that follows costs what the copy did before the record existed (the copy into pageable
+// memory, the stream's synchronisation): the record rides on that wait in pinned memory.
+TEST_F(CudaOps, EmbeddingDoesNotWaitForTheDevice) {
+  if (!can_count_host_waits()) GTEST_SKIP() << "counts the emulator's host-blocking calls";
+  const Tensor ids = on_gpu(random_ids(100, 50, DType::I32, 3));
+  const Tensor table = on_gpu(random_tensor({50, 8}, DType::F32, 4));
+  Tensor out = Tensor::empty({100, 8}, DType::F32, kGpu);
+  Tensor dtable = on_gpu(Tensor::zeros({50, 8}, DType::F32));
+  embedding_forward(ids, table, out);  // the first use of the record creates it, with one wait
+  cuda::synchronize(0);
+  const unsigned long long before = host_waits();
+  embedding_forward(ids, table, out);
+  embedding_backward(ids, out, dtable);
+  EXPECT_EQ(host_waits(), before);
+  (void)on_cpu(out);
+  EXPECT_EQ(host_waits(), before + 2);
 }
 
 }  // namespace

@@ -23,6 +23,14 @@
 //         path shows as O(1).
 //   1e-3  bf16 loss vs float32 loss (relative): the mean over 21 tokens averages the
 //         per-token errors down (measured 7e-5).
+//   1e-2  fp16 compute vs float32 compute, logits and every gradient (norm-wise relative):
+//         fp16 keeps 11 significant bits, 3 more than bf16, so the same roundings cost 8x
+//         less; measured 1.7e-3 (logits) and at most 3.1e-3 (gradients). 1e-2 leaves 3x,
+//         and is below what bf16 gives (1.4e-2, 2.6e-2), so a path that still rounds
+//         through bf16 fails it. The fixture's values are O(1): nothing nears fp16's
+//         65504, which a model at scale must keep in mind (the loss is summed in float32,
+//         and every GEMM and reduction accumulates in float32).
+//   1e-4  fp16 loss vs float32 loss (relative), as for bf16 (measured 6e-6).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -46,6 +54,8 @@ constexpr double kGoldenTolerance = 1e-5;
 constexpr double kCpuTolerance = 1e-5;
 constexpr double kBf16Tolerance = 5e-2;
 constexpr double kBf16LossTolerance = 1e-3;
+constexpr double kFp16Tolerance = 1e-2;
+constexpr double kFp16LossTolerance = 1e-4;
 
 // The fixture's tensor as a float64 CPU tensor.
 Tensor expected(const ckpt::SafetensorsFile& f, const std::string& name) {
@@ -141,43 +151,51 @@ TEST_F(CudaOps, LlamaGoldenLogitsLossAndEveryGradientMatchTransformers) {
               worst, kGoldenTolerance);
 }
 
-// bf16 compute: weights rounded to bf16 once, activations and gradients stored in bf16
-// (GEMMs accumulate in float32, norms, softmax and the loss compute in float32), against
-// the same fixture in float32 compute on the device, which the test above holds to
-// transformers.
-TEST_F(CudaOps, LlamaBf16ComputeStaysNearFloat32) {
+// Low-precision compute (bf16 or fp16): weights rounded once, activations and gradients
+// stored in the 16-bit type (GEMMs accumulate in float32, norms, softmax and the loss
+// compute in float32), against the same fixture in float32 compute on the device, which
+// the test above holds to transformers.
+void expect_near_float32(DType t, double tolerance, double loss_tolerance) {
   const Golden g;
-  model::Llama f32(g.cfg, DType::F32, kGpu), b16(g.cfg, DType::BF16, kGpu);
+  model::Llama f32(g.cfg, DType::F32, kGpu), low(g.cfg, t, kGpu);
   const auto pf = g.params(f32, DType::F32);
-  const auto pb = g.params(b16, DType::BF16);
-  model::LlamaActivations af(g.cfg, g.B, g.T, DType::F32, kGpu), ab(g.cfg, g.B, g.T, DType::BF16, kGpu);
-  EXPECT_EQ(ab.logits.dtype(), DType::BF16);
+  const auto pl = g.params(low, t);
+  model::LlamaActivations af(g.cfg, g.B, g.T, DType::F32, kGpu), al(g.cfg, g.B, g.T, t, kGpu);
+  EXPECT_EQ(al.logits.dtype(), t);
   place_batch(af, g.ids, g.targets);
-  place_batch(ab, g.ids, g.targets);
+  place_batch(al, g.ids, g.targets);
 
-  const model::LossSum ff = f32.forward(af, *pf), fb = b16.forward(ab, *pb);
-  EXPECT_EQ(fb.tokens, ff.tokens);
-  const double loss_err = std::abs(fb.sum - ff.sum) / std::abs(ff.sum);
-  const double logits_err = rel_error(ab.logits.to(Device::cpu()), af.logits.to(Device::cpu()));
-  EXPECT_LT(loss_err, kBf16LossTolerance);
-  EXPECT_LT(logits_err, kBf16Tolerance);
+  const model::LossSum ff = f32.forward(af, *pf), fl = low.forward(al, *pl);
+  EXPECT_EQ(fl.tokens, ff.tokens);
+  const double loss_err = std::abs(fl.sum - ff.sum) / std::abs(ff.sum);
+  const double logits_err = rel_error(al.logits.to(Device::cpu()), af.logits.to(Device::cpu()));
+  EXPECT_LT(loss_err, loss_tolerance) << dtype_name(t);
+  EXPECT_LT(logits_err, tolerance) << dtype_name(t);
 
   const double scale = 1.0 / double(ff.tokens);
   f32.forward_backward(af, *pf, scale);
-  b16.forward_backward(ab, *pb, scale);
+  low.forward_backward(al, *pl, scale);
   double worst = 0;
   for (int u = 0; u < int(f32.units().size()); ++u) {
     const model::UnitLayout& unit = f32.units()[u];
-    const Tensor gf = pf->grads(u).to(Device::cpu()), gb = pb->grads(u).to(Device::cpu());
-    EXPECT_EQ(gb.dtype(), DType::BF16);
+    const Tensor gf = pf->grads(u).to(Device::cpu()), gl = pl->grads(u).to(Device::cpu());
+    EXPECT_EQ(gl.dtype(), t);
     for (const auto& p : unit.params) {
-      const double err = rel_error(unit.view(gb, p.name), unit.view(gf, p.name));
-      EXPECT_LT(err, kBf16Tolerance) << p.hf_name;
+      const double err = rel_error(unit.view(gl, p.name), unit.view(gf, p.name));
+      EXPECT_LT(err, tolerance) << dtype_name(t) << " " << p.hf_name;
       worst = std::max(worst, err);
     }
   }
-  std::printf("bf16 vs float32 on CUDA: loss %.2e, logits %.2e, worst gradient %.2e (tolerances %.0e, %.0e)\n",
-              loss_err, logits_err, worst, kBf16LossTolerance, kBf16Tolerance);
+  std::printf("%s vs float32 on CUDA: loss %.2e, logits %.2e, worst gradient %.2e (tolerances %.0e, %.0e)\n",
+              dtype_name(t), loss_err, logits_err, worst, loss_tolerance, tolerance);
+}
+
+TEST_F(CudaOps, LlamaBf16ComputeStaysNearFloat32) {
+  expect_near_float32(DType::BF16, kBf16Tolerance, kBf16LossTolerance);
+}
+
+TEST_F(CudaOps, LlamaFp16ComputeStaysNearFloat32) {
+  expect_near_float32(DType::F16, kFp16Tolerance, kFp16LossTolerance);
 }
 
 // A tiny random Llama: GQA 4:2, head dim 8, two layers, a vocabulary and widths that are

@@ -1,12 +1,15 @@
 // CUDA RMSNorm forward and backward against the CPU (the reference), on awkward shapes,
-// strided rows (a column slice of a wider buffer), both backward modes, float32, float64
-// and bfloat16. For bfloat16, which the CPU backend does not implement, the reference is
-// the CPU float32 op on the (exact) upcast inputs.
+// strided rows (a column slice of a wider buffer), both backward modes, float32, float64,
+// bfloat16 and float16. For the 16-bit types, which the CPU backend does not implement,
+// the reference is the CPU float32 op on the (exact) upcast inputs.
 //
 // Tolerances (normalised MSE), and why:
 //   float64  1e-24   the row sums are double on both sides, in different orders;
 //   float32  1e-12   that order can move rstd, hence y and dx, by an ulp;
-//   bfloat16 1e-5    a 1-ulp difference in float can flip a bf16 rounding (2^-8 relative).
+//   bfloat16 1e-5    a 1-ulp difference in float can flip a bf16 rounding (2^-8 relative);
+//   float16  1e-7    the same flips at 2^-11 relative (a flip of every element would be
+//                    2.4e-7; measured 0 in the emulator). Inputs in [-2, 2] are far from
+//                    float16's 65504.
 #include <gtest/gtest.h>
 
 #include "cuda_test_util.h"
@@ -15,7 +18,9 @@
 namespace fsdp::test {
 namespace {
 
-double tolerance(DType t) { return t == DType::F64 ? 1e-24 : t == DType::F32 ? 1e-12 : 1e-5; }
+double tolerance(DType t) {
+  return t == DType::F64 ? 1e-24 : t == DType::F32 ? 1e-12 : t == DType::BF16 ? 1e-5 : 1e-7;
+}
 DType reference_dtype(DType t) { return t == DType::F64 ? DType::F64 : DType::F32; }
 DType stat_dtype(DType t) { return t == DType::F64 ? DType::F64 : DType::F32; }
 
@@ -31,7 +36,7 @@ struct Case {
 const Case kCases[] = {{1, 1, 0}, {7, 5, 0}, {3, 31, 0}, {33, 33, 3}, {5, 1000, 0}, {2, 4099, 7}, {70, 17, 0}};
 
 TEST_F(CudaOps, RmsNormForwardMatchesCpu) {
-  for (DType t : {DType::F32, DType::F64, DType::BF16})
+  for (DType t : kFloatTypes)
     for (const Case& k : kCases) {
       const DType rt = reference_dtype(t);
       const Tensor x = rows_input(k.n, k.c, k.pad, t, 100 + uint64_t(k.c), Device::cpu());
@@ -49,7 +54,7 @@ TEST_F(CudaOps, RmsNormForwardMatchesCpu) {
 }
 
 TEST_F(CudaOps, RmsNormBackwardMatchesCpu) {
-  for (DType t : {DType::F32, DType::F64, DType::BF16})
+  for (DType t : kFloatTypes)
     for (const Case& k : kCases)
       for (bool accumulate : {false, true}) {
         const DType rt = reference_dtype(t);

@@ -11,6 +11,26 @@
 // may be reused by later work on that stream at once; work on another stream that still
 // reads it must be ordered with an event first. Nothing synchronises the host except
 // copies to host memory, sum_squares and synchronize().
+//
+// Note [Device error record]
+// Kernels that find bad input (embedding: an id outside the vocabulary; cross_entropy: a
+// target outside [0, V) that is not ignore_index) do not make the host wait to say so.
+// They record the first such error in their device's error record (fsdp/core/
+// cuda_device_error.h: which op, the position, the bad value, the bound; first error wins
+// by atomicCAS), skip the row (a forward writes zeros there, a backward adds nothing for
+// it; nothing out of bounds is read or written) and carry on. The host learns of it at the next point where it waits
+// for the device anyway: every copy into host memory (cuda::copy, so Tensor::to(cpu) and
+// the loss read-back), synchronize() and check_device_errors(). Each enqueues, before its
+// wait, one copy of the 40-byte record into a pinned host buffer of the calling thread
+// (asynchronous: it adds no wait of its own), then reads it: a recorded error is thrown as
+// fsdp::Error with the CPU op's message plus that it was found at this read-back, and the
+// record is reset (stream-ordered), so the next correct call works. The error surfaces
+// after the op that caused it returned, possibly after further ops ran on zeroed rows:
+// their results are as garbage as the bad input made them, which is why it is an error.
+// The record is read on the waiting stream: a kernel on another stream shows at the first
+// read-back ordered after it. sum_squares's own read-back does not read the record.
+// Which of several bad positions in one launch is reported is not fixed on a GPU (blocks
+// race for the record); the emulator runs blocks in order, so there the lowest block's.
 #pragma once
 
 #include <string>
@@ -27,7 +47,11 @@ bool is_emulated();  // the emulation build: kernels run on the CPU's SIMT emula
 
 void* current_stream(int device);
 void set_current_stream(int device, void* stream);  // nullptr: back to the compute stream
-void synchronize(int device);                       // the host waits for the current stream
+void synchronize(int device);  // the host waits for the current stream, then checks the error record
+// Waits for the current stream of `device` and throws the error a kernel recorded there,
+// if any (Note [Device error record]); returns at once when no kernel on the device was
+// ever given the record.
+void check_device_errors(int device);
 
 // Whether float32 GEMMs may use TF32 tensor cores (train.tf32); off by default, so float32
 // results stay float32-exact in their inputs.

@@ -1,11 +1,13 @@
 // Devices, current streams (Note [CUDA current stream] in fsdp/core/cuda.h) and the
-// host<->device copies behind fsdp::cuda::copy / to_device.
+// host<->device copies behind fsdp::cuda::copy / to_device. The waits here (a copy into
+// host memory, synchronize) also read the device error record (Note [Device error record]).
 #include <cuda_runtime.h>
 
 #include <atomic>
 #include <mutex>
 #include <vector>
 
+#include "device_errors.h"
 #include "fsdp/core/cuda.h"
 #include "fsdp/core/cuda_check.h"
 
@@ -65,7 +67,7 @@ void set_current_stream(int device, void* stream) {
 
 void synchronize(int device) {
   DeviceGuard guard(device);
-  FSDP_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(current_stream(device))));
+  wait_and_check_device_errors(device, static_cast<cudaStream_t>(current_stream(device)));
 }
 
 DeviceGuard::DeviceGuard(int device) : previous_(-1) {
@@ -103,8 +105,10 @@ void copy(const Tensor& src, const Tensor& dst) {
     FSDP_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(current_stream(src.device().index))));
   }
   FSDP_CUDA_CHECK(cudaMemcpyAsync(dst.data_ptr(), src.data_ptr(), src.nbytes(), kind, stream));
-  // The host buffer may be pageable and the caller may read it next: wait for the copy.
-  if (kind == cudaMemcpyDeviceToHost) FSDP_CUDA_CHECK(cudaStreamSynchronize(stream));
+  if (kind != cudaMemcpyDeviceToHost) return;
+  // The host buffer may be pageable and the caller may read it next: wait for the copy,
+  // and let the device error record ride along.
+  wait_and_check_device_errors(device, stream);
 }
 
 Tensor to_device(const Tensor& t, Device device) {

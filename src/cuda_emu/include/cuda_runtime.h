@@ -176,6 +176,12 @@ cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end);
 
 // Emulator only: why the last failing call of this host thread failed ("" if none).
 const char* fsdpEmuLastErrorDetail(void);
+// Emulator only, for tests that the backend does not make the host wait where it need not:
+// the calls so far, from any thread, that block the host on a GPU: cudaStreamSynchronize,
+// cudaDeviceSynchronize, cudaEventSynchronize, cudaMemcpy, and cudaMemcpyAsync from device
+// memory into pageable host memory (the runtime returns only once such a copy is done;
+// into pinned memory it is asynchronous and not counted). Failed calls count too.
+unsigned long long fsdpEmuHostBlockingCalls(void);
 cudaError_t fsdpEmuFuncSetAttribute(const void* func, cudaFuncAttribute attr, int value);
 }
 

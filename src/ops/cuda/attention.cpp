@@ -16,7 +16,7 @@ cudaStream_t stream_of(const Tensor& t) { return static_cast<cudaStream_t>(cuda:
 
 void check_supported(const char* op, const Tensor& q) {
   FSDP_CHECK(cuda::attention_supports(q.dtype(), q.size(3)),
-             "{}: the CUDA backend implements float32, float64 and bfloat16 with head dim <= {}, got q {}", op,
+             "{}: the CUDA backend implements float32, float64, bfloat16 and float16 with head dim <= {}, got q {}", op,
              cuda::kAttentionMaxHeadDim, q.str());
 }
 

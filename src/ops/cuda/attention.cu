@@ -432,19 +432,21 @@ void backward_t(const AttentionBwdArgs& a, cudaStream_t s) {
 }  // namespace
 
 bool attention_supports(DType t, int64_t head_dim) {
-  return (t == DType::F32 || t == DType::F64 || t == DType::BF16) && head_dim <= kAttentionMaxHeadDim;
+  return is_floating(t) && head_dim <= kAttentionMaxHeadDim;
 }
 
 void launch_attention_forward(DType t, const AttentionFwdArgs& a, cudaStream_t stream) {
   if (t == DType::F32) return forward_t<float>(a, stream);
   if (t == DType::F64) return forward_t<double>(a, stream);
   if (t == DType::BF16) return forward_t<bf16>(a, stream);
+  if (t == DType::F16) return forward_t<f16>(a, stream);
 }
 
 void launch_attention_backward(DType t, const AttentionBwdArgs& a, cudaStream_t stream) {
   if (t == DType::F32) return backward_t<float>(a, stream);
   if (t == DType::F64) return backward_t<double>(a, stream);
   if (t == DType::BF16) return backward_t<bf16>(a, stream);
+  if (t == DType::F16) return backward_t<f16>(a, stream);
 }
 
 }  // namespace fsdp::cuda

@@ -36,7 +36,7 @@ struct AttentionBwdArgs {
   int64_t B, T, H, KVH, D;
 };
 
-// float32, float64 and bfloat16 (float32 accumulation) with D <= kAttentionMaxHeadDim.
+// float32, float64, bfloat16 and float16 (float32 accumulation) with D <= kAttentionMaxHeadDim.
 constexpr int64_t kAttentionMaxHeadDim = 256;
 bool attention_supports(DType t, int64_t head_dim);
 

@@ -17,8 +17,8 @@ cuda::HeadsView cache(const Tensor& t) { return cuda::HeadsView{t.data_ptr(), t.
 void attention_decode_cuda(const Tensor& q, const Tensor& k_new, const Tensor& v_new, const Tensor& k_cache,
                            const Tensor& v_cache, int64_t pos, const Tensor& out) {
   FSDP_CHECK(cuda::attention_supports(q.dtype(), q.size(3)),
-             "attention_decode: the CUDA backend implements float32, float64 and bfloat16 with head dim <= {}, got "
-             "q {}",
+             "attention_decode: the CUDA backend implements float32, float64, bfloat16 and float16 with head dim "
+             "<= {}, got q {}",
              cuda::kAttentionMaxHeadDim, q.str());
   cuda::DeviceGuard guard(q.device().index);
   const cuda::DecodeArgs a{rows(q),   rows(k_new), rows(v_new), cache(k_cache), cache(v_cache),

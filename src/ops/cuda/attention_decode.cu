@@ -188,6 +188,7 @@ void launch_attention_decode(DType t, const DecodeArgs& a, cudaStream_t stream) 
   if (t == DType::F32) return decode_t<float>(a, stream);
   if (t == DType::F64) return decode_t<double>(a, stream);
   if (t == DType::BF16) return decode_t<bf16>(a, stream);
+  if (t == DType::F16) return decode_t<f16>(a, stream);
 }
 
 }  // namespace fsdp::cuda

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "fsdp/core/cuda_device_error.h"
 #include "fsdp/core/cuda_launch.h"
 #include "fsdp/core/dtype.h"
 
@@ -114,6 +115,28 @@ struct Elem<f16> {
   __device__ static f16 store(float v) { return f16{float_to_f16_bits(v)}; }
   __device__ static f16 from_double(double v) { return f16{float_to_f16_bits(double_to_float_odd(v))}; }
 };
+
+// Calls f(T{}) with T the element type of the floating dtype t (nothing for other dtypes):
+// one switch for launchers whose template chain takes the element type first.
+template <typename F>
+void with_element_type(DType t, F&& f) {
+  if (t == DType::F32) return f(float{});
+  if (t == DType::F64) return f(double{});
+  if (t == DType::BF16) return f(bf16{});
+  if (t == DType::F16) return f(f16{});
+}
+
+// ---- bad input (Note [Device error record] in fsdp/core/cuda.h) ------------------------
+// Records an error unless one is recorded already: the thread that claims the record
+// fills it in; the host reads it only after waiting for the kernel.
+__device__ __forceinline__ void report_device_error(DeviceErrorRecord* r, DeviceErrorOp op, int64_t position,
+                                                    int64_t value, int64_t bound, int64_t ignore_index = 0) {
+  if (atomicCAS(&r->op, 0u, uint32_t(op)) != 0u) return;
+  r->position = position;
+  r->value = value;
+  r->bound = bound;
+  r->ignore_index = ignore_index;
+}
 
 // ---- reductions ------------------------------------------------------------------------
 template <typename T>

@@ -1,8 +1,11 @@
 // The CUDA fused softmax cross-entropy (fsdp/ops/cross_entropy.h) registered into
-// cross_entropy_stub: targets are validated first (the CPU's message), then one kernel.
+// cross_entropy_stub: one kernel, which also validates the targets into the device error
+// record (raised with the CPU's message at the next read-back; Note [Device error record]
+// in fsdp/core/cuda.h), so the host does not wait here.
 #include "cross_entropy.cuh"
 
 #include "fsdp/core/cuda.h"
+#include "fsdp/core/cuda_device_error.h"
 #include "fsdp/ops/cross_entropy.h"
 
 namespace fsdp {
@@ -21,11 +24,9 @@ void cross_entropy_cuda(const Tensor& logits, const Tensor& targets, const Tenso
   if (n == 0) return;
   cuda::DeviceGuard guard(logits.device().index);
   auto* s = static_cast<cudaStream_t>(cuda::current_stream(logits.device().index));
-  const cuda::BadTarget bad = cuda::find_bad_target(targets.dtype(), targets.data_ptr(), n, v, ignore_index, s);
-  FSDP_CHECK(bad.row < 0, "target {} at row {} is outside [0, {}) and is not ignore_index ({})", bad.target, bad.row, v,
-             ignore_index);
   cuda::launch_cross_entropy(logits.dtype(), targets.dtype(), rows(logits), targets.data_ptr(), losses.data_ptr(),
-                             rows(dlogits), n, v, grad_scale, ignore_index, s);
+                             rows(dlogits), n, v, grad_scale, ignore_index,
+                             cuda::device_error_record(logits.device().index), s);
 }
 
 }  // namespace

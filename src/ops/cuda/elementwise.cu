@@ -129,9 +129,7 @@ double sum_squares_t(const void* x, int64_t n, cudaStream_t s) {
 
 }  // namespace
 
-bool elementwise_supports(DType t) {
-  return t == DType::F32 || t == DType::F64 || t == DType::BF16 || t == DType::F16;
-}
+bool elementwise_supports(DType t) { return is_floating(t); }
 
 #define FSDP_FLOAT_SWITCH(t, F, ...)              \
   switch (t) {                                    \

@@ -1,8 +1,11 @@
-// The CUDA embedding (fsdp/ops/embedding.h) registered into its dispatch stubs: ids are
-// checked against the vocabulary first (the CPU's message), then the kernels run.
+// The CUDA embedding (fsdp/ops/embedding.h) registered into its dispatch stubs. The kernels
+// check the ids against the vocabulary as they go and record a bad one in the device error
+// record, which the next read-back raises with the CPU's message (Note [Device error
+// record] in fsdp/core/cuda.h): no wait of the host here.
 #include "embedding.cuh"
 
 #include "fsdp/core/cuda.h"
+#include "fsdp/core/cuda_device_error.h"
 #include "fsdp/ops/embedding.h"
 
 namespace fsdp {
@@ -10,10 +13,8 @@ namespace {
 
 cuda::RowsView rows(const Tensor& t) { return cuda::RowsView{t.data_ptr(), t.size(0) > 1 ? t.stride(0) : t.size(1)}; }
 
-void check_ids(const Tensor& ids, int64_t vocab, cudaStream_t s) {
-  const cuda::BadId bad = cuda::find_bad_id(ids.dtype(), ids.data_ptr(), ids.numel(), vocab, s);
-  FSDP_CHECK(bad.position < 0, "token id {} at position {} is outside the vocabulary [0, {})", bad.id, bad.position,
-             vocab);
+cuda::EmbeddingIds checked_ids(const Tensor& ids, int64_t vocab, int device) {
+  return cuda::EmbeddingIds{ids.data_ptr(), ids.dtype(), ids.numel(), vocab, cuda::device_error_record(device)};
 }
 
 void embedding_forward_cuda(const Tensor& ids, const Tensor& table, const Tensor& out) {
@@ -22,10 +23,8 @@ void embedding_forward_cuda(const Tensor& ids, const Tensor& table, const Tensor
   if (ids.numel() == 0) return;
   cuda::DeviceGuard guard(table.device().index);
   auto* s = static_cast<cudaStream_t>(cuda::current_stream(table.device().index));
-  check_ids(ids, table.size(0), s);
-  if (table.size(1) == 0) return;
-  cuda::launch_embedding_forward(table.dtype(), ids.dtype(), ids.data_ptr(), rows(table), rows(out), ids.numel(),
-                                 table.size(1), s);
+  cuda::launch_embedding_forward(table.dtype(), checked_ids(ids, table.size(0), table.device().index), rows(table),
+                                 rows(out), table.size(1), s);
 }
 
 void embedding_backward_cuda(const Tensor& ids, const Tensor& dout, const Tensor& dtable) {
@@ -34,10 +33,8 @@ void embedding_backward_cuda(const Tensor& ids, const Tensor& dout, const Tensor
   if (ids.numel() == 0) return;
   cuda::DeviceGuard guard(dtable.device().index);
   auto* s = static_cast<cudaStream_t>(cuda::current_stream(dtable.device().index));
-  check_ids(ids, dtable.size(0), s);
-  if (dtable.size(1) == 0) return;
-  cuda::launch_embedding_backward(dtable.dtype(), ids.dtype(), ids.data_ptr(), rows(dout), rows(dtable), ids.numel(),
-                                  dtable.size(1), s);
+  cuda::launch_embedding_backward(dtable.dtype(), checked_ids(ids, dtable.size(0), dtable.device().index), rows(dout),
+                                  rows(dtable), dtable.size(1), s);
 }
 
 }  // namespace

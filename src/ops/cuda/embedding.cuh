@@ -6,24 +6,27 @@
 
 #include <cstdint>
 
+#include "fsdp/core/cuda_device_error.h"
 #include "fsdp/core/dtype.h"
 #include "rows.h"
 
 namespace fsdp::cuda {
 
-bool embedding_supports(DType t);  // float32, float64, bfloat16
+bool embedding_supports(DType t);  // float32, float64, bfloat16, float16
 
-// The first position whose id is outside [0, vocab), and that id; position -1 when all are
-// in range. Waits for the stream (the caller raises the error before any output is written).
-struct BadId {
-  int64_t position;
-  int64_t id;
+// The ids and what they are checked against (Note [Device error record] in
+// fsdp/core/cuda.h): an id outside [0, vocab) is recorded in `errors` and its row skipped.
+struct EmbeddingIds {
+  const void* ids;
+  DType dtype;  // int32 or int64
+  int64_t n;
+  int64_t vocab;
+  DeviceErrorRecord* errors;
 };
-BadId find_bad_id(DType id_t, const void* ids, int64_t n, int64_t vocab, cudaStream_t stream);
 
-void launch_embedding_forward(DType t, DType id_t, const void* ids, RowsView table, RowsView out, int64_t n, int64_t c,
+void launch_embedding_forward(DType t, const EmbeddingIds& ids, RowsView table, RowsView out, int64_t c,
                               cudaStream_t stream);
-void launch_embedding_backward(DType t, DType id_t, const void* ids, RowsView dout, RowsView dtable, int64_t n,
-                               int64_t c, cudaStream_t stream);
+void launch_embedding_backward(DType t, const EmbeddingIds& ids, RowsView dout, RowsView dtable, int64_t c,
+                               cudaStream_t stream);
 
 }  // namespace fsdp::cuda

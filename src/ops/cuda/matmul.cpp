@@ -7,10 +7,12 @@
 // (transposed iff trans_a), m = N, n = M, and C/D = our c: no copies, any row strides.
 //
 // Types: float32 (fp32 compute; TF32 when fsdp::cuda::set_tf32(true), train.tf32),
-// bfloat16 inputs and output with fp32 accumulation, float64. beta == 0 leaves C unread,
-// so c may hold NaN. Per device: one handle, one 32 MiB workspace (cuBLASLt's advice for
-// Hopper) allocated once, and a cache of descriptors, layouts and the heuristic's algorithm
-// per shape, so a training step re-plans nothing after its first.
+// bfloat16 and float16 inputs and output with fp32 accumulation (CUBLAS_COMPUTE_32F: a
+// float16 dot product does not overflow at 65504 on the way, only if its result does),
+// float64. beta == 0 leaves C unread, so c may hold NaN. Per device: one handle, one
+// 32 MiB workspace (cuBLASLt's advice for Hopper) allocated once, and a cache of
+// descriptors, layouts and the heuristic's algorithm per shape, so a training step
+// re-plans nothing after its first.
 #include <cublasLt.h>
 
 #include <array>
@@ -72,7 +74,10 @@ cudaDataType_t data_type(DType t) {
     case DType::F32: return CUDA_R_32F;
     case DType::F64: return CUDA_R_64F;
     case DType::BF16: return CUDA_R_16BF;
-    default: FSDP_FAIL("matmul: dtype {} is not implemented on the CUDA backend (float32, bfloat16, float64)", dtype_name(t));
+    case DType::F16: return CUDA_R_16F;
+    default:
+      FSDP_FAIL("matmul: dtype {} is not implemented on the CUDA backend (float32, bfloat16, float16, float64)",
+                dtype_name(t));
   }
 }
 

@@ -7,7 +7,7 @@
 //
 // Layout: one block per row for the row kernels; the row's sums (mean of squares, dot)
 // accumulate in double like the CPU's, through block_sum's fixed tree. Element math is in
-// float (double for float64); bfloat16 rows are converted at load and store.
+// float (double for float64); bfloat16 and float16 rows are converted at load and store.
 //
 // dw is a reduction over rows, made deterministic as on the CPU: rows are cut into chunks
 // whose size depends only on N; a thread per (column, chunk) sums its rows in order into a
@@ -126,13 +126,14 @@ void backward_t(RowsView dy, RowsView x, const void* w, const void* rstd, RowsVi
 
 }  // namespace
 
-bool rmsnorm_supports(DType t) { return t == DType::F32 || t == DType::F64 || t == DType::BF16; }
+bool rmsnorm_supports(DType t) { return is_floating(t); }
 
 void launch_rmsnorm_forward(DType t, RowsView x, const void* w, RowsView y, void* rstd, int64_t n, int64_t c,
                             double eps, cudaStream_t stream) {
   if (t == DType::F32) return forward_t<float>(x, w, y, rstd, n, c, eps, stream);
   if (t == DType::F64) return forward_t<double>(x, w, y, rstd, n, c, eps, stream);
   if (t == DType::BF16) return forward_t<bf16>(x, w, y, rstd, n, c, eps, stream);
+  if (t == DType::F16) return forward_t<f16>(x, w, y, rstd, n, c, eps, stream);
 }
 
 void launch_rmsnorm_backward(DType t, RowsView dy, RowsView x, const void* w, const void* rstd, RowsView dx, void* dw,
@@ -140,6 +141,7 @@ void launch_rmsnorm_backward(DType t, RowsView dy, RowsView x, const void* w, co
   if (t == DType::F32) return backward_t<float>(dy, x, w, rstd, dx, dw, n, c, accumulate_dx, stream);
   if (t == DType::F64) return backward_t<double>(dy, x, w, rstd, dx, dw, n, c, accumulate_dx, stream);
   if (t == DType::BF16) return backward_t<bf16>(dy, x, w, rstd, dx, dw, n, c, accumulate_dx, stream);
+  if (t == DType::F16) return backward_t<f16>(dy, x, w, rstd, dx, dw, n, c, accumulate_dx, stream);
 }
 
 }  // namespace fsdp::cuda

@@ -11,7 +11,7 @@
 
 namespace fsdp::cuda {
 
-bool rmsnorm_supports(DType t);  // float32, float64, bfloat16
+bool rmsnorm_supports(DType t);  // float32, float64, bfloat16, float16
 
 void launch_rmsnorm_forward(DType t, RowsView x, const void* w, RowsView y, void* rstd, int64_t n, int64_t c,
                             double eps, cudaStream_t stream);

@@ -2,7 +2,7 @@
 // (src/ops/cpu/rope.cpp): for pair i < D/2 of each head at position p = pos_offset + t,
 //   c = cos[p, i], s = ±sin[p, i] (minus for the inverse, i.e. backward)
 //   y[i] = x[i] * c - x[i+half] * s,   y[i+half] = x[i+half] * c + x[i] * s
-// in the element type's arithmetic (float for float32 and bfloat16, double for float64).
+// in the element type's arithmetic (float for float32, bfloat16 and float16, double for float64).
 //
 // Layout: a 2-D grid, x over the H * D/2 pairs of one token row, y over the B * T token
 // rows (a grid-stride loop past 65535). One thread owns one pair: it reads both inputs
@@ -47,12 +47,13 @@ void rope_t(const RopeArgs& a, cudaStream_t s) {
 
 }  // namespace
 
-bool rope_supports(DType t) { return t == DType::F32 || t == DType::F64 || t == DType::BF16; }
+bool rope_supports(DType t) { return is_floating(t); }
 
 void launch_rope(DType t, const RopeArgs& a, cudaStream_t stream) {
   if (t == DType::F32) return rope_t<float>(a, stream);
   if (t == DType::F64) return rope_t<double>(a, stream);
   if (t == DType::BF16) return rope_t<bf16>(a, stream);
+  if (t == DType::F16) return rope_t<f16>(a, stream);
 }
 
 }  // namespace fsdp::cuda

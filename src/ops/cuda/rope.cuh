@@ -23,7 +23,7 @@ struct RopeArgs {
   bool inverse;
 };
 
-bool rope_supports(DType t);  // float32, float64, bfloat16
+bool rope_supports(DType t);  // float32, float64, bfloat16, float16
 void launch_rope(DType t, const RopeArgs& a, cudaStream_t stream);
 
 }  // namespace fsdp::cuda

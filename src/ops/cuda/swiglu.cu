@@ -3,7 +3,7 @@
 //   s = sigmoid(g) = 1 / (1 + exp(-g)),  silu(g) = g * s
 //   forward:  out = silu(g) * u
 //   backward: dg  = dout * u * s * (1 + g * (1 - s)),  du = dout * silu(g)
-// in float (double for float64; bfloat16 converted at load and store).
+// in float (double for float64; bfloat16 and float16 converted at load and store).
 //
 // Layout: a 2-D grid, x over the f columns, y over rows (grid-stride past 65535). Each
 // thread reads an element's inputs before writing its outputs, so dgate may alias gate
@@ -69,13 +69,14 @@ void backward_t(RowsView dout, RowsView gate, RowsView up, RowsView dgate, RowsV
 
 }  // namespace
 
-bool swiglu_supports(DType t) { return t == DType::F32 || t == DType::F64 || t == DType::BF16; }
+bool swiglu_supports(DType t) { return is_floating(t); }
 
 void launch_swiglu_forward(DType t, RowsView gate, RowsView up, RowsView out, int64_t n, int64_t f,
                            cudaStream_t stream) {
   if (t == DType::F32) return forward_t<float>(gate, up, out, n, f, stream);
   if (t == DType::F64) return forward_t<double>(gate, up, out, n, f, stream);
   if (t == DType::BF16) return forward_t<bf16>(gate, up, out, n, f, stream);
+  if (t == DType::F16) return forward_t<f16>(gate, up, out, n, f, stream);
 }
 
 void launch_swiglu_backward(DType t, RowsView dout, RowsView gate, RowsView up, RowsView dgate, RowsView dup,
@@ -83,6 +84,7 @@ void launch_swiglu_backward(DType t, RowsView dout, RowsView gate, RowsView up, 
   if (t == DType::F32) return backward_t<float>(dout, gate, up, dgate, dup, n, f, stream);
   if (t == DType::F64) return backward_t<double>(dout, gate, up, dgate, dup, n, f, stream);
   if (t == DType::BF16) return backward_t<bf16>(dout, gate, up, dgate, dup, n, f, stream);
+  if (t == DType::F16) return backward_t<f16>(dout, gate, up, dgate, dup, n, f, stream);
 }
 
 }  // namespace fsdp::cuda

@@ -11,7 +11,7 @@
 
 namespace fsdp::cuda {
 
-bool swiglu_supports(DType t);  // float32, float64, bfloat16
+bool swiglu_supports(DType t);  // float32, float64, bfloat16, float16
 void launch_swiglu_forward(DType t, RowsView gate, RowsView up, RowsView out, int64_t n, int64_t f,
                            cudaStream_t stream);
 void launch_swiglu_backward(DType t, RowsView dout, RowsView gate, RowsView up, RowsView dgate, RowsView dup,
