@@ -20,6 +20,8 @@
 //        parameter, activation and gradient rounds at 2^-9, and the ranks' reduction
 //        order differs from one process's accumulation (measured: see the printout).
 //   bits: resume vs uninterrupted run on the same ranks and strategy.
+// float16 runs are checked for what loss scaling must do (skip, halve, leave the
+// parameters alone, train on), not against another dtype's curve.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -175,6 +177,46 @@ TEST_F(CudaTrainer, Bf16ComputeOverRanksStaysNearOneBf16Process) {
   std::printf("CUDA bf16 FULL_SHARD over %d rank(s) vs one bf16 process: loss %.1e\n", world.world->size(), w.loss);
 }
 
+// float16 with dynamic loss scaling: a first scale far too large for float16 (2^22 times
+// a logit gradient of up to 1/32 overflows 65504) makes the first steps' gradients inf;
+// those steps are skipped (parameters untouched, scale halved each time, every rank
+// alike, since all see the same all-reduced norm), then training proceeds and the loss
+// falls.
+TEST_F(CudaTrainer, Fp16SkipsOverflowingStepsHalvingTheScaleThenTrains) {
+  dist::ProcessGroups& world = test::world_groups();
+  const config::Config cfg = tiny({"train.dtype=float16", "fsdp.param_dtype=float16", "fsdp.reduce_dtype=float16",
+                                   "train.fp16_init_scale=4194304", "train.fp16_growth_interval=1000"});
+  auto groups = dist::split_process_groups(world, 0);
+  train::Trainer t(cfg, groups);
+  ASSERT_TRUE(t.loss_scaler().enabled());
+  const Tensor before = t.engine().gather_full(0).to(Device::cpu());
+  std::vector<train::StepMetrics> steps;
+  for (int i = 0; i < 10; ++i) steps.push_back(t.train_step());
+  // The first step overflows; from then on each skipped step halves the scale the next
+  // one runs with, and an applied step keeps it (growth is 1000 clean steps away). As
+  // training sharpens the logits a later step may overflow again: that is the point.
+  EXPECT_TRUE(steps[0].skipped) << "2^22 should overflow float16 gradients";
+  int skipped = 0, prefix = 0;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    ASSERT_TRUE(steps[i].loss_scale.has_value());
+    const double want = i == 0 ? 4194304.0 : *steps[i - 1].loss_scale * (steps[i - 1].skipped ? 0.5 : 1.0);
+    EXPECT_EQ(*steps[i].loss_scale, want) << "step " << i + 1;
+    skipped += steps[i].skipped;
+    if (steps[i].skipped && size_t(prefix) == i) ++prefix;
+  }
+  EXPECT_EQ(t.loss_scaler().skipped_steps(), skipped);
+  EXPECT_LE(skipped, 6);
+  EXPECT_LT(steps.back().loss, steps[size_t(prefix)].loss);  // it trains once the scale fits
+  // A skipped step leaves the parameters alone: rerun only the skipped prefix.
+  train::Trainer again(cfg, groups);
+  for (int i = 0; i < prefix; ++i) again.train_step();
+  const Tensor after = again.engine().gather_full(0).to(Device::cpu());
+  EXPECT_EQ(std::memcmp(after.data_ptr(), before.data_ptr(), before.nbytes()), 0);
+  if (rank0())
+    std::printf("CUDA fp16 over %d rank(s): %d of 10 steps skipped from scale 2^22 (%d at the start)\n",
+                world.world->size(), skipped, prefix);
+}
+
 // A directory every rank sees, emptied by rank 0 first.
 std::string shared_scratch(const std::string& name) {
   dist::Communicator& world = *test::world_groups().world;
@@ -235,6 +277,13 @@ TEST_F(CudaTrainer, ResumeIsBitExactHybridBf16Async) {
                                    "fsdp.sharding_strategy=HYBRID_SHARD",
                                    "fsdp.shard_group_size=" + std::to_string(n >= 4 ? 2 : n), "checkpoint.async=true",
                                    "train.grad_accum_steps=2"});
+}
+
+TEST_F(CudaTrainer, ResumeIsBitExactFp16WithTheLossScalerState) {
+  // Growth every 2 clean steps and a first scale that overflows once: the scale changes
+  // on both sides of the save, so a resume that lost it would diverge.
+  expect_bit_exact_resume("f16", {"train.dtype=float16", "fsdp.param_dtype=float16", "fsdp.reduce_dtype=float32",
+                                  "train.fp16_init_scale=4194304", "train.fp16_growth_interval=2"});
 }
 
 }  // namespace
