@@ -42,6 +42,12 @@ FsdpEngine::FsdpEngine(const std::vector<model::UnitLayout>& units, dist::Proces
   direct_ = n == 1 && opt_.param_dtype == DType::F32 && opt_.reduce_dtype == DType::F32 &&
             opt_.compute_dtype == DType::F32;
   units_.resize(layouts_.size());
+  // Every unit's gradient shard is a slice of one flat buffer, so the gradient norm is one
+  // reduction and, on a GPU, one read-back per step rather than one per unit.
+  int64_t grad_total = 0;
+  for (const auto& layout : layouts_) grad_total += ::fsdp::shard_range(layout.numel, n, shard_.rank()).size;
+  grad_flat_ = Tensor::zeros({grad_total}, DType::F32, dev);
+  int64_t grad_offset = 0;
   for (size_t u = 0; u < layouts_.size(); ++u) {
     Unit& x = units_[u];
     x.numel = layouts_[u].numel;
@@ -50,7 +56,8 @@ FsdpEngine::FsdpEngine(const std::vector<model::UnitLayout>& units, dist::Proces
     x.segments = optim::decay_segments(layouts_[u]);
     const int64_t s = x.shard_range.size;
     x.master = Tensor::zeros({s}, DType::F32, dev);
-    x.grad = Tensor::zeros({s}, DType::F32, dev);
+    x.grad = grad_flat_.narrow(0, grad_offset, s);
+    grad_offset += s;
     x.exp_avg = Tensor::zeros({s}, DType::F32, dev);
     x.exp_avg_sq = Tensor::zeros({s}, DType::F32, dev);
     if (opt_.param_dtype != DType::F32) x.shard_cast = Tensor::zeros({s}, opt_.param_dtype, dev);
@@ -172,7 +179,7 @@ void FsdpEngine::before_backward(int unit) {
 void FsdpEngine::begin_step(int accum_steps) {
   FSDP_CHECK(accum_steps >= 1, "accumulation steps must be >= 1, got {}", accum_steps);
   accum_steps_ = accum_steps;
-  for (Unit& x : units_) fill_(x.grad, 0.0);
+  fill_(grad_flat_, 0.0);
 }
 
 void FsdpEngine::begin_micro_batch(int index) { sync_ = index == accum_steps_ - 1; }
@@ -245,8 +252,7 @@ void FsdpEngine::finish() {
 
 double FsdpEngine::grad_norm() {
   FSDP_NVTX_RANGE("grad norm");
-  double sq = 0;
-  for (const Unit& x : units_) sq += sum_squares(x.grad);
+  const double sq = sum_squares(grad_flat_);
   // Replicas hold identical shards, so the shard group alone covers every element once.
   fill_(norm_buf_, sq);
   shard_.wait(shard_.all_reduce(norm_buf_));

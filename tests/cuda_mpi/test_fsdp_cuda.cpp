@@ -279,6 +279,29 @@ TEST_F(CudaTrainer, ResumeIsBitExactHybridBf16Async) {
                                    "train.grad_accum_steps=2"});
 }
 
+// Checkpoints are the same files whatever the device: a CPU run's checkpoint continues on
+// the GPU along the CPU run's curve (within the CPU-vs-CUDA float32 bound above).
+TEST_F(CudaTrainer, ACheckpointSavedOnTheCpuResumesOnTheGpu) {
+  constexpr int K = 3;
+  dist::ProcessGroups& world = test::world_groups();
+  const std::string dir = shared_scratch("cpu_to_gpu");
+  auto groups = dist::split_process_groups(world, 0);
+  const std::vector<std::string> cpu = {"train.device=cpu", "run.dir=" + dir};
+  const Curve want = run(tiny(cpu), groups, 2 * K);
+  Curve got;
+  {
+    train::Trainer t(tiny({"train.device=cpu", "run.dir=" + dir + "/moved"}), groups);
+    for (int i = 0; i < K; ++i) got.losses.push_back(t.train_step().loss);
+    t.save_checkpoint();
+  }
+  train::Trainer t(tiny({"run.dir=" + dir + "/moved", "checkpoint.resume=auto"}), groups);
+  ASSERT_TRUE(t.device().is_cuda());
+  EXPECT_EQ(t.step(), K);
+  for (int i = 0; i < K; ++i) got.losses.push_back(t.train_step().loss);
+  gather_params(t, got);
+  compare(got, want, 1e-4, 2e-4, "CPU checkpoint resumed on the GPU");
+}
+
 TEST_F(CudaTrainer, ResumeIsBitExactFp16WithTheLossScalerState) {
   // Growth every 2 clean steps and a first scale that overflows once: the scale changes
   // on both sides of the save, so a resume that lost it would diverge.

@@ -28,7 +28,8 @@
 //
 // Device: every buffer lives on options.device (the host, or the rank's GPU, where the
 // collectives are NCCL's on tensors and all the engine's work is stream-ordered: nothing
-// here makes the host wait for the GPU except grad_norm's result).
+// here makes the host wait for the GPU except grad_norm, which reads back the local sum of
+// squares and then the all-reduced one).
 #pragma once
 
 #include <memory>
@@ -149,6 +150,7 @@ class FsdpEngine final : public model::ParamProvider {
   int accum_steps_ = 1;
   bool sync_ = true;    // this micro-batch reduces gradients
   bool direct_ = false; // one-rank shard group in fp32: the master shard IS the full unit
+  Tensor grad_flat_;    // every unit's fp32 gradient shard, back to back (Unit::grad are slices)
   Tensor norm_buf_;     // [1] float64 on the device, for the grad-norm all-reduce (no per-step allocation)
   int64_t max_padded_ = 0;
 };
