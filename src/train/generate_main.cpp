@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -21,6 +22,9 @@
 #include "fsdp/model/generate.h"
 #include "fsdp/model/llama_decode.h"
 #include "fsdp/model/sampling.h"
+#if defined(FSDP_WITH_CUDA)
+#include "fsdp/core/cuda.h"
+#endif
 
 namespace fsdp::train {
 
@@ -45,6 +49,10 @@ const char* generate_help() {
          "  --top-k K               sample among the K most likely tokens, 0 = off (default 0)\n"
          "  --top-p P               sample from the nucleus of probability mass P, 1 = off (default 1)\n"
          "  --seed S                random seed (default 0): the same seed gives the same text\n"
+         "  --device D              auto (default: the GPU when this build has the CUDA backend and\n"
+         "                          one is visible), cpu, or cuda\n"
+         "  --dtype T               compute dtype: float32 (the CPU's only one), bfloat16 (the\n"
+         "                          GPU's default) or float16\n"
          "  --help                  this text\n"
          "\n"
          "Exit status: 0 done, 1 the run failed (bad model folder or tokenizer, prompt too long,\n"
@@ -58,6 +66,8 @@ struct GenerateArgs {
   bool has_prompt = false;
   int64_t max_new_tokens = 64;
   model::SamplingOptions sampling;
+  std::string device = "auto";
+  std::string dtype;  // "" = float32 on the CPU, bfloat16 on a GPU
   bool help = false;
 };
 
@@ -116,6 +126,14 @@ GenerateArgs parse_generate_args(int argc, char** argv) {
       if (!(a.sampling.top_p > 0 && a.sampling.top_p <= 1)) throw UsageError{"--top-p must be in (0, 1] (1 = off)"};
     } else if (arg == "--seed") {
       a.sampling.seed = parse_seed(arg, value());
+    } else if (arg == "--device") {
+      a.device = value();
+      if (a.device != "auto" && a.device != "cpu" && a.device != "cuda")
+        throw UsageError{"--device must be auto, cpu or cuda, not '" + a.device + "'"};
+    } else if (arg == "--dtype") {
+      a.dtype = value();
+      if (a.dtype != "float32" && a.dtype != "bfloat16" && a.dtype != "float16")
+        throw UsageError{"--dtype must be float32, bfloat16 or float16, not '" + a.dtype + "'"};
     } else {
       throw UsageError{"unknown argument '" + args.raw() + "'"};
     }
@@ -124,7 +142,24 @@ GenerateArgs parse_generate_args(int argc, char** argv) {
   if (a.checkpoint.empty()) throw UsageError{"--checkpoint DIR is required"};
   if (a.tokenizer.empty()) throw UsageError{"--tokenizer MODEL is required"};
   if (!a.has_prompt) throw UsageError{"--prompt TEXT is required"};
+  if (a.device == "cpu" && !a.dtype.empty() && a.dtype != "float32")
+    throw UsageError{"--dtype " + a.dtype + " needs --device cuda: the CPU computes in float32"};
   return a;
+}
+
+// --device as a Device: the GPU of this process (cuda:0; CUDA_VISIBLE_DEVICES picks which).
+Device resolve_generate_device(const std::string& want) {
+#if defined(FSDP_WITH_CUDA)
+  const int visible = cuda::device_count();
+  if (want == "cuda" || (want == "auto" && visible > 0 && !cuda::is_emulated())) {
+    FSDP_CHECK(visible > 0, "--device cuda: no CUDA device is visible (CUDA_VISIBLE_DEVICES='{}')",
+               std::getenv("CUDA_VISIBLE_DEVICES") ? std::getenv("CUDA_VISIBLE_DEVICES") : "");
+    return Device::cuda(0);
+  }
+#else
+  FSDP_CHECK(want != "cuda", "--device cuda: this fsdp_train was built without the CUDA backend");
+#endif
+  return Device::cpu();
 }
 
 // Every unit's full parameters and nothing else: generation computes no gradients.
@@ -135,6 +170,15 @@ class InferenceParams final : public model::ParamProvider {
   }
   Tensor params(int unit) override { return params_[size_t(unit)]; }
   Tensor grads(int) override { FSDP_FAIL("generate: the model holds no gradients"); }
+  // Converts every unit to `dtype` on `device` (the weights load as float32 on the host).
+  void move_to(Device device, DType dtype) {
+    if (device.is_cpu() && dtype == DType::F32) return;
+    for (Tensor& p : params_) {
+      Tensor moved = Tensor::empty(p.sizes(), dtype, device);
+      moved.copy_(p);
+      p = moved;
+    }
+  }
 
  private:
   std::vector<Tensor> params_;
@@ -250,7 +294,13 @@ int run_generate(const GenerateArgs& a) {
   // The cache holds what this run can reach; the prompt is fed in chunks of at most 256
   // tokens, which bounds the scratch (the [chunk, vocab] logits above all).
   const int64_t max_len = std::clamp<int64_t>(P + a.max_new_tokens - 1, P, c.max_seq_len);
-  model::LlamaDecoder decoder(c, 1, max_len, std::min<int64_t>(P, 256));
+  const Device device = resolve_generate_device(a.device);
+  const DType dtype = !a.dtype.empty() ? parse_dtype(a.dtype) : device.is_cpu() ? DType::F32 : DType::BF16;
+  FSDP_CHECK(!device.is_cpu() || dtype == DType::F32, "--dtype {} needs a GPU: the CPU computes in float32",
+             dtype_name(dtype));
+  m.params->move_to(device, dtype);
+  spdlog::info("device: {}, {} compute", device.str(), dtype_name(dtype));
+  model::LlamaDecoder decoder(c, 1, max_len, std::min<int64_t>(P, 256), dtype, device);
   model::Sampler sampler(a.sampling);
   std::fwrite(a.prompt.data(), 1, a.prompt.size(), stdout);
   std::fflush(stdout);
@@ -286,7 +336,10 @@ int generate_main(int argc, char** argv) {
     return 0;
   }
   // stdout carries the text only.
-  spdlog::set_default_logger(spdlog::stderr_color_mt("generate"));
+  // (Made once per process: a second generate_main in the same process, as in the tests,
+  // reuses it; spdlog refuses two loggers of one name.)
+  auto logger = spdlog::get("generate");
+  spdlog::set_default_logger(logger ? logger : spdlog::stderr_color_mt("generate"));
   spdlog::set_pattern("[%Y-%m-%d %H:%M:%S.%e] [%^%l%$] %v");
   try {
     return run_generate(a);

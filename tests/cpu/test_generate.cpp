@@ -27,7 +27,11 @@
 #include <nlohmann/json.hpp>
 
 #include "../common/count_allocations.h"
+#include "../common/made_up_tokenizer.h"
 #include "fsdp/ckpt/hf_import.h"
+#if defined(FSDP_WITH_CUDA)
+#include "fsdp/core/cuda.h"
+#endif
 #include "fsdp/core/random.h"
 #include "fsdp/model/generate.h"
 #include "fsdp/model/llama.h"
@@ -364,6 +368,15 @@ std::string slurp(const fs::path& p) {
   return ss.str();
 }
 
+// Whether `--device cuda` would find a real GPU here (then the no-GPU error case is moot).
+bool gpu_visible() {
+#if defined(FSDP_WITH_CUDA)
+  return cuda::device_count() > 0 && !cuda::is_emulated();
+#else
+  return false;
+#endif
+}
+
 class GenerateCli : public ::testing::Test {
  protected:
   static inline fs::path root;
@@ -375,27 +388,8 @@ class GenerateCli : public ::testing::Test {
     root = fs::temp_directory_path() / ("fsdp_generate_test_" + std::to_string(::getpid()));
     fs::remove_all(root);
     fs::create_directories(root);
-    static const char* syllables[] = {"ka", "lo", "mi", "ne", "ru", "sa", "ti", "vo", "ze", "po", "qui", "dra",
-                                      "ble", "sto", "fen", "gar", "hu", "jo", "wy", "xen", "bri", "cho", "plu", "tre"};
-    std::mt19937_64 rng(5);
-    {
-      std::ofstream text(root / "spm.txt");
-      for (int line = 0; line < 3000; ++line) {
-        for (int w = 0, n = 4 + int(rng() % 10); w < n; ++w) {
-          for (int s = 0, m = 1 + int(rng() % 3); s < m; ++s) text << syllables[rng() % std::size(syllables)];
-          text << (w + 1 < n ? " " : "\n");
-        }
-      }
-    }
-    for (int vocab : {96, 64}) {
-      const std::string prefix = (root / ("spm" + std::to_string(vocab))).string();
-      const auto status = sentencepiece::SentencePieceTrainer::Train(
-          "--input=" + (root / "spm.txt").string() + " --model_prefix=" + prefix + " --vocab_size=" +
-          std::to_string(vocab) + " --model_type=unigram --character_coverage=1.0 --minloglevel=2");
-      ASSERT_TRUE(status.ok()) << status.ToString();
-    }
-    spm96 = (root / "spm96.model").string();
-    spm64 = (root / "spm64.model").string();
+    spm96 = test::made_up_tokenizer(root, 96);
+    spm64 = test::made_up_tokenizer(root, 64);
   }
   static void TearDownTestSuite() { fs::remove_all(root); }
 
@@ -428,7 +422,9 @@ TEST_F(GenerateCli, UsageErrorsExit2NamingTheFlag) {
                         Case{m + " --prompt hi --top-p 1.5", "--top-p"}, Case{m + " --prompt hi --top-k 2.5", "--top-k"},
                         Case{m + " --prompt hi --max-new-tokens -3", "--max-new-tokens"},
                         Case{m + " --prompt hi --seed -1", "--seed"}, Case{m + " --prompt hi --bogus", "'--bogus'"},
-                        Case{m + " --prompt", "--prompt needs a value"}}) {
+                        Case{m + " --prompt", "--prompt needs a value"}, Case{m + " --prompt hi --device tpu", "--device"},
+                        Case{m + " --prompt hi --dtype float8", "--dtype"},
+                        Case{m + " --prompt hi --device cpu --dtype bfloat16", "--dtype bfloat16 needs --device cuda"}}) {
     const CliRun r = run(c.args);
     EXPECT_EQ(r.code, 2) << c.args << "\n" << r.err;
     EXPECT_NE(r.err.find(c.mention), std::string::npos) << c.args << "\n" << r.err;
@@ -452,7 +448,11 @@ TEST_F(GenerateCli, RuntimeErrorsExit1NamingTheFileOrFlag) {
                              {"--checkpoint", "config.json"}},
                         Case{model_flags(missing + ".model") + " --prompt hi", {"--tokenizer", "no_such_model.model"}},
                         Case{model_flags(spm64) + " --prompt hi", {"--tokenizer", spm64, "64", "96"}},
-                        Case{model_flags(spm96) + " --prompt " + long_prompt, {"--prompt", "64"}}}) {
+                        Case{model_flags(spm96) + " --prompt " + long_prompt, {"--prompt", "64"}},
+                        // This machine has no GPU (the CPU test binary never runs on one with a GPU
+                        // visible to --device cuda: see the skip below).
+                        Case{model_flags(spm96) + " --prompt hi --device cuda", {"--device cuda"}}}) {
+    if (c.args.find("--device cuda") != std::string::npos && gpu_visible()) continue;
     const CliRun r = run(c.args);
     EXPECT_EQ(r.code, 1) << c.args << "\n" << r.err;
     for (const std::string& m : c.mentions) EXPECT_NE(r.err.find(m), std::string::npos) << m << " in\n" << r.err;
