@@ -3,13 +3,18 @@
 # the real CUDA backend (FSDP_CUDA=ON: nvcc, cuBLASLt, NCCL), run the whole test suite on the
 # device (ctest: every label; the `gpu` tests are the emulated suite's CUDA tests, unchanged,
 # on real hardware), and print a short table: tests passed / failed / skipped per label, and
-# the device. Then the roofline bound those numbers are to be read against.
+# the device. Then the training-step benchmark on the GPU (gpu_step_bench: ms/step,
+# tokens/s, MFU, peak memory per case; its per-op tables go to the log) and the roofline
+# bound those numbers are to be read against.
 #
 #   bash bench/gpu_check.sh                  # build into build-gpu/, run everything
 #   GPU_BUILD_DIR=/tmp/b bash bench/gpu_check.sh -R Nccl   # extra arguments go to ctest
+#   GPU_STEP_BENCH_ARGS="--case llama-1.1b --steps 20" bash bench/gpu_check.sh
+#   GPU_STEP_BENCH=0 bash bench/gpu_check.sh # tests only
 #
-# Exit status: 0 when every test ran and passed and the `gpu` tests really ran on the device
-# (not skipped); 1 when any failed or were skipped on the GPU; 2 when there is no GPU or no
+# Exit status: 0 when every test ran and passed, the `gpu` tests really ran on the device
+# (not skipped) and gpu_step_bench ran every case; 1 when any failed or were skipped on the
+# GPU; 2 when there is no GPU or no
 # CUDA toolkit here: then nothing is built or run, and the script says so (CI machines have
 # no GPU: CI runs the emulated suite instead, scripts/test.sh). Not run by CI.
 set -euo pipefail
@@ -68,6 +73,17 @@ for label in "${labels[@]}"; do
   passed[$label]=$(( ${ntotal:-0} - ${nfail:-0} ))
 done
 
+# ---- the training step on the GPU (bench/README.md, "GPU training step") ----
+bench_out="$logs/gpu_step_bench.txt"
+bench_rc=skipped
+if [ "${GPU_STEP_BENCH:-1}" != 0 ]; then
+  echo "gpu_check: gpu_step_bench ${GPU_STEP_BENCH_ARGS:-} ..."
+  bench_rc=0
+  # shellcheck disable=SC2086  # the arguments are words on purpose
+  "$build/bench/gpu_step_bench" ${GPU_STEP_BENCH_ARGS:-} >"$bench_out" 2>&1 || bench_rc=$?
+  [ "$bench_rc" -eq 0 ] || status=1
+fi
+
 # ---- the table ----
 echo
 echo "gpu_check on $(hostname) at $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?')"
@@ -86,6 +102,15 @@ if [ "${total[gpu]}" -eq 0 ]; then
 elif [ "${skipped[gpu]}" -gt 0 ]; then
   echo "gpu_check: ${skipped[gpu]} of the gpu tests skipped themselves on this device; see $logs/gpu.log"
   status=1
+fi
+echo
+if [ "$bench_rc" = skipped ]; then
+  echo "gpu_step_bench: not run (GPU_STEP_BENCH=0)"
+else
+  echo "gpu_step_bench (exit $bench_rc; per-op tables in $bench_out):"
+  # Each case's title and its summary row (the line under the "case ms/step ..." header).
+  awk '/^== / { print "  " $0 } /^case +ms\/step/ { getline; print "  " $0 } /failed:/ { print "  " $0 }' "$bench_out"
+  [ "$bench_rc" -eq 0 ] || echo "gpu_check: gpu_step_bench failed (see $bench_out)"
 fi
 echo
 echo "roofline for comparison (bench/README.md): $(bash "$root/bench/roofline/roofline.sh" | grep -E '^(step bound|MFU bound)' | tr '\n' ' ')"

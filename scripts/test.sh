@@ -15,13 +15,16 @@ bash "$root/scripts/build.sh"
 
 if [ "${FSDP_TEST_EMULATION:-1}" != 0 ]; then
   emu="${EMU_BUILD_DIR:-$root/build-emu}"
+  # FSDP_BENCH=ON only for gpu_step_bench, which fsdp_tests_cuda depends on here (its smoke
+  # test, gpu_step_bench_smoke); the target build leaves the other benchmarks unbuilt.
   BUILD_DIR="$emu" BUILD_TARGET=fsdp_tests_cuda bash "$root/scripts/build.sh" \
-    -DFSDP_CUDA_EMULATION=ON -DFSDP_CUDA=OFF -DFSDP_ASAN=ON -DFSDP_BENCH=OFF
+    -DFSDP_CUDA_EMULATION=ON -DFSDP_CUDA=OFF -DFSDP_ASAN=ON -DFSDP_BENCH=ON
   # Twice: threads resumed in increasing, then decreasing index order, so a missing
   # barrier shows up whichever neighbour it reads (tests/README.md). The trainer tests
-  # (cuda_fsdp_np*) run the kernels the op tests check in both orders: once is enough.
+  # (cuda_fsdp_np*) run the kernels the op tests check in both orders: once is enough; so
+  # does the bench's smoke run (gpu_step_bench_smoke), which checks its output, not kernels.
   (cd "$emu" && ctest --output-on-failure -j"$(nproc)" -L emulated-gpu "$@") || status=$?
   (cd "$emu" && FSDP_EMU_SCHEDULE=reverse ctest --output-on-failure -j"$(nproc)" -L emulated-gpu \
-    -E '^cuda_fsdp_np' "$@") || status=$?
+    -E '^(cuda_fsdp_np|gpu_step_bench_smoke)' "$@") || status=$?
 fi
 exit "$status"

@@ -38,7 +38,7 @@ void adamw_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg
              h.weight_decay);
   FSDP_CHECK(h.step >= 1, "AdamW step is 1-based, got {}", h.step);
   FSDP_CHECK(std::isfinite(grad_scale), "AdamW grad_scale must be finite, got {}", grad_scale);
-  adamw_stub.get(param.device())(param, grad, exp_avg, exp_avg_sq, h, grad_scale);
+  adamw_stub(param.device(), param, grad, exp_avg, exp_avg_sq, h, grad_scale);
 }
 
 }  // namespace fsdp

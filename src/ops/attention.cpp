@@ -59,7 +59,7 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
   check_qkv_lse(q, k, v, lse);
   check_like(out, q, "out", "q");
   if (q.numel() == 0) return;
-  attention_forward_stub.get(q.device())(q, k, v, out, lse);
+  attention_forward_stub(q.device(), q, k, v, out, lse);
 }
 
 void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
@@ -71,7 +71,7 @@ void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, co
   check_like(dk, k, "dk", "k");
   check_like(dv, v, "dv", "v");
   if (q.numel() == 0) return;  // B == 0 or T == 0: dk and dv are empty too
-  attention_backward_stub.get(q.device())(dout, q, k, v, out, lse, dq, dk, dv);
+  attention_backward_stub(q.device(), dout, q, k, v, out, lse, dq, dk, dv);
 }
 
 }  // namespace fsdp

@@ -50,7 +50,7 @@ void attention_decode(const Tensor& q, const Tensor& k_new, const Tensor& v_new,
   FSDP_CHECK(pos + T <= S, "attention_decode: positions pos + T = {} + {} exceed the cache's {} positions", pos, T,
              S);
   if (q.numel() == 0) return;
-  attention_decode_stub.get(q.device())(q, k_new, v_new, k_cache, v_cache, pos, out);
+  attention_decode_stub(q.device(), q, k_new, v_new, k_cache, v_cache, pos, out);
 }
 
 }  // namespace fsdp

@@ -55,7 +55,7 @@ void check_common(const Tensor& logits, const Tensor& targets, const Tensor& los
 void cross_entropy_forward(const Tensor& logits, const Tensor& targets, const Tensor& losses,
                            int64_t ignore_index) {
   check_common(logits, targets, losses);
-  cross_entropy_stub.get(logits.device())(logits, targets, losses, Tensor(), 1.0, ignore_index);
+  cross_entropy_stub(logits.device(), logits, targets, losses, Tensor(), 1.0, ignore_index);
 }
 
 void cross_entropy_forward_backward(const Tensor& logits, const Tensor& targets, const Tensor& losses,
@@ -67,7 +67,7 @@ void cross_entropy_forward_backward(const Tensor& logits, const Tensor& targets,
   check_same_device(dlogits, logits, "dlogits", "logits");
   check_alias(logits, dlogits);
   FSDP_CHECK(std::isfinite(grad_scale), "grad_scale must be finite, got {}", grad_scale);
-  cross_entropy_stub.get(logits.device())(logits, targets, losses, dlogits, grad_scale, ignore_index);
+  cross_entropy_stub(logits.device(), logits, targets, losses, dlogits, grad_scale, ignore_index);
 }
 
 }  // namespace fsdp

@@ -35,12 +35,12 @@ void add(const Tensor& a, const Tensor& b, const Tensor& out) {
   check_same_dtype(out, a, "out", "a");
   check_contiguous(out, "out");
   check_same_device(out, a, "out", "a");
-  add_stub.get(a.device())(a, b, out);
+  add_stub(a.device(), a, b, out);
 }
 
 void scale_(const Tensor& x, double alpha) {
   check_float_contiguous(x, "x");
-  scale_stub.get(x.device())(x, alpha);
+  scale_stub(x.device(), x, alpha);
 }
 
 // Any dtype (integer buffers need zeroing too); the value is stored as the dtype would
@@ -50,7 +50,7 @@ void fill_(const Tensor& x, double value) {
   check_contiguous(x, "x");
   FSDP_CHECK(is_floating(x.dtype()) || std::isfinite(value), "cannot fill integer tensor {} with {}", x.str(),
              value);
-  fill_stub.get(x.device())(x, value);
+  fill_stub(x.device(), x, value);
 }
 
 void cast(const Tensor& src, const Tensor& dst) {
@@ -58,12 +58,12 @@ void cast(const Tensor& src, const Tensor& dst) {
   check_float_contiguous(dst, "dst");
   check_shape(dst, src.sizes(), "dst");
   check_same_device(dst, src, "dst", "src");
-  cast_stub.get(src.device())(src, dst);
+  cast_stub(src.device(), src, dst);
 }
 
 double sum_squares(const Tensor& x) {
   check_float_contiguous(x, "x");
-  return sum_squares_stub.get(x.device())(x);
+  return sum_squares_stub(x.device(), x);
 }
 
 }  // namespace fsdp

@@ -36,7 +36,7 @@ void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out
   check_rows(out, ids, table, "out", "table");
   check_same_device(table, ids, "table", "ids");
   check_same_device(out, ids, "out", "ids");
-  embedding_forward_stub.get(table.device())(ids, table, out);
+  embedding_forward_stub(table.device(), ids, table, out);
 }
 
 void embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dtable) {
@@ -45,7 +45,7 @@ void embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dta
   check_rows(dout, ids, dtable, "dout", "dtable");
   check_same_device(dtable, ids, "dtable", "ids");
   check_same_device(dout, ids, "dout", "ids");
-  embedding_backward_stub.get(dtable.device())(ids, dout, dtable);
+  embedding_backward_stub(dtable.device(), ids, dout, dtable);
 }
 
 }  // namespace fsdp

@@ -85,7 +85,7 @@ void matmul(const Tensor& a, const Tensor& b, const Tensor& c, bool trans_a, boo
                "matmul: operand {} is too large for a 32-bit BLAS interface", t->str());
 
   if (m == 0 || n == 0) return;  // nothing to write
-  matmul_stub.get(a.device())(a, b, c, trans_a, trans_b, alpha, beta);
+  matmul_stub(a.device(), a, b, c, trans_a, trans_b, alpha, beta);
 }
 
 }  // namespace fsdp

@@ -42,7 +42,7 @@ void rmsnorm_forward(const Tensor& x, const Tensor& w, const Tensor& y, const Te
   check_rows_like(y, x, "y", "x");
   check_rstd(rstd, x);
   FSDP_CHECK(std::isfinite(eps) && eps >= 0, "eps must be finite and >= 0, got {}", eps);
-  rmsnorm_forward_stub.get(x.device())(x, w, y, rstd, eps);
+  rmsnorm_forward_stub(x.device(), x, w, y, rstd, eps);
 }
 
 void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dx,
@@ -53,7 +53,7 @@ void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const 
   check_rstd(rstd, x);
   check_rows_like(dx, x, "dx", "x");
   check_channel(dw, x, "dw");
-  rmsnorm_backward_stub.get(x.device())(dy, x, w, rstd, dx, dw, accumulate_dx);
+  rmsnorm_backward_stub(x.device(), dy, x, w, rstd, dx, dw, accumulate_dx);
 }
 
 }  // namespace fsdp

@@ -65,7 +65,7 @@ void rope_common(const Tensor& x, const Tensor& y, const RopeTables& tables, int
              "rope: positions up to pos_offset + T = {} + {} exceed the {} rows of tables.cos", pos_offset, T,
              tables.cos.size(0));
   if (x.numel() == 0) return;
-  rope_stub.get(x.device())(x, y, tables.cos, tables.sin, pos_offset, inverse);
+  rope_stub(x.device(), x, y, tables.cos, tables.sin, pos_offset, inverse);
 }
 
 }  // namespace

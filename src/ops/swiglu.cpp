@@ -17,7 +17,7 @@ void swiglu_forward(const Tensor& gate, const Tensor& up, const Tensor& out) {
   check_float_rows(gate, "gate");
   check_rows_like(up, gate, "up", "gate");
   check_rows_like(out, gate, "out", "gate");
-  swiglu_forward_stub.get(gate.device())(gate, up, out);
+  swiglu_forward_stub(gate.device(), gate, up, out);
 }
 
 void swiglu_backward(const Tensor& dout, const Tensor& gate, const Tensor& up, const Tensor& dgate,
@@ -27,7 +27,7 @@ void swiglu_backward(const Tensor& dout, const Tensor& gate, const Tensor& up, c
   check_rows_like(up, gate, "up", "gate");
   check_rows_like(dgate, gate, "dgate", "gate");
   check_rows_like(dup, gate, "dup", "gate");
-  swiglu_backward_stub.get(gate.device())(dout, gate, up, dgate, dup);
+  swiglu_backward_stub(gate.device(), dout, gate, up, dgate, dup);
 }
 
 }  // namespace fsdp

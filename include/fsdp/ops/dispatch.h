@@ -1,13 +1,16 @@
 // Op dispatch in the manner of ATen's DECLARE_DISPATCH / REGISTER_DISPATCH.
 // Each op's header declares a stub; its front end (src/ops/<op>.cpp) validates the
-// arguments once for every backend and calls stub.get(device); each backend registers its
+// arguments once for every backend and calls stub(device, args...); each backend registers its
 // implementation from a static initialiser in src/ops/<backend>/<op>.cpp. Model code
 // therefore never branches on the device. Stubs are constant-initialised, so registration
 // order across translation units cannot matter.
 #pragma once
 
+#include <utility>
+
 #include "fsdp/core/device.h"
 #include "fsdp/core/error.h"
+#include "fsdp/core/op_profile.h"
 
 namespace fsdp {
 
@@ -23,6 +26,16 @@ struct DispatchStub {
     Fn f = d.is_cpu() ? cpu : cuda;
     FSDP_CHECK(f != nullptr, "op '{}' has no implementation for device {} in this build", name, d.str());
     return f;
+  }
+  // The device's implementation called with `args`: the front ends' one way in, so that
+  // the op profiler (fsdp/core/op_profile.h) sees every op call. Off, it costs one branch.
+  template <typename... Args>
+  auto operator()(Device d, Args&&... args) const {
+    const Fn f = get(d);
+    if (!op_profile::enabled()) [[likely]]
+      return f(std::forward<Args>(args)...);
+    const op_profile::Scope scope(name, d);
+    return f(std::forward<Args>(args)...);
   }
   bool set(DeviceType t, Fn f) {
     (t == DeviceType::CPU ? cpu : cuda) = f;

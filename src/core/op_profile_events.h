@@ -1,0 +1,21 @@
+// The CUDA half of the op profiler (fsdp/core/op_profile.h), in src/core/cuda/
+// op_profile_cuda.cpp, built only with a CUDA backend. Events travel as void*
+// (cudaEvent_t) so that src/core/op_profile.cpp needs no CUDA header. Every function is
+// called with the profiler's lock held, which also guards the event pools.
+#pragma once
+
+namespace fsdp::op_profile::detail {
+
+// Takes a start/end pair from the device's pool (growing it when empty) and records the
+// start on the device's current stream.
+void cuda_begin(int device, void* events[2]);
+// Records the end on the device's current stream.
+void cuda_end(int device, void* const events[2]);
+// Waits for the end event, returns the milliseconds between the two, and gives the pair
+// back to the pool.
+double cuda_elapsed_ms(int device, void* const events[2]);
+// Gives the pair back unread (reset): recording it again later is allowed even while the
+// stream has not reached it yet.
+void cuda_release(int device, void* const events[2]);
+
+}  // namespace fsdp::op_profile::detail
