@@ -120,7 +120,9 @@ void FsdpEngine::issue_gather(int unit) {
   x.full = acquire(opt_.compute_dtype);
   const Tensor* shard = &x.master;
   if (opt_.param_dtype != DType::F32) {
-    cast(x.master, x.shard_cast);
+    // Once per optimizer step, not per gather (FULL_SHARD gathers twice).
+    if (x.shard_cast_stale) cast(x.master, x.shard_cast);
+    x.shard_cast_stale = false;
     shard = &x.shard_cast;
   }
   if (opt_.param_dtype == opt_.compute_dtype) {
@@ -263,6 +265,7 @@ double FsdpEngine::grad_norm() {
 void FsdpEngine::optimizer_step(const optim::AdamWConfig& cfg, double lr, int64_t step, double grad_scale) {
   FSDP_NVTX_RANGE("optimizer step (AdamW on the shards)");
   for (Unit& x : units_) {
+    x.shard_cast_stale = true;
     optim::adamw_step_range(x.segments, x.shard_range.begin, x.master, x.grad, x.exp_avg, x.exp_avg_sq, cfg, lr, step,
                             grad_scale);
   }

@@ -31,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/distributed_train_checks.h"
 #include "cuda_mpi_test_env.h"
 #include "fsdp/core/cuda.h"
 #include "fsdp/train/launch_checks.h"
@@ -81,16 +82,6 @@ Curve run(const config::Config& cfg, dist::ProcessGroups& groups, int steps = kS
   return c;
 }
 
-double rel_norm_error(const Tensor& a, const Tensor& b) {
-  double num = 0, den = 0;
-  for (int64_t i = 0; i < b.numel(); ++i) {
-    const double d = a.get_flat(i) - b.get_flat(i);
-    num += d * d;
-    den += b.get_flat(i) * b.get_flat(i);
-  }
-  return std::sqrt(num / den);
-}
-
 struct Worst {
   double loss = 0, params = 0;
 };
@@ -104,7 +95,7 @@ Worst compare(const Curve& got, const Curve& want, double loss_tol, double param
     EXPECT_LT(e, loss_tol) << what << " step " << i + 1 << ": " << got.losses[i] << " vs " << want.losses[i];
   }
   for (size_t u = 0; u < want.params.size() && param_tol > 0; ++u) {
-    const double e = rel_norm_error(got.params[u], want.params[u]);
+    const double e = test::rel_norm_error(got.params[u], want.params[u]);
     w.params = std::max(w.params, e);
     EXPECT_LT(e, param_tol) << what << " unit " << u;
   }
@@ -217,16 +208,8 @@ TEST_F(CudaTrainer, Fp16SkipsOverflowingStepsHalvingTheScaleThenTrains) {
                 world.world->size(), skipped, prefix);
 }
 
-// A directory every rank sees, emptied by rank 0 first.
 std::string shared_scratch(const std::string& name) {
-  dist::Communicator& world = *test::world_groups().world;
-  const std::string dir = (fs::temp_directory_path() / ("fsdp_cuda_ckpt_" + name)).string();
-  if (world.rank() == 0) {
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-  }
-  world.barrier();
-  return dir;
+  return test::shared_scratch(*test::world_groups().world, "fsdp_cuda_ckpt_" + name);
 }
 
 bool same_bits(const std::vector<double>& a, const std::vector<double>& b) {

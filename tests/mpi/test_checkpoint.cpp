@@ -14,6 +14,7 @@
 
 #include "fsdp/train/launch_checks.h"
 #include "fsdp/train/trainer.h"
+#include "../common/distributed_train_checks.h"
 #include "mpi_test_env.h"
 
 namespace fsdp {
@@ -21,6 +22,10 @@ namespace {
 
 namespace fs = std::filesystem;
 constexpr int K = 3;
+
+std::string shared_scratch(const std::string& name) {
+  return test::shared_scratch(*test::world_groups().world, "fsdp_mpi_ckpt_" + name);
+}
 
 config::Config tiny(const std::string& dir, const std::vector<std::string>& extra = {}) {
   std::vector<std::string> o = {"model.preset=tiny",          "model.num_layers=2",   "model.vocab_size=97",
@@ -30,18 +35,6 @@ config::Config tiny(const std::string& dir, const std::vector<std::string>& extr
                                 "logging.metrics=false",      "run.dir=" + dir,       "checkpoint.keep_last=10"};
   o.insert(o.end(), extra.begin(), extra.end());
   return config::load_config_string("", "test", o);
-}
-
-// A directory every rank sees, emptied by rank 0 before anyone uses it.
-std::string shared_scratch(const std::string& name) {
-  dist::Communicator& world = *test::world_groups().world;
-  const std::string dir = (fs::temp_directory_path() / ("fsdp_mpi_ckpt_" + name)).string();
-  if (world.rank() == 0) {
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-  }
-  world.barrier();
-  return dir;
 }
 
 struct Curve {

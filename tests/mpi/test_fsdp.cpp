@@ -18,6 +18,7 @@
 #include "fsdp/fsdp/fsdp_engine.h"
 #include "fsdp/train/launch_checks.h"
 #include "fsdp/train/trainer.h"
+#include "../common/distributed_train_checks.h"
 #include "mpi_test_env.h"
 
 namespace fsdp {
@@ -55,16 +56,6 @@ TrainRun train(const config::Config& cfg, dist::ProcessGroups& groups, int steps
   return r;
 }
 
-double rel_norm_error(const Tensor& a, const Tensor& b) {
-  double num = 0, den = 0;
-  for (int64_t i = 0; i < b.numel(); ++i) {
-    const double d = a.get_flat(i) - b.get_flat(i);
-    num += d * d;
-    den += b.get_flat(i) * b.get_flat(i);
-  }
-  return std::sqrt(num / den);
-}
-
 // One process over the same global batch: the world's micro-batches become accumulation steps.
 TrainRun reference(const std::vector<std::string>& extra, int world, int accum) {
   auto local = dist::local_process_groups();
@@ -88,7 +79,7 @@ void expect_equivalent(const std::string& strategy, const std::vector<std::strin
         << strategy << " step " << i + 1 << ": " << got.losses[i] << " vs " << want.losses[i];
   }
   for (size_t u = 0; u < want.params.size(); ++u)
-    EXPECT_LT(rel_norm_error(got.params[u], want.params[u]), kParamTolerance) << strategy << " unit " << u;
+    EXPECT_LT(test::rel_norm_error(got.params[u], want.params[u]), kParamTolerance) << strategy << " unit " << u;
 }
 
 TEST(FsdpEquivalence, FullShard) { expect_equivalent("FULL_SHARD", {}); }

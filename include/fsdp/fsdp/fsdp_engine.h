@@ -66,6 +66,7 @@ class FsdpEngine final : public model::ParamProvider {
   void init_shards(Fill&& fill) {
     for (int u = 0; u < num_units(); ++u) {
       Unit& x = units_[u];
+      x.shard_cast_stale = true;
       if (x.master.device().is_cpu()) {
         fill(u, x.shard_range.begin, x.master);
       } else {
@@ -99,6 +100,7 @@ class FsdpEngine final : public model::ParamProvider {
   int num_units() const { return int(units_.size()); }
   Device device() const { return opt_.device; }
   const ShardRange& shard_range(int unit) const { return units_[unit].shard_range; }
+  // Written in place only before the first gather (resume); afterwards through optimizer_step.
   const Tensor& master(int unit) const { return units_[unit].master; }
   const Tensor& grad_shard(int unit) const { return units_[unit].grad; }
   const Tensor& exp_avg(int unit) const { return units_[unit].exp_avg; }
@@ -122,6 +124,7 @@ class FsdpEngine final : public model::ParamProvider {
     std::vector<optim::DecaySegment> segments;
     Tensor master, grad, exp_avg, exp_avg_sq;  // fp32 shards
     Tensor shard_cast;                         // param_dtype copy of master (when not fp32)
+    bool shard_cast_stale = true;              // master changed since shard_cast was made
     Buffer* full = nullptr;                    // gathered parameters, in the compute dtype
     Buffer* gather_staging = nullptr;          // param_dtype all-gather target (when not the compute dtype)
     dist::Request gather_req;
