@@ -161,6 +161,63 @@ TEST_F(CudaOps, AdamWMatchesCpuOverSeveralSteps) {
     }
 }
 
+// ---- 16-byte accesses (Note [Packed accesses] in src/ops/cuda/common.cuh) -----------------------
+// Views starting at every element offset within 16 bytes: the aligned ones take the packed
+// loop (plus the tail), the others the element loop; both must give the CPU's bits (AdamW:
+// within its FMA tolerance above), and the emulator fails any launch that would make a
+// misaligned vector access, as a GPU would.
+TEST_F(CudaOps, PackedAndElementPathsAgreeWithCpuAtEveryOffset) {
+  const int64_t n = 1003;
+  for (DType t : kFloatTypes) {
+    const int64_t per16 = int64_t(16 / dtype_size(t));
+    for (int64_t off = 0; off <= per16; ++off) {
+      const int64_t len = n - off - 3;
+      SCOPED_TRACE(std::string(dtype_name(t)) + " offset " + std::to_string(off));
+      const DType ref_t = t == DType::F64 ? DType::F64 : DType::F32;
+      const Tensor a = input(n, t, 80 + uint64_t(off)), b = input(n, t, 90 + uint64_t(off));
+      const Tensor av = a.narrow(0, off, len), bv = b.narrow(0, off, len);
+      Tensor sum = Tensor::empty({len}, ref_t);
+      add(av.to(ref_t), bv.to(ref_t), sum);
+      Tensor want = cpu_reference(sum, t).to(ref_t);  // the device rounds to t after each op
+      scale_(want, 0.7);
+      const Tensor ga = on_gpu(a), gb = on_gpu(b);
+      Tensor gout = Tensor::zeros({n}, t, kGpu);
+      const Tensor outv = gout.narrow(0, off, len);
+      add(ga.narrow(0, off, len), gb.narrow(0, off, len), outv);
+      scale_(outv, 0.7);
+      EXPECT_TRUE(identical(on_cpu(outv.clone()), cpu_reference(want, t)));
+      // cast into a view of another offset parity (bf16 <-> f32 mixes pack widths)
+      for (DType to : {DType::F32, DType::BF16}) {
+        Tensor cwant = Tensor::empty({len}, to);
+        cast(av, cwant);
+        Tensor gdst = Tensor::zeros({n}, to, kGpu);
+        cast(ga.narrow(0, off, len), gdst.narrow(0, off, len));
+        EXPECT_TRUE(identical(on_cpu(gdst.narrow(0, off, len).clone()), cwant)) << "cast to " << dtype_name(to);
+      }
+      Tensor fwant = Tensor::empty({len}, t);
+      fill_(fwant, -2.5);
+      fill_(outv, -2.5);
+      EXPECT_TRUE(identical(on_cpu(outv.clone()), fwant));
+      EXPECT_EQ(on_cpu(gout).get_flat(off == 0 ? n - 1 : off - 1), 0.0) << "fill wrote outside its view";
+    }
+  }
+  for (DType t : {DType::F32, DType::F64}) {
+    for (int64_t off = 0; off <= int64_t(16 / dtype_size(t)); ++off) {
+      const int64_t len = n - off - 1;
+      Tensor p = input(n, t, 100 + uint64_t(off)), m = Tensor::zeros({n}, t), v = Tensor::zeros({n}, t);
+      const Tensor grad = input(n, t, 110 + uint64_t(off));
+      Tensor gp = on_gpu(p), gm = on_gpu(m), gv = on_gpu(v);
+      AdamWHyper h;
+      h.lr = 1e-2;
+      h.weight_decay = 0.1;
+      adamw_update(p.narrow(0, off, len), grad.narrow(0, off, len), m.narrow(0, off, len), v.narrow(0, off, len), h);
+      adamw_update(gp.narrow(0, off, len), on_gpu(grad).narrow(0, off, len), gm.narrow(0, off, len),
+                   gv.narrow(0, off, len), h);
+      EXPECT_LE(nmse(on_cpu(gp), p), t == DType::F32 ? 1e-12 : 1e-26) << dtype_name(t) << " offset " << off;
+    }
+  }
+}
+
 // ---- front-end checks reach the CUDA ops too ----------------------------------------------------
 TEST_F(CudaOps, MixedDevicesAreRefused) {
   const Tensor a = Tensor::zeros({4}, DType::F32);

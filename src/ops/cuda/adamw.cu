@@ -20,26 +20,50 @@ namespace {
 constexpr int kThreads = 256;
 
 template <typename T>
+__device__ __forceinline__ void adamw_element(T& p, T g, T& m, T& v, T decay, T step_size, T bc2_sqrt, T b1,
+                                              T one_minus_b1, T b2, T one_minus_b2, T eps, T gs) {
+  g = g * gs;
+  const T mi = b1 * m + one_minus_b1 * g;
+  const T vi = b2 * v + one_minus_b2 * g * g;
+  m = mi;
+  v = vi;
+  p = p * decay - step_size * mi / (sqrt(vi) / bc2_sqrt + eps);
+}
+
+// 16 bytes per access of each of the four arrays where they are aligned (Note [Packed
+// accesses] in common.cuh): the update is bandwidth-bound.
+template <typename T>
 __global__ void adamw_kernel(T* __restrict__ p, const T* __restrict__ grad, T* __restrict__ m, T* __restrict__ v,
-                             int64_t n, T decay, T step_size, T bc2_sqrt, T b1, T one_minus_b1, T b2, T one_minus_b2,
-                             T eps, T gs) {
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const T g = grad[i] * gs;
-    const T mi = b1 * m[i] + one_minus_b1 * g;
-    const T vi = b2 * v[i] + one_minus_b2 * g * g;
-    m[i] = mi;
-    v[i] = vi;
-    p[i] = p[i] * decay - step_size * mi / (sqrt(vi) / bc2_sqrt + eps);
-  }
+                             int64_t n, bool packed, T decay, T step_size, T bc2_sqrt, T b1, T one_minus_b1, T b2,
+                             T one_minus_b2, T eps, T gs) {
+  constexpr int W = kPackBytes / int(sizeof(T));
+  grid_stride_packed<W>(
+      n, packed,
+      [&](int64_t i) {
+        Pack<T, W> pp = load_pack<T, W>(p + i), mp = load_pack<T, W>(m + i), vp = load_pack<T, W>(v + i);
+        const Pack<T, W> gp = load_pack<T, W>(grad + i);
+        for (int j = 0; j < W; ++j)
+          adamw_element(pp.v[j], gp.v[j], mp.v[j], vp.v[j], decay, step_size, bc2_sqrt, b1, one_minus_b1, b2,
+                        one_minus_b2, eps, gs);
+        store_pack(m + i, mp);
+        store_pack(v + i, vp);
+        store_pack(p + i, pp);
+      },
+      [&](int64_t i) {
+        adamw_element(p[i], grad[i], m[i], v[i], decay, step_size, bc2_sqrt, b1, one_minus_b1, b2, one_minus_b2, eps,
+                      gs);
+      });
 }
 
 template <typename T>
 void adamw_t(void* param, const void* grad, void* exp_avg, void* exp_avg_sq, int64_t n, const AdamWScalars& s,
              cudaStream_t stream) {
-  FSDP_LAUNCH(adamw_kernel<T>, grid_for(n, kThreads), kThreads, 0, stream, static_cast<T*>(param),
-              static_cast<const T*>(grad), static_cast<T*>(exp_avg), static_cast<T*>(exp_avg_sq), n, T(s.decay),
-              T(s.step_size), T(s.bc2_sqrt), T(s.beta1), T(1.0 - s.beta1), T(s.beta2), T(1.0 - s.beta2), T(s.eps),
-              T(s.grad_scale));
+  constexpr int W = kPackBytes / int(sizeof(T));
+  const bool packed = packs_fit(kPackBytes, param, grad, exp_avg, exp_avg_sq);
+  FSDP_LAUNCH(adamw_kernel<T>, grid_for_packed(n, W, packed, kThreads), kThreads, 0, stream,
+              static_cast<T*>(param), static_cast<const T*>(grad), static_cast<T*>(exp_avg),
+              static_cast<T*>(exp_avg_sq), n, packed, T(s.decay), T(s.step_size), T(s.bc2_sqrt), T(s.beta1),
+              T(1.0 - s.beta1), T(s.beta2), T(1.0 - s.beta2), T(s.eps), T(s.grad_scale));
 }
 
 }  // namespace

@@ -180,11 +180,76 @@ __device__ __forceinline__ T block_max(T v, T* scratch, T lowest) {
   return warp_max(total);
 }
 
+// ---- 16-byte accesses -------------------------------------------------------------------
+// Note [Packed accesses]
+// The bandwidth-bound flat kernels (add, scale, fill, cast, AdamW) move a Pack of
+// kPackBytes / sizeof(T) elements per access, one 128-bit load or store (LDG.128/STG.128)
+// instead of 4-8 narrow ones, when every pointer of the launch is aligned to its pack
+// (packs_fit on the host); the n % width tail and any launch with a misaligned pointer (a
+// narrowed view at an odd offset) take the element loop. Each element's arithmetic is
+// unchanged, so the results are the scalar loop's bits. A GPU faults on a misaligned
+// vector access where x86 does not, so in the emulation build load_pack/store_pack check
+// the alignment themselves and fail the launch as the GPU would.
+constexpr int kPackBytes = 16;
+
+template <typename T, int N>
+struct alignas(sizeof(T) * N) Pack {
+  T v[N];
+};
+
+template <typename P>
+__device__ __forceinline__ void check_pack_alignment(const void* p) {
+#if defined(FSDP_CUDA_EMULATION)
+  if (reinterpret_cast<uintptr_t>(p) % alignof(P) != 0)
+    ::fsdp_emu::device_fault(716 /* cudaErrorMisalignedAddress */, "misaligned vector access (load_pack/store_pack)");
+#else
+  (void)p;
+#endif
+}
+
+template <typename T, int N>
+__device__ __forceinline__ Pack<T, N> load_pack(const T* p) {
+  check_pack_alignment<Pack<T, N>>(p);
+  return *reinterpret_cast<const Pack<T, N>*>(p);
+}
+
+template <typename T, int N>
+__device__ __forceinline__ void store_pack(T* p, const Pack<T, N>& v) {
+  check_pack_alignment<Pack<T, N>>(p);
+  *reinterpret_cast<Pack<T, N>*>(p) = v;
+}
+
+// Whether every pointer is aligned to `bytes` (host side: picks the packed kernel).
+template <typename... P>
+inline bool packs_fit(size_t bytes, const P*... ptrs) {
+  return ((reinterpret_cast<uintptr_t>(ptrs) % bytes == 0) && ...);
+}
+
+// A grid-stride loop over n elements that hands pack_fn(i) the first index of each whole
+// pack of W elements when `packed` (every pointer fits, Note [Packed accesses]) and
+// elem_fn(i) every element after the last whole pack, or every element when not packed.
+template <int W, typename PackFn, typename ElemFn>
+__device__ __forceinline__ void grid_stride_packed(int64_t n, bool packed, PackFn&& pack_fn, ElemFn&& elem_fn) {
+  const int64_t first = int64_t(blockIdx.x) * blockDim.x + threadIdx.x, stride = int64_t(gridDim.x) * blockDim.x;
+  int64_t tail = 0;
+  if (packed) {
+    const int64_t packs = n / W;
+    for (int64_t k = first; k < packs; k += stride) pack_fn(k * W);
+    tail = packs * W;
+  }
+  for (int64_t i = tail + first; i < n; i += stride) elem_fn(i);
+}
+
 // A grid for a grid-stride loop over n items: enough blocks to fill a large GPU, never
 // more than n needs, a function of n only (deterministic reductions rely on that).
 inline unsigned grid_for(int64_t n, int threads, unsigned max_blocks = 4096) {
   const unsigned b = blocks_for(n, threads);
   return b < max_blocks ? b : max_blocks;
+}
+
+// The grid of a grid_stride_packed loop: packs of `width` elements when packed.
+inline unsigned grid_for_packed(int64_t n, int width, bool packed, int threads) {
+  return grid_for(packed ? (n + width - 1) / width : n, threads);
 }
 
 }  // namespace fsdp::cuda

@@ -1,6 +1,7 @@
 // CUDA whole-tensor kernels: add, scale_, fill_, cast, sum_squares (the CPU versions are
 // src/ops/cpu/elementwise.cpp, the reference the tests hold these to). Contiguous inputs
-// (the front end checks), so each is a grid-stride loop over a flat run.
+// (the front end checks), so each is a grid-stride loop over a flat run, 16 bytes per
+// access where the pointers are aligned (Note [Packed accesses] in common.cuh).
 //
 //   add / scale:  in the element type's accumulator (float, or double for float64),
 //                 rounded once on store: the CPU's bits for every dtype.
@@ -24,24 +25,47 @@ constexpr int kThreads = 256;
 // lengthen the second pass.
 constexpr unsigned kMaxReduceBlocks = 264;
 
+// add, scale, fill and cast move 16 bytes per access where the pointers allow (Note
+// [Packed accesses] in common.cuh); W is the elements per pack.
 template <typename T>
-__global__ void add_kernel(const T* __restrict__ a, const T* __restrict__ b, T* __restrict__ out, int64_t n) {
+constexpr int kWidth = kPackBytes / int(sizeof(T));
+
+template <typename T>
+__global__ void add_kernel(const T* __restrict__ a, const T* __restrict__ b, T* __restrict__ out, int64_t n,
+                           bool packed) {
   using E = Elem<T>;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    out[i] = E::store(E::load(a[i]) + E::load(b[i]));
+  constexpr int W = kWidth<T>;
+  grid_stride_packed<W>(
+      n, packed,
+      [&](int64_t i) {
+        const Pack<T, W> x = load_pack<T, W>(a + i), y = load_pack<T, W>(b + i);
+        Pack<T, W> o;
+        for (int j = 0; j < W; ++j) o.v[j] = E::store(E::load(x.v[j]) + E::load(y.v[j]));
+        store_pack(out + i, o);
+      },
+      [&](int64_t i) { out[i] = E::store(E::load(a[i]) + E::load(b[i])); });
 }
 
 template <typename T>
-__global__ void scale_kernel(T* __restrict__ x, typename Elem<T>::acc alpha, int64_t n) {
+__global__ void scale_kernel(T* __restrict__ x, typename Elem<T>::acc alpha, int64_t n, bool packed) {
   using E = Elem<T>;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    x[i] = E::store(E::load(x[i]) * alpha);
+  constexpr int W = kWidth<T>;
+  grid_stride_packed<W>(
+      n, packed,
+      [&](int64_t i) {
+        Pack<T, W> v = load_pack<T, W>(x + i);
+        for (int j = 0; j < W; ++j) v.v[j] = E::store(E::load(v.v[j]) * alpha);
+        store_pack(x + i, v);
+      },
+      [&](int64_t i) { x[i] = E::store(E::load(x[i]) * alpha); });
 }
 
 template <typename U>
-__global__ void fill_kernel(U* __restrict__ x, U pattern, int64_t n) {
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    x[i] = pattern;
+__global__ void fill_kernel(U* __restrict__ x, U pattern, int64_t n, bool packed) {
+  constexpr int W = kWidth<U>;
+  Pack<U, W> p;
+  for (int j = 0; j < W; ++j) p.v[j] = pattern;
+  grid_stride_packed<W>(n, packed, [&](int64_t i) { store_pack(x + i, p); }, [&](int64_t i) { x[i] = pattern; });
 }
 
 // One conversion, exactly as the CPU's Convert<D>::from.
@@ -58,10 +82,23 @@ __device__ __forceinline__ D convert(S v) {
   }
 }
 
+// A cast's pack: as many elements as the wider type fits in 16 bytes (float -> bf16 reads
+// 16 bytes and writes 8).
 template <typename S, typename D>
-__global__ void cast_kernel(const S* __restrict__ src, D* __restrict__ dst, int64_t n) {
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    dst[i] = convert<D>(src[i]);
+constexpr int kCastWidth = kPackBytes / int(sizeof(S) > sizeof(D) ? sizeof(S) : sizeof(D));
+
+template <typename S, typename D>
+__global__ void cast_kernel(const S* __restrict__ src, D* __restrict__ dst, int64_t n, bool packed) {
+  constexpr int W = kCastWidth<S, D>;
+  grid_stride_packed<W>(
+      n, packed,
+      [&](int64_t i) {
+        const Pack<S, W> x = load_pack<S, W>(src + i);
+        Pack<D, W> o;
+        for (int j = 0; j < W; ++j) o.v[j] = convert<D>(x.v[j]);
+        store_pack(dst + i, o);
+      },
+      [&](int64_t i) { dst[i] = convert<D>(src[i]); });
 }
 
 template <typename T>
@@ -86,20 +123,25 @@ __global__ void sum_partials_kernel(const double* __restrict__ partials, int cou
 
 template <typename T>
 void add_t(const void* a, const void* b, void* out, int64_t n, cudaStream_t s) {
-  FSDP_LAUNCH(add_kernel<T>, grid_for(n, kThreads), kThreads, 0, s, static_cast<const T*>(a), static_cast<const T*>(b),
-              static_cast<T*>(out), n);
+  const bool packed = packs_fit(kPackBytes, a, b, out);
+  FSDP_LAUNCH(add_kernel<T>, grid_for_packed(n, kWidth<T>, packed, kThreads), kThreads, 0, s, static_cast<const T*>(a),
+              static_cast<const T*>(b), static_cast<T*>(out), n, packed);
 }
 
 template <typename T>
 void scale_t(void* x, double alpha, int64_t n, cudaStream_t s) {
   using A = typename Elem<T>::acc;
-  FSDP_LAUNCH(scale_kernel<T>, grid_for(n, kThreads), kThreads, 0, s, static_cast<T*>(x), A(alpha), n);
+  const bool packed = packs_fit(kPackBytes, x);
+  FSDP_LAUNCH(scale_kernel<T>, grid_for_packed(n, kWidth<T>, packed, kThreads), kThreads, 0, s, static_cast<T*>(x),
+              A(alpha), n, packed);
 }
 
 template <typename S, typename D>
 void cast_t(const void* src, void* dst, int64_t n, cudaStream_t s) {
-  FSDP_LAUNCH((cast_kernel<S, D>), grid_for(n, kThreads), kThreads, 0, s, static_cast<const S*>(src),
-              static_cast<D*>(dst), n);
+  constexpr int W = kCastWidth<S, D>;
+  const bool packed = packs_fit(sizeof(S) * W, src) && packs_fit(sizeof(D) * W, dst);
+  FSDP_LAUNCH((cast_kernel<S, D>), grid_for_packed(n, W, packed, kThreads), kThreads, 0, s, static_cast<const S*>(src),
+              static_cast<D*>(dst), n, packed);
 }
 
 template <typename S>
@@ -148,14 +190,20 @@ void launch_scale(DType t, void* x, double alpha, int64_t n, cudaStream_t stream
   FSDP_FLOAT_SWITCH(t, scale_t, x, alpha, n, stream)
 }
 
+template <typename U>
+void fill_t(void* x, uint64_t pattern, int64_t n, cudaStream_t stream) {
+  const bool packed = packs_fit(kPackBytes, x);
+  FSDP_LAUNCH(fill_kernel<U>, grid_for_packed(n, kWidth<U>, packed, kThreads), kThreads, 0, stream, static_cast<U*>(x),
+              U(pattern), n, packed);
+}
+
 void launch_fill(size_t element_size, void* x, uint64_t pattern, int64_t n, cudaStream_t stream) {
-  const unsigned grid = grid_for(n, kThreads);
   switch (element_size) {
-    case 1: FSDP_LAUNCH(fill_kernel<uint8_t>, grid, kThreads, 0, stream, static_cast<uint8_t*>(x), uint8_t(pattern), n); break;
-    case 2: FSDP_LAUNCH(fill_kernel<uint16_t>, grid, kThreads, 0, stream, static_cast<uint16_t*>(x), uint16_t(pattern), n); break;
-    case 4: FSDP_LAUNCH(fill_kernel<uint32_t>, grid, kThreads, 0, stream, static_cast<uint32_t*>(x), uint32_t(pattern), n); break;
-    case 8: FSDP_LAUNCH(fill_kernel<uint64_t>, grid, kThreads, 0, stream, static_cast<uint64_t*>(x), pattern, n); break;
-    default: break;
+    case 1: return fill_t<uint8_t>(x, pattern, n, stream);
+    case 2: return fill_t<uint16_t>(x, pattern, n, stream);
+    case 4: return fill_t<uint32_t>(x, pattern, n, stream);
+    case 8: return fill_t<uint64_t>(x, pattern, n, stream);
+    default: return;
   }
 }
 
