@@ -4,8 +4,10 @@
 # device (ctest: every label; the `gpu` tests are the emulated suite's CUDA tests, unchanged,
 # on real hardware), and print a short table: tests passed / failed / skipped per label, and
 # the device. Then the training-step benchmark on the GPU (gpu_step_bench: ms/step,
-# tokens/s, MFU, peak memory per case; its per-op tables go to the log) and the roofline
-# bound those numbers are to be read against.
+# tokens/s, MFU, peak memory per case; its per-op tables go to the log), fsdp_train with
+# FULL_SHARD over every GPU here when there are several (NCCL inside the step; its last
+# metrics line; GPU_FSDP_STEP=0 skips it), and the roofline bound those numbers are to be
+# read against.
 #
 #   bash bench/gpu_check.sh                  # build into build-gpu/, run everything
 #   GPU_BUILD_DIR=/tmp/b bash bench/gpu_check.sh -R Nccl   # extra arguments go to ctest
@@ -84,6 +86,20 @@ if [ "${GPU_STEP_BENCH:-1}" != 0 ]; then
   [ "$bench_rc" -eq 0 ] || status=1
 fi
 
+# ---- FSDP across every GPU here: NCCL inside the step (the tests use tiny models) ----
+fsdp_out="$logs/fsdp_train.txt"
+fsdp_rc=skipped
+if [ "${GPU_FSDP_STEP:-1}" != 0 ] && [ "$ngpus" -gt 1 ]; then
+  echo "gpu_check: fsdp_train FULL_SHARD over $ngpus GPUs (Llama 2 7B shape, 8 layers, synthetic data) ..."
+  fsdp_rc=0
+  rm -rf "$logs/fsdp_run"
+  mpiexec --allow-run-as-root -n "$ngpus" "$build/fsdp_train" train --config "$root/configs/llama2_7b.yaml" \
+    --set data.source=synthetic --set model.num_layers=8 --set train.max_steps=12 --set train.log_every=1 \
+    --set train.eval_every=0 --set train.device=cuda --set checkpoint.resume=none --set checkpoint.keep_last=1 \
+    --set run.dir="$logs/fsdp_run" >"$fsdp_out" 2>&1 || fsdp_rc=$?
+  [ "$fsdp_rc" -eq 0 ] || status=1
+fi
+
 # ---- the table ----
 echo
 echo "gpu_check on $(hostname) at $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?')"
@@ -111,6 +127,14 @@ else
   # Each case's title and its summary row (the line under the "case ms/step ..." header).
   awk '/^== / { print "  " $0 } /^case +ms\/step/ { getline; print "  " $0 } /failed:/ { print "  " $0 }' "$bench_out"
   [ "$bench_rc" -eq 0 ] || echo "gpu_check: gpu_step_bench failed (see $bench_out)"
+fi
+echo
+if [ "$fsdp_rc" = skipped ]; then
+  echo "fsdp_train over all GPUs: not run (one GPU here, or GPU_FSDP_STEP=0)"
+else
+  echo "fsdp_train FULL_SHARD over $ngpus GPUs (exit $fsdp_rc; log $fsdp_out), the last step (the first ones warm up):"
+  tail -1 "$logs/fsdp_run/metrics.jsonl" 2>/dev/null | sed 's/^/  /' || echo "  (no metrics.jsonl)"
+  [ "$fsdp_rc" -eq 0 ] || echo "gpu_check: fsdp_train over $ngpus GPUs failed (see $fsdp_out)"
 fi
 echo
 echo "roofline for comparison (bench/README.md): $(bash "$root/bench/roofline/roofline.sh" | grep -E '^(step bound|MFU bound)' | tr '\n' ' ')"
