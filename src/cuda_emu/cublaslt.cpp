@@ -1,7 +1,8 @@
 // The cuBLASLt stand-in (include/cublasLt.h here states the semantics). Descriptors are
 // plain structs; cublasLtMatmul validates every argument the way the library documents
 // it, then computes on the CPU: operands converted to the accumulation type (float, or
-// double for CUBLAS_COMPUTE_64F), an i-p-j loop per batch, alpha and beta applied in that
+// double for CUBLAS_COMPUTE_64F; float32 operands rounded to TF32 first under
+// CUBLAS_COMPUTE_32F_FAST_TF32), an i-p-j loop per batch, alpha and beta applied in that
 // type, and one rounding into D's type.
 #include <cublasLt.h>
 #include <cuda_bf16.h>
@@ -10,6 +11,7 @@
 #include <algorithm>
 #include <cstring>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "internal.h"
@@ -72,6 +74,19 @@ void store(void* p, cudaDataType t, int64_t i, A v) {
     case CUDA_R_16BF: static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(float(v)); return;
     case CUDA_R_16F: static_cast<__half*>(p)[i] = __float2half_rn(float(v)); return;
   }
+}
+
+// A float32 operand as the tensor cores read it under CUBLAS_COMPUTE_32F_FAST_TF32: TF32
+// keeps float32's 8-bit exponent and 10 of its 23 mantissa bits. Rounded to nearest, ties
+// away from zero, as PTX's cvt.rna.tf32.f32 does; the GPU's own conversion inside cuBLAS
+// is not documented bit for bit, so tests hold TF32 results to a TF32 tolerance, not bits.
+float to_tf32(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  if ((u & 0x7f800000u) == 0x7f800000u) return x;  // inf, NaN unchanged
+  u = (u + 0x1000u) & 0xffffe000u;
+  std::memcpy(&x, &u, 4);
+  return x;
 }
 
 // Elements a layout spans, from its first element to one past its last.
@@ -137,6 +152,12 @@ void compute(const cublasLtMatmulDescOpaque_t& desc, A alpha, A beta, const void
       for (int64_t p = 0; p < k; ++p) av[size_t(i * k + p)] = load<A>(pa, a.type, oa + (ta ? p + i * a.ld : i + p * a.ld));
     for (int64_t p = 0; p < k; ++p)  // bv[p*n + j] = op(B)(p, j)
       for (int64_t j = 0; j < n; ++j) bv[size_t(p * n + j)] = load<A>(pb, b.type, ob + (tb ? j + p * b.ld : p + j * b.ld));
+    if (desc.compute == CUBLAS_COMPUTE_32F_FAST_TF32 && a.type == CUDA_R_32F) {
+      if constexpr (std::is_same_v<A, float>) {
+        for (A& x : av) x = to_tf32(x);
+        for (A& x : bv) x = to_tf32(x);
+      }
+    }
     std::fill(acc.begin(), acc.end(), A(0));
     for (int64_t i = 0; i < m; ++i)
       for (int64_t p = 0; p < k; ++p) {

@@ -61,6 +61,33 @@ TEST_F(CudaOps, MatmulMatchesCpu) {
           }
 }
 
+// train.tf32 (cuda::set_tf32): float32 GEMMs on the TF32 tensor cores. TF32 keeps 10
+// mantissa bits, so products move by ~2^-11 relative: the result must stay within 1e-5
+// (normalised MSE; each product's relative error <= 2^-10, random signs average it down)
+// of the float32 GEMM and yet differ from it (proof the flag reached cuBLASLt; float32
+// proper matches to 1e-12). Off again, the float32 result comes back.
+TEST_F(CudaOps, MatmulUsesTf32OnlyWhenAskedFor) {
+  const int64_t m = 37, n = 29, k = 300;
+  const Tensor a = random_tensor({m, k}, DType::F32, 901, -1, 1), b = random_tensor({n, k}, DType::F32, 902, -1, 1);
+  Tensor want = Tensor::zeros({m, n}, DType::F32);
+  matmul(a, b, want, false, true);
+  const Tensor ga = on_gpu(a), gb = on_gpu(b);
+  auto run = [&] {
+    Tensor c = Tensor::zeros({m, n}, DType::F32, kGpu);
+    matmul(ga, gb, c, false, true);
+    return on_cpu(c);
+  };
+  ASSERT_FALSE(cuda::tf32());
+  EXPECT_LE(nmse(run(), want), 1e-12);
+  cuda::set_tf32(true);
+  const double err = nmse(run(), want);
+  cuda::set_tf32(false);
+  EXPECT_LE(err, 1e-5);
+  EXPECT_GE(err, 1e-10) << "TF32 was asked for but the result is float32's";
+  EXPECT_LE(nmse(run(), want), 1e-12);
+  RecordProperty("tf32_nmse", std::to_string(err));
+}
+
 TEST_F(CudaOps, MatmulBetaZeroIgnoresNanInC) {
   const Tensor a = input(12, DType::F32, 1).reshape({3, 4}), b = input(20, DType::F32, 2).reshape({4, 5});
   Tensor want = Tensor::empty({3, 5}, DType::F32);

@@ -142,6 +142,25 @@ TEST_F(CudaTrainer, Float32MatchesTheCpuTrainer) {
   EXPECT_LT(gpu.losses.back(), gpu.losses.front());  // it trains
 }
 
+// train.tf32 reaches the GEMMs: the first step's loss moves by TF32's rounding (measurably,
+// but within 1e-3 relative), and a trainer without it turns it off again.
+TEST_F(CudaTrainer, Tf32KeyReachesTheGemms) {
+  auto local = dist::local_process_groups();
+  local.world_info.local_rank = test::world_groups().world_info.local_rank;
+  const double f32 = train::Trainer(tiny(), local).train_step().loss;
+  EXPECT_FALSE(cuda::tf32());
+  double tf32 = 0;
+  {
+    train::Trainer t(tiny({"train.tf32=true"}), local);
+    EXPECT_TRUE(cuda::tf32());
+    tf32 = t.train_step().loss;
+  }
+  EXPECT_NE(tf32, f32);
+  EXPECT_LT(std::abs(tf32 - f32) / f32, 1e-3);
+  train::Trainer off(tiny(), local);
+  EXPECT_FALSE(cuda::tf32());
+}
+
 TEST_F(CudaTrainer, FullShardEqualsOneProcess) { expect_equivalent("FULL_SHARD", {}); }
 TEST_F(CudaTrainer, ShardGradOpEqualsOneProcess) { expect_equivalent("SHARD_GRAD_OP", {}); }
 TEST_F(CudaTrainer, NoShardEqualsOneProcess) { expect_equivalent("NO_SHARD", {}); }
