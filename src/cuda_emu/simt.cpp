@@ -241,8 +241,40 @@ const char* op_name(WarpOp op) {
     case WarpOp::Any: return "__any_sync";
     case WarpOp::Ballot: return "__ballot_sync";
     case WarpOp::Sync: return "__syncwarp";
+    case WarpOp::Matrix: return "wmma";
   }
   return "?";
+}
+
+const WarpMatrixOp& matrix_op(const Fiber& f) { return *reinterpret_cast<const WarpMatrixOp*>(uintptr_t(f.in)); }
+
+// The collective a parked lane is at, for messages: a wmma operation by its own name.
+std::string coll_name(const Fiber& f) { return f.op == WarpOp::Matrix ? matrix_op(f).name : op_name(f.op); }
+
+std::string matrix_args(const WarpMatrixOp& m) {
+  char b[96];
+  std::snprintf(b, sizeof b, "(mptr %p, ldm %u, layout %s)", m.mem, m.ldm, m.layout == 0 ? "row-major" : "col-major");
+  return b;
+}
+
+// Lanes `a` and `b`, both parked at a wmma operation, reached the same one with the same
+// uniform arguments; else the launch faults.
+bool same_matrix_op(const Fiber& a, int la, const Fiber& b, int lb) {
+  const WarpMatrixOp &x = matrix_op(a), &y = matrix_op(b);
+  if (x.run != y.run || std::strcmp(x.name, y.name) != 0) {
+    fault(a, cudaErrorIllegalInstruction,
+          "lanes of one warp reached different wmma operations: lane " + std::to_string(la) + " " + x.name +
+              " and lane " + std::to_string(lb) + " " + y.name + " (or the same one with other fragment types)");
+    return false;
+  }
+  if (x.mem != y.mem || x.ldm != y.ldm || x.layout != y.layout) {
+    fault(a, cudaErrorIllegalInstruction,
+          std::string(x.name) + " with arguments that differ between lanes of the warp, which CUDA requires to be "
+                                "the same: lane " + std::to_string(la) + " " + matrix_args(x) + ", lane " +
+              std::to_string(lb) + " " + matrix_args(y));
+    return false;
+  }
+  return true;
 }
 
 std::string hex(unsigned v) {
@@ -285,7 +317,7 @@ bool complete_warps(std::vector<Fiber*>& t, int n, bool* released) {
       const unsigned mask = f.mask;
       todo &= ~(1u << l);
       if ((mask >> l & 1u) == 0) {
-        fault(f, cudaErrorIllegalInstruction, std::string(op_name(f.op)) + " with mask " + hex(mask) +
+        fault(f, cudaErrorIllegalInstruction, coll_name(f) + " with mask " + hex(mask) +
                                                   ", which does not include the calling lane " + std::to_string(l));
         return false;
       }
@@ -296,13 +328,13 @@ bool complete_warps(std::vector<Fiber*>& t, int n, bool* released) {
       }
       if ((mask & ~exists) != 0) {
         fault(f, cudaErrorIllegalInstruction,
-              std::string(op_name(f.op)) + " with mask " + hex(mask) + " names lane " +
+              coll_name(f) + " with mask " + hex(mask) + " names lane " +
                   std::to_string(__builtin_ctz(mask & ~exists)) + ", which does not exist (the block has " +
                   std::to_string(n) + " threads)");
         return false;
       }
       if ((mask & done) != 0) {
-        fault(f, cudaErrorIllegalInstruction, std::string(op_name(f.op)) + " with mask " + hex(mask) +
+        fault(f, cudaErrorIllegalInstruction, coll_name(f) + " with mask " + hex(mask) +
                                                   " waits for lane " + std::to_string(__builtin_ctz(mask & done)) +
                                                   ", which has exited");
         return false;
@@ -312,15 +344,21 @@ bool complete_warps(std::vector<Fiber*>& t, int n, bool* released) {
         const Fiber& o = *t[size_t(w0 + b)];
         if (o.op != f.op || o.mask != mask || (o.op <= WarpOp::ShflXor && o.width != f.width)) {
           fault(f, cudaErrorIllegalInstruction,
-                "lanes of one warp reached different collectives: lane " + std::to_string(l) + " " + op_name(f.op) +
-                    "(mask " + hex(mask) + ") and lane " + std::to_string(b) + " " + op_name(o.op) + "(mask " +
+                "lanes of one warp reached different collectives: lane " + std::to_string(l) + " " + coll_name(f) +
+                    "(mask " + hex(mask) + ") and lane " + std::to_string(b) + " " + coll_name(o) + "(mask " +
                     hex(o.mask) + ")");
           return false;
         }
+        if (f.op == WarpOp::Matrix && !same_matrix_op(f, l, o, b)) return false;
       }
       todo &= ~mask;
       if ((mask & ~parked) != 0) continue;  // a lane of the group is still running, or at __syncthreads
       // Every lane of the mask is here: execute the collective in lockstep.
+      if (f.op == WarpOp::Matrix) {  // the mask is the full warp (warp_matrix_op)
+        WarpMatrixOp* lanes[32];
+        for (int b = 0; b < 32; ++b) lanes[b] = reinterpret_cast<WarpMatrixOp*>(uintptr_t(t[size_t(w0 + b)]->in));
+        lanes[0]->run(lanes);
+      }
       uint64_t all = 1, any = 0, ballot = 0;
       for (unsigned m = mask; m != 0; m &= m - 1) {
         const int b = __builtin_ctz(m);
@@ -336,7 +374,8 @@ bool complete_warps(std::vector<Fiber*>& t, int n, bool* released) {
           case WarpOp::All: o.out = all; break;
           case WarpOp::Any: o.out = any; break;
           case WarpOp::Ballot: o.out = ballot; break;
-          case WarpOp::Sync: o.out = 0; break;
+          case WarpOp::Sync:
+          case WarpOp::Matrix: o.out = 0; break;
           default: {
             const int src = shuffle_source(o, b);
             if (src < 0) {
@@ -409,7 +448,7 @@ std::string deadlock_summary(std::vector<Fiber*>& t, int n) {
     const Fiber& f = *t[size_t(i)];
     if (f.state != State::Barrier && f.state != State::Warp) continue;
     const std::string what =
-        f.state == State::Barrier ? std::string("__syncthreads") : std::string(op_name(f.op)) + "(mask " + hex(f.mask) + ")";
+        f.state == State::Barrier ? std::string("__syncthreads") : coll_name(f) + "(mask " + hex(f.mask) + ")";
     bool found = false;
     for (Group& g : groups)
       if (g.what == what) {
@@ -512,6 +551,10 @@ uint64_t warp_collective(WarpOp op, unsigned mask, uint64_t value, int arg, int 
   f->width = width;
   park(f, State::Warp);
   return f->out;
+}
+
+void warp_matrix_op(WarpMatrixOp* op) {
+  warp_collective(WarpOp::Matrix, 0xffffffffu, uint64_t(reinterpret_cast<uintptr_t>(op)), 0, 32);
 }
 
 void syncthreads() {
