@@ -13,7 +13,9 @@
 // __syncthreads or a warp collective (it parks with its arguments) or its body returns.
 // When none is Ready, it completes every warp collective whose mask is fully parked at
 // the same collective, else the block barrier if every live thread is parked there, else
-// the block is deadlocked. Anything a GPU leaves undefined and that would hang, fault or
+// the block is deadlocked. The exception is a wmma operation (WarpMatrixOp): it executes
+// as soon as the warp's last lane reaches it, and that warp runs on at once, ahead of the
+// threads after it in schedule order (see run_block). Anything a GPU leaves undefined and that would hang, fault or
 // read garbage there fails the launch instead, with the kernel, block and thread named.
 //
 // AddressSanitizer follows the stack switches through __sanitizer_start_switch_fiber /
@@ -261,6 +263,8 @@ std::string matrix_args(const WarpMatrixOp& m) {
 // uniform arguments; else the launch faults.
 bool same_matrix_op(const Fiber& a, int la, const Fiber& b, int lb) {
   const WarpMatrixOp &x = matrix_op(a), &y = matrix_op(b);
+  if (x.run == y.run && x.name == y.name && x.mem == y.mem && x.ldm == y.ldm && x.layout == y.layout)
+    return true;  // the common case, without string compares
   if (x.run != y.run || std::strcmp(x.name, y.name) != 0) {
     fault(a, cudaErrorIllegalInstruction,
           "lanes of one warp reached different wmma operations: lane " + std::to_string(la) + " " + x.name +
@@ -297,11 +301,11 @@ int shuffle_source(const Fiber& f, int lane) {
   }
 }
 
-// Completes the collectives whose lanes have all arrived; false when a fault was found.
-// Per warp, lanes are handled a mask group at a time (the lowest parked lane not yet seen
-// and the lanes its mask names), so a pass costs O(32) per group, not O(32^2) per lane.
-bool complete_warps(std::vector<Fiber*>& t, int n, bool* released) {
-  for (int w0 = 0; w0 < n; w0 += 32) {
+// Completes the collectives of the warp at lane w0 whose lanes have all arrived; false when
+// a fault was found. Lanes are handled a mask group at a time (the lowest parked lane not
+// yet seen and the lanes its mask names), so a pass costs O(32) per group, not O(32^2).
+bool complete_warp(std::vector<Fiber*>& t, int n, int w0, bool* released) {
+  {
     const int lanes = n - w0 < 32 ? n - w0 : 32;
     const unsigned exists = lanes == 32 ? 0xffffffffu : (1u << lanes) - 1u;
     unsigned parked = 0, done = 0;
@@ -395,6 +399,22 @@ bool complete_warps(std::vector<Fiber*>& t, int n, bool* released) {
       parked &= ~mask;
       *released = true;
     }
+  }
+  return true;
+}
+
+bool complete_warps(std::vector<Fiber*>& t, int n, bool* released) {
+  for (int w0 = 0; w0 < n; w0 += 32)
+    if (!complete_warp(t, n, w0, released)) return false;
+  return true;
+}
+
+// Whether every lane of the warp at w0 is parked at a wmma operation.
+bool warp_at_matrix_op(const std::vector<Fiber*>& t, int n, int w0) {
+  if (n - w0 < 32) return false;  // the mask names missing lanes: complete_warps reports it
+  for (int l = 0; l < 32; ++l) {
+    const Fiber& f = *t[size_t(w0 + l)];
+    if (f.state != State::Warp || f.op != WarpOp::Matrix) return false;
   }
   return true;
 }
@@ -504,6 +524,20 @@ void run_block(uint3 block_idx) {
       resume(t[size_t(i)]);
       progressed = true;
       if (s.fault_error != cudaSuccess) return;
+      // A warp whose last lane reached a wmma operation executes it at once and runs on,
+      // ahead of the threads after it in schedule order, until it stops elsewhere (a
+      // barrier, a shuffle, its end). A missing __syncthreads between other threads'
+      // shared-memory writes and this warp's wmma load, or between its store_matrix_sync
+      // and their reads, then shows as a read of unwritten memory (0xff bytes: NaN) or of
+      // the previous tile; completing wmma operations with the other collectives, after
+      // every thread has run, would keep such warps in lockstep and hide both.
+      const int w0 = i & ~31;
+      if (t[size_t(i)]->state == State::Warp && t[size_t(i)]->op == WarpOp::Matrix && warp_at_matrix_op(t, n, w0)) {
+        bool released = false;
+        if (!complete_warp(t, n, w0, &released)) return;
+        const int first = reverse ? (w0 + 31 < n ? w0 + 31 : n - 1) : w0;  // the warp's first lane in schedule order
+        j = (reverse ? n - 1 - first : first) - 1;
+      }
     }
     bool all_done = true;
     for (int i = 0; i < n; ++i) all_done &= t[size_t(i)]->state == State::Done;

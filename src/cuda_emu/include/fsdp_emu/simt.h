@@ -16,7 +16,9 @@
 //     same kind with the same mask; any other combination (a lane of the mask that has
 //     ended or does not exist, a caller outside its own mask, mismatched kinds or masks,
 //     a wmma operation whose uniform arguments differ between lanes) fails the launch with
-//     a message naming kernel, block and thread;
+//     a message naming kernel, block and thread. A wmma operation executes as soon as its
+//     warp's last lane arrives, and that warp runs on ahead of the threads after it, so a
+//     missing barrier around its shared-memory tiles shows (Note [SIMT emulation]);
 //   * __shared__ is `static`: one instance per kernel, which every thread of the running
 //     block sees (blocks never run concurrently in the emulator), and which ASan guards
 //     with redzones. Dynamic shared memory is a fresh heap buffer per launch, filled with
