@@ -1,6 +1,7 @@
-// Launchers of the causal GQA attention kernels (attention.cu), called by attention.cpp
-// and, for the prefill of a KV cache, by attention_decode.cpp. Plain C++ on the host side:
-// pointers, element strides and sizes, no Tensor.
+// Launchers of the causal GQA attention kernels (attention.cu; its tensor-core kernels in
+// attention_tc.cu), called by attention.cpp and, for the prefill of a KV cache, by
+// attention_decode.cpp. Plain C++ on the host side: pointers, element strides and sizes,
+// no Tensor.
 #pragma once
 
 #include <cuda_runtime.h>
