@@ -13,7 +13,9 @@
 // __syncthreads or a warp collective (it parks with its arguments) or its body returns.
 // When none is Ready, it completes every warp collective whose mask is fully parked at
 // the same collective, else the block barrier if every live thread is parked there, else
-// the block is deadlocked. Anything a GPU leaves undefined and that would hang, fault or
+// the block is deadlocked. The exception is a wmma operation (WarpMatrixOp): it executes
+// as soon as the warp's last lane reaches it, and that warp runs on at once, ahead of the
+// threads after it in schedule order (see run_block). Anything a GPU leaves undefined and that would hang, fault or
 // read garbage there fails the launch instead, with the kernel, block and thread named.
 //
 // AddressSanitizer follows the stack switches through __sanitizer_start_switch_fiber /
@@ -241,8 +243,42 @@ const char* op_name(WarpOp op) {
     case WarpOp::Any: return "__any_sync";
     case WarpOp::Ballot: return "__ballot_sync";
     case WarpOp::Sync: return "__syncwarp";
+    case WarpOp::Matrix: return "wmma";
   }
   return "?";
+}
+
+const WarpMatrixOp& matrix_op(const Fiber& f) { return *reinterpret_cast<const WarpMatrixOp*>(uintptr_t(f.in)); }
+
+// The collective a parked lane is at, for messages: a wmma operation by its own name.
+std::string coll_name(const Fiber& f) { return f.op == WarpOp::Matrix ? matrix_op(f).name : op_name(f.op); }
+
+std::string matrix_args(const WarpMatrixOp& m) {
+  char b[96];
+  std::snprintf(b, sizeof b, "(mptr %p, ldm %u, layout %s)", m.mem, m.ldm, m.layout == 0 ? "row-major" : "col-major");
+  return b;
+}
+
+// Lanes `a` and `b`, both parked at a wmma operation, reached the same one with the same
+// uniform arguments; else the launch faults.
+bool same_matrix_op(const Fiber& a, int la, const Fiber& b, int lb) {
+  const WarpMatrixOp &x = matrix_op(a), &y = matrix_op(b);
+  if (x.run == y.run && x.name == y.name && x.mem == y.mem && x.ldm == y.ldm && x.layout == y.layout)
+    return true;  // the common case, without string compares
+  if (x.run != y.run || std::strcmp(x.name, y.name) != 0) {
+    fault(a, cudaErrorIllegalInstruction,
+          "lanes of one warp reached different wmma operations: lane " + std::to_string(la) + " " + x.name +
+              " and lane " + std::to_string(lb) + " " + y.name + " (or the same one with other fragment types)");
+    return false;
+  }
+  if (x.mem != y.mem || x.ldm != y.ldm || x.layout != y.layout) {
+    fault(a, cudaErrorIllegalInstruction,
+          std::string(x.name) + " with arguments that differ between lanes of the warp, which CUDA requires to be "
+                                "the same: lane " + std::to_string(la) + " " + matrix_args(x) + ", lane " +
+              std::to_string(lb) + " " + matrix_args(y));
+    return false;
+  }
+  return true;
 }
 
 std::string hex(unsigned v) {
@@ -265,11 +301,11 @@ int shuffle_source(const Fiber& f, int lane) {
   }
 }
 
-// Completes the collectives whose lanes have all arrived; false when a fault was found.
-// Per warp, lanes are handled a mask group at a time (the lowest parked lane not yet seen
-// and the lanes its mask names), so a pass costs O(32) per group, not O(32^2) per lane.
-bool complete_warps(std::vector<Fiber*>& t, int n, bool* released) {
-  for (int w0 = 0; w0 < n; w0 += 32) {
+// Completes the collectives of the warp at lane w0 whose lanes have all arrived; false when
+// a fault was found. Lanes are handled a mask group at a time (the lowest parked lane not
+// yet seen and the lanes its mask names), so a pass costs O(32) per group, not O(32^2).
+bool complete_warp(std::vector<Fiber*>& t, int n, int w0, bool* released) {
+  {
     const int lanes = n - w0 < 32 ? n - w0 : 32;
     const unsigned exists = lanes == 32 ? 0xffffffffu : (1u << lanes) - 1u;
     unsigned parked = 0, done = 0;
@@ -285,7 +321,7 @@ bool complete_warps(std::vector<Fiber*>& t, int n, bool* released) {
       const unsigned mask = f.mask;
       todo &= ~(1u << l);
       if ((mask >> l & 1u) == 0) {
-        fault(f, cudaErrorIllegalInstruction, std::string(op_name(f.op)) + " with mask " + hex(mask) +
+        fault(f, cudaErrorIllegalInstruction, coll_name(f) + " with mask " + hex(mask) +
                                                   ", which does not include the calling lane " + std::to_string(l));
         return false;
       }
@@ -296,13 +332,13 @@ bool complete_warps(std::vector<Fiber*>& t, int n, bool* released) {
       }
       if ((mask & ~exists) != 0) {
         fault(f, cudaErrorIllegalInstruction,
-              std::string(op_name(f.op)) + " with mask " + hex(mask) + " names lane " +
+              coll_name(f) + " with mask " + hex(mask) + " names lane " +
                   std::to_string(__builtin_ctz(mask & ~exists)) + ", which does not exist (the block has " +
                   std::to_string(n) + " threads)");
         return false;
       }
       if ((mask & done) != 0) {
-        fault(f, cudaErrorIllegalInstruction, std::string(op_name(f.op)) + " with mask " + hex(mask) +
+        fault(f, cudaErrorIllegalInstruction, coll_name(f) + " with mask " + hex(mask) +
                                                   " waits for lane " + std::to_string(__builtin_ctz(mask & done)) +
                                                   ", which has exited");
         return false;
@@ -312,15 +348,21 @@ bool complete_warps(std::vector<Fiber*>& t, int n, bool* released) {
         const Fiber& o = *t[size_t(w0 + b)];
         if (o.op != f.op || o.mask != mask || (o.op <= WarpOp::ShflXor && o.width != f.width)) {
           fault(f, cudaErrorIllegalInstruction,
-                "lanes of one warp reached different collectives: lane " + std::to_string(l) + " " + op_name(f.op) +
-                    "(mask " + hex(mask) + ") and lane " + std::to_string(b) + " " + op_name(o.op) + "(mask " +
+                "lanes of one warp reached different collectives: lane " + std::to_string(l) + " " + coll_name(f) +
+                    "(mask " + hex(mask) + ") and lane " + std::to_string(b) + " " + coll_name(o) + "(mask " +
                     hex(o.mask) + ")");
           return false;
         }
+        if (f.op == WarpOp::Matrix && !same_matrix_op(f, l, o, b)) return false;
       }
       todo &= ~mask;
       if ((mask & ~parked) != 0) continue;  // a lane of the group is still running, or at __syncthreads
       // Every lane of the mask is here: execute the collective in lockstep.
+      if (f.op == WarpOp::Matrix) {  // the mask is the full warp (warp_matrix_op)
+        WarpMatrixOp* lanes[32];
+        for (int b = 0; b < 32; ++b) lanes[b] = reinterpret_cast<WarpMatrixOp*>(uintptr_t(t[size_t(w0 + b)]->in));
+        lanes[0]->run(lanes);
+      }
       uint64_t all = 1, any = 0, ballot = 0;
       for (unsigned m = mask; m != 0; m &= m - 1) {
         const int b = __builtin_ctz(m);
@@ -336,7 +378,8 @@ bool complete_warps(std::vector<Fiber*>& t, int n, bool* released) {
           case WarpOp::All: o.out = all; break;
           case WarpOp::Any: o.out = any; break;
           case WarpOp::Ballot: o.out = ballot; break;
-          case WarpOp::Sync: o.out = 0; break;
+          case WarpOp::Sync:
+          case WarpOp::Matrix: o.out = 0; break;
           default: {
             const int src = shuffle_source(o, b);
             if (src < 0) {
@@ -356,6 +399,22 @@ bool complete_warps(std::vector<Fiber*>& t, int n, bool* released) {
       parked &= ~mask;
       *released = true;
     }
+  }
+  return true;
+}
+
+bool complete_warps(std::vector<Fiber*>& t, int n, bool* released) {
+  for (int w0 = 0; w0 < n; w0 += 32)
+    if (!complete_warp(t, n, w0, released)) return false;
+  return true;
+}
+
+// Whether every lane of the warp at w0 is parked at a wmma operation.
+bool warp_at_matrix_op(const std::vector<Fiber*>& t, int n, int w0) {
+  if (n - w0 < 32) return false;  // the mask names missing lanes: complete_warps reports it
+  for (int l = 0; l < 32; ++l) {
+    const Fiber& f = *t[size_t(w0 + l)];
+    if (f.state != State::Warp || f.op != WarpOp::Matrix) return false;
   }
   return true;
 }
@@ -409,7 +468,7 @@ std::string deadlock_summary(std::vector<Fiber*>& t, int n) {
     const Fiber& f = *t[size_t(i)];
     if (f.state != State::Barrier && f.state != State::Warp) continue;
     const std::string what =
-        f.state == State::Barrier ? std::string("__syncthreads") : std::string(op_name(f.op)) + "(mask " + hex(f.mask) + ")";
+        f.state == State::Barrier ? std::string("__syncthreads") : coll_name(f) + "(mask " + hex(f.mask) + ")";
     bool found = false;
     for (Group& g : groups)
       if (g.what == what) {
@@ -465,6 +524,20 @@ void run_block(uint3 block_idx) {
       resume(t[size_t(i)]);
       progressed = true;
       if (s.fault_error != cudaSuccess) return;
+      // A warp whose last lane reached a wmma operation executes it at once and runs on,
+      // ahead of the threads after it in schedule order, until it stops elsewhere (a
+      // barrier, a shuffle, its end). A missing __syncthreads between other threads'
+      // shared-memory writes and this warp's wmma load, or between its store_matrix_sync
+      // and their reads, then shows as a read of unwritten memory (0xff bytes: NaN) or of
+      // the previous tile; completing wmma operations with the other collectives, after
+      // every thread has run, would keep such warps in lockstep and hide both.
+      const int w0 = i & ~31;
+      if (t[size_t(i)]->state == State::Warp && t[size_t(i)]->op == WarpOp::Matrix && warp_at_matrix_op(t, n, w0)) {
+        bool released = false;
+        if (!complete_warp(t, n, w0, &released)) return;
+        const int first = reverse ? (w0 + 31 < n ? w0 + 31 : n - 1) : w0;  // the warp's first lane in schedule order
+        j = (reverse ? n - 1 - first : first) - 1;
+      }
     }
     bool all_done = true;
     for (int i = 0; i < n; ++i) all_done &= t[size_t(i)]->state == State::Done;
@@ -512,6 +585,10 @@ uint64_t warp_collective(WarpOp op, unsigned mask, uint64_t value, int arg, int 
   f->width = width;
   park(f, State::Warp);
   return f->out;
+}
+
+void warp_matrix_op(WarpMatrixOp* op) {
+  warp_collective(WarpOp::Matrix, 0xffffffffu, uint64_t(reinterpret_cast<uintptr_t>(op)), 0, 32);
 }
 
 void syncthreads() {

@@ -1,10 +1,12 @@
 // CUDA causal GQA attention, forward and backward, against the CPU op (the reference) on
-// awkward shapes: T = 1, 7, 20, 33, 40, 100 (one, part of, and several kernel tiles), head
-// dims 8, 16, 64, 72, 136 (each kernel configuration: D <= 64, <= 128, <= 256), GQA ratios
-// 1, 2, 4, batch 1 and 3; q, k, v (and dq, dk, dv) are strided views of one fused
+// awkward shapes: T = 1, 7, 20, 33, 40, 65, 80, 100 (one, part of, and several kernel
+// tiles), head dims 8, 16, 64, 72, 128, 136 (each FMA kernel configuration: D <= 64, <= 128,
+// <= 256; and the tensor-core kernels of bfloat16 and float16 at D = 64 and 128), GQA ratios
+// 1, 2, 4, batch 1, 2 and 3; q, k, v (and dq, dk, dv) are strided views of one fused
 // [B, T, H + 2 KVH, D] buffer, as in the model. float32, float64, bfloat16 and float16;
 // for the 16-bit types, which the CPU backend does not implement, the reference is the CPU
 // float32 op on the exact upcast inputs, rounded once to the 16-bit type at the end.
+// AttentionTakesTheTensorCorePath checks which kernels ran for which dtype and head dim.
 //
 // Tolerances (normalised MSE), and why:
 //   float64  1e-24  both in double; summation order (BLAS tiles vs one thread's loop) and
@@ -20,6 +22,14 @@
 //                   flipping would be 2.4e-7; measured <= 2.1e-10 forward and 1.3e-10
 //                   backward); inputs in [-2, 2] and softmax weights keep every value far
 //                   below float16's 65504.
+// The tensor-core kernels (bfloat16, float16 with D = 64, 128) round P (and dS in the
+// backward) to the 16-bit type as WMMA operands, a relative error of up to 2^-9 (bf16) or
+// 2^-12 (fp16) per term, as large as the final rounding of the result: most elements' float
+// values move by up to about one rounding step, and flip accordingly. Every element one
+// step off is about 2^-15 (bf16) and 2^-21 (fp16) normalised MSE, the bounds:
+//   bfloat16 3e-5   measured 2.5e-6 .. 3.3e-6 forward, 5.4e-6 .. 7.8e-6 backward;
+//   float16  5e-7   measured 3.8e-8 .. 4.8e-8 forward, 9.8e-8 .. 1.2e-7 backward;
+//                   lse sums the float P: the float32 bound, as above.
 // With T = 1 the exact dq and dk are 0 (dP - delta = dO.v - dO.v), so both sides hold only
 // rounding noise and a relative error means nothing: they are held to |x| <= 1e-4 instead
 // (two length-D dot products of O(1) values subtracted, in float).
@@ -27,14 +37,19 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
+#include "../../src/ops/cuda/attention.cuh"  // which path runs: attention_uses_tensor_cores
 #include "cuda_test_util.h"
 #include "fsdp/ops/attention.h"
 
 namespace fsdp::test {
 namespace {
 
-double tolerance(DType t) {
+bool tensor_cores(DType t, int64_t D) { return cuda::attention_uses_tensor_cores(t, D); }
+
+double tolerance(DType t, int64_t D) {
+  if (tensor_cores(t, D)) return t == DType::BF16 ? 3e-5 : 5e-7;
   return t == DType::F64 ? 1e-24 : t == DType::F32 ? 1e-11 : t == DType::BF16 ? 1e-5 : 1e-7;
 }
 double lse_tolerance(DType t) { return t == DType::F64 ? 1e-24 : 1e-11; }
@@ -43,6 +58,7 @@ DType lse_dtype(DType t) { return t == DType::F64 ? DType::F64 : DType::F32; }
 
 struct Shape {
   int64_t B, T, H, KVH, D;
+  bool sixteen_bit_only = false;  // the tensor-core shapes: float32/float64 there would only cost emulator time
 };
 const Shape kShapes[] = {
     {1, 1, 1, 1, 8},     // one row, one key
@@ -52,6 +68,11 @@ const Shape kShapes[] = {
     {3, 33, 2, 1, 8},    // batch 3, GQA 2
     {1, 40, 2, 1, 72},   // 64 < D <= 128
     {1, 20, 1, 1, 136},  // 128 < D <= 256
+    // The 16-bit types' tensor-core head dims, on 64-row tiles: two tiles, the last of one row;
+    // two tiles, the last partial, GQA 1 and (batch 2) GQA 4.
+    {1, 65, 2, 2, 64, true},
+    {1, 100, 2, 2, 128, true},
+    {2, 80, 4, 1, 128, true},
 };
 
 std::string name(DType t, const Shape& s) {
@@ -100,6 +121,7 @@ Tensor gpu_backward(const Tensor& gdout, const Tensor& gbuf, const Tensor& gout,
 TEST_F(CudaOps, AttentionForwardMatchesCpu) {
   for (DType t : kFloatTypes)
     for (const Shape& s : kShapes) {
+      if (s.sixteen_bit_only && (t == DType::F32 || t == DType::F64)) continue;
       const DType rt = reference_dtype(t);
       const Tensor buf = fused(s, t, seed_of(s));
       const Tensor cbuf = buf.to(rt);
@@ -107,7 +129,7 @@ TEST_F(CudaOps, AttentionForwardMatchesCpu) {
       attention_forward(q_of(cbuf, s), k_of(cbuf, s), v_of(cbuf, s), out, lse);
 
       const Forward g = gpu_forward(on_gpu(buf), s, t);
-      EXPECT_LE(nmse(on_cpu(g.out), t == rt ? out : out.to(t)), tolerance(t)) << name(t, s);
+      EXPECT_LE(nmse(on_cpu(g.out), t == rt ? out : out.to(t)), tolerance(t, s.D)) << name(t, s);
       EXPECT_LE(nmse(on_cpu(g.lse), lse), lse_tolerance(t)) << name(t, s);
     }
 }
@@ -115,6 +137,7 @@ TEST_F(CudaOps, AttentionForwardMatchesCpu) {
 TEST_F(CudaOps, AttentionBackwardMatchesCpu) {
   for (DType t : kFloatTypes)
     for (const Shape& s : kShapes) {
+      if (s.sixteen_bit_only && (t == DType::F32 || t == DType::F64)) continue;
       const DType rt = reference_dtype(t);
       const Tensor buf = fused(s, t, seed_of(s));
       const Tensor cbuf = buf.to(rt);
@@ -133,26 +156,48 @@ TEST_F(CudaOps, AttentionBackwardMatchesCpu) {
         EXPECT_LE(max_abs(q_of(got, s).to(t)), 1e-4) << "dq " << name(t, s);
         EXPECT_LE(max_abs(k_of(got, s).to(t)), 1e-4) << "dk " << name(t, s);
       } else {
-        EXPECT_LE(nmse(q_of(got, s).to(t), q_of(want, s).to(t)), tolerance(t)) << "dq " << name(t, s);
-        EXPECT_LE(nmse(k_of(got, s).to(t), k_of(want, s).to(t)), tolerance(t)) << "dk " << name(t, s);
+        EXPECT_LE(nmse(q_of(got, s).to(t), q_of(want, s).to(t)), tolerance(t, s.D)) << "dq " << name(t, s);
+        EXPECT_LE(nmse(k_of(got, s).to(t), k_of(want, s).to(t)), tolerance(t, s.D)) << "dk " << name(t, s);
       }
-      EXPECT_LE(nmse(v_of(got, s).to(t), v_of(want, s).to(t)), tolerance(t)) << "dv " << name(t, s);
+      EXPECT_LE(nmse(v_of(got, s).to(t), v_of(want, s).to(t)), tolerance(t, s.D)) << "dv " << name(t, s);
     }
 }
 
-// No atomics and a fixed order of every sum: two runs give the same bits.
+// No atomics and a fixed order of every sum: two runs give the same bits. The 16-bit types
+// on the tensor-core kernels, D = 64 and 128, on smaller shapes: their warp collectives
+// cost the emulator about four times the FMA kernels' time.
 TEST_F(CudaOps, AttentionIsDeterministic) {
-  for (DType t : {DType::F32, DType::BF16, DType::F16}) {
-    const Shape s{3, 100, 4, 1, 64};
-    const Tensor gbuf = on_gpu(fused(s, t, 7));
-    const Tensor gdout = on_gpu(random_tensor({s.B, s.T, s.H, s.D}, DType::F64, 8, -2, 2).to(t));
-    const Forward f1 = gpu_forward(gbuf, s, t), f2 = gpu_forward(gbuf, s, t);
-    EXPECT_TRUE(identical(on_cpu(f1.out), on_cpu(f2.out))) << name(t, s);
-    EXPECT_TRUE(identical(on_cpu(f1.lse), on_cpu(f2.lse))) << name(t, s);
-    const Tensor g1 = gpu_backward(gdout, gbuf, f1.out, f1.lse, s, t);
-    const Tensor g2 = gpu_backward(gdout, gbuf, f1.out, f1.lse, s, t);
-    EXPECT_TRUE(identical(on_cpu(g1), on_cpu(g2))) << name(t, s);
-  }
+  for (DType t : {DType::F32, DType::BF16, DType::F16})
+    for (const Shape& s : t == DType::F32 ? std::vector<Shape>{{3, 100, 4, 1, 64}}
+                                          : std::vector<Shape>{{1, 100, 4, 1, 64}, {1, 70, 2, 1, 128}}) {
+      const Tensor gbuf = on_gpu(fused(s, t, 7));
+      const Tensor gdout = on_gpu(random_tensor({s.B, s.T, s.H, s.D}, DType::F64, 8, -2, 2).to(t));
+      const Forward f1 = gpu_forward(gbuf, s, t), f2 = gpu_forward(gbuf, s, t);
+      EXPECT_TRUE(identical(on_cpu(f1.out), on_cpu(f2.out))) << name(t, s);
+      EXPECT_TRUE(identical(on_cpu(f1.lse), on_cpu(f2.lse))) << name(t, s);
+      const Tensor g1 = gpu_backward(gdout, gbuf, f1.out, f1.lse, s, t);
+      const Tensor g2 = gpu_backward(gdout, gbuf, f1.out, f1.lse, s, t);
+      EXPECT_TRUE(identical(on_cpu(g1), on_cpu(g2))) << name(t, s);
+    }
+}
+
+// bfloat16 and float16 with D = 64 or 128 run on the tensor-core kernels (one forward
+// launch, two backward), everything else on the FMA kernels: counted launches, so a
+// dispatch change that silently dropped the tensor-core path (and left the tolerances
+// above testing only the FMA kernels) fails here.
+TEST_F(CudaOps, AttentionTakesTheTensorCorePath) {
+  for (DType t : kFloatTypes)
+    for (int64_t D : {16, 64, 72, 128, 136}) {
+      const bool want = (t == DType::BF16 || t == DType::F16) && (D == 64 || D == 128);
+      EXPECT_EQ(tensor_cores(t, D), want) << dtype_name(t) << " D" << D;
+      const Shape s{1, 3, 2, 1, D};
+      const Tensor gbuf = on_gpu(fused(s, t, 3));
+      const uint64_t before = cuda::attention_tensor_core_launches();
+      const Forward f = gpu_forward(gbuf, s, t);
+      EXPECT_EQ(cuda::attention_tensor_core_launches() - before, want ? 1u : 0u) << dtype_name(t) << " D" << D;
+      gpu_backward(on_gpu(random_tensor({s.B, s.T, s.H, s.D}, DType::F64, 4, -2, 2).to(t)), gbuf, f.out, f.lse, s, t);
+      EXPECT_EQ(cuda::attention_tensor_core_launches() - before, want ? 3u : 0u) << dtype_name(t) << " D" << D;
+    }
 }
 
 TEST_F(CudaOps, AttentionRejectsWhatItDoesNotImplement) {

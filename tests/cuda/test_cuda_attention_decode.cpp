@@ -2,7 +2,8 @@
 // decode-step kernel (T < kDecodeTiledRows: flash-decoding over 512-position chunks, with
 // one chunk or several and their combine, empty chunks included) and the tiled prefill
 // (the flash forward with the cache as k and v), with pos 0 and pos > 0, GQA ratios 1, 2, 4,
-// batch 1 and 3, head dims 8, 16, 64, 72, 136; the caches are one layer of a
+// batch 1 and 3, head dims 8, 16, 64, 72, 136 (a bfloat16/float16 prefill at D = 64 takes
+// the tensor-core forward, with q_pos > 0 and the cache's strides); the caches are one layer of a
 // [2, B, KVH, S, D] buffer, and q, k_new, v_new views of one fused buffer. Cache positions past pos + T hold NaN on both sides: a kernel
 // that read them would turn the output into NaN.
 //
@@ -12,11 +13,14 @@
 // CPU float32 op on the exact upcast inputs, rounded once; a 1e-7 difference can flip a
 // bf16 rounding), float16 1e-7 (the same, a flip costing 2^-11 relative: every element
 // flipping would be 2.4e-7). Measured: float64 <= 2e-30, float32 <= 6e-13, bfloat16 0
-// (every output rounds to the reference's bf16 value), float16 <= 8e-10.
+// (every output rounds to the reference's bf16 value), float16 <= 8e-10. The tensor-core
+// prefill rounds P to 16 bits: test_cuda_attention.cpp's bounds, 3e-5 and 5e-7.
 #include <gtest/gtest.h>
 
 #include <limits>
 
+#include "../../src/ops/cuda/attention.cuh"         // attention_uses_tensor_cores
+#include "../../src/ops/cuda/attention_decode.cuh"  // kDecodeTiledRows
 #include "cuda_test_util.h"
 #include "fsdp/ops/attention.h"
 #include "fsdp/ops/attention_decode.h"
@@ -24,7 +28,8 @@
 namespace fsdp::test {
 namespace {
 
-double tolerance(DType t) {
+double tolerance(DType t, int64_t D, bool prefill) {
+  if (prefill && cuda::attention_uses_tensor_cores(t, D)) return t == DType::BF16 ? 3e-5 : 5e-7;
   return t == DType::F64 ? 1e-24 : t == DType::F32 ? 1e-11 : t == DType::BF16 ? 1e-5 : 1e-7;
 }
 DType reference_dtype(DType t) { return t == DType::F64 ? DType::F64 : DType::F32; }
@@ -41,6 +46,7 @@ const Case kCases[] = {
     {2, 3, 2, 2, 16, 600, 510},    // rows of 511, 512, 513 keys: an empty chunk, a 1-key chunk
     {3, 33, 2, 1, 8, 40, 0},     // a prefill (tiled kernel) at pos 0
     {1, 20, 2, 2, 72, 64, 30},   // a prefill after 30 cached positions, 64 < D <= 128
+    {1, 20, 4, 1, 64, 80, 50},   // a prefill after 50 cached positions, GQA 4: tensor cores for 16 bits
     {1, 100, 4, 2, 16, 128, 0},  // a long prefill: two 64-row tiles
 };
 
@@ -84,8 +90,13 @@ TEST_F(CudaOps, AttentionDecodeMatchesCpu) {
       const Tensor qkv = random_tensor({c.B, c.T, c.H + 2 * c.KVH, c.D}, DType::F64, seed, -2, 2).to(t);
       const Tensor kbuf = cache_buffer(c, t, seed + 1), vbuf = cache_buffer(c, t, seed + 2);
       const Decode want = run(qkv.to(rt), kbuf.to(rt), vbuf.to(rt), c, Device::cpu());
+      const bool prefill = c.T >= cuda::kDecodeTiledRows;
+      const uint64_t tc_before = cuda::attention_tensor_core_launches();
       const Decode got = run(on_gpu(qkv), on_gpu(kbuf), on_gpu(vbuf), c, kGpu);
-      EXPECT_LE(nmse(on_cpu(got.out), want.out.to(t)), tolerance(t)) << name(t, c);
+      EXPECT_EQ(cuda::attention_tensor_core_launches() - tc_before,
+                prefill && cuda::attention_uses_tensor_cores(t, c.D) ? 1u : 0u)
+          << name(t, c);
+      EXPECT_LE(nmse(on_cpu(got.out), want.out.to(t)), tolerance(t, c.D, prefill)) << name(t, c);
       EXPECT_TRUE(identical(written(on_cpu(got.kbuf), c), written(want.kbuf.to(t), c))) << "k_cache " << name(t, c);
       EXPECT_TRUE(identical(written(on_cpu(got.vbuf), c), written(want.vbuf.to(t), c))) << "v_cache " << name(t, c);
     }

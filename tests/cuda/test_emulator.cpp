@@ -1,5 +1,6 @@
 // Self-tests of the CUDA emulator (src/cuda_emu): indexing, shared memory and barriers,
-// warp shuffles and votes in lockstep, atomics, the 16-bit float conversions, the launch
+// warp shuffles and votes in lockstep, atomics, the 16-bit float conversions, the WMMA
+// stand-in (mma.h: a GEMM in every layout, the misuse it must fault on), the launch
 // limits, the faults it must report instead of running on, and the runtime stand-ins'
 // checks. Emulation build only: these kernels live in a .cpp, which nvcc never sees.
 #include <cublasLt.h>
@@ -8,6 +9,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <mma.h>
 
 #include <cmath>
 #include <cstring>
@@ -209,6 +211,72 @@ __global__ void dyn_smem_kernel(float* out) {
   s[threadIdx.x] = 1.0f;
   __syncthreads();
   if (threadIdx.x == 0) out[0] = s[0];
+}
+
+// ---- WMMA ---------------------------------------------------------------------------------
+namespace wmma = nvcuda::wmma;
+constexpr int kGemmM = 32, kGemmN = 48, kGemmK = 32;
+
+// out = (A B + C) / 2 for A [kGemmM x kGemmK], B [kGemmK x kGemmN], C [kGemmM x kGemmN]
+// (row-major, ld ldc); A and B stored in the fragments' layouts (LA, LB) with ld lda, ldb;
+// out in `out_layout` with ld ldo. One warp per 16 x 16 tile of out, 6 warps. The halving
+// goes through x[], so every element of the accumulator must be among the x[] of its lanes.
+template <typename T, typename LA, typename LB>
+__global__ void wmma_gemm_kernel(const T* a, int lda, const T* b, int ldb, const float* c, int ldc, float* out,
+                                 int ldo, wmma::layout_t out_layout) {
+  constexpr bool a_row = std::is_same_v<LA, wmma::row_major>, b_row = std::is_same_v<LB, wmma::row_major>;
+  const int w = int(threadIdx.x) / 32, tm = w / (kGemmN / 16), tn = w % (kGemmN / 16);
+  wmma::fragment<wmma::matrix_a, 16, 16, 16, T, LA> fa;
+  wmma::fragment<wmma::matrix_b, 16, 16, 16, T, LB> fb;
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+  wmma::load_matrix_sync(acc, c + tm * 16 * ldc + tn * 16, unsigned(ldc), wmma::mem_row_major);
+  for (int k0 = 0; k0 < kGemmK; k0 += 16) {
+    wmma::load_matrix_sync(fa, a + (a_row ? tm * 16 * lda + k0 : k0 * lda + tm * 16), unsigned(lda));
+    wmma::load_matrix_sync(fb, b + (b_row ? k0 * ldb + tn * 16 : tn * 16 * ldb + k0), unsigned(ldb));
+    wmma::mma_sync(acc, fa, fb, acc);
+  }
+  for (int i = 0; i < acc.num_elements; ++i) acc.x[i] *= 0.5f;
+  const int o = out_layout == wmma::mem_row_major ? tm * 16 * ldo + tn * 16 : tn * 16 * ldo + tm * 16;
+  wmma::store_matrix_sync(out + o, acc, unsigned(ldo), out_layout);
+}
+
+// Warp 1 fills a 16 x 16 float tile in shared memory with plain stores; warp 0 loads it
+// with wmma and writes it out, with or without the __syncthreads it needs in between.
+__global__ void wmma_after_plain_stores_kernel(float* out, int with_barrier) {
+  FSDP_DYNAMIC_SHARED(unsigned char, raw);
+  float* tile = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(raw) + 31) & ~uintptr_t(31));
+  const int t = int(threadIdx.x);
+  if (t >= 32)
+    for (int i = t - 32; i < 256; i += 32) tile[i] = 1.0f;
+  if (with_barrier) __syncthreads();
+  if (t < 32) {
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+    wmma::load_matrix_sync(acc, tile, 16, wmma::mem_row_major);
+    wmma::store_matrix_sync(out, acc, 16, wmma::mem_row_major);
+  }
+}
+
+// Misuse the emulator must fail the launch on (each mode is a bug), on a 256-aligned
+// [64 x 64] bf16 buffer and a float one.
+__global__ void wmma_misuse_kernel(const __nv_bfloat16* a, float* f, int mode) {
+  const int lane = int(threadIdx.x) % 32;
+  wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa;
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+  wmma::fill_fragment(acc, 1.0f);
+  switch (mode) {
+    case 0: wmma::load_matrix_sync(fa, a + 8, 64); break;  // 16 bytes past a 32-byte boundary
+    case 1: wmma::load_matrix_sync(fa, a, 12); break;      // 24-byte rows
+    case 2:                                                // half the warp
+      if (lane < 16) wmma::load_matrix_sync(fa, a, 64);
+      break;
+    case 3: wmma::load_matrix_sync(fa, a + (lane / 16) * 16, 64); break;  // a pointer per lane
+    case 4:                                                               // lanes at different operations
+      if (lane < 16) wmma::load_matrix_sync(acc, f, 64, wmma::mem_row_major);
+      else wmma::store_matrix_sync(f, acc, 64, wmma::mem_row_major);
+      break;
+    case 5: wmma::store_matrix_sync(f, acc, 6, wmma::mem_col_major); break;  // 24-byte columns
+    default: wmma::load_matrix_sync(fa, a, 64); break;                       // valid, given whole warps
+  }
 }
 
 // ---- tests ----------------------------------------------------------------------------------
@@ -476,6 +544,89 @@ TEST(CudaEmulatorRuntime, StreamsEventsAndThePool) {
   DeviceBuffer<float> q(4);
   expect_error([&] { FSDP_LAUNCH(write_kernel, dim3(1), dim3(4), 0, s, q.ptr, 4); }, {"not a live stream"});
   expect_error([&] { FSDP_CUDA_CHECK(cudaSetDevice(99)); }, {"cudaErrorInvalidDevice", "FSDP_EMU_DEVICE_COUNT"});
+}
+
+// The WMMA stand-in against a host GEMM: small integers, so float sums are exact and the
+// results must be equal, in every combination of fragment and memory layouts.
+template <typename T, typename LA, typename LB>
+void check_wmma_gemm(wmma::layout_t out_layout) {
+  constexpr bool a_row = std::is_same_v<LA, wmma::row_major>, b_row = std::is_same_v<LB, wmma::row_major>;
+  const int M = kGemmM, N = kGemmN, K = kGemmK;
+  const int lda = (a_row ? K : M) + 8, ldb = (b_row ? N : K) + 16, ldc = N + 4;
+  const int ldo = (out_layout == wmma::mem_row_major ? N : M) + 4;
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<int> small(-3, 3);
+  std::vector<float> A(size_t(M * K)), B(size_t(K * N)), C(size_t(M * ldc));
+  std::vector<T> a(size_t(lda * (a_row ? M : K)), T(0.0f)), b(size_t(ldb * (b_row ? K : N)), T(0.0f));
+  for (int i = 0; i < M; ++i)
+    for (int k = 0; k < K; ++k) {
+      A[size_t(i * K + k)] = float(small(rng));
+      a[size_t(a_row ? i * lda + k : k * lda + i)] = T(A[size_t(i * K + k)]);
+    }
+  for (int k = 0; k < K; ++k)
+    for (int j = 0; j < N; ++j) {
+      B[size_t(k * N + j)] = float(small(rng));
+      b[size_t(b_row ? k * ldb + j : j * ldb + k)] = T(B[size_t(k * N + j)]);
+    }
+  for (float& v : C) v = float(small(rng));
+  DeviceBuffer<T> da(a), db(b);
+  DeviceBuffer<float> dc(C), dout{size_t(ldo * (out_layout == wmma::mem_row_major ? M : N))};
+  FSDP_LAUNCH((wmma_gemm_kernel<T, LA, LB>), dim3(1), dim3(32 * (M / 16) * (N / 16)), 0, nullptr, da.ptr, lda, db.ptr,
+              ldb, dc.ptr, ldc, dout.ptr, ldo, out_layout);
+  const auto out = dout.get();
+  for (int i = 0; i < M; ++i)
+    for (int j = 0; j < N; ++j) {
+      float want = C[size_t(i * ldc + j)];
+      for (int k = 0; k < K; ++k) want += A[size_t(i * K + k)] * B[size_t(k * N + j)];
+      const size_t o = size_t(out_layout == wmma::mem_row_major ? i * ldo + j : j * ldo + i);
+      ASSERT_EQ(out[o], want / 2) << i << " " << j << " a_row " << a_row << " b_row " << b_row;
+    }
+}
+
+TEST(CudaEmulatorWmma, GemmMatchesTheHostInEveryLayout) {
+  using R = wmma::row_major;
+  using C = wmma::col_major;
+  check_wmma_gemm<__nv_bfloat16, R, R>(wmma::mem_row_major);
+  check_wmma_gemm<__nv_bfloat16, R, C>(wmma::mem_col_major);
+  check_wmma_gemm<__nv_bfloat16, C, R>(wmma::mem_row_major);
+  check_wmma_gemm<__nv_bfloat16, C, C>(wmma::mem_col_major);
+  check_wmma_gemm<__half, R, C>(wmma::mem_row_major);
+  check_wmma_gemm<__half, C, R>(wmma::mem_col_major);
+}
+
+TEST(CudaEmulatorWmma, MisuseFailsTheLaunch) {
+  DeviceBuffer<__nv_bfloat16> a(64 * 64);
+  DeviceBuffer<float> f(64 * 64);
+  const auto run = [&](int mode, int threads) {
+    FSDP_LAUNCH(wmma_misuse_kernel, dim3(1), dim3(threads), 0, nullptr, a.ptr, f.ptr, mode);
+  };
+  expect_error([&] { run(0, 32); }, {"cudaErrorMisalignedAddress", "wmma::load_matrix_sync", "not 256-bit"});
+  expect_error([&] { run(1, 32); }, {"cudaErrorMisalignedAddress", "ldm 12 is not a multiple of 8 elements"});
+  expect_error([&] { run(2, 32); }, {"wmma::load_matrix_sync with mask 0xffffffff waits for lane 16, which has exited"});
+  expect_error([&] { run(3, 64); }, {"differ between lanes", "lane 0 (mptr", "lane 16 (mptr"});
+  expect_error([&] { run(4, 32); }, {"different wmma operations", "wmma::load_matrix_sync", "wmma::store_matrix_sync"});
+  expect_error([&] { run(5, 32); }, {"ldm 6 is not a multiple of 4 elements"});
+  expect_error([&] { run(6, 48); }, {"names lane 16, which does not exist"});  // the second warp has 16 lanes
+  run(6, 64);  // whole warps: the same call is valid, and the emulator has recovered
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+}
+
+// A warp executes its wmma operation as soon as its lanes are there and runs on: with warp
+// 0 scheduled first, its load comes before warp 1's stores unless a barrier orders them
+// (unwritten dynamic shared memory reads back as NaN). Completing the load only after
+// every thread had run would read 1s and hide the missing barrier.
+TEST(CudaEmulatorWmma, AWarpRunsAheadToExposeAMissingBarrier) {
+  DeviceBuffer<float> out(256);
+  fsdp_emu::set_schedule(0);
+  for (int with_barrier : {0, 1}) {
+    FSDP_LAUNCH(wmma_after_plain_stores_kernel, dim3(1), dim3(64), 256 * sizeof(float) + 32, nullptr, out.ptr,
+                with_barrier);
+    for (float v : out.get()) {
+      if (with_barrier) ASSERT_EQ(v, 1.0f);
+      else ASSERT_TRUE(std::isnan(v)) << "the load ran after the stores it does not wait for";
+    }
+  }
+  fsdp_emu::set_schedule(-1);
 }
 
 // The cuBLASLt stand-in: a batched, transposed, strided GEMM computed as documented, and

@@ -9,7 +9,7 @@
 //     P = exp(scale * Q_i K_j^T - lse_i),  dP = dO_i V_j^T,  dS = P * (dP - delta_i) * scale
 //     dV_j = sum_i P^T dO_i,  dK_j = sum_i dS^T Q_i,  dQ_i = sum_j dS K_j
 //
-// Layout: every kernel runs 256 threads as a 16 x 16 grid (ty, tx) over kTile x kTile
+// FMA kernels: every kernel runs 256 threads as a 16 x 16 grid (ty, tx) over kTile x kTile
 // tiles: thread (ty, tx) owns rows ty + 16 a and columns tx + 16 b of a score tile and
 // rows ty + 16 a, head-dim columns tx + 16 c of an output tile (c < kDPT, D <= 16 kDPT),
 // its accumulators in registers. Q/K/V/dO tiles are converted to the accumulation type
@@ -25,43 +25,24 @@
 // Every output element is summed by one thread in an order fixed by the shapes, so two
 // runs give the same bits.
 //
-// The products run on the FP32 (FP64) pipes, not tensor cores: the emulator that runs
-// these kernels in CI has no mma instructions (tests/README.md), and correctness comes
-// first. An mma.sync / wgmma path is the next step for speed on a GPU.
+// Tensor cores: bfloat16 and float16 with D = 64 or 128 (the Llama head dims) run the same
+// algorithms with their products on WMMA: attention_tc.cu. The launchers below pick the
+// path (attention_uses_tensor_cores); float32, float64 and other head dims stay here.
 #include "attention.cuh"
+#include "attention_tiles.cuh"
 #include "common.cuh"
 
 namespace fsdp::cuda {
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int kSide = 16;  // the thread grid is kSide x kSide
+using namespace attn;
 
-template <typename T>
-using Acc = typename Elem<T>::acc;
+constexpr int kSide = 16;  // the thread grid is kSide x kSide
 
 __device__ __forceinline__ float exp_of(float x) { return expf(x); }
 __device__ __forceinline__ double exp_of(double x) { return exp(x); }
 __device__ __forceinline__ float log_of(float x) { return logf(x); }
 __device__ __forceinline__ double log_of(double x) { return log(x); }
-
-template <typename T>
-__device__ __forceinline__ const T* head_row(const HeadsView& v, int64_t b, int64_t t, int64_t h) {
-  return static_cast<const T*>(v.data) + b * v.s0 + t * v.st + h * v.sh;
-}
-template <typename T>
-__device__ __forceinline__ T* head_row_mut(const HeadsView& v, int64_t b, int64_t t, int64_t h) {
-  return static_cast<T*>(v.data) + b * v.s0 + t * v.st + h * v.sh;
-}
-
-// dst[r][d] (row stride ld) = src row r, converted, for r < rows; zeros for rows <= r < kTile.
-template <typename T, int kTile>
-__device__ __forceinline__ void load_tile(Acc<T>* dst, int ld, const T* src, int64_t row_stride, int64_t rows, int D) {
-  for (int i = int(threadIdx.x); i < kTile * D; i += kThreads) {
-    const int r = i / D, d = i - r * D;
-    dst[r * ld + d] = r < rows ? Elem<T>::load(src[r * row_stride + d]) : Acc<T>(0);
-  }
-}
 
 // Shared memory of the kernels, in elements of the accumulation type.
 constexpr int64_t fwd_smem_elems(int tile, int64_t D) { return 3 * tile * (D + 1) + tile * (tile + 1) + tile; }
@@ -99,8 +80,7 @@ __global__ void __launch_bounds__(kThreads) attention_fwd_kernel(AttentionFwdArg
 
   for (int64_t j0 = 0; j0 < nk; j0 += kTile) {
     const int64_t rows_k = nk - j0 < kTile ? nk - j0 : kTile;
-    load_tile<T, kTile>(sK, ld, head_row<T>(a.k, b, j0, g), a.k.st, rows_k, D);
-    load_tile<T, kTile>(sV, ld, head_row<T>(a.v, b, j0, g), a.v.st, rows_k, D);
+    load_kv_tiles<T, kTile>(a, sK, sV, ld, b, j0, g, rows_k, D);
     __syncthreads();
 
     A s[kR][kR] = {};
@@ -218,15 +198,7 @@ template <typename T, int kTile>
 __device__ __forceinline__ void load_query_tile(const AttentionBwdArgs& a, const Acc<T>* delta,
                                                 const BwdSmem<Acc<T>, kTile>& sm, int ld, int64_t b, int64_t h,
                                                 int64_t i0, int64_t rows_q) {
-  const int D = int(a.D);
-  load_tile<T, kTile>(sm.q, ld, head_row<T>(a.q, b, i0, h), a.q.st, rows_q, D);
-  load_tile<T, kTile>(sm.dout, ld, head_row<T>(a.dout, b, i0, h), a.dout.st, rows_q, D);
-  const Acc<T>* lse = static_cast<const Acc<T>*>(a.lse) + (b * a.H + h) * a.T + i0;
-  const Acc<T>* dl = delta + (b * a.H + h) * a.T + i0;
-  for (int r = int(threadIdx.x); r < kTile; r += kThreads) {
-    sm.lse[r] = r < rows_q ? lse[r] : Acc<T>(0);
-    sm.delta[r] = r < rows_q ? dl[r] : Acc<T>(0);
-  }
+  load_query_rows<T, kTile>(a, delta, sm.q, sm.dout, ld, sm.lse, sm.delta, b, h, i0, rows_q);
 }
 
 // sm.p and sm.ds for query rows i0 + r and keys j0 + c; zero where masked or past the ends.
@@ -275,8 +247,7 @@ __global__ void __launch_bounds__(kThreads) attention_bwd_dkdv_kernel(AttentionB
   const int64_t kt = blockIdx.x, g = blockIdx.y, b = blockIdx.z, G = a.H / a.KVH;
   const int64_t j0 = kt * kTile, rows_k = a.T - j0 < kTile ? a.T - j0 : kTile;
   const A scale = A(1.0 / sqrt(double(a.D)));
-  load_tile<T, kTile>(sm.k, ld, head_row<T>(a.k, b, j0, g), a.k.st, rows_k, D);
-  load_tile<T, kTile>(sm.v, ld, head_row<T>(a.v, b, j0, g), a.v.st, rows_k, D);
+  load_kv_tiles<T, kTile>(a, sm.k, sm.v, ld, b, j0, g, rows_k, D);
 
   A dk[kR][kDPT] = {}, dv[kR][kDPT] = {};  // key rows ty + 16 i, head-dim columns tx + 16 c
   for (int64_t h = g * G; h < (g + 1) * G; ++h)
@@ -339,8 +310,7 @@ __global__ void __launch_bounds__(kThreads) attention_bwd_dq_kernel(AttentionBwd
   A dq[kR][kDPT] = {};  // query rows ty + 16 i, head-dim columns tx + 16 c
   for (int64_t j0 = 0; j0 < i0 + rows_q; j0 += kTile) {
     const int64_t rows_k = a.T - j0 < kTile ? a.T - j0 : kTile;
-    load_tile<T, kTile>(sm.k, ld, head_row<T>(a.k, b, j0, g), a.k.st, rows_k, D);
-    load_tile<T, kTile>(sm.v, ld, head_row<T>(a.v, b, j0, g), a.v.st, rows_k, D);
+    load_kv_tiles<T, kTile>(a, sm.k, sm.v, ld, b, j0, g, rows_k, D);
     __syncthreads();
     probs_and_dscores<A, kTile>(sm, ld, D, i0, rows_q, j0, rows_k, scale);
     __syncthreads();
@@ -370,13 +340,6 @@ __global__ void __launch_bounds__(kThreads) attention_bwd_dq_kernel(AttentionBwd
 }
 
 // ---- launchers ----------------------------------------------------------------------------
-unsigned tiles(int64_t n, int tile) { return unsigned((n + tile - 1) / tile); }
-
-template <typename K>
-void allow_smem(K* kernel, size_t bytes) {
-  FSDP_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
-}
-
 template <typename T, int kTile, int kDPT>
 void forward_cfg(const AttentionFwdArgs& a, cudaStream_t s) {
   const size_t smem = size_t(fwd_smem_elems(kTile, a.D)) * sizeof(Acc<T>);
@@ -398,8 +361,10 @@ void backward_cfg(const AttentionBwdArgs& a, const Acc<T>* delta, cudaStream_t s
 
 // Tiles per head dim, so that shared memory stays within an A100's 163 KiB: 64-row tiles
 // where they fit (fewer passes over K/V, more work per shared load), else 32 or 16.
+// bfloat16 and float16 with a tensor-core head dim take the WMMA kernels (attention_tc.cu).
 template <typename T>
 void forward_t(const AttentionFwdArgs& a, cudaStream_t s) {
+  if (attention_uses_tensor_cores(dtype_of<T>, a.D)) return launch_attention_forward_tc(dtype_of<T>, a, s);
   if constexpr (sizeof(Acc<T>) == 8) {
     if (a.D <= 64) return forward_cfg<T, 32, 4>(a, s);
     if (a.D <= 128) return forward_cfg<T, 32, 8>(a, s);
@@ -412,11 +377,10 @@ void forward_t(const AttentionFwdArgs& a, cudaStream_t s) {
 }
 
 template <typename T>
-void backward_t(const AttentionBwdArgs& a, cudaStream_t s) {
-  Acc<T>* delta = nullptr;
-  const int64_t rows = a.B * a.T * a.H;
-  FSDP_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&delta), size_t(rows) * sizeof(Acc<T>), s));
-  FSDP_LAUNCH(attention_bwd_delta_kernel<T>, blocks_for(rows, kThreads / 32), kThreads, 0, s, a, delta);
+void backward_kernels(const AttentionBwdArgs& a, const Acc<T>* delta, cudaStream_t s) {
+  if constexpr (sizeof(Acc<T>) == 4) {  // the tensor-core kernels take float32 delta
+    if (attention_uses_tensor_cores(dtype_of<T>, a.D)) return launch_attention_backward_tc(dtype_of<T>, a, delta, s);
+  }
   if constexpr (sizeof(Acc<T>) == 8) {
     if (a.D <= 64) backward_cfg<T, 32, 4>(a, delta, s);
     else if (a.D <= 128) backward_cfg<T, 32, 8>(a, delta, s);
@@ -426,6 +390,15 @@ void backward_t(const AttentionBwdArgs& a, cudaStream_t s) {
     else if (a.D <= 128) backward_cfg<T, 32, 8>(a, delta, s);
     else backward_cfg<T, 32, 16>(a, delta, s);
   }
+}
+
+template <typename T>
+void backward_t(const AttentionBwdArgs& a, cudaStream_t s) {
+  Acc<T>* delta = nullptr;
+  const int64_t rows = a.B * a.T * a.H;
+  FSDP_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&delta), size_t(rows) * sizeof(Acc<T>), s));
+  FSDP_LAUNCH(attention_bwd_delta_kernel<T>, blocks_for(rows, kThreads / 32), kThreads, 0, s, a, delta);
+  backward_kernels<T>(a, delta, s);
   FSDP_CUDA_CHECK(cudaFreeAsync(delta, s));
 }
 

@@ -1,6 +1,7 @@
-// Launchers of the causal GQA attention kernels (attention.cu), called by attention.cpp
-// and, for the prefill of a KV cache, by attention_decode.cpp. Plain C++ on the host side:
-// pointers, element strides and sizes, no Tensor.
+// Launchers of the causal GQA attention kernels (attention.cu; its tensor-core kernels in
+// attention_tc.cu), called by attention.cpp and, for the prefill of a KV cache, by
+// attention_decode.cpp. Plain C++ on the host side: pointers, element strides and sizes,
+// no Tensor.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -39,6 +40,14 @@ struct AttentionBwdArgs {
 // float32, float64, bfloat16 and float16 (float32 accumulation) with D <= kAttentionMaxHeadDim.
 constexpr int64_t kAttentionMaxHeadDim = 256;
 bool attention_supports(DType t, int64_t head_dim);
+
+// Whether the kernels for dtype t and this head dim run their products on tensor cores
+// (WMMA, 16-bit operands, float accumulation): bfloat16 and float16 with D = 64 or 128.
+// Everything else runs on the FP32 (FP64) pipes.
+bool attention_uses_tensor_cores(DType t, int64_t head_dim);
+// Tensor-core kernel launches so far in this process (forward 1, backward 2), so that a
+// test can tell which path ran.
+uint64_t attention_tensor_core_launches();
 
 void launch_attention_forward(DType t, const AttentionFwdArgs& a, cudaStream_t stream);
 void launch_attention_backward(DType t, const AttentionBwdArgs& a, cudaStream_t stream);

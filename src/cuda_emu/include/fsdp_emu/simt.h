@@ -10,11 +10,15 @@
 //     runs until it reaches __syncthreads, a warp collective, or its end;
 //   * __syncthreads releases when every live thread of the block waits there; a thread
 //     that ends while others wait is reported (a divergent barrier);
-//   * warp collectives (__shfl*_sync, __all/__any/__ballot_sync, __syncwarp) execute in
-//     lockstep at the call: they complete once every lane named in the mask has reached a
-//     collective of the same kind with the same mask; any other combination (a lane of the
-//     mask that has ended or does not exist, a caller outside its own mask, mismatched
-//     kinds or masks) fails the launch with a message naming kernel, block and thread;
+//   * warp collectives (__shfl*_sync, __all/__any/__ballot_sync, __syncwarp, and the
+//     wmma::*_sync matrix operations of the stand-in mma.h) execute in lockstep at the
+//     call: they complete once every lane named in the mask has reached a collective of the
+//     same kind with the same mask; any other combination (a lane of the mask that has
+//     ended or does not exist, a caller outside its own mask, mismatched kinds or masks,
+//     a wmma operation whose uniform arguments differ between lanes) fails the launch with
+//     a message naming kernel, block and thread. A wmma operation executes as soon as its
+//     warp's last lane arrives, and that warp runs on ahead of the threads after it, so a
+//     missing barrier around its shared-memory tiles shows (Note [SIMT emulation]);
 //   * __shared__ is `static`: one instance per kernel, which every thread of the running
 //     block sees (blocks never run concurrently in the emulator), and which ASan guards
 //     with redzones. Dynamic shared memory is a fresh heap buffer per launch, filled with
@@ -88,7 +92,7 @@ extern thread_local const ThreadInfo* tl_thread;
 inline const ThreadInfo& self() { return *tl_thread; }
 
 // ---- collectives (implemented in simt.cpp; they suspend the calling fiber) ----
-enum class WarpOp : int { Shfl, ShflUp, ShflDown, ShflXor, All, Any, Ballot, Sync };
+enum class WarpOp : int { Shfl, ShflUp, ShflDown, ShflXor, All, Any, Ballot, Sync, Matrix };
 uint64_t warp_collective(WarpOp op, unsigned mask, uint64_t value, int arg, int width);
 void syncthreads();
 int syncthreads_reduce(int kind, int pred);  // 0: count, 1: and, 2: or
@@ -97,6 +101,23 @@ void* dynamic_shared_memory();
 // 0: threads resume in increasing index order, 1: decreasing, -1: as FSDP_EMU_SCHEDULE says.
 void set_schedule(int reverse);
 unsigned active_mask();
+
+// A warp-synchronous matrix operation (wmma::load/store_matrix_sync, mma_sync; mma.h):
+// every lane parks with its own descriptor at a full-mask collective (WarpOp::Matrix).
+// Once all 32 lanes are there, the scheduler checks that they reached the same operation
+// (`run` and `name`) with the same uniform arguments (`mem`, `ldm`, `layout`: CUDA requires
+// them equal across the warp) and calls `run` once for the whole warp with every lane's
+// descriptor in lane order, before any lane resumes: the operation reads and writes the
+// lanes' fragments (`frag`, on their stacks) as one warp-wide instruction does.
+struct WarpMatrixOp {
+  const char* name;
+  void (*run)(WarpMatrixOp* const* lanes);
+  const void* mem;
+  unsigned ldm;
+  int layout;
+  void* frag[4];
+};
+void warp_matrix_op(WarpMatrixOp* op);
 
 template <typename T>
 uint64_t to_bits(const T& v) {
