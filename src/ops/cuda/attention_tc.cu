@@ -33,6 +33,16 @@
 #include "attention_tiles.cuh"
 #include "common.cuh"
 
+// bf16/fp16 WMMA needs sm_80: a device pass for an older GPU (CMAKE_CUDA_ARCHITECTURES=75,
+// a T4) compiles the kernels below empty, and tc_compiled_for_device() keeps the launcher
+// off them there (the host pass and the emulator see the bodies).
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+#define FSDP_ATTENTION_TC 1
+#else
+#define FSDP_ATTENTION_TC 0
+#pragma nv_diag_suppress 177  // the tile helpers the emptied kernels no longer use
+#endif
+
 namespace fsdp::cuda {
 namespace {
 
@@ -87,6 +97,7 @@ struct TcFwdSmem {
 
 template <typename T, int kD>
 __global__ void __launch_bounds__(kThreads) attention_fwd_tc_kernel(AttentionFwdArgs a) {
+#if FSDP_ATTENTION_TC
   using M = typename MmaElem<T>::type;
   using L = TcFwdSmem<kD>;
   constexpr int ldh = L::ldh, ldo = L::ldo, kRowLanes = kThreads / kTcTile, kRowCols = kTcTile / kRowLanes;
@@ -180,6 +191,9 @@ __global__ void __launch_bounds__(kThreads) attention_fwd_tc_kernel(AttentionFwd
     const int r = i / kD, d = i % kD;
     head_row_mut<T>(a.out, b, i0 + r, h)[d] = Elem<T>::store(sO[r * ldo + d] * sRow[r]);
   }
+#else
+  __trap();  // never launched: tc_compiled_for_device() is false where this pass runs
+#endif
 }
 
 // Shared memory of the backward kernels: the float S and dP tiles (then the staging of the
@@ -261,6 +275,7 @@ __device__ __forceinline__ void tc_write_rows(const float* stage, const HeadsVie
 // accumulator tiles in fragments across every query tile of every head of the group.
 template <typename T, int kD>
 __global__ void __launch_bounds__(kThreads) attention_bwd_dkdv_tc_kernel(AttentionBwdArgs a, const float* delta) {
+#if FSDP_ATTENTION_TC
   using M = typename MmaElem<T>::type;
   constexpr int ldh = TcBwdSmem<kD>::ldh, ldo = TcBwdSmem<kD>::ldo, kDSub = kD / 16;
   FSDP_DYNAMIC_SHARED(unsigned char, raw);
@@ -298,12 +313,16 @@ __global__ void __launch_bounds__(kThreads) attention_bwd_dkdv_tc_kernel(Attenti
     tc_write_rows<T, kD>(sm.stage, round == 0 ? a.dk : a.dv, b, j0, g, rows_k);
     __syncthreads();
   }
+#else
+  __trap();  // never launched: tc_compiled_for_device() is false where this pass runs
+#endif
 }
 
 // One block per (query tile, h, b), as attention_bwd_dq_kernel. Warp w owns dQ's 16-row
 // strip 16 (w % 4) and half (w / 4) of its columns: kD / 32 accumulator tiles.
 template <typename T, int kD>
 __global__ void __launch_bounds__(kThreads) attention_bwd_dq_tc_kernel(AttentionBwdArgs a, const float* delta) {
+#if FSDP_ATTENTION_TC
   using M = typename MmaElem<T>::type;
   constexpr int ldh = TcBwdSmem<kD>::ldh, ldo = TcBwdSmem<kD>::ldo, kCols = kD / 32;
   FSDP_DYNAMIC_SHARED(unsigned char, raw);
@@ -333,6 +352,9 @@ __global__ void __launch_bounds__(kThreads) attention_bwd_dq_tc_kernel(Attention
     wmma::store_matrix_sync(sm.stage + strip * 16 * ldo + (c0 + c) * 16, acc[c], ldo, wmma::mem_row_major);
   __syncthreads();
   tc_write_rows<T, kD>(sm.stage, a.dq, b, i0, h, rows_q);
+#else
+  __trap();  // never launched: tc_compiled_for_device() is false where this pass runs
+#endif
 }
 
 // ---- launchers ----------------------------------------------------------------------------
@@ -364,10 +386,32 @@ void backward_tc(const AttentionBwdArgs& a, const float* delta, cudaStream_t s) 
 // The head dims with tensor-core kernels (kD / 32 accumulator tiles per warp in dQ).
 constexpr bool tc_head_dim(int64_t D) { return D == 64 || D == 128; }
 
+// Writes whether the code running on this device has the WMMA bodies (the SASS or PTX the
+// driver picked for it was compiled for sm_80 or later).
+__global__ void tc_probe_kernel(int* out) { *out = FSDP_ATTENTION_TC; }
+
+// Asked once per device and process (one small launch and read-back), then cached.
+bool tc_compiled_for_device() {
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int> known[kMaxDevices] = {};  // 0 unknown, 1 no, 2 yes
+  int device = 0;
+  FSDP_CUDA_CHECK(cudaGetDevice(&device));
+  if (device < 0 || device >= kMaxDevices) return false;
+  if (const int k = known[device].load(std::memory_order_relaxed); k != 0) return k == 2;
+  int* flag = nullptr;
+  int host = 0;
+  FSDP_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&flag), sizeof(int)));
+  FSDP_LAUNCH(tc_probe_kernel, 1, 1, 0, nullptr, flag);
+  FSDP_CUDA_CHECK(cudaMemcpy(&host, flag, sizeof(int), cudaMemcpyDeviceToHost));
+  FSDP_CUDA_CHECK(cudaFree(flag));
+  known[device].store(host != 0 ? 2 : 1, std::memory_order_relaxed);
+  return host != 0;
+}
+
 }  // namespace
 
 bool attention_uses_tensor_cores(DType t, int64_t head_dim) {
-  return (t == DType::BF16 || t == DType::F16) && tc_head_dim(head_dim);
+  return (t == DType::BF16 || t == DType::F16) && tc_head_dim(head_dim) && tc_compiled_for_device();
 }
 
 uint64_t attention_tensor_core_launches() { return g_tensor_core_launches.load(std::memory_order_relaxed); }
