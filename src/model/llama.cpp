@@ -177,20 +177,26 @@ Tensor Llama::head_lm(const Tensor& flat) const {
 
 Tensor Llama::head_norm(const Tensor& flat) const { return flat.narrow(0, head_norm_, cfg_.hidden_size); }
 
-LossSum Llama::loss_sum(const LlamaActivations& a) const {
+LossSum sum_losses(const Tensor& losses, const Tensor& targets) {
   // Summed on the host in double, in row order: the loss is reproducible to the bit, the
-  // same on every backend given the same per-token losses. On a device the [N] losses and
-  // targets are read back here: the call's one wait for the device (the first copy waits
-  // for the step's kernels, the second finds the stream idle).
+  // same on every backend given the same per-token losses.
+  FSDP_CHECK(losses.device().is_cpu() && targets.device().is_cpu() && losses.numel() == targets.numel(),
+             "sum_losses: host losses and targets of one length, got {} and {}", losses.str(), targets.str());
   LossSum r;
-  const Tensor losses = a.losses.device().is_cpu() ? a.losses : a.losses.to(Device::cpu());
-  const Tensor targets = a.targets.device().is_cpu() ? a.targets : a.targets.to(Device::cpu());
   for (int64_t i = 0; i < losses.numel(); ++i) {
     if (targets.get_flat(i) == double(kIgnoreIndex)) continue;
     r.sum += losses.get_flat(i);
     ++r.tokens;
   }
   return r;
+}
+
+LossSum Llama::loss_sum(const LlamaActivations& a) const {
+  // On a device the [N] losses and targets are read back here: the call's one wait for the
+  // device (the first copy waits for the step's kernels, the second finds the stream idle).
+  const Tensor losses = a.losses.device().is_cpu() ? a.losses : a.losses.to(Device::cpu());
+  const Tensor targets = a.targets.device().is_cpu() ? a.targets : a.targets.to(Device::cpu());
+  return sum_losses(losses, targets);
 }
 
 // Embedding and blocks: the part of the forward pass both entry points share. On return
@@ -220,6 +226,11 @@ LossSum Llama::forward(LlamaActivations& a, ParamProvider& p) {
 }
 
 LossSum Llama::forward_backward(LlamaActivations& a, ParamProvider& p, double grad_scale) {
+  enqueue_forward_backward(a, p, grad_scale);
+  return loss_sum(a);
+}
+
+void Llama::enqueue_forward_backward(LlamaActivations& a, ParamProvider& p, double grad_scale) {
   trunk_forward(a, p);
 
   // The head runs forward and backward back to back: its parameters stay in place and
@@ -248,9 +259,8 @@ LossSum Llama::forward_backward(LlamaActivations& a, ParamProvider& p, double gr
   embedding_backward(a.ids, a.dres, embedding_table(p.grads(embedding_unit())));
   p.after_backward(embedding_unit());
   p.finish();
-  // Read last (nothing after the head writes the losses): on a device the host waits
-  // once, for the whole step, instead of stalling the backward behind the read-back.
-  return loss_sum(a);
+  // The losses are read by the caller, after all of this is enqueued: on a device the host
+  // waits once, for the whole pass, instead of stalling the backward behind a read-back.
 }
 
 }  // namespace fsdp::model

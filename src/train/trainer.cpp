@@ -176,9 +176,12 @@ Trainer::Trainer(const config::Config& cfg, dist::ProcessGroups& groups)
 #if defined(FSDP_WITH_CUDA)
   if (device_.is_cuda()) {
     cuda::set_tf32(cfg.train.tf32);
-    const int64_t n = int64_t(cfg.train.micro_batch_size) * cfg.train.seq_len;
-    ids_host_ = cuda::pinned_empty({n}, DType::I32);
-    targets_host_ = cuda::pinned_empty({n}, DType::I32);
+    // One staging row per micro-batch of a step (Trainer::load_micro_batch), and the step's
+    // per-token losses gathered on the device for one read-back.
+    const int64_t n = int64_t(cfg.train.micro_batch_size) * cfg.train.seq_len, accum = cfg.train.grad_accum_steps;
+    ids_host_ = cuda::pinned_empty({accum, n}, DType::I32);
+    targets_host_ = cuda::pinned_empty({accum, n}, DType::I32);
+    step_losses_ = Tensor::empty({accum, n}, act_.losses.dtype(), device_);
     peak_flops_ = peak_bf16_flops(cuda::device_name(device_.index));
   }
 #endif
@@ -403,17 +406,19 @@ void Trainer::log_device() const {
 #endif
 }
 
-// The pinned staging buffers are refilled here while the previous micro-batch's upload
-// may only be enqueued: safe because every forward (and forward + backward) ends in the
-// model's loss read-back, which waits for the compute stream, past that upload.
-void Trainer::load_micro_batch(data::Loader& loader) {
+// Micro-batch `index` of a step goes through staging row `index`: the upload from it is
+// only enqueued here, and the row is refilled one step later, after that step's loss
+// read-back has waited for the compute stream (which carries the upload). Evaluation uses
+// row 0 and reads its losses back at once.
+void Trainer::load_micro_batch(data::Loader& loader, int64_t index) {
   if (device_.is_cpu()) {
     loader.next(act_.ids, act_.targets);
     return;
   }
-  loader.next(ids_host_, targets_host_);
-  act_.ids.copy_(ids_host_);
-  act_.targets.copy_(targets_host_);
+  const Tensor ids = ids_host_.select(0, index), targets = targets_host_.select(0, index);
+  loader.next(ids, targets);
+  act_.ids.copy_(ids);
+  act_.targets.copy_(targets);
 }
 
 model::LossSum Trainer::all_reduce_loss(model::LossSum local) {
@@ -450,10 +455,24 @@ StepMetrics Trainer::train_step() {
   model::LossSum local;
   for (int64_t a = 0; a < accum; ++a) {
     engine_.begin_micro_batch(int(a));
-    load_micro_batch(*train_loader_);
-    const model::LossSum l = model_.forward_backward(act_, engine_, grad_scale);
-    local.sum += l.sum;
-    local.tokens += l.tokens;
+    load_micro_batch(*train_loader_, a);
+    if (device_.is_cpu()) {
+      const model::LossSum l = model_.forward_backward(act_, engine_, grad_scale);
+      local.sum += l.sum;
+      local.tokens += l.tokens;
+    } else {
+      // Enqueue only; the losses wait on the device for one read-back after the last.
+      model_.enqueue_forward_backward(act_, engine_, grad_scale);
+      step_losses_.select(0, a).copy_(act_.losses);
+    }
+  }
+  if (!device_.is_cpu()) {
+    const Tensor losses = step_losses_.to(Device::cpu());  // the step's one wait for the loss
+    for (int64_t a = 0; a < accum; ++a) {
+      const model::LossSum l = model::sum_losses(losses.select(0, a), targets_host_.select(0, a));
+      local.sum += l.sum;
+      local.tokens += l.tokens;
+    }
   }
   const model::LossSum total = all_reduce_loss(local);
   const double loss = total.sum / double(total.tokens);
@@ -504,7 +523,7 @@ double Trainer::evaluate(int batches) {
   val_loader_->seek(0);
   model::LossSum local;
   for (int b = 0; b < batches; ++b) {
-    load_micro_batch(*val_loader_);
+    load_micro_batch(*val_loader_, 0);
     const model::LossSum l = model_.forward(act_, engine_);
     local.sum += l.sum;
     local.tokens += l.tokens;

@@ -33,6 +33,9 @@
 
 #include "../common/distributed_train_checks.h"
 #include "cuda_mpi_test_env.h"
+#if defined(FSDP_CUDA_EMULATION)
+#include <cuda_runtime.h>  // the emulator's fsdpEmuHostBlockingCalls
+#endif
 #include "fsdp/core/cuda.h"
 #include "fsdp/train/launch_checks.h"
 #include "fsdp/train/trainer.h"
@@ -159,6 +162,29 @@ TEST_F(CudaTrainer, Tf32KeyReachesTheGemms) {
   EXPECT_LT(std::abs(tf32 - f32) / f32, 1e-3);
   train::Trainer off(tiny(), local);
   EXPECT_FALSE(cuda::tf32());
+}
+
+// The host waits for the device a fixed number of times per step, however many
+// micro-batches it accumulates: the losses of all of them come back in one read-back
+// (the emulator counts every call that makes the host wait).
+TEST_F(CudaTrainer, HostWaitsPerStepDoNotGrowWithMicroBatches) {
+#if !defined(FSDP_CUDA_EMULATION)
+  GTEST_SKIP() << "counts the emulator's host waits";
+#else
+  auto local = dist::local_process_groups();
+  local.world_info.local_rank = test::world_groups().world_info.local_rank;
+  auto waits = [&](int accum) {
+    train::Trainer t(tiny({"train.grad_accum_steps=" + std::to_string(accum)}), local);
+    t.train_step();  // the first step allocates and probes
+    const unsigned long long before = fsdpEmuHostBlockingCalls();
+    t.train_step();
+    return fsdpEmuHostBlockingCalls() - before;
+  };
+  const unsigned long long one = waits(1), four = waits(4);
+  EXPECT_EQ(four, one) << "host waits grow with the micro-batches of a step";
+  EXPECT_LE(one, 6u);  // three read-backs (losses, local sum of squares, all-reduced norm), each a copy + a sync
+  if (rank0()) std::printf("host waits per CUDA training step: %llu (1 and 4 micro-batches)\n", one);
+#endif
 }
 
 TEST_F(CudaTrainer, FullShardEqualsOneProcess) { expect_equivalent("FULL_SHARD", {}); }

@@ -61,6 +61,10 @@ struct LossSum {
   int64_t tokens = 0;   // number of non-ignored targets
 };
 
+// Sum of per-token losses (host tensors) over the targets that are not ignored, in double,
+// in row order: the same bits on every backend given the same losses.
+LossSum sum_losses(const Tensor& losses, const Tensor& targets);
+
 class Llama {
  public:
   explicit Llama(const LlamaConfig& cfg, DType dtype = DType::F32, Device device = Device::cpu());
@@ -74,6 +78,10 @@ class Llama {
   // Gradients (scaled by grad_scale, e.g. 1 / tokens in the global batch) are added to
   // the provider's grad buffers. Returns the unscaled loss sum and token count.
   LossSum forward_backward(LlamaActivations& act, ParamProvider& params, double grad_scale);
+  // The same without the read-back: on a device the call only enqueues work, and
+  // act.losses holds the per-token losses once the stream gets there (sum them on the host
+  // with sum_losses). Lets a trainer read a whole step's losses with one wait.
+  void enqueue_forward_backward(LlamaActivations& act, ParamProvider& params, double grad_scale);
   // Forward only; leaves the logits in act.logits and the per-token losses in act.losses.
   LossSum forward(LlamaActivations& act, ParamProvider& params);
 

@@ -14,8 +14,8 @@
 // takes one GPU (its local rank's, or the only one it sees under --gpus-per-task): the
 // model, activations and the engine's shards live there, the shard and replicate groups
 // are NCCL communicators (dist/nccl.h), batches go up from page-locked host buffers, and
-// the host waits for the GPU once per micro-batch (the loss read-back) and once per step
-// (the gradient norm). Compute in train.dtype: float32, bfloat16, or float16 with dynamic
+// the host waits for the GPU once for the step's losses (all micro-batches at once) and
+// twice for the gradient norm. Compute in train.dtype: float32, bfloat16, or float16 with dynamic
 // loss scaling (optim/loss_scaler.h).
 //
 // Checkpoints (ckpt/checkpoint.h): every checkpoint.interval steps and at the end; on
@@ -99,7 +99,7 @@ class Trainer {
   void log_device() const;
   // The loader's next micro-batch into act_.ids / act_.targets (through the page-locked
   // staging buffers when the model is on a GPU).
-  void load_micro_batch(data::Loader& loader);
+  void load_micro_batch(data::Loader& loader, int64_t index);
 
   config::Config cfg_;
   dist::ProcessGroups& groups_;   // host groups (MPI or local): world, checkpoints
@@ -108,7 +108,8 @@ class Trainer {
   model::Llama model_;
   FsdpEngine engine_;
   model::LlamaActivations act_;
-  Tensor ids_host_, targets_host_;  // page-locked batch staging (GPU runs only)
+  Tensor ids_host_, targets_host_;  // [accum, N] page-locked batch staging (GPU runs only)
+  Tensor step_losses_;              // [accum, N] the step's per-token losses on the GPU
   optim::DynamicLossScaler scaler_;
   std::optional<double> peak_flops_;  // the GPU's bf16 peak, for MFU
   std::shared_ptr<const data::SampleSource> train_source_, val_source_;
