@@ -15,6 +15,7 @@
 namespace fsdp::dist::detail {
 
 enum class Collective { AllGather, ReduceScatter, AllReduce, Broadcast };
+const char* collective_name(Collective op);  // "all_gather", ... (local_communicator.cpp)
 
 // ---- argument checks (local_communicator.cpp) ----
 

@@ -17,8 +17,6 @@
 
 namespace fsdp::dist::detail {
 
-namespace {
-
 const char* collective_name(Collective op) {
   switch (op) {
     case Collective::AllGather: return "all_gather";
@@ -28,6 +26,8 @@ const char* collective_name(Collective op) {
   }
   return "?";
 }
+
+namespace {
 
 // "all_gather on group 'shard' (rank 1 of 2)": the prefix of every argument error.
 std::string where(const Communicator& c, Collective op) {

@@ -151,7 +151,7 @@ GenerateArgs parse_generate_args(int argc, char** argv) {
 Device resolve_generate_device(const std::string& want) {
 #if defined(FSDP_WITH_CUDA)
   const int visible = cuda::device_count();
-  if (want == "cuda" || (want == "auto" && visible > 0 && !cuda::is_emulated())) {
+  if (want == "cuda" || (want == "auto" && cuda::real_gpu_visible())) {
     FSDP_CHECK(visible > 0, "--device cuda: no CUDA device is visible (CUDA_VISIBLE_DEVICES='{}')",
                std::getenv("CUDA_VISIBLE_DEVICES") ? std::getenv("CUDA_VISIBLE_DEVICES") : "");
     return Device::cuda(0);

@@ -119,7 +119,7 @@ Device resolve_device(const config::Config& cfg, const dist::WorldInfo& world) {
   Device d = Device::cpu();
 #if defined(FSDP_WITH_CUDA)
   const int visible = cuda::device_count();
-  const bool use_cuda = want == "cuda" || (want == "auto" && visible > 0 && !cuda::is_emulated());
+  const bool use_cuda = want == "cuda" || (want == "auto" && cuda::real_gpu_visible());
   if (use_cuda) {
     FSDP_CHECK(visible > 0,
                "train.device is cuda but rank {} on {} sees no CUDA device (CUDA_VISIBLE_DEVICES='{}'); set "
@@ -267,10 +267,8 @@ void Trainer::resume(const std::string& path) {
   Tensor staging;  // shards on a GPU are read into host memory, then uploaded
   for (int u = 0; u < engine_.num_units(); ++u) {
     const int64_t begin = engine_.shard_range(u).begin;
-    for (const char* kind : {"master", "exp_avg", "exp_avg_sq"}) {
-      const Tensor& dst = std::string_view(kind) == "master"    ? engine_.master(u)
-                          : std::string_view(kind) == "exp_avg" ? engine_.exp_avg(u)
-                                                                : engine_.exp_avg_sq(u);
+    for (const auto& [kind, dst] : {std::pair<const char*, const Tensor&>{"master", engine_.master(u)},
+                                    {"exp_avg", engine_.exp_avg(u)}, {"exp_avg_sq", engine_.exp_avg_sq(u)}}) {
       if (dst.device().is_cpu()) {
         reader.read(u, kind, begin, dst);
       } else {

@@ -371,7 +371,7 @@ std::string slurp(const fs::path& p) {
 // Whether `--device cuda` would find a real GPU here (then the no-GPU error case is moot).
 bool gpu_visible() {
 #if defined(FSDP_WITH_CUDA)
-  return cuda::device_count() > 0 && !cuda::is_emulated();
+  return cuda::real_gpu_visible();
 #else
   return false;
 #endif

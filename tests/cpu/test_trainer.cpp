@@ -119,7 +119,7 @@ TEST(Trainer, DeviceAndDtypeChoicesAreCheckedAtStart) {
   EXPECT_EQ(train::resolve_device(small_config({"train.device=cpu"}), w), Device::cpu());
   // auto never picks the CUDA emulator, and without a visible GPU it is the CPU.
 #if defined(FSDP_WITH_CUDA)
-  const bool gpu = cuda::device_count() > 0 && !cuda::is_emulated();
+  const bool gpu = cuda::real_gpu_visible();
 #else
   const bool gpu = false;
 #endif

@@ -44,6 +44,9 @@ int device_count();  // usable devices; 0 when none (no error)
 std::string device_name(int device);
 size_t device_memory_bytes(int device);
 bool is_emulated();  // the emulation build: kernels run on the CPU's SIMT emulator
+// Whether a real GPU is visible: what `auto` device choices (train.device, generate
+// --device) take, so that they never pick the emulator.
+bool real_gpu_visible();
 
 void* current_stream(int device);
 void set_current_stream(int device, void* stream);  // nullptr: back to the compute stream

@@ -51,6 +51,8 @@ bool is_emulated() {
 #endif
 }
 
+bool real_gpu_visible() { return !is_emulated() && device_count() > 0; }
+
 bool tf32() { return g_tf32.load(std::memory_order_relaxed); }
 void set_tf32(bool allow) { g_tf32.store(allow, std::memory_order_relaxed); }
 

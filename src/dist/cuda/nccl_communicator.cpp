@@ -99,16 +99,6 @@ ncclDataType_t nccl_type(DType t) {
   }
 }
 
-const char* collective_name(Collective op) {
-  switch (op) {
-    case Collective::AllGather: return "all_gather";
-    case Collective::ReduceScatter: return "reduce_scatter";
-    case Collective::AllReduce: return "all_reduce";
-    case Collective::Broadcast: return "broadcast";
-  }
-  return "?";
-}
-
 // The events of one request slot (see nccl.h).
 struct Events {
   cudaEvent_t ready = nullptr;  // on the caller's stream: the inputs are there
@@ -124,7 +114,7 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
         device_(device),
         stream_(static_cast<cudaStream_t>(stream)) {
     for (int op = 0; op < 4; ++op)
-      nvtx_names_[size_t(op)] = fmt::format("nccl {} (group '{}')", collective_name(Collective(op)), name_);
+      nvtx_names_[size_t(op)] = fmt::format("nccl {} (group '{}')", detail::collective_name(Collective(op)), name_);
     int count = 0;
     FSDP_NCCL_CUDA_CHECK(cudaGetDeviceCount(&count));
     FSDP_CHECK(device_ < count, "NCCL communicator for group '{}' (rank {} of {}): cuda:{} requested, but this "
