@@ -107,13 +107,19 @@ Worst compare(const Curve& got, const Curve& want, double loss_tol, double param
 
 bool rank0() { return test::world_groups().world->rank() == 0; }
 
+// One-process groups (no MPI, no NCCL) whose trainer takes this rank's GPU.
+dist::ProcessGroups single_process_groups() {
+  auto local = dist::local_process_groups();
+  local.world_info.local_rank = test::world_groups().world_info.local_rank;
+  return local;
+}
+
 // One process on the GPU over the same global batch: the world's micro-batches become
 // accumulation steps. Rank 0 alone computes it and compares (the emulator is slow, and
 // rank 0 holds the gathered parameters like every rank); the others return nothing.
 Curve one_process(const std::vector<std::string>& extra, int accum) {
   if (!rank0()) return {};
-  auto local = dist::local_process_groups();
-  local.world_info.local_rank = test::world_groups().world_info.local_rank;  // this rank's GPU
+  auto local = single_process_groups();
   std::vector<std::string> o = extra;
   o.push_back("train.grad_accum_steps=" + std::to_string(accum * test::world_groups().world->size()));
   o.push_back("fsdp.sharding_strategy=NO_SHARD");
@@ -148,8 +154,7 @@ TEST_F(CudaTrainer, Float32MatchesTheCpuTrainer) {
 // train.tf32 reaches the GEMMs: the first step's loss moves by TF32's rounding (measurably,
 // but within 1e-3 relative), and a trainer without it turns it off again.
 TEST_F(CudaTrainer, Tf32KeyReachesTheGemms) {
-  auto local = dist::local_process_groups();
-  local.world_info.local_rank = test::world_groups().world_info.local_rank;
+  auto local = single_process_groups();
   const double f32 = train::Trainer(tiny(), local).train_step().loss;
   EXPECT_FALSE(cuda::tf32());
   double tf32 = 0;
@@ -171,8 +176,7 @@ TEST_F(CudaTrainer, HostWaitsPerStepDoNotGrowWithMicroBatches) {
 #if !defined(FSDP_CUDA_EMULATION)
   GTEST_SKIP() << "counts the emulator's host waits";
 #else
-  auto local = dist::local_process_groups();
-  local.world_info.local_rank = test::world_groups().world_info.local_rank;
+  auto local = single_process_groups();
   auto waits = [&](int accum) {
     train::Trainer t(tiny({"train.grad_accum_steps=" + std::to_string(accum)}), local);
     t.train_step();  // the first step allocates and probes
