@@ -14,7 +14,7 @@
 
 #include "fsdp/ckpt/checkpoint.h"
 #include "fsdp/fsdp/fsdp_engine.h"
-#include "fsdp/model/llama.h"
+#include "fsdp/model/param_init.h"
 
 namespace {
 

@@ -14,10 +14,6 @@ FSDP_DEFINE_DISPATCH(rmsnorm_backward_stub);
 
 namespace {
 
-// The per-row statistic is float32 unless x is float64 (then the tests' float64
-// reference keeps full precision end to end).
-DType stat_dtype(DType x) { return x == DType::F64 ? DType::F64 : DType::F32; }
-
 using detail::check_rows_like;
 
 void check_channel(const Tensor& t, const Tensor& x, const char* what) {

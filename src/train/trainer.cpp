@@ -9,6 +9,7 @@
 #include <spdlog/spdlog.h>
 
 #include "fsdp/ckpt/hf_import.h"
+#include "fsdp/model/param_init.h"
 #include "fsdp/data/prepare.h"
 #include "fsdp/data/synthetic.h"
 #include "fsdp/data/synthetic_samples.h"

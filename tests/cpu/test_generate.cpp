@@ -34,7 +34,7 @@
 #endif
 #include "fsdp/core/random.h"
 #include "fsdp/model/generate.h"
-#include "fsdp/model/llama.h"
+#include "fsdp/model/decoder.h"
 #include "fsdp/model/llama_decode.h"
 #include "fsdp/model/local_params.h"
 #include "fsdp/model/sampling.h"

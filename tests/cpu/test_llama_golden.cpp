@@ -10,7 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "fsdp/ckpt/hf_import.h"
-#include "fsdp/model/llama.h"
+#include "fsdp/model/decoder.h"
 #include "fsdp/ops/cross_entropy.h"
 #include "fsdp/model/local_params.h"
 #include "test_util.h"

@@ -110,10 +110,6 @@ inline Tensor index_tensor(const std::vector<int64_t>& values, DType dtype) {
   return filled(dtype, int64_t(values.size()), [&](int64_t i) { return double(values[size_t(i)]); });
 }
 
-// The dtype of per-row statistics (rstd, lse, losses): float64 for float64 inputs (the
-// finite-difference tests), float32 otherwise.
-inline DType stat_dtype(DType t) { return t == DType::F64 ? DType::F64 : DType::F32; }
-
 // Runs f, which must throw fsdp::Error whose message contains every one of `parts`.
 // `what`, when given, names the statement in the failure message.
 inline void expect_error(const std::function<void()>& f, std::initializer_list<std::string> parts,

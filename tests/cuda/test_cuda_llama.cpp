@@ -42,8 +42,9 @@
 #include "cuda_test_util.h"
 #include "fsdp/ckpt/hf_import.h"
 #include "fsdp/ckpt/safetensors.h"
-#include "fsdp/model/llama.h"
+#include "fsdp/model/decoder.h"
 #include "fsdp/model/local_params.h"
+#include "fsdp/model/param_init.h"
 #include "fsdp/ops/cross_entropy.h"
 #include "fsdp/ops/elementwise.h"
 

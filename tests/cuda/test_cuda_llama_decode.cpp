@@ -24,7 +24,7 @@
 #include "cuda_test_util.h"
 #include "fsdp/ckpt/hf_import.h"
 #include "fsdp/model/generate.h"
-#include "fsdp/model/llama.h"
+#include "fsdp/model/decoder.h"
 #include "fsdp/model/llama_decode.h"
 #include "fsdp/model/local_params.h"
 #include "fsdp/model/sampling.h"

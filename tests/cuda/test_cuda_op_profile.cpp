@@ -10,7 +10,8 @@
 
 #include "cuda_test_util.h"
 #include "fsdp/core/op_profile.h"
-#include "fsdp/model/llama.h"
+#include "fsdp/model/decoder.h"
+#include "fsdp/model/param_init.h"
 #include "fsdp/model/local_params.h"
 #include "fsdp/ops/elementwise.h"
 

@@ -22,7 +22,6 @@ double tolerance(DType t) {
   return t == DType::F64 ? 1e-24 : t == DType::F32 ? 1e-12 : t == DType::BF16 ? 1e-5 : 1e-7;
 }
 DType reference_dtype(DType t) { return t == DType::F64 ? DType::F64 : DType::F32; }
-DType stat_dtype(DType t) { return t == DType::F64 ? DType::F64 : DType::F32; }
 
 // [n, c] rows inside a wider [n, c + pad] buffer when pad > 0.
 Tensor rows_input(int64_t n, int64_t c, int64_t pad, DType t, uint64_t seed, Device d) {

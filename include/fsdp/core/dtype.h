@@ -57,6 +57,11 @@ template <> struct DTypeOf<uint32_t> { static constexpr DType value = DType::U32
 template <typename T>
 inline constexpr DType dtype_of = DTypeOf<T>::value;
 
+// The dtype of per-row statistics (RMSNorm's rstd, attention's log-sum-exp, per-token
+// losses): float32 for every compute dtype, so bf16/fp16 runs keep exact-enough
+// statistics, and float64 only for float64 compute (the finite-difference tests).
+inline constexpr DType stat_dtype(DType compute) { return compute == DType::F64 ? DType::F64 : DType::F32; }
+
 // Any element as double / from double (tests, fills, casts). Integer targets truncate.
 double load_as_double(const void* p, DType t);
 void store_from_double(void* p, DType t, double v);

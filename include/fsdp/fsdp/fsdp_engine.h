@@ -39,7 +39,8 @@
 #include "fsdp/config/config.h"
 #include "fsdp/dist/communicator.h"
 #include "fsdp/fsdp/shard_math.h"
-#include "fsdp/model/llama.h"
+#include "fsdp/model/param_provider.h"
+#include "fsdp/model/param_units.h"
 #include "fsdp/optim/optimizer.h"
 
 namespace fsdp {

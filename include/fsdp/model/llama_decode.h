@@ -1,15 +1,16 @@
-// Inference with a KV cache: the Llama forward of llama.h for T new tokens at absolute
+// Inference with a KV cache: the decoder's forward (decoder.h) for T new tokens at absolute
 // positions pos .. pos+T-1 of B sequences, each block's keys and values appended to a
 // KVCache so that the next call only computes its own tokens.
 //
-//   per block:  h = rmsnorm(x) ; q|k|v = h @ Wqkv^T ; rope(q, k) at offset pos
-//               a = attention_decode(q, k, v -> cache, pos) ; x += a @ Wo^T
-//               h = rmsnorm(x) ; g|u = h @ Wgu^T ; x += swiglu(g, u) @ Wdown^T
+//   per block:  x += attention(rmsnorm(x)) with RoPE at offset pos, attending to the cache
+//               x += mlp(rmsnorm(x))
 //   head:       logits = rmsnorm(x) @ Wlm^T   (every row, or each sequence's last row only)
 //
-// The same ops and the same parameter units (param_units.h) as Llama::forward, so logits
-// agree with it to float32 round-off whether the sequence arrives in one call (prefill) or
-// one token at a time. Parameters come from a ParamProvider, unit by unit, exactly as in
+// The very same parts as training (TransformerBlock::forward_cached, TokenEmbedding,
+// OutputHead) over the same parameter units (param_units.h), so logits agree with
+// Llama::forward to float32 round-off whether the sequence arrives in one call (prefill)
+// or one token at a time. The residual stream is updated in place: nothing is saved for a
+// backward pass. Parameters come from a ParamProvider, unit by unit, exactly as in
 // training: LocalParams for generation in one process.
 // Every buffer (cache and scratch for up to max_chunk tokens per sequence) is allocated in
 // the constructor; forward allocates nothing.
@@ -20,10 +21,11 @@
 
 #include "fsdp/core/tensor.h"
 #include "fsdp/model/kv_cache.h"
-#include "fsdp/model/llama.h"
+#include "fsdp/model/embed_and_head.h"
 #include "fsdp/model/llama_config.h"
+#include "fsdp/model/param_provider.h"
 #include "fsdp/model/param_units.h"
-#include "fsdp/ops/rope.h"
+#include "fsdp/model/transformer_block.h"
 
 namespace fsdp::model {
 
@@ -51,22 +53,20 @@ class LlamaDecoder {
   Tensor forward(const Tensor& ids, ParamProvider& params, bool all_rows = false);
 
  private:
-  struct Scratch {
-    Tensor x, h, rstd, qkv, att, gu, act;  // [B*max_chunk, ...]
-    Tensor hf, rstdf, logits;              // final norm and logits, [B*max_chunk, ...]
-  };
-  void block_forward(int layer, const Tensor& flat, int64_t T);
-
   LlamaConfig cfg_;
   DType dtype_;
   Device device_;
   std::vector<UnitLayout> units_;
-  std::vector<Llama::BlockOffsets> blocks_;
-  int64_t head_lm_ = 0, head_norm_ = 0;
+  TokenEmbedding embedding_;
+  std::vector<TransformerBlock> blocks_;
+  OutputHead head_;
   int64_t max_chunk_ = 0;
-  RopeTables rope_;
   KVCache cache_;
-  Scratch s_;
+  // [B*max_chunk, ...] buffers: the residual stream, every block's scratch (blocks run one
+  // at a time), the final norm and the logits.
+  Tensor x_;
+  BlockActivations block_scratch_;
+  Tensor hf_, rstdf_, logits_;
 };
 
 }  // namespace fsdp::model

@@ -7,7 +7,8 @@
 
 #include <vector>
 
-#include "fsdp/model/llama.h"
+#include "fsdp/model/param_provider.h"
+#include "fsdp/model/param_units.h"
 
 namespace fsdp::model {
 

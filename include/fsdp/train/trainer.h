@@ -37,7 +37,7 @@
 #include "fsdp/data/loader.h"
 #include "fsdp/dist/communicator.h"
 #include "fsdp/fsdp/fsdp_engine.h"
-#include "fsdp/model/llama.h"
+#include "fsdp/model/decoder.h"
 #include "fsdp/optim/loss_scaler.h"
 #include "fsdp/optim/lr_schedule.h"
 #include "fsdp/optim/optimizer.h"

@@ -1,8 +1,8 @@
-// Seeded parameter initialisation, shard-independent (see init_unit in llama.h).
+// Seeded parameter initialisation, shard-independent (param_init.h).
 #include <algorithm>
 
 #include "fsdp/core/random.h"
-#include "fsdp/model/llama.h"
+#include "fsdp/model/param_init.h"
 
 namespace fsdp::model {
 

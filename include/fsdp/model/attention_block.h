@@ -1,0 +1,83 @@
+// The attention sublayer of a transformer block, forward and backward side by side:
+//
+//   h1 = rmsnorm(x) ; q|k|v = Linear_qkv(h1) ; rope(q, k) ; att = attention(q, k, v)
+//   out = x + Linear_o(att)
+//
+// on N = B*T rows of B sequences of T tokens. What forward saves for backward is named in
+// AttentionSaved; backward turns dL/d(out) into dL/dx (the residual's share plus the
+// sublayer's) and adds the parameter gradients into the unit's gradient buffer. forward
+// reads only x and the parameters and writes only `saved` and `out`, so it can run again
+// inside backward (activation checkpointing) and give the same bits.
+// forward_cached is the inference form (generation with a KV cache): RoPE at the cache's
+// position, attention over the cached keys and values, nothing saved.
+#pragma once
+
+#include <cstdint>
+
+#include "fsdp/core/tensor.h"
+#include "fsdp/model/kv_cache.h"
+#include "fsdp/model/linear.h"
+#include "fsdp/model/llama_config.h"
+#include "fsdp/model/param_units.h"
+#include "fsdp/ops/rope.h"
+
+namespace fsdp::model {
+
+// Saved by the attention sublayer's forward for its backward (one set per block).
+struct AttentionSaved {
+  Tensor h1;     // [N, C]   rmsnorm(x)
+  Tensor rstd1;  // [N]      its 1/rms (stat dtype)
+  Tensor qkv;    // [N, qkv_dim] rotated q and k, and v
+  Tensor att;    // [N, q_dim]   attention output, heads concatenated
+  Tensor lse;    // [B, H, T]    softmax log-sum-exp (stat dtype); undefined at inference
+
+  AttentionSaved() = default;
+  // with_lse false: inference scratch (no backward, lse never written).
+  AttentionSaved(const LlamaConfig& c, int64_t batch, int64_t seq_len, DType dtype, Device device,
+                 bool with_lse = true);
+};
+
+// The attention sublayer's backward scratch, shared by every block (backward runs one
+// block at a time).
+struct AttentionGrads {
+  Tensor dqkv;  // [N, qkv_dim]
+  Tensor datt;  // [N, q_dim]
+
+  AttentionGrads() = default;
+  AttentionGrads(const LlamaConfig& c, int64_t rows, DType dtype, Device device);
+};
+
+class AttentionSublayer {
+ public:
+  // Resolves the sublayer's slots (attn_norm, wq|wk|wv, wo) in a block's unit layout.
+  AttentionSublayer(const LlamaConfig& cfg, const UnitLayout& block, RopeTables rope);
+
+  // out = x + attention(x) over B sequences of T tokens (x, out: [B*T, C]; out != x).
+  void forward(const Tensor& x, const Tensor& params, AttentionSaved& s, const Tensor& out, int64_t B,
+               int64_t T) const;
+  // On entry dres = dL/d(out); on exit dres = dL/dx. dh is [N, C] scratch.
+  void backward(const Tensor& x, const AttentionSaved& s, const Tensor& params, const Tensor& grads,
+                const Tensor& dres, const Tensor& dh, AttentionGrads& g, int64_t B, int64_t T) const;
+  // Inference: x += attention(x) for T new tokens per sequence at positions cache.length ..,
+  // their keys and values appended to layer `layer` of the cache (cache.length is not
+  // advanced here). `scratch` may hold more rows than x.
+  void forward_cached(const Tensor& x, const Tensor& params, AttentionSaved& scratch, const KVCache& cache, int layer,
+                      int64_t B, int64_t T) const;
+
+ private:
+  // h = rmsnorm(x), qkv = Linear_qkv(h) with q and k rotated from position pos; returns
+  // the q, k, v views of qkv as [B, T, heads, D].
+  struct QKV {
+    Tensor q, k, v;
+  };
+  QKV project(const Tensor& x, const Tensor& params, const Tensor& h, const Tensor& rstd, const Tensor& qkv,
+              int64_t B, int64_t T, int64_t pos) const;
+  QKV split_heads(const Tensor& qkv, int64_t B, int64_t T) const;
+
+  LlamaConfig cfg_;
+  RopeTables rope_;
+  int64_t norm_ = 0;  // offset of attn_norm in the unit
+  Linear qkv_, o_;
+};
+
+}  // namespace fsdp::model

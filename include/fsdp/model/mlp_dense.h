@@ -1,0 +1,45 @@
+// The dense SwiGLU MLP of Llama, an MlpSublayer (mlp.h):
+//
+//   h2 = rmsnorm(x) ; g|u = Linear_gate_up(h2) ; act = silu(g) * u
+//   out = x + Linear_down(act)
+//
+// gate and up are one fused Linear over the adjacent slots w_gate|w_up ([2F, C]), so one
+// GEMM produces both halves.
+#pragma once
+
+#include "fsdp/model/linear.h"
+#include "fsdp/model/mlp.h"
+
+namespace fsdp::model {
+
+struct DenseMlpSaved final : MlpSaved {
+  Tensor h2;     // [N, C]   rmsnorm(x)
+  Tensor rstd2;  // [N]      its 1/rms (stat dtype)
+  Tensor gu;     // [N, 2F]  gate | up
+  Tensor act;    // [N, F]   silu(gate) * up
+};
+
+struct DenseMlpGrads final : MlpGrads {
+  Tensor dgu;   // [N, 2F]
+  Tensor dact;  // [N, F]
+};
+
+class DenseSwiGLU final : public MlpSublayer {
+ public:
+  // Resolves mlp_norm, w_gate|w_up and w_down in a block's unit layout.
+  DenseSwiGLU(const LlamaConfig& cfg, const UnitLayout& block);
+
+  std::unique_ptr<MlpSaved> make_saved(int64_t rows, DType dtype, Device device) const override;
+  std::unique_ptr<MlpGrads> make_grads(int64_t rows, DType dtype, Device device) const override;
+  void forward(const Tensor& x, const Tensor& params, MlpSaved& saved, const Tensor& out) const override;
+  void backward(const Tensor& x, const MlpSaved& saved, const Tensor& params, const Tensor& grads,
+                const Tensor& dres, const Tensor& dh, MlpGrads& g) const override;
+
+ private:
+  int64_t hidden_ = 0, ffn_ = 0;  // C, F
+  double eps_ = 0;
+  int64_t norm_ = 0;              // offset of mlp_norm in the unit
+  Linear gate_up_, down_;
+};
+
+}  // namespace fsdp::model

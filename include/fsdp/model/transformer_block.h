@@ -1,0 +1,64 @@
+// A transformer block: the attention sublayer, then the MLP sublayer, each adding into the
+// residual stream:
+//
+//   x2  = x + attention(x)        (attention_block.h)
+//   out = x2 + mlp(x2)            (mlp.h: dense SwiGLU, or a sparse MoE)
+//
+// BlockActivations holds what one block's forward saves for its backward; BlockGrads the
+// backward scratch every block shares. forward reads only its input and the unit's
+// parameters and writes only its BlockActivations and its output, so activation
+// checkpointing is "run forward again into the activations, then backward", with no
+// special case here.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "fsdp/model/attention_block.h"
+#include "fsdp/model/mlp.h"
+
+namespace fsdp::model {
+
+struct BlockActivations {
+  AttentionSaved attn;
+  Tensor x2;  // [N, C] the residual stream between the sublayers (the MLP's input)
+  std::unique_ptr<MlpSaved> mlp;
+};
+
+struct BlockGrads {
+  Tensor dres;  // [N, C] dL/d(residual stream): in = d(block output), out = d(block input)
+  Tensor dh;    // [N, C] dL/d(a sublayer's normed input)
+  AttentionGrads attn;
+  std::unique_ptr<MlpGrads> mlp;
+};
+
+class TransformerBlock {
+ public:
+  // `block` is the block's unit layout (param_units.h); rope the model's RoPE tables.
+  TransformerBlock(const LlamaConfig& cfg, const UnitLayout& block, const RopeTables& rope);
+
+  // Buffers for B sequences of T tokens (training) or for up to `rows` rows (inference
+  // scratch: no log-sum-exp is kept).
+  BlockActivations make_activations(int64_t B, int64_t T, DType dtype, Device device) const;
+  BlockActivations make_inference_scratch(int64_t rows, DType dtype, Device device) const;
+  BlockGrads make_grads(int64_t rows, DType dtype, Device device) const;
+
+  // out = block(x) over B sequences of T tokens; x, out: [B*T, C], distinct.
+  void forward(const Tensor& x, const Tensor& params, BlockActivations& a, const Tensor& out, int64_t B,
+               int64_t T) const;
+  // On entry g.dres holds dL/d(block output); on exit dL/d(block input). Parameter
+  // gradients are added into `grads`, the unit's flat gradient buffer.
+  void backward(const Tensor& x, const BlockActivations& a, const Tensor& params, const Tensor& grads, BlockGrads& g,
+                int64_t B, int64_t T) const;
+  // Inference: x = block(x) in place for T new tokens per sequence, attending to layer
+  // `layer` of the KV cache (see AttentionSublayer::forward_cached).
+  void forward_cached(const Tensor& x, const Tensor& params, BlockActivations& scratch, const KVCache& cache,
+                      int layer, int64_t B, int64_t T) const;
+
+ private:
+  LlamaConfig cfg_;
+  AttentionSublayer attention_;
+  std::unique_ptr<MlpSublayer> mlp_;
+};
+
+}  // namespace fsdp::model

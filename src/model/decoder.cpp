@@ -1,0 +1,142 @@
+// The decoder's forward and backward over its parts; see the file-top comment of
+// decoder.h for the math. Every tensor touched here is a view of a buffer in
+// LlamaActivations or of a unit's flat buffer, so this file allocates nothing per step.
+#include "fsdp/model/decoder.h"
+
+#include "fsdp/ops/cross_entropy.h"
+#include "fsdp/ops/rope.h"
+
+namespace fsdp::model {
+
+LlamaActivations::LlamaActivations(const LlamaConfig& c, int64_t B, int64_t T, DType dt, Device dev)
+    : batch(B), seq_len(T) {
+  const int64_t N = B * T, C = c.hidden_size;
+  // The buffers' shapes are the block's business (its MLP kind among them): ask one block
+  // built on this config's layout. Its RoPE tables are never used.
+  const TransformerBlock block(c, llama_units(c)[block_unit(0)], RopeTables{});
+  ids = Tensor::empty({N}, DType::I32, dev);
+  targets = Tensor::empty({N}, DType::I32, dev);
+  for (int64_t l = 0; l <= c.num_layers; ++l) resid.push_back(Tensor::empty({N, C}, dt, dev));
+  for (int64_t l = 0; l < c.num_layers; ++l) blocks.push_back(block.make_activations(B, T, dt, dev));
+  hf = Tensor::empty({N, C}, dt, dev);
+  rstdf = Tensor::empty({N}, stat_dtype(dt), dev);
+  logits = Tensor::empty({N, c.vocab_size}, dt, dev);
+  losses = Tensor::empty({N}, stat_dtype(dt), dev);
+  grads = block.make_grads(N, dt, dev);
+}
+
+namespace {
+
+// The model's RoPE tables: computed on the host (in double, rounded once) and moved once.
+RopeTables device_rope_tables(const LlamaConfig& c, Device device) {
+  RopeTables t = make_rope_tables(c.max_seq_len, c.head_dim(), c.rope_theta, Device::cpu());
+  if (!device.is_cpu()) t = RopeTables{t.cos.to(device), t.sin.to(device)};
+  return t;
+}
+
+LlamaConfig validated(const LlamaConfig& c) {
+  c.validate();
+  return c;
+}
+
+}  // namespace
+
+Llama::Llama(const LlamaConfig& cfg, DType dtype, Device device)
+    : cfg_(validated(cfg)),
+      dtype_(dtype),
+      device_(device),
+      units_(llama_units(cfg_)),
+      embedding_(cfg_),
+      head_(cfg_, units_[head_unit(cfg_)]) {
+  const RopeTables rope = device_rope_tables(cfg_, device_);
+  for (int l = 0; l < int(cfg_.num_layers); ++l) blocks_.emplace_back(cfg_, units_[block_unit(l)], rope);
+}
+
+LossSum sum_losses(const Tensor& losses, const Tensor& targets) {
+  // Summed on the host in double, in row order: the loss is reproducible to the bit, the
+  // same on every backend given the same per-token losses.
+  FSDP_CHECK(losses.device().is_cpu() && targets.device().is_cpu() && losses.numel() == targets.numel(),
+             "sum_losses: host losses and targets of one length, got {} and {}", losses.str(), targets.str());
+  LossSum r;
+  for (int64_t i = 0; i < losses.numel(); ++i) {
+    if (targets.get_flat(i) == double(kIgnoreIndex)) continue;
+    r.sum += losses.get_flat(i);
+    ++r.tokens;
+  }
+  return r;
+}
+
+LossSum Llama::loss_sum(const LlamaActivations& a) const {
+  // On a device the [N] losses and targets are read back here: the call's one wait for the
+  // device (the first copy waits for the step's kernels, the second finds the stream idle).
+  const Tensor losses = a.losses.device().is_cpu() ? a.losses : a.losses.to(Device::cpu());
+  const Tensor targets = a.targets.device().is_cpu() ? a.targets : a.targets.to(Device::cpu());
+  return sum_losses(losses, targets);
+}
+
+// Embedding and blocks: the part of the forward pass both entry points share. On return
+// a.resid[L] holds the final hidden state and the head has not run.
+void Llama::trunk_forward(LlamaActivations& a, ParamProvider& p) {
+  FSDP_CHECK(a.seq_len <= cfg_.max_seq_len, "sequence length {} exceeds model.max_seq_len {}", a.seq_len,
+             cfg_.max_seq_len);
+  p.before_forward(embedding_unit());
+  embedding_.forward(a.ids, p.params(embedding_unit()), a.resid[0]);
+  p.after_forward(embedding_unit());
+  for (int l = 0; l < int(cfg_.num_layers); ++l) {
+    p.before_forward(block_unit(l));
+    blocks_[size_t(l)].forward(a.resid[size_t(l)], p.params(block_unit(l)), a.blocks[size_t(l)],
+                               a.resid[size_t(l) + 1], a.batch, a.seq_len);
+    p.after_forward(block_unit(l));
+  }
+}
+
+LossSum Llama::forward(LlamaActivations& a, ParamProvider& p) {
+  trunk_forward(a, p);
+  const int h = head_unit(cfg_);
+  p.before_forward(h);
+  head_.forward(a.resid[size_t(cfg_.num_layers)], p.params(h), a.hf, a.rstdf, a.logits);
+  cross_entropy_forward(a.logits, a.targets, a.losses);
+  p.after_forward(h);
+  p.finish();
+  return loss_sum(a);
+}
+
+LossSum Llama::forward_backward(LlamaActivations& a, ParamProvider& p, double grad_scale) {
+  enqueue_forward_backward(a, p, grad_scale);
+  return loss_sum(a);
+}
+
+// The head runs forward and backward back to back: its parameters stay in place and the
+// logits buffer receives its own gradient (no second [N, V] tensor). On return
+// a.grads.dres holds dL/d(final hidden state).
+void Llama::head_backward(LlamaActivations& a, ParamProvider& p, double grad_scale) {
+  const int h = head_unit(cfg_);
+  const Tensor& x = a.resid[size_t(cfg_.num_layers)];
+  p.before_forward(h);
+  const Tensor params = p.params(h);
+  head_.forward(x, params, a.hf, a.rstdf, a.logits);
+  cross_entropy_forward_backward(a.logits, a.targets, a.losses, a.logits, grad_scale);
+  p.after_forward(h);
+  p.before_backward(h);
+  head_.backward(a.logits, x, a.hf, a.rstdf, params, p.grads(h), a.grads.dh, a.grads.dres);
+  p.after_backward(h);
+}
+
+void Llama::enqueue_forward_backward(LlamaActivations& a, ParamProvider& p, double grad_scale) {
+  trunk_forward(a, p);
+  head_backward(a, p, grad_scale);
+  for (int l = int(cfg_.num_layers) - 1; l >= 0; --l) {
+    p.before_backward(block_unit(l));
+    blocks_[size_t(l)].backward(a.resid[size_t(l)], a.blocks[size_t(l)], p.params(block_unit(l)),
+                                p.grads(block_unit(l)), a.grads, a.batch, a.seq_len);
+    p.after_backward(block_unit(l));
+  }
+  p.before_backward(embedding_unit());
+  embedding_.backward(a.ids, a.grads.dres, p.grads(embedding_unit()));
+  p.after_backward(embedding_unit());
+  p.finish();
+  // The losses are read by the caller, after all of this is enqueued: on a device the host
+  // waits once, for the whole pass, instead of stalling the backward behind a read-back.
+}
+
+}  // namespace fsdp::model

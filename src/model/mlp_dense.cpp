@@ -1,0 +1,58 @@
+// Llama's dense SwiGLU MLP over the op set; see mlp_dense.h for the math.
+#include "fsdp/model/mlp_dense.h"
+
+#include "fsdp/ops/elementwise.h"
+#include "fsdp/ops/rmsnorm.h"
+#include "fsdp/ops/swiglu.h"
+
+namespace fsdp::model {
+
+DenseSwiGLU::DenseSwiGLU(const LlamaConfig& cfg, const UnitLayout& block)
+    : hidden_(cfg.hidden_size),
+      ffn_(cfg.intermediate_size),
+      eps_(cfg.norm_eps),
+      norm_(block.slot(block.name + ".mlp_norm").offset),
+      gate_up_(block, {block.name + ".w_gate", block.name + ".w_up"}),
+      down_(block, {block.name + ".w_down"}) {}
+
+std::unique_ptr<MlpSaved> DenseSwiGLU::make_saved(int64_t N, DType dt, Device dev) const {
+  auto s = std::make_unique<DenseMlpSaved>();
+  s->h2 = Tensor::empty({N, hidden_}, dt, dev);
+  s->rstd2 = Tensor::empty({N}, stat_dtype(dt), dev);
+  s->gu = Tensor::empty({N, 2 * ffn_}, dt, dev);
+  s->act = Tensor::empty({N, ffn_}, dt, dev);
+  return s;
+}
+
+std::unique_ptr<MlpGrads> DenseSwiGLU::make_grads(int64_t N, DType dt, Device dev) const {
+  auto g = std::make_unique<DenseMlpGrads>();
+  g->dgu = Tensor::empty({N, 2 * ffn_}, dt, dev);
+  g->dact = Tensor::empty({N, ffn_}, dt, dev);
+  return g;
+}
+
+void DenseSwiGLU::forward(const Tensor& x, const Tensor& params, MlpSaved& saved, const Tensor& out) const {
+  auto& s = static_cast<DenseMlpSaved&>(saved);
+  const int64_t N = x.size(0), F = ffn_;
+  const Tensor h = s.h2.narrow(0, 0, N), gu = s.gu.narrow(0, 0, N), act = s.act.narrow(0, 0, N);
+  rmsnorm_forward(x, params.narrow(0, norm_, hidden_), h, s.rstd2.narrow(0, 0, N), eps_);
+  gate_up_.forward(h, params, gu);
+  swiglu_forward(gu.narrow(1, 0, F), gu.narrow(1, F, F), act);
+  // out = x + act @ Wdown^T, the residual add folded into the GEMM's beta.
+  if (out.data_ptr() != x.data_ptr()) cast(x, out);
+  down_.forward(act, params, out, /*accumulate=*/true);
+}
+
+void DenseSwiGLU::backward(const Tensor& x, const MlpSaved& saved, const Tensor& params, const Tensor& grads,
+                           const Tensor& dres, const Tensor& dh, MlpGrads& grads_scratch) const {
+  const auto& s = static_cast<const DenseMlpSaved&>(saved);
+  auto& g = static_cast<DenseMlpGrads&>(grads_scratch);
+  const int64_t F = ffn_;
+  down_.backward(dres, s.act, params, grads, g.dact);
+  swiglu_backward(g.dact, s.gu.narrow(1, 0, F), s.gu.narrow(1, F, F), g.dgu.narrow(1, 0, F), g.dgu.narrow(1, F, F));
+  gate_up_.backward(g.dgu, s.h2, params, grads, dh);
+  rmsnorm_backward(dh, x, params.narrow(0, norm_, hidden_), s.rstd2, dres, grads.narrow(0, norm_, hidden_),
+                   /*accumulate_dx=*/true);
+}
+
+}  // namespace fsdp::model

@@ -1,0 +1,51 @@
+// A transformer block as its two sublayers; see transformer_block.h.
+#include "fsdp/model/transformer_block.h"
+
+namespace fsdp::model {
+
+TransformerBlock::TransformerBlock(const LlamaConfig& cfg, const UnitLayout& block, const RopeTables& rope)
+    : cfg_(cfg), attention_(cfg, block, rope), mlp_(make_mlp(cfg, block)) {}
+
+BlockActivations TransformerBlock::make_activations(int64_t B, int64_t T, DType dt, Device dev) const {
+  BlockActivations a;
+  a.attn = AttentionSaved(cfg_, B, T, dt, dev);
+  a.x2 = Tensor::empty({B * T, cfg_.hidden_size}, dt, dev);
+  a.mlp = mlp_->make_saved(B * T, dt, dev);
+  return a;
+}
+
+BlockActivations TransformerBlock::make_inference_scratch(int64_t rows, DType dt, Device dev) const {
+  BlockActivations a;
+  a.attn = AttentionSaved(cfg_, 1, rows, dt, dev, /*with_lse=*/false);
+  a.mlp = mlp_->make_saved(rows, dt, dev);
+  return a;
+}
+
+BlockGrads TransformerBlock::make_grads(int64_t N, DType dt, Device dev) const {
+  BlockGrads g;
+  g.dres = Tensor::empty({N, cfg_.hidden_size}, dt, dev);
+  g.dh = Tensor::empty({N, cfg_.hidden_size}, dt, dev);
+  g.attn = AttentionGrads(cfg_, N, dt, dev);
+  g.mlp = mlp_->make_grads(N, dt, dev);
+  return g;
+}
+
+void TransformerBlock::forward(const Tensor& x, const Tensor& params, BlockActivations& a, const Tensor& out,
+                               int64_t B, int64_t T) const {
+  attention_.forward(x, params, a.attn, a.x2, B, T);
+  mlp_->forward(a.x2, params, *a.mlp, out);
+}
+
+void TransformerBlock::backward(const Tensor& x, const BlockActivations& a, const Tensor& params,
+                                const Tensor& grads, BlockGrads& g, int64_t B, int64_t T) const {
+  mlp_->backward(a.x2, *a.mlp, params, grads, g.dres, g.dh, *g.mlp);
+  attention_.backward(x, a.attn, params, grads, g.dres, g.dh, g.attn, B, T);
+}
+
+void TransformerBlock::forward_cached(const Tensor& x, const Tensor& params, BlockActivations& scratch,
+                                      const KVCache& cache, int layer, int64_t B, int64_t T) const {
+  attention_.forward_cached(x, params, scratch.attn, cache, layer, B, T);
+  mlp_->forward(x, params, *scratch.mlp, x);
+}
+
+}  // namespace fsdp::model
