@@ -1,7 +1,8 @@
-// The training loop: micro-batches, gradient accumulation, clipping, AdamW, the LR
-// schedule, evaluation, step logging and metrics.jsonl, on any number of ranks. The
-// parameters live in the FSDP engine; with one rank it holds every unit whole and the
-// loop is plain single-process training.
+// The training step and the run loop: micro-batches, gradient accumulation, clipping,
+// AdamW, the LR schedule, evaluation, step logging and metrics.jsonl, on any number of
+// ranks. The parts come from the config through train/setup.h; checkpoints are the
+// business of train/checkpoint_policy.h; the parameters live in the FSDP engine (with one
+// rank it holds every unit whole and the loop is plain single-process training).
 //
 // Global batch and sample order: step s (1-based) trains on the global positions
 // [(s-1)*G, s*G), G = micro_batch_size * grad_accum_steps * world_size; rank r's
@@ -18,46 +19,30 @@
 // twice for the gradient norm. Compute in train.dtype: float32, bfloat16, or float16 with dynamic
 // loss scaling (optim/loss_scaler.h).
 //
-// Checkpoints (ckpt/checkpoint.h): every checkpoint.interval steps and at the end; on
-// start, checkpoint.resume picks one (auto: the newest complete one) and restores the
-// shards, AdamW moments, step, token and sample counters, so the resumed run continues
-// the same loss curve bit for bit (with the same world size and strategy; on another
-// world size, within fp32 reduction order). A preemption signal (train/preemption.h)
-// makes run() finish its step, save and return kExitPreempted. Ranks agree on "stop now"
-// and "every background write is done" through the per-step loss all-reduce, so neither
-// costs a collective of its own.
+// Checkpoints: every checkpoint.interval steps and at the end; on start, checkpoint.resume
+// picks one and restores the shards, AdamW moments, step, token and sample counters, so
+// the resumed run continues the same loss curve bit for bit (with the same world size and
+// strategy; on another world size, within fp32 reduction order). A preemption signal
+// (train/preemption.h) makes run() finish its step, save and return kExitPreempted. Ranks
+// agree on "stop now" and "every background write is done" through the per-step votes
+// (train/step_votes.h), which ride on the loss all-reduce.
 #pragma once
 
 #include <memory>
 #include <optional>
 #include <vector>
 
-#include "fsdp/ckpt/checkpoint.h"
 #include "fsdp/config/config.h"
-#include "fsdp/data/loader.h"
 #include "fsdp/dist/communicator.h"
 #include "fsdp/fsdp/fsdp_engine.h"
 #include "fsdp/model/decoder.h"
 #include "fsdp/optim/loss_scaler.h"
-#include "fsdp/optim/lr_schedule.h"
-#include "fsdp/optim/optimizer.h"
+#include "fsdp/train/checkpoint_policy.h"
 #include "fsdp/train/metrics.h"
+#include "fsdp/train/setup.h"
+#include "fsdp/train/step_votes.h"
 
 namespace fsdp::train {
-
-// The model shape a config asks for: the preset, or config.json of model.init_from, with
-// the config's explicit shape keys applied on top (an override that contradicts an
-// init_from folder is an error naming the key).
-model::LlamaConfig resolve_model_config(const config::ModelConfig& m);
-
-// fsdp.* as engine options for a model computing in train.dtype on `device`.
-FsdpOptions fsdp_options(const config::Config& cfg, Device device = Device::cpu());
-
-// Where this rank computes (train.device): cpu, or cuda:<local rank> (cuda:0 when the rank
-// sees a single GPU, as under srun --gpus-per-task=1). auto is cuda when this build has
-// the CUDA backend (not the emulator) and a GPU is visible. Errors name the key, the rank
-// and what is visible.
-Device resolve_device(const config::Config& cfg, const dist::WorldInfo& world);
 
 class Trainer {
  public:
@@ -73,7 +58,7 @@ class Trainer {
 
   int64_t step() const { return step_; }
   // The checkpoint this run resumed from ("" for a fresh start).
-  const std::string& resumed_from() const { return resumed_from_; }
+  const std::string& resumed_from() const { return checkpoints_.resumed_from(); }
   // Collective: writes a checkpoint of the current state (synchronously, or starts an
   // asynchronous one); returns its stats. run() calls it; tests may too.
   ckpt::SaveStats save_checkpoint();
@@ -88,18 +73,18 @@ class Trainer {
  private:
   uint64_t comm_bytes() const;
   double comm_wait_seconds() const;
-  // Sums (loss, tokens) over the world; the same value on every rank. Also sums the
-  // ranks that received a preemption signal and the ranks still writing a checkpoint.
-  model::LossSum all_reduce_loss(model::LossSum local);
-  std::string resume_path();
-  void resume(const std::string& path);
-  // Commits an asynchronous save once every rank's write is done (collective, same step).
-  void maybe_commit_checkpoint();
-  void log_save(const ckpt::SaveStats& s, bool committed) const;
-  void log_device() const;
+  // Sums (loss, tokens) and this rank's votes over the world; the same on every rank.
+  StepVotes all_reduce_votes(model::LossSum local);
+  // The state a checkpoint holds besides tensors, and its restoration.
+  ckpt::TrainState train_state() const;
+  void restore(const std::string& path);
+  // Forward and backward of every micro-batch of a step; this rank's loss sum.
+  model::LossSum accumulate_gradients(double grad_scale);
   // The loader's next micro-batch into act_.ids / act_.targets (through the page-locked
   // staging buffers when the model is on a GPU).
   void load_micro_batch(data::Loader& loader, int64_t index);
+  void log_run_start() const;
+  void log_device() const;
 
   config::Config cfg_;
   dist::ProcessGroups& groups_;   // host groups (MPI or local): world, checkpoints
@@ -112,20 +97,16 @@ class Trainer {
   Tensor step_losses_;              // [accum, N] the step's per-token losses on the GPU
   optim::DynamicLossScaler scaler_;
   std::optional<double> peak_flops_;  // the GPU's bf16 peak, for MFU
-  std::shared_ptr<const data::SampleSource> train_source_, val_source_;
-  std::unique_ptr<data::Loader> train_loader_, val_loader_;
+  DataSources data_;
   optim::LrSchedule schedule_;
   optim::AdamWConfig adamw_;
-  Tensor loss_buf_;  // [4] float64: loss sum, tokens, ranks signalled, ranks writing
-  std::unique_ptr<ckpt::CheckpointWriter> writer_;
-  std::string resumed_from_;
-  int64_t samples_seen_ = 0;
-  int64_t last_saved_step_ = -1;
-  int stop_votes_ = 0;      // ranks that received a preemption signal (last all-reduce)
-  int busy_writers_ = 0;    // ranks still writing a checkpoint (last all-reduce)
+  CheckpointPolicy checkpoints_;
+  Tensor votes_buf_;      // [StepVotes::kSlots] float64, reused every step
+  StepVotes last_votes_;  // the last all-reduce's sums
   double flops_per_token_ = 0;
   int64_t step_ = 0;
   int64_t tokens_seen_ = 0;
+  int64_t samples_seen_ = 0;
 };
 
 }  // namespace fsdp::train

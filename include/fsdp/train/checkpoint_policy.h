@@ -1,0 +1,69 @@
+// When and how a training run checkpoints, and where it resumes from: the trainer's one
+// owner of the checkpoint writer (ckpt/checkpoint.h), of checkpoint.interval,
+// checkpoint.stop_on_error, the last saved step, and checkpoint.resume.
+//
+//   resume_point()   collective: the checkpoint checkpoint.resume picks ("" = fresh start)
+//   restore()        reads this rank's shards of it into the engine; returns the counters
+//   save()           collective: a checkpoint of the current state (or starts an async one)
+//   commit_ready()   collective: commits a background save once no rank is still writing
+//                    (the trainer learns that from its per-step votes, step_votes.h)
+//   finish()         collective: waits for a background save and commits it
+//
+// A failed save or commit stops the run (the error names the rank and the file), or with
+// checkpoint.stop_on_error: false is logged and training goes on.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "fsdp/ckpt/checkpoint.h"
+#include "fsdp/config/config.h"
+#include "fsdp/dist/communicator.h"
+#include "fsdp/fsdp/fsdp_engine.h"
+#include "fsdp/model/decoder.h"
+
+namespace fsdp::train {
+
+class CheckpointPolicy {
+ public:
+  CheckpointPolicy(const config::Config& cfg, dist::ProcessGroups& groups);
+
+  // Collective: checkpoint.resume's choice: "" for none (resume: none, or auto with no
+  // complete checkpoint in checkpoint.load_dir or checkpoint.dir), else a verified path.
+  std::string resume_point();
+  // Reads the checkpoint at `path` into the engine's shards (master weights and AdamW
+  // moments, each rank its own range, on any world size) and returns the rest of the
+  // state it holds. The model must be the checkpoint's shape.
+  ckpt::TrainState restore(const std::string& path, const model::Llama& model, FsdpEngine& engine);
+
+  // Collective: saves `state` with the engine's shards.
+  ckpt::SaveStats save(const ckpt::TrainState& state, const model::Llama& model, FsdpEngine& engine);
+  // Whether checkpoint.interval asks for a save after `step` (the final step saves anyway).
+  bool due(int64_t step) const;
+  // Whether the state at `step` is already saved (or was resumed from).
+  bool saved_at(int64_t step) const { return last_saved_step_ == step; }
+  // This rank's background write is still running (its vote in StepVotes::busy_writers).
+  bool local_busy() const { return writer_->local_busy(); }
+  // Collective: commits a pending background save when `busy_writers` (summed over ranks)
+  // is 0; otherwise nothing.
+  void commit_ready(int busy_writers);
+  // Collective: waits for a pending background save and commits it.
+  void finish();
+
+  const std::string& resumed_from() const { return resumed_from_; }
+
+ private:
+  // Runs a writer call under checkpoint.stop_on_error: rethrows, or logs and returns false.
+  template <typename F>
+  bool guarded(F&& f);
+  void log_save(const ckpt::SaveStats& s, bool committed) const;
+
+  config::Config cfg_;
+  dist::ProcessGroups& groups_;
+  std::unique_ptr<ckpt::CheckpointWriter> writer_;
+  int64_t last_saved_step_ = -1;
+  std::string resumed_from_;
+};
+
+}  // namespace fsdp::train

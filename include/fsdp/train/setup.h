@@ -1,0 +1,56 @@
+// Turning a validated config into the parts a training run is made of: where this rank
+// computes, the process groups the engine runs on, the model shape, the FSDP options, the
+// data sources and loaders, the optimizer's schedule, and the initial parameters. Pure
+// construction: nothing here trains, logs a step or writes a checkpoint.
+#pragma once
+
+#include <memory>
+
+#include "fsdp/config/config.h"
+#include "fsdp/data/loader.h"
+#include "fsdp/dist/communicator.h"
+#include "fsdp/fsdp/fsdp_engine.h"
+#include "fsdp/model/llama_config.h"
+#include "fsdp/model/param_units.h"
+#include "fsdp/optim/lr_schedule.h"
+#include "fsdp/optim/optimizer.h"
+
+namespace fsdp::train {
+
+// The model shape a config asks for: the preset, or config.json of model.init_from, with
+// the config's explicit shape keys applied on top (an override that contradicts an
+// init_from folder is an error naming the key).
+model::LlamaConfig resolve_model_config(const config::ModelConfig& m);
+// resolve_model_config, and train.seq_len within the model's context.
+model::LlamaConfig training_model_config(const config::Config& cfg);
+
+// fsdp.* as engine options for a model computing in train.dtype on `device`.
+FsdpOptions fsdp_options(const config::Config& cfg, Device device = Device::cpu());
+
+// Where this rank computes (train.device): cpu, or cuda:<local rank> (cuda:0 when the rank
+// sees a single GPU, as under srun --gpus-per-task=1). auto is cuda when this build has
+// the CUDA backend (not the emulator) and a GPU is visible. Errors name the key, the rank
+// and what is visible.
+Device resolve_device(const config::Config& cfg, const dist::WorldInfo& world);
+
+// The engine's groups: the host groups, with the shard and replicate groups on NCCL when
+// the model is on a GPU.
+dist::ProcessGroups engine_groups(dist::ProcessGroups& host, Device device);
+
+// The training and validation samples and their loaders (this rank's share of every
+// global batch). The validation side is null when there is none (a run that never
+// evaluates needs none).
+struct DataSources {
+  std::shared_ptr<const data::SampleSource> train, val;
+  std::unique_ptr<data::Loader> train_loader, val_loader;
+};
+DataSources make_data_sources(const config::Config& cfg, int64_t vocab_size, const dist::Communicator& world);
+
+optim::LrSchedule lr_schedule(const config::Config& cfg);
+optim::AdamWConfig adamw_config(const config::Config& cfg);
+
+// Fills every rank's shards for a fresh start: from model.init_from (a Hugging Face folder,
+// each rank reading only its ranges) or from the seeded initialiser.
+void init_parameters(const config::Config& cfg, const std::vector<model::UnitLayout>& units, FsdpEngine& engine);
+
+}  // namespace fsdp::train

@@ -1,0 +1,137 @@
+// The trainer's checkpointing: when to save, what a save holds, how a failure is handled,
+// and where a run resumes from; see checkpoint_policy.h.
+#include "fsdp/train/checkpoint_policy.h"
+
+#include <chrono>
+#include <utility>
+
+#include <spdlog/spdlog.h>
+
+namespace fsdp::train {
+
+CheckpointPolicy::CheckpointPolicy(const config::Config& cfg, dist::ProcessGroups& groups)
+    : cfg_(cfg),
+      groups_(groups),
+      writer_(std::make_unique<ckpt::CheckpointWriter>(
+          groups, ckpt::WriterOptions{config::checkpoint_dir(cfg), cfg.checkpoint.keep_last, cfg.checkpoint.async})) {}
+
+std::string CheckpointPolicy::resume_point() {
+  const std::string& r = cfg_.checkpoint.resume;
+  if (r == "none") return "";
+  if (r != "auto") {
+    FSDP_CHECK(ckpt::is_checkpoint_dir(r), "checkpoint.resume: {} is not an fsdp_train checkpoint (no {}/manifest.json)",
+               r, r);
+    ckpt::verify_checkpoint(r, *groups_.world);
+    return r;
+  }
+  const std::string dir = cfg_.checkpoint.load_dir.empty() ? config::checkpoint_dir(cfg_) : cfg_.checkpoint.load_dir;
+  const std::string found = ckpt::find_latest_checkpoint(dir, *groups_.world);
+  if (found.empty()) spdlog::info("checkpoint: none in {}: starting from step 0", dir);
+  return found;
+}
+
+ckpt::TrainState CheckpointPolicy::restore(const std::string& path, const model::Llama& model, FsdpEngine& engine) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const ckpt::CheckpointReader reader(path);
+  reader.check_model(model.config(), model.units());
+  const ckpt::Manifest& m = reader.manifest();
+  uint64_t bytes = 0;
+  Tensor staging;  // shards on a GPU are read into host memory, then uploaded
+  for (int u = 0; u < engine.num_units(); ++u) {
+    const int64_t begin = engine.shard_range(u).begin;
+    for (const auto& [kind, dst] : {std::pair<const char*, const Tensor&>{"master", engine.master(u)},
+                                    {"exp_avg", engine.exp_avg(u)}, {"exp_avg_sq", engine.exp_avg_sq(u)}}) {
+      if (dst.device().is_cpu()) {
+        reader.read(u, kind, begin, dst);
+      } else {
+        if (!staging.defined() || staging.numel() < dst.numel()) staging = Tensor::empty({dst.numel()}, DType::F32);
+        const Tensor host = staging.narrow(0, 0, dst.numel());
+        reader.read(u, kind, begin, host);
+        dst.copy_(host);
+      }
+      bytes += dst.nbytes();
+    }
+  }
+  last_saved_step_ = m.state.step;
+  resumed_from_ = path;
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  spdlog::info("checkpoint: resumed from {} at step {} ({} tokens seen; saved by {} rank(s) with {}); loaded {:.1f} MiB "
+               "on this rank in {:.2f} s",
+               path, m.state.step, m.state.tokens_seen, m.world_size, m.strategy, double(bytes) / (1 << 20), secs);
+  if (m.state.data_seed != uint64_t(cfg_.data.seed)) {
+    spdlog::warn("checkpoint: data.seed {} differs from the checkpoint's {}: the data order from here on is not the "
+                 "original run's",
+                 cfg_.data.seed, m.state.data_seed);
+  }
+  if (m.state.step >= cfg_.train.max_steps) {
+    spdlog::warn("checkpoint: {} is at step {}, train.max_steps is {}: nothing to train (raise train.max_steps to "
+                 "train on, or set checkpoint.resume: none to start over)",
+                 path, m.state.step, cfg_.train.max_steps);
+  }
+  return m.state;
+}
+
+template <typename F>
+bool CheckpointPolicy::guarded(F&& f) {
+  try {
+    f();
+    return true;
+  } catch (const Error& e) {
+    if (cfg_.checkpoint.stop_on_error) throw;
+    spdlog::error("{} (checkpoint.stop_on_error is false: training goes on)", e.what());
+    return false;
+  }
+}
+
+ckpt::SaveStats CheckpointPolicy::save(const ckpt::TrainState& state, const model::Llama& model, FsdpEngine& engine) {
+  ckpt::CheckpointMeta meta;
+  meta.state = state;
+  meta.model = model.config();
+  meta.units = model.units();
+  meta.strategy = std::string(config::to_string(cfg_.fsdp.sharding_strategy));
+  meta.shard_group_size = groups_.shard->size();
+  meta.config_yaml = config::dump_yaml(cfg_);
+  std::vector<ckpt::UnitShard> shards(size_t(engine.num_units()));
+  for (int u = 0; u < engine.num_units(); ++u) {
+    shards[size_t(u)] = ckpt::UnitShard{engine.shard_range(u).begin, engine.master(u), engine.exp_avg(u),
+                                        engine.exp_avg_sq(u)};
+  }
+  last_saved_step_ = state.step;
+  ckpt::SaveStats s;
+  if (guarded([&] { s = writer_->save(meta, shards); })) log_save(s, !cfg_.checkpoint.async);
+  return s;
+}
+
+bool CheckpointPolicy::due(int64_t step) const {
+  const int interval = cfg_.checkpoint.interval;
+  return interval > 0 && step % interval == 0 && step < cfg_.train.max_steps;
+}
+
+void CheckpointPolicy::commit_ready(int busy_writers) {
+  if (!writer_->pending() || busy_writers != 0) return;
+  guarded([&] { log_save(writer_->commit(), true); });
+}
+
+void CheckpointPolicy::finish() {
+  if (!writer_->pending()) return;
+  guarded([&] { writer_->finish(); });
+}
+
+void CheckpointPolicy::log_save(const ckpt::SaveStats& s, bool committed) const {
+  if (!committed) {
+    spdlog::info("checkpoint: step {} snapshot taken, the step loop stalled {:.0f} ms; writing in the background",
+                 s.step, s.stall_seconds * 1e3);
+    return;
+  }
+  const double gbps = s.write_seconds > 0 ? double(s.bytes) / s.write_seconds / 1e9 : 0.0;
+  if (cfg_.checkpoint.async) {
+    spdlog::info("checkpoint: saved {} ({:.1f} MiB written by this rank in {:.2f} s in the background, {:.2f} GB/s)",
+                 s.path, double(s.bytes) / (1 << 20), s.write_seconds, gbps);
+  } else {
+    spdlog::info("checkpoint: saved {} ({:.1f} MiB written by this rank in {:.2f} s, {:.2f} GB/s; the step loop "
+                 "stalled {:.0f} ms)",
+                 s.path, double(s.bytes) / (1 << 20), s.write_seconds, gbps, s.stall_seconds * 1e3);
+  }
+}
+
+}  // namespace fsdp::train

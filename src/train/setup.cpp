@@ -1,0 +1,209 @@
+// From config to the parts of a training run; see setup.h.
+#include "fsdp/train/setup.h"
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "fsdp/ckpt/hf_import.h"
+#include "fsdp/ckpt/safetensors.h"
+#include "fsdp/data/prepare.h"
+#include "fsdp/data/synthetic_samples.h"
+#include "fsdp/model/param_init.h"
+#if defined(FSDP_WITH_CUDA)
+#include "fsdp/core/cuda.h"
+#endif
+#if defined(FSDP_WITH_NCCL)
+#include "fsdp/dist/nccl.h"
+#endif
+
+namespace fsdp::train {
+
+namespace {
+
+optim::LrDecay to_decay(config::LrSchedule s) {
+  switch (s) {
+    case config::LrSchedule::Cosine: return optim::LrDecay::Cosine;
+    case config::LrSchedule::Linear: return optim::LrDecay::Linear;
+    case config::LrSchedule::Constant: return optim::LrDecay::Constant;
+  }
+  return optim::LrDecay::Cosine;
+}
+
+// Synthetic validation samples come from the same chain as training (same seed) but
+// from sample indices no training step reaches.
+constexpr int64_t kValidationFirstSample = int64_t(1) << 60;
+
+class OffsetSamples final : public data::SampleSource {
+ public:
+  OffsetSamples(std::shared_ptr<const data::SampleSource> base, int64_t offset, int64_t count)
+      : base_(std::move(base)), offset_(offset), count_(count) {}
+  int64_t num_samples() const override { return count_; }
+  int64_t seq_len() const override { return base_->seq_len(); }
+  void read_sample(int64_t index, int32_t* window) const override { base_->read_sample(offset_ + index, window); }
+
+ private:
+  std::shared_ptr<const data::SampleSource> base_;
+  int64_t offset_, count_;
+};
+
+// The manifest `fsdp_train prepare` writes beside the shards: its vocabulary must be the
+// model's (a different tokenizer would train on meaningless ids).
+void check_manifest_vocab(const std::string& dir, int64_t model_vocab) {
+  const auto m = data::read_shard_manifest(dir);
+  if (!m || !m->vocab_size) return;
+  FSDP_CHECK(*m->vocab_size == model_vocab,
+             "{}: the tokenizer's vocab_size {} differs from model.vocab_size {} (prepare the data with the model's "
+             "tokenizer, or set model.vocab_size)",
+             (std::filesystem::path(dir) / "manifest.json").string(), *m->vocab_size, model_vocab);
+}
+
+}  // namespace
+
+model::LlamaConfig resolve_model_config(const config::ModelConfig& m) {
+  const bool from_hf = !m.init_from.empty();
+  model::LlamaConfig c = from_hf ? ckpt::read_hf_llama_config(m.init_from) : model::llama_preset(m.preset);
+  auto apply = [&](const auto& opt, auto& field, const char* key) {
+    if (!opt) return;
+    if (from_hf) {
+      FSDP_CHECK(double(*opt) == double(field), "model.{} = {} contradicts {}/config.json, which has {}", key, *opt,
+                 m.init_from, field);
+    }
+    field = *opt;
+  };
+  apply(m.vocab_size, c.vocab_size, "vocab_size");
+  apply(m.hidden_size, c.hidden_size, "hidden_size");
+  apply(m.intermediate_size, c.intermediate_size, "intermediate_size");
+  apply(m.num_layers, c.num_layers, "num_layers");
+  apply(m.num_heads, c.num_heads, "num_heads");
+  apply(m.num_kv_heads, c.num_kv_heads, "num_kv_heads");
+  if (m.max_seq_len) c.max_seq_len = *m.max_seq_len;  // a shorter context is fine for a fine-tune
+  apply(m.rope_theta, c.rope_theta, "rope_theta");
+  apply(m.norm_eps, c.norm_eps, "norm_eps");
+  c.validate();
+  return c;
+}
+
+model::LlamaConfig training_model_config(const config::Config& cfg) {
+  model::LlamaConfig m = resolve_model_config(cfg.model);
+  FSDP_CHECK(cfg.train.seq_len <= m.max_seq_len, "train.seq_len {} exceeds the model's max_seq_len {}",
+             cfg.train.seq_len, m.max_seq_len);
+  return m;
+}
+
+FsdpOptions fsdp_options(const config::Config& cfg, Device device) {
+  FsdpOptions o;
+  o.strategy = cfg.fsdp.sharding_strategy;
+  o.param_dtype = cfg.fsdp.param_dtype;
+  o.reduce_dtype = cfg.fsdp.reduce_dtype;
+  o.prefetch_limit = cfg.fsdp.prefetch_limit;
+  o.device = device;
+  o.compute_dtype = cfg.train.dtype;
+  return o;
+}
+Device resolve_device(const config::Config& cfg, const dist::WorldInfo& world) {
+  const std::string& want = cfg.train.device;
+  Device d = Device::cpu();
+#if defined(FSDP_WITH_CUDA)
+  const int visible = cuda::device_count();
+  const bool use_cuda = want == "cuda" || (want == "auto" && cuda::real_gpu_visible());
+  if (use_cuda) {
+    FSDP_CHECK(visible > 0,
+               "train.device is cuda but rank {} on {} sees no CUDA device (CUDA_VISIBLE_DEVICES='{}'); set "
+               "train.device: cpu, or run where the GPUs are",
+               world.rank, world.hostname, std::getenv("CUDA_VISIBLE_DEVICES") ? std::getenv("CUDA_VISIBLE_DEVICES") : "");
+    const int index = visible == 1 ? 0 : world.local_rank;
+    FSDP_CHECK(index < visible,
+               "train.device is cuda: rank {} is local rank {} of {} on {} but only {} GPU(s) are visible; one rank "
+               "per GPU (srun --ntasks-per-node={})",
+               world.rank, world.local_rank, world.local_size, world.hostname, visible, visible);
+    d = Device::cuda(index);
+  }
+#else
+  FSDP_CHECK(want != "cuda",
+             "train.device is cuda but this fsdp_train was built without the CUDA backend (rebuild where nvcc is "
+             "found: scripts/build.sh -DFSDP_CUDA=ON), or set train.device: cpu");
+  (void)world;
+#endif
+  FSDP_CHECK(!d.is_cpu() || cfg.train.dtype == DType::F32,
+             "train.dtype {} needs train.device cuda; the CPU backend computes in float32 (fsdp.param_dtype: "
+             "bfloat16 still halves the all-gathers)",
+             dtype_name(cfg.train.dtype));
+  return d;
+}
+
+dist::ProcessGroups engine_groups(dist::ProcessGroups& host, Device device) {
+  if (device.is_cpu()) return host;
+#if defined(FSDP_WITH_NCCL)
+  return dist::make_nccl_process_groups(host, device.index);
+#else
+  // Single-rank groups copy on the device without NCCL; more ranks need it.
+  FSDP_CHECK(host.shard->size() == 1 && host.replicate->size() == 1,
+             "train.device cuda with {} ranks needs NCCL, and this build has none (rebuild with NCCL installed)",
+             host.world->size());
+  return host;
+#endif
+}
+
+DataSources make_data_sources(const config::Config& cfg, int64_t vocab, const dist::Communicator& world) {
+  const int64_t T = cfg.train.seq_len;
+  data::LoaderOptions lo;
+  lo.micro_batch = cfg.train.micro_batch_size;
+  lo.seq_len = T;
+  lo.accum = cfg.train.grad_accum_steps;
+  lo.rank = world.rank();
+  lo.world = world.size();
+  lo.seed = uint64_t(cfg.data.seed);
+  lo.num_workers = cfg.data.num_workers;
+  lo.prefetch = cfg.data.prefetch;
+  DataSources d;
+  if (cfg.data.source == config::DataSource::Synthetic) {
+    auto chain = std::make_shared<data::SyntheticSamples>(vocab, T, uint64_t(cfg.data.seed));
+    d.train = chain;
+    lo.shuffle = false;  // already random; sample i is a pure function of i
+    d.val = std::make_shared<OffsetSamples>(chain, kValidationFirstSample, kValidationFirstSample);
+  } else {
+    check_manifest_vocab(cfg.data.path, vocab);
+    d.train = data::open_token_corpus(cfg.data.path, "train", T, vocab);
+    lo.shuffle = true;
+    const std::string val = cfg.data.val_path.empty() ? cfg.data.path : cfg.data.val_path;
+    if (val != cfg.data.path) check_manifest_vocab(val, vocab);
+    try {
+      d.val = data::open_token_corpus(val, "val", T, vocab);
+    } catch (const Error&) {
+      // Without val shards a run that never evaluates is fine; evaluate() says what is missing.
+      if (cfg.train.eval_every > 0 || !cfg.data.val_path.empty()) throw;
+    }
+  }
+  d.train_loader = std::make_unique<data::Loader>(d.train, lo);
+  if (d.val) {
+    data::LoaderOptions vo = lo;
+    vo.accum = 1;
+    vo.shuffle = false;  // the same fixed batches at every evaluation
+    d.val_loader = std::make_unique<data::Loader>(d.val, vo);
+  }
+  return d;
+}
+
+optim::LrSchedule lr_schedule(const config::Config& cfg) {
+  return optim::LrSchedule{cfg.optim.lr, cfg.optim.min_lr, cfg.optim.warmup_steps, cfg.train.max_steps,
+                           to_decay(cfg.optim.schedule)};
+}
+
+optim::AdamWConfig adamw_config(const config::Config& cfg) {
+  return optim::AdamWConfig{cfg.optim.beta1, cfg.optim.beta2, cfg.optim.eps, cfg.optim.weight_decay};
+}
+
+void init_parameters(const config::Config& cfg, const std::vector<model::UnitLayout>& units, FsdpEngine& engine) {
+  if (!cfg.model.init_from.empty()) {
+    const ckpt::SafetensorsFolder folder(cfg.model.init_from);
+    engine.init_shards([&](int u, int64_t begin, const Tensor& shard) {
+      ckpt::load_hf_unit(folder, units[size_t(u)], shard, begin);
+    });
+  } else {
+    engine.init_shards([&](int u, int64_t begin, const Tensor& shard) {
+      model::init_unit(units[size_t(u)], u, uint64_t(cfg.train.seed), cfg.model.init_std, shard, begin);
+    });
+  }
+}
+
+}  // namespace fsdp::train
