@@ -192,10 +192,17 @@ std::vector<std::string> hf_shard_plan(const std::vector<uint64_t>& tensor_bytes
   return names;
 }
 
-void write_hf_llama(const std::string& out_dir, const model::LlamaConfig& cfg,
-                    const std::vector<model::UnitLayout>& units, const std::function<Tensor(int unit)>& full_unit,
-                    const HfExportOptions& opt) {
-  // ---- everything that can be checked before touching the disk ----
+namespace {
+
+// What the export writes besides the weights, resolved and checked before the disk is touched.
+struct ExportPlan {
+  TokenizerFiles tok;
+  std::optional<int64_t> bos, eos;
+};
+
+ExportPlan check_export_request(const std::string& out_dir, const model::LlamaConfig& cfg,
+                                const std::vector<model::UnitLayout>& units,
+                                const std::function<Tensor(int unit)>& full_unit, const HfExportOptions& opt) {
   FSDP_CHECK(!out_dir.empty(), "write_hf_llama: empty output folder name");
   cfg.validate();
   check_units(cfg, units);
@@ -205,22 +212,27 @@ void write_hf_llama(const std::string& out_dir, const model::LlamaConfig& cfg,
   FSDP_CHECK(full_unit != nullptr, "write_hf_llama: no full_unit callback");
   FSDP_CHECK(opt.metadata.count("format") == 0,
              "write_hf_llama: metadata key 'format' is reserved (it is always \"pt\", as transformers expects)");
-  TokenizerFiles tok;
+  ExportPlan plan;
   if (!opt.tokenizer_model.empty()) {
-    tok = read_tokenizer(opt.tokenizer_model);
-    FSDP_CHECK(tok.vocab_size <= cfg.vocab_size,
+    plan.tok = read_tokenizer(opt.tokenizer_model);
+    FSDP_CHECK(plan.tok.vocab_size <= cfg.vocab_size,
                "write_hf_llama: tokenizer {} has {} pieces, more than the model's vocab_size {}",
-               opt.tokenizer_model, tok.vocab_size, cfg.vocab_size);
+               opt.tokenizer_model, plan.tok.vocab_size, cfg.vocab_size);
   }
-  std::optional<int64_t> bos = opt.bos_token_id, eos = opt.eos_token_id;
-  if (!bos && tok.bos_id >= 0) bos = tok.bos_id;
-  if (!eos && tok.eos_id >= 0) eos = tok.eos_id;
-  for (const auto& [what, id] : {std::pair{"bos_token_id", bos}, std::pair{"eos_token_id", eos}}) {
+  plan.bos = opt.bos_token_id;
+  plan.eos = opt.eos_token_id;
+  if (!plan.bos && plan.tok.bos_id >= 0) plan.bos = plan.tok.bos_id;
+  if (!plan.eos && plan.tok.eos_id >= 0) plan.eos = plan.tok.eos_id;
+  for (const auto& [what, id] : {std::pair{"bos_token_id", plan.bos}, std::pair{"eos_token_id", plan.eos}}) {
     FSDP_CHECK(!id || (*id >= 0 && *id < cfg.vocab_size), "write_hf_llama: {} {} is outside the vocabulary [0, {})",
                what, id.value_or(0), cfg.vocab_size);
   }
+  return plan;
+}
 
-  const fs::path out = strip_trailing_slashes(out_dir);
+// Refuses a non-empty or non-folder target (an export never overwrites) and makes its parent;
+// returns the parent, whose entry the final rename changes.
+fs::path prepare_export_parent(const fs::path& out) {
   std::error_code ec;
   if (fs::exists(out, ec)) {
     FSDP_CHECK(fs::is_directory(out, ec), "export folder {} exists and is not a directory", out.string());
@@ -232,8 +244,19 @@ void write_hf_llama(const std::string& out_dir, const model::LlamaConfig& cfg,
   fs::create_directories(parent, ec);
   FSDP_CHECK(!ec && fs::is_directory(parent), "cannot create the parent folder {} of export folder {}: {}",
              parent.string(), out.string(), ec ? ec.message() : "not a directory");
+  return parent;
+}
 
-  // ---- the plan: every tensor's shard, known before the first byte is written ----
+struct WrittenWeights {
+  std::vector<std::string> shard_names;
+  json weight_map = json::object();
+  uint64_t total_size = 0;
+};
+
+// The weights into `dir`: one unit in memory, one shard pending; every tensor's shard is known
+// before the first byte is written.
+WrittenWeights write_weight_shards(const fs::path& dir, const std::vector<model::UnitLayout>& units,
+                                   const std::function<Tensor(int unit)>& full_unit, const HfExportOptions& opt) {
   struct Item {
     int unit;
     const model::ParamSlot* slot;
@@ -246,37 +269,29 @@ void write_hf_llama(const std::string& out_dir, const model::LlamaConfig& cfg,
       bytes.push_back(uint64_t(p.numel) * dtype_size(opt.dtype));
     }
   }
+  WrittenWeights out;
   std::vector<int> shard_of;
-  const std::vector<std::string> shard_names = hf_shard_plan(bytes, opt.max_shard_bytes, &shard_of);
-
-  TmpDirGuard tmp{fs::path(out.string() + ".tmp-" + std::to_string(::getpid()))};
-  fs::remove_all(tmp.path, ec);  // a leftover of this very pid (a crashed earlier run)
-  FSDP_CHECK(::mkdir(tmp.path.c_str(), 0755) == 0, "cannot create {} (to export into {}): {}", tmp.path.string(),
-             out.string(), std::strerror(errno));
+  out.shard_names = hf_shard_plan(bytes, opt.max_shard_bytes, &shard_of);
 
   const char* st_dtype = opt.dtype == DType::F32 ? "F32" : "BF16";
   std::map<std::string, std::string> metadata = opt.metadata;
   metadata["format"] = "pt";
-
-  // ---- the weights: one unit in memory, one shard pending ----
   struct Pending {
     const model::ParamSlot* slot;
     std::string data;
   };
   std::vector<Pending> pending;
   int pending_shard = 0;
-  json weight_map = json::object();
-  uint64_t total_size = 0;
   const auto flush = [&] {
     if (pending.empty()) return;
     std::vector<WriteEntry> entries;
     for (const auto& p : pending) {
       entries.push_back({p.slot->hf_name, st_dtype, std::vector<int64_t>(p.slot->shape.begin(), p.slot->shape.end()),
                          p.data.data(), p.data.size()});
-      weight_map[p.slot->hf_name] = shard_names[size_t(pending_shard)];
-      total_size += p.data.size();
+      out.weight_map[p.slot->hf_name] = out.shard_names[size_t(pending_shard)];
+      out.total_size += p.data.size();
     }
-    write_safetensors((tmp.path / shard_names[size_t(pending_shard)]).string(), entries, metadata);
+    write_safetensors((dir / out.shard_names[size_t(pending_shard)]).string(), entries, metadata);
     pending.clear();
   };
   size_t next = 0;
@@ -299,17 +314,35 @@ void write_hf_llama(const std::string& out_dir, const model::LlamaConfig& cfg,
     }
   }
   flush();
+  return out;
+}
+
+}  // namespace
+
+void write_hf_llama(const std::string& out_dir, const model::LlamaConfig& cfg,
+                    const std::vector<model::UnitLayout>& units, const std::function<Tensor(int unit)>& full_unit,
+                    const HfExportOptions& opt) {
+  const ExportPlan plan = check_export_request(out_dir, cfg, units, full_unit, opt);
+  const fs::path out = strip_trailing_slashes(out_dir);
+  const fs::path parent = prepare_export_parent(out);
+
+  std::error_code ec;
+  TmpDirGuard tmp{fs::path(out.string() + ".tmp-" + std::to_string(::getpid()))};
+  fs::remove_all(tmp.path, ec);  // a leftover of this very pid (a crashed earlier run)
+  FSDP_CHECK(::mkdir(tmp.path.c_str(), 0755) == 0, "cannot create {} (to export into {}): {}", tmp.path.string(),
+             out.string(), std::strerror(errno));
+  const WrittenWeights weights = write_weight_shards(tmp.path, units, full_unit, opt);
 
   // ---- the JSON files, then the tokenizer ----
   const char* torch_dtype = opt.dtype == DType::F32 ? "float32" : "bfloat16";
-  write_file_synced(tmp.path / "config.json", config_json(cfg, torch_dtype, bos, eos).dump(2) + "\n");
-  if (shard_names.size() > 1) {
-    const json index = {{"metadata", {{"total_size", total_size}}}, {"weight_map", weight_map}};
+  write_file_synced(tmp.path / "config.json", config_json(cfg, torch_dtype, plan.bos, plan.eos).dump(2) + "\n");
+  if (weights.shard_names.size() > 1) {
+    const json index = {{"metadata", {{"total_size", weights.total_size}}}, {"weight_map", weights.weight_map}};
     write_file_synced(tmp.path / "model.safetensors.index.json", index.dump(2) + "\n");
   }
   if (!opt.tokenizer_model.empty()) {
-    write_file_synced(tmp.path / "tokenizer.model", tok.bytes);
-    write_file_synced(tmp.path / "tokenizer_config.json", tokenizer_config(tok, cfg).dump(2) + "\n");
+    write_file_synced(tmp.path / "tokenizer.model", plan.tok.bytes);
+    write_file_synced(tmp.path / "tokenizer_config.json", tokenizer_config(plan.tok, cfg).dump(2) + "\n");
   }
   fsync_dir(tmp.path);
 
