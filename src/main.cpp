@@ -87,8 +87,7 @@ void print_command_help(const std::string& command) {
     std::printf("Evaluates the model (model.init_from, or the seeded initialisation) on eval.batches\n"
                 "validation batches; the last line of output is `eval_loss <value>`.\n\n");
   }
-  std::printf("Config keys (YAML sections; any key can be overridden with --set section.key=value):\n\n%s",
-              fsdp::config::describe_keys().c_str());
+  std::printf("%s", fsdp::config::describe_keys().c_str());  // its own "Config keys" header
 }
 
 fsdp::config::Config load(const Args& a) {

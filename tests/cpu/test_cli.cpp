@@ -47,6 +47,9 @@ TEST(Cli, VersionAndHelp) {
   EXPECT_EQ(h.code, 0);
   EXPECT_NE(h.out.find("train.max_steps"), std::string::npos) << h.out;
   EXPECT_NE(h.out.find("checkpoint.resume"), std::string::npos);
+  const size_t header = h.out.find("Config keys");
+  ASSERT_NE(header, std::string::npos) << h.out;
+  EXPECT_EQ(h.out.find("Config keys", header + 1), std::string::npos) << "the keys' header printed twice:\n" << h.out;
   EXPECT_EQ(run("eval --help").code, 0);
   EXPECT_EQ(run("").code, 2);
   EXPECT_EQ(run("fly").code, 2);
