@@ -49,6 +49,65 @@ constexpr int64_t fwd_smem_elems(int tile, int64_t D) { return 3 * tile * (D + 1
 constexpr int64_t bwd_smem_elems(int tile, int64_t D) { return 4 * tile * (D + 1) + 2 * tile * (tile + 1) + 2 * tile; }
 
 // ---- forward ----------------------------------------------------------------------------
+// s[i][j] += Q row (ty + kSide i) . K row (tx + kSide j), summed over d in order.
+template <typename A, int kR>
+__device__ __forceinline__ void add_score_block(const A* sQ, const A* sK, int ld, int D, int ty, int tx,
+                                                A (&s)[kR][kR]) {
+  for (int d = 0; d < D; ++d) {
+    A qv[kR], kv[kR];
+    for (int i = 0; i < kR; ++i) qv[i] = sQ[(ty + kSide * i) * ld + d];
+    for (int j = 0; j < kR; ++j) kv[j] = sK[(tx + kSide * j) * ld + d];
+    for (int i = 0; i < kR; ++i)
+      for (int j = 0; j < kR; ++j) s[i][j] += qv[i] * kv[j];
+  }
+}
+
+// One online-softmax step of a score row, by this lane's kRowCols columns of it (the row's
+// kRowLanes lanes are consecutive): the scores become P = exp(S - m'), rowsum P is folded
+// into l, and the factor exp(m - m') that the row of O must be rescaled by is returned.
+template <typename A, int kRowLanes, int kRowCols>
+__device__ __forceinline__ A online_softmax_step(A* row, A& m, A& l) {
+  A tmax = -INFINITY;
+  for (int c = 0; c < kRowCols; ++c) tmax = row[c] > tmax ? row[c] : tmax;
+  for (int off = kRowLanes / 2; off > 0; off >>= 1) {
+    const A other = __shfl_xor_sync(kFullMask, tmax, off);
+    tmax = other > tmax ? other : tmax;
+  }
+  const A m_new = tmax > m ? tmax : m;  // finite: key 0 is in the first tile
+  const A alpha = exp_of(m - m_new);
+  A sum = A(0);
+  for (int c = 0; c < kRowCols; ++c) {
+    const A p = exp_of(row[c] - m_new);
+    row[c] = p;
+    sum += p;
+  }
+  for (int off = kRowLanes / 2; off > 0; off >>= 1) sum += __shfl_xor_sync(kFullMask, sum, off);
+  l = l * alpha + sum;
+  m = m_new;
+  return alpha;
+}
+
+// o = o * alpha(row) + P V over the tile's rows_k keys (P is 0 past them: skipped).
+template <typename A, int kR, int kDPT>
+__device__ __forceinline__ void rescale_add_pv(const A* sS, int lds, const A* sV, int ld, const A* sRow,
+                                               int64_t rows_k, int D, int ty, int tx, A (&o)[kR][kDPT]) {
+  for (int i = 0; i < kR; ++i) {
+    const A alpha = sRow[ty + kSide * i];
+    for (int c = 0; c < kDPT; ++c) o[i][c] *= alpha;
+  }
+  for (int c = 0; c < rows_k; ++c) {
+    A pv[kR];
+    for (int i = 0; i < kR; ++i) pv[i] = sS[(ty + kSide * i) * lds + c];
+    for (int dc = 0; dc < kDPT; ++dc) {
+      const int d = tx + kSide * dc;
+      if (d < D) {
+        const A vv = sV[c * ld + d];
+        for (int i = 0; i < kR; ++i) o[i][dc] += pv[i] * vv;
+      }
+    }
+  }
+}
+
 template <typename T, int kTile, int kDPT>
 __global__ void __launch_bounds__(kThreads) attention_fwd_kernel(AttentionFwdArgs a) {
   using A = Acc<T>;
@@ -84,13 +143,7 @@ __global__ void __launch_bounds__(kThreads) attention_fwd_kernel(AttentionFwdArg
     __syncthreads();
 
     A s[kR][kR] = {};
-    for (int d = 0; d < D; ++d) {
-      A qv[kR], kv[kR];
-      for (int i = 0; i < kR; ++i) qv[i] = sQ[(ty + kSide * i) * ld + d];
-      for (int j = 0; j < kR; ++j) kv[j] = sK[(tx + kSide * j) * ld + d];
-      for (int i = 0; i < kR; ++i)
-        for (int j = 0; j < kR; ++j) s[i][j] += qv[i] * kv[j];
-    }
+    add_score_block<A, kR>(sQ, sK, ld, D, ty, tx, s);
     for (int i = 0; i < kR; ++i)
       for (int j = 0; j < kR; ++j) {
         const int r = ty + kSide * i, c = tx + kSide * j;
@@ -100,44 +153,11 @@ __global__ void __launch_bounds__(kThreads) attention_fwd_kernel(AttentionFwdArg
       }
     __syncthreads();
 
-    {
-      A* row = sS + sr * lds + sp * kRowCols;
-      A tmax = -INFINITY;
-      for (int c = 0; c < kRowCols; ++c) tmax = row[c] > tmax ? row[c] : tmax;
-      for (int off = kRowLanes / 2; off > 0; off >>= 1) {
-        const A other = __shfl_xor_sync(kFullMask, tmax, off);
-        tmax = other > tmax ? other : tmax;
-      }
-      const A m_new = tmax > m ? tmax : m;  // finite: key 0 is in the first tile
-      const A alpha = exp_of(m - m_new);
-      A sum = A(0);
-      for (int c = 0; c < kRowCols; ++c) {
-        const A p = exp_of(row[c] - m_new);
-        row[c] = p;
-        sum += p;
-      }
-      for (int off = kRowLanes / 2; off > 0; off >>= 1) sum += __shfl_xor_sync(kFullMask, sum, off);
-      l = l * alpha + sum;
-      m = m_new;
-      if (sp == 0) sRow[sr] = alpha;
-    }
+    const A alpha = online_softmax_step<A, kRowLanes, kRowCols>(sS + sr * lds + sp * kRowCols, m, l);
+    if (sp == 0) sRow[sr] = alpha;
     __syncthreads();
 
-    for (int i = 0; i < kR; ++i) {
-      const A alpha = sRow[ty + kSide * i];
-      for (int c = 0; c < kDPT; ++c) o[i][c] *= alpha;
-    }
-    for (int c = 0; c < rows_k; ++c) {  // P is 0 past rows_k: those keys are skipped
-      A pv[kR];
-      for (int i = 0; i < kR; ++i) pv[i] = sS[(ty + kSide * i) * lds + c];
-      for (int dc = 0; dc < kDPT; ++dc) {
-        const int d = tx + kSide * dc;
-        if (d < D) {
-          const A vv = sV[c * ld + d];
-          for (int i = 0; i < kR; ++i) o[i][dc] += pv[i] * vv;
-        }
-      }
-    }
+    rescale_add_pv<A, kR, kDPT>(sS, lds, sV, ld, sRow, rows_k, D, ty, tx, o);
     __syncthreads();
   }
 

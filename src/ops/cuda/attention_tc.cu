@@ -95,13 +95,74 @@ struct TcFwdSmem {
                           bytes = row + tc_round(kTcTile * 4) + 32;  // + 32: aligning the base
 };
 
+// sS = scale Q K^T, its 16 x 16 tiles taken by the warps in turn; K^T is K's rows read as a
+// column-major matrix_b.
+template <int kD, typename M>
+__device__ __forceinline__ void tc_scores(float* sS, const M* sQ, const M* sK, int ldh, float scale, int warp) {
+  constexpr int kDSub = kD / 16;
+  for (int t = warp; t < kTcSub * kTcSub; t += kTcWarps) {
+    const int tr = t / kTcSub, tc = t % kTcSub;
+    FragAcc acc;
+    wmma::fill_fragment(acc, 0.0f);
+    mma_k<wmma::row_major, wmma::col_major>(acc, sQ + tr * 16 * ldh, ldh, 16, sK + tc * 16 * ldh, ldh, 16, kDSub);
+    for (int i = 0; i < acc.num_elements; ++i) acc.x[i] *= scale;  // every element alike: layout-free
+    wmma::store_matrix_sync(sS + tr * 16 * kTcLdS + tc * 16, acc, kTcLdS, wmma::mem_row_major);
+  }
+}
+
+// Row sr of the key tile at j0, by this lane (sp) of its kRowLanes: mask, running max and
+// sum, O's row rescaled. P is rounded to 16 bits as the PV operand; l sums the float values,
+// so lse keeps float accuracy for the backward.
+template <typename T, int kD>
+__device__ __forceinline__ void tc_softmax_row(const float* sS, typename MmaElem<T>::type* sP, float* sO, int ldo,
+                                               int sr, int sp, int64_t j0, int64_t last_key, int64_t rows_k,
+                                               float& m, float& l) {
+  constexpr int kRowLanes = kThreads / kTcTile, kRowCols = kTcTile / kRowLanes;
+  const float* row = sS + sr * kTcLdS;
+  float tmax = -INFINITY;
+  for (int c = sp * kRowCols; c < (sp + 1) * kRowCols; ++c)
+    if (j0 + c <= last_key && c < rows_k) tmax = row[c] > tmax ? row[c] : tmax;
+  for (int off = kRowLanes / 2; off > 0; off >>= 1) {
+    const float other = __shfl_xor_sync(kFullMask, tmax, off);
+    tmax = other > tmax ? other : tmax;
+  }
+  const float m_new = tmax > m ? tmax : m;  // finite: key 0 is in the first tile
+  const float alpha = expf(m - m_new);
+  float sum = 0.0f;
+  for (int c = sp * kRowCols; c < (sp + 1) * kRowCols; ++c) {
+    const float p = j0 + c <= last_key && c < rows_k ? expf(row[c] - m_new) : 0.0f;
+    sP[sr * kTcLdP + c] = MmaElem<T>::round(p);
+    sum += p;
+  }
+  for (int off = kRowLanes / 2; off > 0; off >>= 1) sum += __shfl_xor_sync(kFullMask, sum, off);
+  l = l * alpha + sum;
+  m = m_new;
+  for (int d = sp * (kD / kRowLanes); d < (sp + 1) * (kD / kRowLanes); ++d) sO[sr * ldo + d] *= alpha;
+}
+
+// sO += P V over the key sub-tiles that hold keys (P is 0 past rows_k).
+template <int kD, typename M>
+__device__ __forceinline__ void tc_add_pv(float* sO, int ldo, const M* sP, const M* sV, int ldh, int64_t rows_k,
+                                          int warp) {
+  constexpr int kDSub = kD / 16;
+  const int ksteps = int((rows_k + 15) / 16);
+  for (int t = warp; t < kTcSub * kDSub; t += kTcWarps) {
+    const int tr = t / kDSub, tc = t % kDSub;
+    FragAcc acc;
+    float* o = sO + tr * 16 * ldo + tc * 16;
+    wmma::load_matrix_sync(acc, o, ldo, wmma::mem_row_major);
+    mma_k<wmma::row_major, wmma::row_major>(acc, sP + tr * 16 * kTcLdP, kTcLdP, 16, sV + tc * 16, ldh, 16 * ldh,
+                                            ksteps);
+    wmma::store_matrix_sync(o, acc, ldo, wmma::mem_row_major);
+  }
+}
+
 template <typename T, int kD>
 __global__ void __launch_bounds__(kThreads) attention_fwd_tc_kernel(AttentionFwdArgs a) {
 #if FSDP_ATTENTION_TC
   using M = typename MmaElem<T>::type;
   using L = TcFwdSmem<kD>;
-  constexpr int ldh = L::ldh, ldo = L::ldo, kRowLanes = kThreads / kTcTile, kRowCols = kTcTile / kRowLanes;
-  constexpr int kDSub = kD / 16;
+  constexpr int ldh = L::ldh, ldo = L::ldo, kRowLanes = kThreads / kTcTile;
   FSDP_DYNAMIC_SHARED(unsigned char, raw);
   unsigned char* base = align32(raw);
   M* sQ = reinterpret_cast<M*>(base + L::q);
@@ -130,55 +191,12 @@ __global__ void __launch_bounds__(kThreads) attention_fwd_tc_kernel(AttentionFwd
     load_kv_tiles<T, kTcTile>(a, sK, sV, ldh, b, j0, g, rows_k, kD);
     __syncthreads();
 
-    // S = scale Q K^T; K^T is K's rows read as a column-major matrix_b.
-    for (int t = warp; t < kTcSub * kTcSub; t += kTcWarps) {
-      const int tr = t / kTcSub, tc = t % kTcSub;
-      FragAcc acc;
-      wmma::fill_fragment(acc, 0.0f);
-      mma_k<wmma::row_major, wmma::col_major>(acc, sQ + tr * 16 * ldh, ldh, 16, sK + tc * 16 * ldh, ldh, 16, kDSub);
-      for (int i = 0; i < acc.num_elements; ++i) acc.x[i] *= scale;  // every element alike: layout-free
-      wmma::store_matrix_sync(sS + tr * 16 * kTcLdS + tc * 16, acc, kTcLdS, wmma::mem_row_major);
-    }
+    tc_scores<kD>(sS, sQ, sK, ldh, scale, warp);
     __syncthreads();
-
-    // Row sr: mask, running max and sum, O's row rescaled. P is rounded to 16 bits as the
-    // PV operand; l sums the float values, so lse keeps float accuracy for the backward.
-    {
-      const float* row = sS + sr * kTcLdS;
-      const int64_t last_key = a.q_pos + i0 + sr;  // rows past T see keys <= their position
-      float tmax = -INFINITY;
-      for (int c = sp * kRowCols; c < (sp + 1) * kRowCols; ++c)
-        if (j0 + c <= last_key && c < rows_k) tmax = row[c] > tmax ? row[c] : tmax;
-      for (int off = kRowLanes / 2; off > 0; off >>= 1) {
-        const float other = __shfl_xor_sync(kFullMask, tmax, off);
-        tmax = other > tmax ? other : tmax;
-      }
-      const float m_new = tmax > m ? tmax : m;  // finite: key 0 is in the first tile
-      const float alpha = expf(m - m_new);
-      float sum = 0.0f;
-      for (int c = sp * kRowCols; c < (sp + 1) * kRowCols; ++c) {
-        const float p = j0 + c <= last_key && c < rows_k ? expf(row[c] - m_new) : 0.0f;
-        sP[sr * kTcLdP + c] = MmaElem<T>::round(p);
-        sum += p;
-      }
-      for (int off = kRowLanes / 2; off > 0; off >>= 1) sum += __shfl_xor_sync(kFullMask, sum, off);
-      l = l * alpha + sum;
-      m = m_new;
-      for (int d = sp * (kD / kRowLanes); d < (sp + 1) * (kD / kRowLanes); ++d) sO[sr * ldo + d] *= alpha;
-    }
+    const int64_t last_key = a.q_pos + i0 + sr;  // rows past T see keys <= their position
+    tc_softmax_row<T, kD>(sS, sP, sO, ldo, sr, sp, j0, last_key, rows_k, m, l);
     __syncthreads();
-
-    // O += P V over the key sub-tiles that hold keys (P is 0 past rows_k).
-    const int ksteps = int((rows_k + 15) / 16);
-    for (int t = warp; t < kTcSub * kDSub; t += kTcWarps) {
-      const int tr = t / kDSub, tc = t % kDSub;
-      FragAcc acc;
-      float* o = sO + tr * 16 * ldo + tc * 16;
-      wmma::load_matrix_sync(acc, o, ldo, wmma::mem_row_major);
-      mma_k<wmma::row_major, wmma::row_major>(acc, sP + tr * 16 * kTcLdP, kTcLdP, 16, sV + tc * 16, ldh, 16 * ldh,
-                                              ksteps);
-      wmma::store_matrix_sync(o, acc, ldo, wmma::mem_row_major);
-    }
+    tc_add_pv<kD>(sO, ldo, sP, sV, ldh, rows_k, warp);
     __syncthreads();
   }
 
