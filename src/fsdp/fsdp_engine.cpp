@@ -19,11 +19,10 @@
 #include <cmath>
 
 #include "fsdp/core/nvtx.h"
+#include "fsdp/fsdp/unit_decay.h"
 #include "fsdp/ops/elementwise.h"
 
 namespace fsdp {
-
-using config::ShardingStrategy;
 
 FsdpEngine::FsdpEngine(const std::vector<model::UnitLayout>& units, dist::ProcessGroups& groups,
                        const FsdpOptions& options)
@@ -53,7 +52,7 @@ FsdpEngine::FsdpEngine(const std::vector<model::UnitLayout>& units, dist::Proces
     x.numel = layouts_[u].numel;
     x.shard_range = ::fsdp::shard_range(x.numel, n, shard_.rank());
     x.padded = x.shard_range.size * n;
-    x.segments = optim::decay_segments(layouts_[u]);
+    x.segments = decay_segments(layouts_[u]);
     const int64_t s = x.shard_range.size;
     x.master = Tensor::zeros({s}, DType::F32, dev);
     x.grad = grad_flat_.narrow(0, grad_offset, s);

@@ -4,18 +4,6 @@
 
 namespace fsdp::optim {
 
-std::vector<DecaySegment> decay_segments(const model::UnitLayout& unit) {
-  std::vector<DecaySegment> out;
-  for (const auto& p : unit.params) {
-    if (!out.empty() && out.back().decay == p.weight_decay && out.back().end == p.offset) {
-      out.back().end = p.offset + p.numel;
-    } else {
-      out.push_back({p.offset, p.offset + p.numel, p.weight_decay});
-    }
-  }
-  return out;
-}
-
 void adamw_step_range(const std::vector<DecaySegment>& segments, int64_t begin, const Tensor& param,
                       const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq, const AdamWConfig& cfg,
                       double lr, int64_t step, double grad_scale) {

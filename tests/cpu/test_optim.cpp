@@ -6,6 +6,8 @@
 #include <cstring>
 #include <numbers>
 
+#include "fsdp/fsdp/unit_decay.h"
+#include "fsdp/model/param_units.h"
 #include "fsdp/optim/loss_scaler.h"
 #include "fsdp/optim/lr_schedule.h"
 #include "fsdp/optim/optimizer.h"
@@ -52,7 +54,7 @@ TEST(GradClip, FactorMatchesTorchClipGradNorm) {
 TEST(DecaySegments, NormsDoNotDecayAndRunsMerge) {
   model::LlamaConfig c = model::llama_preset("tiny");
   const auto units = model::llama_units(c);
-  const auto seg = optim::decay_segments(units[1]);
+  const auto seg = decay_segments(units[1]);
   ASSERT_EQ(seg.size(), 2u);  // seven matrices, then the two norm weights
   EXPECT_TRUE(seg[0].decay);
   EXPECT_FALSE(seg[1].decay);
@@ -66,7 +68,7 @@ TEST(AdamWRange, ShardedStepsEqualTheWholeStep) {
   model::LlamaConfig c = model::llama_preset("tiny");
   c.num_layers = 1;
   const auto unit = model::llama_units(c)[1];
-  const auto seg = optim::decay_segments(unit);
+  const auto seg = decay_segments(unit);
   const int64_t n = unit.numel;
   Tensor p1 = test::random_tensor({n}, DType::F32, 1), g = test::random_tensor({n}, DType::F32, 2);
   Tensor m1 = Tensor::zeros({n}, DType::F32), v1 = Tensor::zeros({n}, DType::F32);

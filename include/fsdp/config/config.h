@@ -24,6 +24,7 @@
 
 #include "fsdp/core/dtype.h"
 #include "fsdp/core/error.h"
+#include "fsdp/fsdp/sharding_strategy.h"
 
 namespace YAML {
 class Node;
@@ -40,7 +41,8 @@ class ConfigError : public fsdp::Error {
 // the config accepts F32 ("float32") and BF16 ("bfloat16").
 enum class DataSource { Synthetic, Shards };
 enum class LrSchedule { Cosine, Linear, Constant };
-enum class ShardingStrategy { FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD };
+// The engine's enum (fsdp/fsdp/sharding_strategy.h); the config spells it in YAML.
+using ShardingStrategy = fsdp::ShardingStrategy;
 
 std::string_view to_string(DataSource v);        // "synthetic", "shards"
 std::string_view to_string(LrSchedule v);        // "cosine", "linear", "constant"

@@ -36,9 +36,9 @@
 #include <string>
 #include <vector>
 
-#include "fsdp/config/config.h"
 #include "fsdp/dist/communicator.h"
 #include "fsdp/fsdp/shard_math.h"
+#include "fsdp/fsdp/sharding_strategy.h"
 #include "fsdp/model/param_provider.h"
 #include "fsdp/model/param_units.h"
 #include "fsdp/optim/optimizer.h"
@@ -46,7 +46,7 @@
 namespace fsdp {
 
 struct FsdpOptions {
-  config::ShardingStrategy strategy = config::ShardingStrategy::FULL_SHARD;
+  ShardingStrategy strategy = ShardingStrategy::FULL_SHARD;
   DType param_dtype = DType::F32;   // all-gather dtype
   DType reduce_dtype = DType::F32;  // reduce-scatter dtype
   int prefetch_limit = 2;           // gathered units alive ahead of the one computing

@@ -1,14 +1,14 @@
 // AdamW over flat parameter buffers (or FSDP shards of them) and global grad-norm
 // clipping. The optimizer sees only contiguous ranges [begin, end) of a unit's flat
-// buffer; which elements decay comes from the unit layout, so a rank stepping its shard
-// applies exactly the decay a single process would.
+// buffer; which elements decay comes as segments of the whole unit (built from the model's
+// layout by fsdp/fsdp/unit_decay.h), so a rank stepping its shard applies exactly the
+// decay a single process would.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
 #include "fsdp/core/tensor.h"
-#include "fsdp/model/param_units.h"
 #include "fsdp/ops/adamw.h"
 
 namespace fsdp::optim {
@@ -17,9 +17,6 @@ struct DecaySegment {
   int64_t begin = 0, end = 0;  // element range in the unit's flat buffer
   bool decay = true;
 };
-
-// Maximal runs of parameters that share a decay flag, in flat-buffer order.
-std::vector<DecaySegment> decay_segments(const model::UnitLayout& unit);
 
 struct AdamWConfig {
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.0;
