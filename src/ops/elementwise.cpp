@@ -3,7 +3,6 @@
 // parameter buffers), which lets every backend treat them as 1-D runs.
 #include "fsdp/ops/elementwise.h"
 
-#include <cmath>
 
 #include "op_checks.h"
 
@@ -11,8 +10,6 @@ namespace fsdp {
 
 FSDP_DEFINE_DISPATCH(add_stub);
 FSDP_DEFINE_DISPATCH(scale_stub);
-FSDP_DEFINE_DISPATCH(fill_stub);
-FSDP_DEFINE_DISPATCH(cast_stub);
 FSDP_DEFINE_DISPATCH(sum_squares_stub);
 
 namespace {
@@ -48,8 +45,7 @@ void scale_(const Tensor& x, double alpha) {
 void fill_(const Tensor& x, double value) {
   check_defined(x, "x");
   check_contiguous(x, "x");
-  FSDP_CHECK(is_floating(x.dtype()) || std::isfinite(value), "cannot fill integer tensor {} with {}", x.str(),
-             value);
+  check_fill_value(x, value);
   fill_stub(x.device(), x, value);
 }
 

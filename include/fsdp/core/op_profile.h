@@ -1,5 +1,5 @@
 // A per-op profiler behind op dispatch: every op call made through a stub
-// (DispatchStub::operator(), fsdp/ops/dispatch.h) is counted and timed by op name (the
+// (DispatchStub::operator(), fsdp/core/dispatch.h) is counted and timed by op name (the
 // stub's name without "_stub": "matmul", "rmsnorm_forward", ...), so a training step can be
 // read op by op against its roofline (bench/gpu_step_bench.cpp, bench/README.md).
 //

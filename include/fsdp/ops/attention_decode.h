@@ -16,7 +16,7 @@
 #include <cstdint>
 
 #include "fsdp/core/tensor.h"
-#include "fsdp/ops/dispatch.h"
+#include "fsdp/core/dispatch.h"
 
 namespace fsdp {
 

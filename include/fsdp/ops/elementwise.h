@@ -9,8 +9,9 @@
 // Tensors are contiguous unless stated otherwise.
 #pragma once
 
+#include "fsdp/core/device_kernels.h"  // fill_stub, cast_stub: core declares them
+#include "fsdp/core/dispatch.h"
 #include "fsdp/core/tensor.h"
-#include "fsdp/ops/dispatch.h"
 
 namespace fsdp {
 
@@ -22,12 +23,9 @@ double sum_squares(const Tensor& x);
 
 using add_fn = void (*)(const Tensor&, const Tensor&, const Tensor&);
 using scale_fn = void (*)(const Tensor&, double);
-using cast_fn = void (*)(const Tensor&, const Tensor&);
 using sum_squares_fn = double (*)(const Tensor&);
 FSDP_DECLARE_DISPATCH(add_fn, add_stub);
 FSDP_DECLARE_DISPATCH(scale_fn, scale_stub);
-FSDP_DECLARE_DISPATCH(scale_fn, fill_stub);
-FSDP_DECLARE_DISPATCH(cast_fn, cast_stub);
 FSDP_DECLARE_DISPATCH(sum_squares_fn, sum_squares_stub);
 
 }  // namespace fsdp

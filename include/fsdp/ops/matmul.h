@@ -9,7 +9,7 @@
 #pragma once
 
 #include "fsdp/core/tensor.h"
-#include "fsdp/ops/dispatch.h"
+#include "fsdp/core/dispatch.h"
 
 namespace fsdp {
 

@@ -3,7 +3,8 @@
 // arguments once for every backend and calls stub(device, args...); each backend registers its
 // implementation from a static initialiser in src/ops/<backend>/<op>.cpp. Model code
 // therefore never branches on the device. Stubs are constant-initialised, so registration
-// order across translation units cannot matter.
+// order across translation units cannot matter. It lives in core, not ops, because core
+// declares two stubs of its own (fsdp/core/device_kernels.h) that the op backends fill.
 #pragma once
 
 #include <utility>
