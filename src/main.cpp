@@ -8,13 +8,13 @@
 
 #include "fsdp/config/config.h"
 #include "fsdp/core/error.h"
-#include "fsdp/data/prepare.h"
 #include "fsdp/dist/communicator.h"
 #include "fsdp/train/exit_codes.h"
 #include "fsdp/train/export_main.h"
 #include "fsdp/train/generate_main.h"
 #include "fsdp/train/launch_checks.h"
 #include "fsdp/train/preemption.h"
+#include "fsdp/train/prepare_main.h"
 #include "fsdp/train/trainer.h"
 
 namespace {
@@ -111,7 +111,7 @@ void setup_logging(const fsdp::config::Config& cfg, int rank) {
 
 int main(int argc, char** argv) {
   // prepare has flags of its own (and no config): hand it the rest of the command line.
-  if (argc >= 2 && std::string(argv[1]) == "prepare") return fsdp::data::prepare_main(argc - 1, argv + 1);
+  if (argc >= 2 && std::string(argv[1]) == "prepare") return fsdp::train::prepare_main(argc - 1, argv + 1);
   if (argc >= 2 && std::string(argv[1]) == "generate") return fsdp::train::generate_main(argc - 1, argv + 1);
   if (argc >= 2 && std::string(argv[1]) == "export") return fsdp::train::export_main(argc - 1, argv + 1);
   Args args;

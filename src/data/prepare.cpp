@@ -16,9 +16,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "fsdp/core/cli_args.h"
 #include "fsdp/core/error.h"
 #include "fsdp/data/indexed_dataset.h"
+#include "fsdp/data/shard_manifest.h"
 #include "fsdp/data/text_inputs.h"
 #include "fsdp/data/tokenizer.h"
 
@@ -231,39 +231,6 @@ std::string strip_trailing_slashes(std::string p) {
   return p;
 }
 
-void write_manifest(const fs::path& path, const PrepareOptions& o, const Tokenizer& tok, const PrepareResult& r,
-                    const std::vector<nlohmann::json>& inputs) {
-  using nlohmann::json;
-  auto split = [](const PrepareSplit& s) {
-    return json{{"shards", s.shards}, {"documents", s.documents}, {"tokens", s.tokens}};
-  };
-  std::error_code ec;
-  const fs::path tok_abs = fs::weakly_canonical(fs::absolute(o.tokenizer), ec);
-  const json m = {
-      {"format", "megatron-mmap-v1"},
-      {"tokenizer", {{"path", ec ? o.tokenizer : tok_abs.string()}, {"fnv1a64", tok.content_hash_hex()}}},
-      {"vocab_size", tok.vocab_size()},
-      {"bos_id", tok.bos_id()},
-      {"eos_id", tok.eos_id()},
-      {"dtype", tok.vocab_size() <= 65536 ? "uint16" : "int32"},
-      {"text_field", o.text_field},
-      {"val_fraction", o.val_fraction},
-      {"split_seed", o.split_seed},
-      {"splits", {{"train", split(r.train)}, {"val", split(r.val)}}},
-      {"inputs", inputs},
-      {"jsonl_lines", r.jsonl_lines},
-      {"bad_lines", r.bad_lines},
-  };
-  const fs::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp);
-    out << m.dump(2) << '\n';
-    out.flush();
-    FSDP_CHECK(out.good(), "cannot write '{}'", tmp.string());
-  }
-  fs::rename(tmp, path);
-}
-
 }  // namespace
 
 PrepareResult prepare_corpus(const PrepareOptions& o) {
@@ -360,7 +327,7 @@ PrepareResult prepare_corpus(const PrepareOptions& o) {
              r.val.documents, o.val_fraction);
   train.finish();
   val.finish();
-  write_manifest(tmp.path / "manifest.json", o, tok, r, input_stats);
+  write_shard_manifest(tmp.path / "manifest.json", o, tok, r, input_stats);
 
   // The final rename: an existing (empty, or --overwrite) DIR steps aside first.
   if (fs::exists(out, ec)) {
@@ -374,144 +341,6 @@ PrepareResult prepare_corpus(const PrepareOptions& o) {
   tmp.keep = true;
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
-}
-
-// ---- The command line -------------------------------------------------------------------
-
-const char* prepare_help() {
-  return "usage: fsdp_train prepare --tokenizer MODEL --output DIR [options] INPUT...\n"
-         "\n"
-         "Tokenizes text corpora with a sentencepiece model into Megatron-format token shards\n"
-         "(DIR/train_00000.{bin,idx}, ..., DIR/val_00000.{bin,idx}, ...) and DIR/manifest.json.\n"
-         "\n"
-         "inputs (each optionally compressed: .gz or .zst):\n"
-         "  FILE.txt    plain text; each paragraph is a document: paragraphs are separated by one\n"
-         "              or more blank lines, a paragraph's lines are joined with newlines\n"
-         "  FILE.jsonl  one JSON object per line with the document in a string field (--text-field),\n"
-         "              or already tokenized: an \"input_ids\" array of token ids, taken as is\n"
-         "              (no BOS/EOS added; every id must be below the tokenizer's vocab size)\n"
-         "Text documents get the tokenizer's BOS before and EOS after, where the model has them.\n"
-         "\n"
-         "options:\n"
-         "  --tokenizer MODEL       sentencepiece .model file (required)\n"
-         "  --output DIR            output directory (required); must not exist or be empty\n"
-         "  --val-fraction F        fraction of documents sent to the val split, chosen by a\n"
-         "                          deterministic hash of each document's index (default 0)\n"
-         "  --text-field NAME       JSONL field holding the text (default text)\n"
-         "  --max-bad-fraction F    fail when more than F of all JSONL lines are malformed JSON\n"
-         "                          (default 0.001); fewer are skipped and reported\n"
-         "  --workers N             tokenizer threads (default: every core); the output is the\n"
-         "                          same bytes whatever N\n"
-         "  --overwrite             replace DIR when it exists and is not empty\n"
-         "  --help                  this text\n"
-         "\n"
-         "A shard holds up to ~256 MiB of tokens; documents are never split across shards.\n"
-         "Output is written to DIR.tmp-<pid>/ and renamed to DIR when complete: a failed run\n"
-         "leaves nothing behind. Exit status: 0 done, 1 bad input data or tokenizer, 2 usage error.\n";
-}
-
-namespace {
-
-double parse_double(const std::string& flag, const std::string& v) {
-  try {
-    size_t used = 0;
-    const double d = std::stod(v, &used);
-    if (used == v.size()) return d;
-  } catch (const std::exception&) {
-  }
-  throw UsageError{flag + " needs a number, not '" + v + "'"};
-}
-
-PrepareOptions parse_prepare_args(int argc, char** argv, bool& help) {
-  PrepareOptions o;
-  ArgCursor args(argc, argv);
-  while (args.next()) {
-    const std::string& arg = args.arg();
-    auto value = [&] { return args.value(); };
-    if (arg == "--help" || arg == "-h") {
-      help = true;
-    } else if (arg == "--tokenizer") {
-      o.tokenizer = value();
-    } else if (arg == "--output") {
-      o.output = value();
-    } else if (arg == "--val-fraction") {
-      o.val_fraction = parse_double(arg, value());
-    } else if (arg == "--text-field") {
-      o.text_field = value();
-    } else if (arg == "--max-bad-fraction") {
-      o.max_bad_fraction = parse_double(arg, value());
-    } else if (arg == "--workers") {
-      const double w = parse_double(arg, value());
-      if (w < 1 || w != double(int(w))) throw UsageError{"--workers needs a whole number >= 1"};
-      o.workers = int(w);
-    } else if (arg == "--overwrite" && !args.has_inline_value()) {
-      o.overwrite = true;
-    } else if (arg.starts_with("-") && arg != "-") {
-      throw UsageError{"unknown option '" + arg + "'"};
-    } else {
-      o.inputs.push_back(arg);
-    }
-  }
-  if (help) return o;
-  if (o.tokenizer.empty()) throw UsageError{"--tokenizer MODEL is required"};
-  if (o.output.empty()) throw UsageError{"--output DIR is required"};
-  if (o.inputs.empty()) throw UsageError{"no input files given"};
-  if (!(o.val_fraction >= 0 && o.val_fraction < 1)) throw UsageError{"--val-fraction must be in [0, 1)"};
-  if (!(o.max_bad_fraction >= 0 && o.max_bad_fraction <= 1)) throw UsageError{"--max-bad-fraction must be in [0, 1]"};
-  return o;
-}
-
-}  // namespace
-
-std::optional<ShardManifest> read_shard_manifest(const std::string& dir) {
-  const auto path = std::filesystem::path(dir) / "manifest.json";
-  if (!std::filesystem::exists(path)) return std::nullopt;
-  std::ifstream in(path);
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    FSDP_FAIL("{}: not valid JSON: {}", path.string(), e.what());
-  }
-  ShardManifest m;
-  if (j.contains("vocab_size")) m.vocab_size = j["vocab_size"].get<int64_t>();
-  if (j.contains("tokenizer") && j["tokenizer"].contains("path")) m.tokenizer_path = j["tokenizer"]["path"].get<std::string>();
-  return m;
-}
-
-int prepare_main(int argc, char** argv) {
-  bool help = false;
-  PrepareOptions o;
-  try {
-    o = parse_prepare_args(argc, argv, help);
-  } catch (const UsageError& e) {
-    std::fprintf(stderr, "fsdp_train prepare: %s (see fsdp_train prepare --help)\n", e.message.c_str());
-    return 2;
-  }
-  if (help) {
-    std::fputs(prepare_help(), stdout);
-    return 0;
-  }
-  try {
-    const PrepareResult r = prepare_corpus(o);
-    const double mb = double(r.input_bytes) / 1e6;
-    const int64_t tokens = r.train.tokens + r.val.tokens;
-    std::printf("prepared %s: %zu input(s), %.1f MB of text in %.2f s (%.2f MB/s, %.0f tokens/s)\n", r.output.c_str(),
-                o.inputs.size(), mb, r.seconds, mb / std::max(r.seconds, 1e-9), double(tokens) / std::max(r.seconds, 1e-9));
-    std::printf("  train: %lld documents, %lld tokens, %zu shard(s)\n", (long long)r.train.documents,
-                (long long)r.train.tokens, r.train.shards.size());
-    std::printf("  val:   %lld documents, %lld tokens, %zu shard(s)\n", (long long)r.val.documents,
-                (long long)r.val.tokens, r.val.shards.size());
-    if (r.bad_lines > 0) {
-      std::printf("  skipped %lld malformed JSONL line(s) of %lld; the first:\n", (long long)r.bad_lines,
-                  (long long)r.jsonl_lines);
-      for (const std::string& e : r.bad_examples) std::printf("    %s\n", e.c_str());
-    }
-    return 0;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "fsdp_train prepare: error: %s\n", e.what());
-    return 1;
-  }
 }
 
 }  // namespace fsdp::data

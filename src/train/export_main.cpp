@@ -11,7 +11,7 @@
 #include "fsdp/config/config.h"
 #include "fsdp/core/cli_args.h"
 #include "fsdp/core/error.h"
-#include "fsdp/data/prepare.h"
+#include "fsdp/data/shard_manifest.h"
 #include "fsdp/model/param_units.h"
 #include "fsdp/train/exit_codes.h"
 

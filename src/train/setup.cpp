@@ -6,7 +6,7 @@
 
 #include "fsdp/ckpt/hf_import.h"
 #include "fsdp/ckpt/safetensors.h"
-#include "fsdp/data/prepare.h"
+#include "fsdp/data/shard_manifest.h"
 #include "fsdp/data/synthetic_samples.h"
 #include "fsdp/model/param_init.h"
 #if defined(FSDP_WITH_CUDA)

@@ -18,6 +18,7 @@
 #include "fsdp/data/indexed_dataset.h"
 #include "fsdp/data/loader.h"
 #include "fsdp/data/prepare.h"
+#include "fsdp/train/prepare_main.h"
 #include "fsdp/data/tokenizer.h"
 #include "test_util.h"
 
@@ -324,7 +325,7 @@ TEST_F(Prepare, CommandLine) {
   auto run = [](std::vector<std::string> args) {
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
-    return fsdp::data::prepare_main(int(argv.size()), argv.data());
+    return fsdp::train::prepare_main(int(argv.size()), argv.data());
   };
   write_bytes(root / "cli.jsonl", jsonl_of(paras));
   testing::internal::CaptureStdout();

@@ -16,7 +16,6 @@
 #pragma once
 
 #include <cstdint>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -55,22 +54,5 @@ struct PrepareResult {
 // Throws fsdp::Error (one message naming the file and line where there is one) on bad
 // input; nothing is left under options.output then.
 PrepareResult prepare_corpus(const PrepareOptions& options);
-
-// What the manifest.json `prepare` writes beside its shards tells a reader: the tokenizer's
-// vocabulary size and the tokenizer's path (absolute when prepare could resolve it).
-struct ShardManifest {
-  std::optional<int64_t> vocab_size;
-  std::string tokenizer_path;  // "" when not recorded
-};
-// Reads <dir>/manifest.json; nullopt when there is none (shards from Megatron-LM or NeMo
-// carry none). A manifest that is not valid JSON throws fsdp::Error naming it.
-std::optional<ShardManifest> read_shard_manifest(const std::string& dir);
-
-// The `prepare` subcommand: argv[0] is the command name, flags follow. Prints --help or a
-// summary; returns 0 on success, 2 for a usage error, 1 when the data or tokenizer is bad.
-int prepare_main(int argc, char** argv);
-
-// The text `prepare --help` prints.
-const char* prepare_help();
 
 }  // namespace fsdp::data

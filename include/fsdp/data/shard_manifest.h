@@ -1,0 +1,35 @@
+// The manifest.json that `prepare` writes beside its shards, written and read side by side:
+// prepare writes it, the trainer and `export` read back what they need.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "fsdp/data/prepare.h"
+
+namespace fsdp::data {
+
+class Tokenizer;
+
+// Writes the manifest of a finished prepare run to `path` (through path.tmp and a rename):
+// the tokenizer, its vocabulary and special ids, the split, the shards of each split, the
+// per-input statistics `inputs` and the JSONL line counts.
+void write_shard_manifest(const std::filesystem::path& path, const PrepareOptions& o, const Tokenizer& tok,
+                          const PrepareResult& r, const std::vector<nlohmann::json>& inputs);
+
+// What the manifest.json `prepare` writes beside its shards tells a reader: the tokenizer's
+// vocabulary size and the tokenizer's path (absolute when prepare could resolve it).
+struct ShardManifest {
+  std::optional<int64_t> vocab_size;
+  std::string tokenizer_path;  // "" when not recorded
+};
+// Reads <dir>/manifest.json; nullopt when there is none (shards from Megatron-LM or NeMo
+// carry none). A manifest that is not valid JSON throws fsdp::Error naming it.
+std::optional<ShardManifest> read_shard_manifest(const std::string& dir);
+
+}  // namespace fsdp::data
