@@ -16,8 +16,9 @@ foreach(cu IN LISTS FSDP_CUDA_SOURCES)
   endif()
 endforeach()
 
-target_link_libraries(fsdp_lib PUBLIC fsdp_cuda_emu)
-target_compile_definitions(fsdp_lib PUBLIC FSDP_WITH_CUDA=1 FSDP_CUDA_EMULATION=1)
+# On core, PUBLIC: every module above it compiles against the stand-in headers too.
+target_link_libraries(fsdp_core_lib PUBLIC fsdp_cuda_emu)
+target_compile_definitions(fsdp_core_lib PUBLIC FSDP_WITH_CUDA=1 FSDP_CUDA_EMULATION=1)
 # The CUDA tests link all of fsdp_lib built this way: the trainer, the FSDP engine and the
 # checkpointer run on the emulated device too (tests/cuda_mpi/test_fsdp_cuda.cpp).
 
@@ -28,8 +29,8 @@ target_compile_definitions(fsdp_lib PUBLIC FSDP_WITH_CUDA=1 FSDP_CUDA_EMULATION=
 add_library(fsdp_cuda_emu_nccl STATIC ${PROJECT_SOURCE_DIR}/src/cuda_emu/nccl/nccl.cpp)
 target_compile_options(fsdp_cuda_emu_nccl PRIVATE -Wall -Wextra)
 target_link_libraries(fsdp_cuda_emu_nccl PUBLIC fsdp_cuda_emu MPI::MPI_CXX)
-target_link_libraries(fsdp_lib PUBLIC fsdp_cuda_emu_nccl)
-target_compile_definitions(fsdp_lib PUBLIC FSDP_WITH_NCCL=1)
+target_link_libraries(fsdp_dist_lib PRIVATE fsdp_cuda_emu_nccl)
+target_compile_definitions(fsdp_dist_lib PUBLIC FSDP_WITH_NCCL=1)
 
 # ---- NCCL over MPI (issue 7): end -----------------------------------------------------
 
