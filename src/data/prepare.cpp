@@ -233,37 +233,67 @@ std::string strip_trailing_slashes(std::string p) {
 
 }  // namespace
 
-PrepareResult prepare_corpus(const PrepareOptions& o) {
-  const auto t0 = std::chrono::steady_clock::now();
-  validate(o);
-  const Tokenizer tok(o.tokenizer);
+namespace {
 
-  PrepareResult r;
-  const fs::path out = strip_trailing_slashes(o.output);
-  r.output = out.string();
+// Refuses an output that is a file, or a non-empty folder without --overwrite.
+void check_output(const fs::path& out, bool overwrite) {
   std::error_code ec;
   if (fs::exists(out, ec)) {
     FSDP_CHECK(fs::is_directory(out, ec), "output '{}' exists and is not a directory", out.string());
-    FSDP_CHECK(o.overwrite || fs::is_empty(out, ec), "output '{}' exists and is not empty; --overwrite replaces it",
+    FSDP_CHECK(overwrite || fs::is_empty(out, ec), "output '{}' exists and is not empty; --overwrite replaces it",
                out.string());
   }
-  if (out.has_parent_path()) fs::create_directories(out.parent_path());
-  TmpDirGuard tmp{fs::path(out.string() + ".tmp-" + std::to_string(::getpid()))};
-  fs::remove_all(tmp.path, ec);
-  fs::create_directory(tmp.path);
+}
 
-  const int workers = o.workers > 0 ? o.workers : int(std::max(1u, std::thread::hardware_concurrency()));
-  const int64_t token_bytes = tok.vocab_size() <= 65536 ? 2 : 4;
-  const int64_t shard_tokens = o.shard_tokens > 0 ? o.shard_tokens : kShardBytes / token_bytes;
-  SplitWriter train("train", tmp.path, tok.vocab_size(), shard_tokens, r.train);
-  SplitWriter val("val", tmp.path, tok.vocab_size(), shard_tokens, r.val);
-
+// The two splits' shard writers and what the pass over the inputs counts.
+struct CorpusPass {
+  const PrepareOptions& o;
+  PrepareResult& r;
+  SplitWriter& train;
+  SplitWriter& val;
   std::vector<nlohmann::json> input_stats;
   int64_t doc_index = 0, input_docs = 0, input_tokens = 0, input_bad = 0;
-  std::vector<DocResult> results;
-  {
+
+  // One tokenized batch, in input order: the first fatal error, the bad-line examples and
+  // the split of every document are the same whatever the worker count.
+  void tally(const Batch& batch, const std::string& path, InputFormat format, std::vector<DocResult>& results) {
+    for (size_t i = 0; i < results.size(); ++i) {
+      DocResult& d = results[i];
+      const int64_t line = batch.docs[i].line;
+      if (format == InputFormat::kJsonl) r.jsonl_lines += 1;
+      switch (d.kind) {
+        case DocResult::Kind::kInvalid:
+          FSDP_FAIL("{}:{}: {}", path, line, d.error);
+        case DocResult::Kind::kMalformed:
+          r.bad_lines += 1;
+          input_bad += 1;
+          if (int(r.bad_examples.size()) < kBadExamples) r.bad_examples.push_back(fmt::format("{}:{}: {}", path, line, d.error));
+          break;
+        case DocResult::Kind::kEmpty:
+          break;
+        case DocResult::Kind::kDocument:
+          (split_draw(o.split_seed, doc_index) < o.val_fraction ? val : train).add(d.tokens);
+          doc_index += 1;
+          input_docs += 1;
+          input_tokens += int64_t(d.tokens.size());
+          break;
+      }
+    }
+  }
+
+  void end_input(const std::string& path) {
+    FSDP_CHECK(input_docs > 0, "input '{}' holds no documents{}", path,
+               input_bad > 0 ? fmt::format(" ({} malformed lines, first: {})", input_bad, r.bad_examples.front()) : "");
+    input_stats.push_back({{"path", path}, {"documents", input_docs}, {"tokens", input_tokens}, {"bad_lines", input_bad}});
+    if (!o.quiet) std::fprintf(stderr, "prepare: %s: %lld documents, %lld tokens\n", path.c_str(), (long long)input_docs, (long long)input_tokens);
+    input_docs = input_tokens = input_bad = 0;
+  }
+
+  // Reads every input in batches, tokenizes each batch on `workers` threads, tallies it.
+  void run(const Tokenizer& tok, int workers) {
     BatchReader reader(o.inputs);
     Batch batch;
+    std::vector<DocResult> results;
     while (reader.pop(batch)) {
       if (batch.error) std::rethrow_exception(batch.error);
       const std::string& path = o.inputs[batch.input];
@@ -279,37 +309,8 @@ PrepareResult prepare_corpus(const PrepareOptions& o) {
           results[size_t(i)].error = e.what();
         }
       }
-      // In input order: the first fatal error, the bad-line examples and the split of
-      // every document are the same whatever the worker count.
-      for (size_t i = 0; i < results.size(); ++i) {
-        DocResult& d = results[i];
-        const int64_t line = batch.docs[i].line;
-        if (format == InputFormat::kJsonl) r.jsonl_lines += 1;
-        switch (d.kind) {
-          case DocResult::Kind::kInvalid:
-            FSDP_FAIL("{}:{}: {}", path, line, d.error);
-          case DocResult::Kind::kMalformed:
-            r.bad_lines += 1;
-            input_bad += 1;
-            if (int(r.bad_examples.size()) < kBadExamples) r.bad_examples.push_back(fmt::format("{}:{}: {}", path, line, d.error));
-            break;
-          case DocResult::Kind::kEmpty:
-            break;
-          case DocResult::Kind::kDocument:
-            (split_draw(o.split_seed, doc_index) < o.val_fraction ? val : train).add(d.tokens);
-            doc_index += 1;
-            input_docs += 1;
-            input_tokens += int64_t(d.tokens.size());
-            break;
-        }
-      }
-      if (batch.last_of_input) {
-        FSDP_CHECK(input_docs > 0, "input '{}' holds no documents{}", path,
-                   input_bad > 0 ? fmt::format(" ({} malformed lines, first: {})", input_bad, r.bad_examples.front()) : "");
-        input_stats.push_back({{"path", path}, {"documents", input_docs}, {"tokens", input_tokens}, {"bad_lines", input_bad}});
-        if (!o.quiet) std::fprintf(stderr, "prepare: %s: %lld documents, %lld tokens\n", path.c_str(), (long long)input_docs, (long long)input_tokens);
-        input_docs = input_tokens = input_bad = 0;
-      }
+      tally(batch, path, format, results);
+      if (batch.last_of_input) end_input(path);
     }
     const std::vector<int64_t> bytes = reader.bytes_per_input();
     for (size_t i = 0; i < bytes.size() && i < input_stats.size(); ++i) {
@@ -317,6 +318,46 @@ PrepareResult prepare_corpus(const PrepareOptions& o) {
       r.input_bytes += bytes[i];
     }
   }
+};
+
+// The final rename: an existing (empty, or --overwrite) output steps aside first.
+void publish(const fs::path& tmp, const fs::path& out) {
+  std::error_code ec;
+  if (fs::exists(out, ec)) {
+    const fs::path old = out.string() + ".old-" + std::to_string(::getpid());
+    fs::rename(out, old);
+    fs::rename(tmp, out);
+    fs::remove_all(old, ec);
+  } else {
+    fs::rename(tmp, out);
+  }
+}
+
+}  // namespace
+
+PrepareResult prepare_corpus(const PrepareOptions& o) {
+  const auto t0 = std::chrono::steady_clock::now();
+  validate(o);
+  const Tokenizer tok(o.tokenizer);
+
+  PrepareResult r;
+  const fs::path out = strip_trailing_slashes(o.output);
+  r.output = out.string();
+  check_output(out, o.overwrite);
+  if (out.has_parent_path()) fs::create_directories(out.parent_path());
+  std::error_code ec;
+  TmpDirGuard tmp{fs::path(out.string() + ".tmp-" + std::to_string(::getpid()))};
+  fs::remove_all(tmp.path, ec);
+  fs::create_directory(tmp.path);
+
+  const int workers = o.workers > 0 ? o.workers : int(std::max(1u, std::thread::hardware_concurrency()));
+  const int64_t token_bytes = tok.vocab_size() <= 65536 ? 2 : 4;
+  const int64_t shard_tokens = o.shard_tokens > 0 ? o.shard_tokens : kShardBytes / token_bytes;
+  SplitWriter train("train", tmp.path, tok.vocab_size(), shard_tokens, r.train);
+  SplitWriter val("val", tmp.path, tok.vocab_size(), shard_tokens, r.val);
+  CorpusPass pass{o, r, train, val, {}};
+  pass.run(tok, workers);
+
   if (double(r.bad_lines) > o.max_bad_fraction * double(r.jsonl_lines)) {
     std::string examples;
     for (const std::string& e : r.bad_examples) examples += "\n  " + e;
@@ -327,17 +368,8 @@ PrepareResult prepare_corpus(const PrepareOptions& o) {
              r.val.documents, o.val_fraction);
   train.finish();
   val.finish();
-  write_shard_manifest(tmp.path / "manifest.json", o, tok, r, input_stats);
-
-  // The final rename: an existing (empty, or --overwrite) DIR steps aside first.
-  if (fs::exists(out, ec)) {
-    const fs::path old = out.string() + ".old-" + std::to_string(::getpid());
-    fs::rename(out, old);
-    fs::rename(tmp.path, out);
-    fs::remove_all(old, ec);
-  } else {
-    fs::rename(tmp.path, out);
-  }
+  write_shard_manifest(tmp.path / "manifest.json", o, tok, r, pass.input_stats);
+  publish(tmp.path, out);
   tmp.keep = true;
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
