@@ -111,6 +111,18 @@ json config_json(const model::LlamaConfig& cfg, const char* torch_dtype, std::op
             {"pretraining_tp", 1},
             {"use_cache", true},
             {"torch_dtype", torch_dtype}};
+  if (cfg.is_moe()) {
+    // transformers 4.x's MixtralConfig: the per-expert weight names this writer uses.
+    j["architectures"] = {"MixtralForCausalLM"};
+    j["model_type"] = "mixtral";
+    for (const char* key : {"attention_bias", "mlp_bias", "pretraining_tp", "rope_scaling"}) j.erase(key);
+    j["num_local_experts"] = cfg.num_experts;
+    j["num_experts_per_tok"] = cfg.experts_per_token;
+    j["router_aux_loss_coef"] = cfg.router_aux_loss_coef;
+    j["router_jitter_noise"] = 0.0;
+    j["output_router_logits"] = cfg.router_aux_loss_coef > 0;
+    j["sliding_window"] = nullptr;
+  }
   if (bos) j["bos_token_id"] = *bos;
   if (eos) j["eos_token_id"] = *eos;
   return j;

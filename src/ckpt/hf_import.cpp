@@ -31,6 +31,56 @@ std::string shape_string(const std::vector<int64_t>& s) {
   return out + "]";
 }
 
+void check_float(const TensorEntry& e, const std::string& name) {
+  FSDP_CHECK(e.dtype == "F32" || e.dtype == "BF16" || e.dtype == "F16" || e.dtype == "F64",
+             "{}: tensor '{}' has unsupported dtype {} (F32, BF16, F16 or F64)", e.file, name, e.dtype);
+}
+
+// Where a slot's values are in the folder: its own tensor, or (an expert's weight in
+// transformers 5's layout) its range of a fused tensor. The entry returned covers exactly
+// the slot's elements.
+TensorEntry source_of(const SafetensorsFolder& folder, const model::ParamSlot& p) {
+  if (!folder.contains(p.hf_name) && !p.hf_fused_name.empty() && folder.contains(p.hf_fused_name)) {
+    TensorEntry e = folder.entry(p.hf_fused_name);
+    check_float(e, p.hf_fused_name);
+    int64_t numel = 1;
+    for (int64_t d : e.shape) numel *= d;
+    FSDP_CHECK(!e.shape.empty() && p.hf_fused_offset + p.numel <= numel && numel % e.shape[0] == 0,
+               "{}: tensor '{}' has shape {}, too small for {} ({} elements from {})", e.file, p.hf_fused_name,
+               shape_string(e.shape), p.name, p.numel, p.hf_fused_offset);
+    const size_t es = safetensors_dtype_size(e.dtype);
+    e.data += size_t(p.hf_fused_offset) * es;
+    e.nbytes = size_t(p.numel) * es;
+    e.shape = std::vector<int64_t>(p.shape.begin(), p.shape.end());
+    return e;
+  }
+  FSDP_CHECK(folder.contains(p.hf_name), "{}: missing tensor '{}' (needed for {}){}", folder.dir(), p.hf_name, p.name,
+             p.hf_fused_name.empty() ? "" : fmt::format(", nor the fused '{}'", p.hf_fused_name));
+  const TensorEntry& e = folder.entry(p.hf_name);
+  std::vector<int64_t> want(p.shape.begin(), p.shape.end());
+  FSDP_CHECK(e.shape == want, "{}: tensor '{}' has shape {} but the model expects {}", e.file, p.hf_name,
+             shape_string(e.shape), p.shape.str());
+  check_float(e, p.hf_name);
+  return e;
+}
+
+// Mixtral's routing keys (transformers' MixtralConfig). The class default of
+// router_aux_loss_coef is 0.001; Mixtral-8x7B's config.json says 0.02, so a missing key
+// takes the class default, as transformers would.
+void read_mixtral_routing(const json& j, const std::string& path, model::LlamaConfig& c) {
+  c.num_experts = required<int64_t>(j, "num_local_experts", path);
+  c.experts_per_token = required<int64_t>(j, "num_experts_per_tok", path);
+  c.router_aux_loss_coef = j.value("router_aux_loss_coef", 0.001);
+  FSDP_CHECK(j.value("router_jitter_noise", 0.0) == 0.0,
+             "{}: router_jitter_noise {} is not supported (0 only: routing here is deterministic)", path,
+             j.value("router_jitter_noise", 0.0));
+  if (j.contains("sliding_window") && !j["sliding_window"].is_null()) {
+    const int64_t w = j["sliding_window"].get<int64_t>();
+    FSDP_CHECK(w >= c.max_seq_len, "{}: sliding_window {} shorter than max_position_embeddings {} is not supported",
+               path, w, c.max_seq_len);
+  }
+}
+
 }  // namespace
 
 model::LlamaConfig read_hf_llama_config(const std::string& folder) {
@@ -44,7 +94,8 @@ model::LlamaConfig read_hf_llama_config(const std::string& folder) {
     FSDP_FAIL("{}: not valid JSON: {}", path, e.what());
   }
   const std::string type = j.value("model_type", std::string("llama"));
-  FSDP_CHECK(type == "llama", "{}: model_type '{}' is not supported (expected llama)", path, type);
+  FSDP_CHECK(type == "llama" || type == "mixtral", "{}: model_type '{}' is not supported (expected llama or mixtral)",
+             path, type);
   FSDP_CHECK(j.value("hidden_act", std::string("silu")) == "silu", "{}: hidden_act '{}' is not supported (silu only)",
              path, j.value("hidden_act", std::string()));
   FSDP_CHECK(!j.value("attention_bias", false), "{}: attention_bias=true is not supported", path);
@@ -67,6 +118,7 @@ model::LlamaConfig read_hf_llama_config(const std::string& folder) {
                "{}: head_dim {} differs from hidden_size / num_attention_heads = {}; not supported", path,
                j["head_dim"].get<int64_t>(), c.hidden_size / c.num_heads);
   }
+  if (type == "mixtral") read_mixtral_routing(j, path, c);
   try {
     c.validate();
   } catch (const Error& e) {
@@ -82,29 +134,17 @@ void load_hf_unit(const SafetensorsFolder& folder, const model::UnitLayout& unit
   const int64_t end = begin + flat.numel();
   float* out = flat.data<float>();
   // Validate every tensor of the unit first, so a bad folder fails before any copying.
-  for (const auto& p : unit.params) {
-    FSDP_CHECK(folder.contains(p.hf_name), "{}: missing tensor '{}' (needed for {})", folder.dir(), p.hf_name,
-               p.name);
-    const TensorEntry& e = folder.entry(p.hf_name);
-    std::vector<int64_t> want(p.shape.begin(), p.shape.end());
-    FSDP_CHECK(e.shape == want, "{}: tensor '{}' has shape {} but the model expects {}", e.file, p.hf_name,
-               shape_string(e.shape), p.shape.str());
-    FSDP_CHECK(e.dtype == "F32" || e.dtype == "BF16" || e.dtype == "F16" || e.dtype == "F64",
-               "{}: tensor '{}' has unsupported dtype {} (F32, BF16, F16 or F64)", e.file, p.hf_name, e.dtype);
-  }
+  std::vector<TensorEntry> sources;
+  for (const auto& p : unit.params) sources.push_back(source_of(folder, p));
   std::vector<float> buf;
-  for (const auto& p : unit.params) {
+  for (size_t i = 0; i < unit.params.size(); ++i) {
+    const model::ParamSlot& p = unit.params[i];
     const int64_t lo = std::max(begin, p.offset), hi = std::min(end, p.offset + p.numel);
     if (lo >= hi) continue;
-    const TensorEntry& e = folder.entry(p.hf_name);
-    if (lo == p.offset && hi == p.offset + p.numel) {
-      read_as_f32(e, out + (lo - begin));
-      continue;
-    }
-    // Part of the tensor: convert only the needed elements via a sub-entry.
-    TensorEntry part = e;
-    const size_t es = safetensors_dtype_size(e.dtype);
-    part.data = e.data + size_t(lo - p.offset) * es;
+    // Only the elements [lo, hi) of the slot: convert them via a sub-entry.
+    TensorEntry part = sources[i];
+    const size_t es = safetensors_dtype_size(part.dtype);
+    part.data += size_t(lo - p.offset) * es;
     part.nbytes = size_t(hi - lo) * es;
     part.shape = {hi - lo};
     read_as_f32(part, out + (lo - begin));

@@ -301,6 +301,14 @@ std::vector<detail::Field> build_table() {
            gt(0))
       .add("rope_theta", &ModelConfig::rope_theta, "RoPE base frequency; null = the preset's.", gt(0))
       .add("norm_eps", &ModelConfig::norm_eps, "RMSNorm epsilon; null = the preset's.", gt(0))
+      .add("num_experts", &ModelConfig::num_experts,
+           "Experts per MoE block (Mixtral: 8); 0 = a dense SwiGLU MLP; null = the preset's.", ge(0))
+      .add("experts_per_token", &ModelConfig::experts_per_token,
+           "Experts each token is routed to (top-k; Mixtral: 2); null = the preset's.", ge(0))
+      .add("router_aux_loss_coef", &ModelConfig::router_aux_loss_coef,
+           "Weight of the load-balancing loss (transformers' load_balancing_loss_func); null = the preset's.", ge(0))
+      .add("router_z_loss_coef", &ModelConfig::router_z_loss_coef,
+           "Weight of the router z-loss, mean logsumexp(router logits)^2 (ST-MoE); null = the preset's.", ge(0))
       .add("init_std", &ModelConfig::init_std, "Standard deviation of the random initialisation.", gt(0));
 
   SectionRows(t, "data", &Config::data)

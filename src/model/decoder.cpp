@@ -71,7 +71,23 @@ LossSum Llama::loss_sum(const LlamaActivations& a) const {
   // device (the first copy waits for the step's kernels, the second finds the stream idle).
   const Tensor losses = a.losses.device().is_cpu() ? a.losses : a.losses.to(Device::cpu());
   const Tensor targets = a.targets.device().is_cpu() ? a.targets : a.targets.to(Device::cpu());
-  return sum_losses(losses, targets);
+  LossSum r = sum_losses(losses, targets);
+  const RouterLosses router = router_losses(a);
+  r.router_aux = router.aux;
+  r.router_z = router.z;
+  r.micro_batches = 1;
+  return r;
+}
+
+std::vector<const RouterRecord*> Llama::router_records(const LlamaActivations& a) const {
+  std::vector<const RouterRecord*> records;
+  for (const BlockActivations& b : a.blocks) records.push_back(b.mlp->router());
+  return records;
+}
+
+RouterLosses Llama::router_losses(const LlamaActivations& a) const {
+  if (!cfg_.is_moe()) return {};
+  return model::router_losses(cfg_, router_records(a));
 }
 
 // Embedding and blocks: the part of the forward pass both entry points share. On return
@@ -101,8 +117,8 @@ LossSum Llama::forward(LlamaActivations& a, ParamProvider& p) {
   return loss_sum(a);
 }
 
-LossSum Llama::forward_backward(LlamaActivations& a, ParamProvider& p, double grad_scale) {
-  enqueue_forward_backward(a, p, grad_scale);
+LossSum Llama::forward_backward(LlamaActivations& a, ParamProvider& p, double grad_scale, double router_scale) {
+  enqueue_forward_backward(a, p, grad_scale, router_scale);
   return loss_sum(a);
 }
 
@@ -122,8 +138,12 @@ void Llama::head_backward(LlamaActivations& a, ParamProvider& p, double grad_sca
   p.after_backward(h);
 }
 
-void Llama::enqueue_forward_backward(LlamaActivations& a, ParamProvider& p, double grad_scale) {
+void Llama::enqueue_forward_backward(LlamaActivations& a, ParamProvider& p, double grad_scale,
+                                     double router_scale) {
   trunk_forward(a, p);
+  // The router losses' gradient is known once every layer has routed: the same for every
+  // layer's backward (the loss-scale factor of grad_scale is the caller's to include).
+  if (cfg_.is_moe()) router_loss_grad(cfg_, router_records(a), router_scale, a.grads.mlp->router_loss);
   head_backward(a, p, grad_scale);
   for (int l = int(cfg_.num_layers) - 1; l >= 0; --l) {
     p.before_backward(block_unit(l));

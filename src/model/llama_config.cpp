@@ -6,15 +6,34 @@
 
 namespace fsdp::model {
 
-int64_t LlamaConfig::num_parameters() const {
-  const int64_t C = hidden_size, F = intermediate_size;
-  const int64_t block = C * qkv_dim() + q_dim() * C + 3 * C * F + 2 * C;
-  return vocab_size * C + num_layers * block + C + vocab_size * C;
+namespace {
+
+// Parameters of one block's MLP: the dense SwiGLU, or the router and `experts` of the
+// num_experts SwiGLU experts (all of them for the model's size, k for one token's work).
+int64_t mlp_parameters(const LlamaConfig& c, int64_t experts) {
+  const int64_t C = c.hidden_size, F = c.intermediate_size;
+  if (!c.is_moe()) return 3 * C * F;
+  return C * c.num_experts + experts * 3 * C * F;
 }
 
+int64_t parameters(const LlamaConfig& c, int64_t experts) {
+  const int64_t C = c.hidden_size;
+  const int64_t block = C * c.qkv_dim() + c.q_dim() * C + mlp_parameters(c, experts) + 2 * C;
+  return c.vocab_size * C + c.num_layers * block + C + c.vocab_size * C;
+}
+
+}  // namespace
+
+int64_t LlamaConfig::num_parameters() const { return parameters(*this, num_experts); }
+
+int64_t LlamaConfig::num_active_parameters() const { return parameters(*this, experts_per_token); }
+
 double LlamaConfig::train_flops_per_token(int64_t seq_len) const {
-  const double C = double(hidden_size), F = double(intermediate_size);
-  const double gemm_params = double(num_layers) * (C * double(qkv_dim()) + double(q_dim()) * C + 3 * C * F) +
+  const double C = double(hidden_size);
+  // The GEMMs one token runs through: for a mixture of experts, the router and the k
+  // experts it was sent to (Mixtral's "active parameters"), not all of them.
+  const double gemm_params = double(num_layers) * (C * double(qkv_dim()) + double(q_dim()) * C +
+                                                   double(mlp_parameters(*this, experts_per_token))) +
                              double(vocab_size) * C;
   // QK^T and PV over the causal triangle: on average (seq_len + 1) / 2 keys per query.
   const double attn = double(num_layers) * 2.0 * 2.0 * double(q_dim()) * (double(seq_len) + 1) / 2.0;
@@ -40,14 +59,30 @@ void LlamaConfig::validate() const {
              head_dim());
   FSDP_CHECK(rope_theta > 0, "model.rope_theta must be > 0, got {}", rope_theta);
   FSDP_CHECK(norm_eps > 0, "model.norm_eps must be > 0, got {}", norm_eps);
+  FSDP_CHECK(num_experts >= 0, "model.num_experts must be >= 0 (0 = a dense MLP), got {}", num_experts);
+  if (is_moe()) {
+    FSDP_CHECK(experts_per_token >= 1 && experts_per_token <= num_experts,
+               "model.experts_per_token must be in [1, model.num_experts = {}], got {}", num_experts,
+               experts_per_token);
+  } else {
+    FSDP_CHECK(experts_per_token == 0, "model.experts_per_token = {} needs model.num_experts > 0",
+               experts_per_token);
+  }
+  FSDP_CHECK(router_aux_loss_coef >= 0, "model.router_aux_loss_coef must be >= 0, got {}", router_aux_loss_coef);
+  FSDP_CHECK(router_z_loss_coef >= 0, "model.router_z_loss_coef must be >= 0, got {}", router_z_loss_coef);
 }
 
 std::string LlamaConfig::summary() const {
   return fmt::format(
       "vocab {} hidden {} intermediate {} layers {} heads {} kv_heads {} head_dim {} max_seq_len {} rope_theta {} "
-      "norm_eps {} ({:.2f}M parameters)",
+      "norm_eps {}{} ({:.2f}M parameters{})",
       vocab_size, hidden_size, intermediate_size, num_layers, num_heads, num_kv_heads, head_dim(), max_seq_len,
-      rope_theta, norm_eps, double(num_parameters()) / 1e6);
+      rope_theta, norm_eps,
+      is_moe() ? fmt::format(" experts {} top-{} aux_coef {} z_coef {}", num_experts, experts_per_token,
+                             router_aux_loss_coef, router_z_loss_coef)
+               : "",
+      double(num_parameters()) / 1e6,
+      is_moe() ? fmt::format(", {:.2f}M active", double(num_active_parameters()) / 1e6) : "");
 }
 
 std::vector<std::string> llama_preset_names() {

@@ -32,6 +32,31 @@ void add(UnitLayout& u, const std::string& name, const std::string& hf, Dims sha
   u.params.push_back(std::move(s));
 }
 
+// Mixtral's sparse MLP. Names as transformers 4.x writes them (block_sparse_moe.gate,
+// block_sparse_moe.experts.<e>.w1/w2/w3: w1 the gate projection, w3 the up projection,
+// w2 the down projection), each also found in transformers 5's fused tensors.
+void add_experts(UnitLayout& b, const LlamaConfig& c, const std::string& p, const std::string& hf) {
+  const int64_t C = c.hidden_size, F = c.intermediate_size, E = c.num_experts;
+  add(b, p + "router", hf + "block_sparse_moe.gate.weight", {E, C}, true, 0);
+  b.params.back().hf_fused_name = hf + "mlp.gate.weight";
+  for (int64_t e = 0; e < E; ++e) {
+    const std::string ours = p + "experts." + std::to_string(e) + ".", theirs = hf + "block_sparse_moe.experts." +
+                                                                              std::to_string(e) + ".";
+    add(b, ours + "w1", theirs + "w1.weight", {F, C}, true, 0);
+    b.params.back().hf_fused_name = hf + "mlp.experts.gate_up_proj";
+    b.params.back().hf_fused_offset = e * 2 * F * C;
+    add(b, ours + "w3", theirs + "w3.weight", {F, C}, true, 0);
+    b.params.back().hf_fused_name = hf + "mlp.experts.gate_up_proj";
+    b.params.back().hf_fused_offset = e * 2 * F * C + F * C;
+  }
+  for (int64_t e = 0; e < E; ++e) {
+    add(b, p + "experts." + std::to_string(e) + ".w2", hf + "block_sparse_moe.experts." + std::to_string(e) + ".w2.weight",
+        {C, F}, true, 0);
+    b.params.back().hf_fused_name = hf + "mlp.experts.down_proj";
+    b.params.back().hf_fused_offset = e * C * F;
+  }
+}
+
 }  // namespace
 
 std::vector<UnitLayout> llama_units(const LlamaConfig& c) {
@@ -50,9 +75,13 @@ std::vector<UnitLayout> llama_units(const LlamaConfig& c) {
     add(b, p + "wk", hf + "self_attn.k_proj.weight", {c.kv_dim(), C}, true, 0);
     add(b, p + "wv", hf + "self_attn.v_proj.weight", {c.kv_dim(), C}, true, 0);
     add(b, p + "wo", hf + "self_attn.o_proj.weight", {C, c.q_dim()}, true, 0);
-    add(b, p + "w_gate", hf + "mlp.gate_proj.weight", {F, C}, true, 0);
-    add(b, p + "w_up", hf + "mlp.up_proj.weight", {F, C}, true, 0);
-    add(b, p + "w_down", hf + "mlp.down_proj.weight", {C, F}, true, 0);
+    if (c.is_moe()) {
+      add_experts(b, c, p, hf);
+    } else {
+      add(b, p + "w_gate", hf + "mlp.gate_proj.weight", {F, C}, true, 0);
+      add(b, p + "w_up", hf + "mlp.up_proj.weight", {F, C}, true, 0);
+      add(b, p + "w_down", hf + "mlp.down_proj.weight", {C, F}, true, 0);
+    }
     add(b, p + "attn_norm", hf + "input_layernorm.weight", {C}, false, 1);
     add(b, p + "mlp_norm", hf + "post_attention_layernorm.weight", {C}, false, 1);
     units.push_back(std::move(b));

@@ -18,6 +18,8 @@ std::string format_step_line(const StepMetrics& m, int64_t max_steps) {
       "{:.1f} ms/step | {:.2f} GFLOP/s | peak mem {:.1f} MiB (rss {:.1f} MiB)",
       m.step, max_steps, m.loss, m.lr, m.grad_norm, m.samples_per_sec, m.tokens_per_sec, m.step_ms,
       m.gflops_per_sec, double(m.peak_tensor_bytes) / (1 << 20), double(m.max_rss_bytes) / (1 << 20));
+  if (m.aux_loss) line += fmt::format(" (ce {:.4f}, aux {:.4f})", *m.ce_loss, *m.aux_loss);
+  if (m.z_loss) line += fmt::format(" | z_loss {:.4f}", *m.z_loss);
   if (m.mfu) line += fmt::format(" | MFU {:.1f}%", 100.0 * *m.mfu);
   if (m.loss_scale) line += fmt::format(" | loss scale {:g}", *m.loss_scale);
   if (m.skipped) line += " | step skipped (inf/NaN gradients)";
@@ -48,6 +50,9 @@ std::string to_json_line(const StepMetrics& m) {
   j["world_size"] = m.world_size;
   j["data_wait_ms"] = m.data_wait_ms;
   if (m.val_loss) j["val_loss"] = *m.val_loss;
+  if (m.ce_loss) j["ce_loss"] = *m.ce_loss;
+  if (m.aux_loss) j["aux_loss"] = *m.aux_loss;
+  if (m.z_loss) j["z_loss"] = *m.z_loss;
   if (m.mfu) j["mfu"] = *m.mfu;
   if (m.loss_scale) j["loss_scale"] = *m.loss_scale;
   if (m.skipped) j["skipped"] = true;

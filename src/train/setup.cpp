@@ -79,6 +79,11 @@ model::LlamaConfig resolve_model_config(const config::ModelConfig& m) {
   if (m.max_seq_len) c.max_seq_len = *m.max_seq_len;  // a shorter context is fine for a fine-tune
   apply(m.rope_theta, c.rope_theta, "rope_theta");
   apply(m.norm_eps, c.norm_eps, "norm_eps");
+  apply(m.num_experts, c.num_experts, "num_experts");
+  apply(m.experts_per_token, c.experts_per_token, "experts_per_token");
+  // Loss weights are training choices, not the checkpoint's shape: a fine-tune may change them.
+  if (m.router_aux_loss_coef) c.router_aux_loss_coef = *m.router_aux_loss_coef;
+  if (m.router_z_loss_coef) c.router_z_loss_coef = *m.router_z_loss_coef;
   c.validate();
   return c;
 }

@@ -8,11 +8,14 @@ void StepVotes::encode(double* s) const {
   s[1] = double(loss.tokens);
   s[2] = double(preempted_ranks);
   s[3] = double(busy_writers);
+  s[4] = loss.router_aux;
+  s[5] = loss.router_z;
+  s[6] = double(loss.micro_batches);
 }
 
 StepVotes StepVotes::decode(const double* s) {
   StepVotes v;
-  v.loss = model::LossSum{s[0], int64_t(s[1])};
+  v.loss = model::LossSum{s[0], int64_t(s[1]), s[4], s[5], int64_t(s[6])};
   v.preempted_ranks = int(s[2]);
   v.busy_writers = int(s[3]);
   return v;

@@ -143,30 +143,44 @@ StepVotes Trainer::all_reduce_votes(model::LossSum local) {
   return last_votes_;
 }
 
-model::LossSum Trainer::accumulate_gradients(double grad_scale) {
+namespace {
+
+void add_to(model::LossSum& total, const model::LossSum& l) {
+  total.sum += l.sum;
+  total.tokens += l.tokens;
+  total.router_aux += l.router_aux;
+  total.router_z += l.router_z;
+  total.micro_batches += l.micro_batches;
+}
+
+}  // namespace
+
+model::LossSum Trainer::accumulate_gradients(double grad_scale, double router_scale) {
   const int64_t accum = cfg_.train.grad_accum_steps;
+  const bool moe = model_.config().is_moe();
   engine_.begin_step(int(accum));
   model::LossSum local;
   for (int64_t a = 0; a < accum; ++a) {
     engine_.begin_micro_batch(int(a));
     load_micro_batch(*data_.train_loader, a);
     if (device_.is_cpu()) {
-      const model::LossSum l = model_.forward_backward(act_, engine_, grad_scale);
-      local.sum += l.sum;
-      local.tokens += l.tokens;
+      add_to(local, model_.forward_backward(act_, engine_, grad_scale, router_scale));
     } else {
       // Enqueue only; the losses wait on the device for one read-back after the last.
-      model_.enqueue_forward_backward(act_, engine_, grad_scale);
+      model_.enqueue_forward_backward(act_, engine_, grad_scale, router_scale);
       step_losses_.select(0, a).copy_(act_.losses);
+      if (moe) {
+        // The router statistics live in the activations the next micro-batch overwrites:
+        // read them now (a mixture of experts waits per layer anyway, for its group sizes).
+        const model::RouterLosses r = model_.router_losses(act_);
+        add_to(local, model::LossSum{0, 0, r.aux, r.z, 1});
+      }
     }
   }
   if (!device_.is_cpu()) {
     const Tensor losses = step_losses_.to(Device::cpu());  // the step's one wait for the loss
-    for (int64_t a = 0; a < accum; ++a) {
-      const model::LossSum l = model::sum_losses(losses.select(0, a), targets_host_.select(0, a));
-      local.sum += l.sum;
-      local.tokens += l.tokens;
-    }
+    for (int64_t a = 0; a < accum; ++a)
+      add_to(local, model::sum_losses(losses.select(0, a), targets_host_.select(0, a)));
   }
   return local;
 }
@@ -187,8 +201,21 @@ StepMetrics Trainer::train_step() {
   const int64_t step_tokens = global_batch * cfg_.train.seq_len;
   // float16: the backward pass runs on the loss times the loss scale (1 otherwise).
   const double loss_scale = scaler_.scale();
-  const model::LossSum total = all_reduce_votes(accumulate_gradients(loss_scale / double(step_tokens))).loss;
-  const double loss = total.sum / double(total.tokens);
+  // A mixture of experts' router losses: the mean over every micro-batch of every rank, as
+  // each forward of transformers computes its own.
+  const double router_scale = loss_scale / double(cfg_.train.grad_accum_steps * world);
+  const model::LossSum total =
+      all_reduce_votes(accumulate_gradients(loss_scale / double(step_tokens), router_scale)).loss;
+  const model::LlamaConfig& mc = model_.config();
+  const double ce_loss = total.sum / double(total.tokens);
+  std::optional<double> aux_loss, z_loss;
+  if (mc.is_moe()) {
+    aux_loss = total.router_aux / double(total.micro_batches);
+    z_loss = total.router_z / double(total.micro_batches);
+  }
+  // The objective, as transformers' MixtralForCausalLM reports it: cross-entropy plus the
+  // weighted router losses (just the cross-entropy for Llama).
+  const double loss = ce_loss + (mc.is_moe() ? mc.router_aux_loss_coef * *aux_loss + mc.router_z_loss_coef * *z_loss : 0.0);
   FSDP_CHECK(std::isfinite(loss), "loss is {} at step {}: stopping (lower optim.lr or check the data{})", loss, step_,
              cfg_.train.dtype == DType::F16 ? "; float16 activations may overflow: try bfloat16" : "");
 
@@ -210,6 +237,11 @@ StepMetrics Trainer::train_step() {
   StepMetrics m;
   m.step = step_;
   m.loss = loss;
+  if (mc.is_moe()) {
+    m.ce_loss = ce_loss;
+    m.aux_loss = aux_loss;
+    if (mc.router_z_loss_coef > 0) m.z_loss = z_loss;
+  }
   m.lr = lr;
   m.grad_norm = grad_norm;
   m.step_ms = secs * 1e3;

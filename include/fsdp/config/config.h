@@ -67,6 +67,11 @@ struct ModelConfig {
   std::optional<int> max_seq_len;
   std::optional<double> rope_theta;
   std::optional<double> norm_eps;
+  // Mixture of experts (Mixtral); unset = the preset's (0 experts: a dense MLP).
+  std::optional<int> num_experts;
+  std::optional<int> experts_per_token;
+  std::optional<double> router_aux_loss_coef;
+  std::optional<double> router_z_loss_coef;
   double init_std = 0.02;
   bool operator==(const ModelConfig&) const = default;
 };

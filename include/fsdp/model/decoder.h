@@ -3,8 +3,9 @@
 //
 //   x0 = embed(ids)
 //   per block:  x2 = x + attention(rmsnorm(x))   ;  x' = x2 + mlp(rmsnorm(x2))
-//               (transformer_block.h; the MLP is dense SwiGLU or, later, a sparse MoE)
+//               (transformer_block.h; the MLP is dense SwiGLU or a sparse MoE)
 //   head:       logits = rmsnorm(xL) @ Wlm^T ; loss = cross_entropy(logits, targets)
+//   MoE:        loss += aux_coef * aux + z_coef * z over all layers' routers (router_loss.h)
 //
 // Activations for one micro-batch of B sequences of T tokens (N = B*T rows) live in
 // LlamaActivations, allocated once and reused every micro-batch, so a step allocates
@@ -22,6 +23,7 @@
 #include "fsdp/model/llama_config.h"
 #include "fsdp/model/param_provider.h"
 #include "fsdp/model/param_units.h"
+#include "fsdp/model/router_loss.h"
 #include "fsdp/model/transformer_block.h"
 
 namespace fsdp::model {
@@ -40,6 +42,10 @@ struct LlamaActivations {
 struct LossSum {
   double sum = 0;       // sum of per-token losses over non-ignored targets
   int64_t tokens = 0;   // number of non-ignored targets
+  // A mixture of experts' router losses (router_loss.h), unweighted, summed over the
+  // micro-batches this sum covers (each micro-batch pools its own layers); 0 for Llama.
+  double router_aux = 0, router_z = 0;
+  int64_t micro_batches = 0;
 };
 
 // Sum of per-token losses (host tensors) over the targets that are not ignored, in double,
@@ -58,11 +64,19 @@ class Llama {
   // Forward and backward of one micro-batch already placed in act.ids / act.targets.
   // Gradients (scaled by grad_scale, e.g. 1 / tokens in the global batch) are added to
   // the provider's grad buffers. Returns the unscaled loss sum and token count.
-  LossSum forward_backward(LlamaActivations& act, ParamProvider& params, double grad_scale);
+  // A mixture of experts adds its router losses, pooled over this micro-batch's layers, to
+  // the objective with weight router_scale (e.g. 1 / (micro-batches x ranks): the mean
+  // over micro-batches, as each forward of transformers computes its own aux loss).
+  LossSum forward_backward(LlamaActivations& act, ParamProvider& params, double grad_scale,
+                           double router_scale = 1.0);
   // The same without the read-back: on a device the call only enqueues work, and
   // act.losses holds the per-token losses once the stream gets there (sum them on the host
-  // with sum_losses). Lets a trainer read a whole step's losses with one wait.
-  void enqueue_forward_backward(LlamaActivations& act, ParamProvider& params, double grad_scale);
+  // with sum_losses). Lets a trainer read a whole step's losses with one wait. (A mixture
+  // of experts waits once per layer anyway, for its group sizes.)
+  void enqueue_forward_backward(LlamaActivations& act, ParamProvider& params, double grad_scale,
+                                double router_scale = 1.0);
+  // The router losses of the last forward over `act` (zeros for Llama); reads back.
+  RouterLosses router_losses(const LlamaActivations& act) const;
   // Forward only; leaves the logits in act.logits and the per-token losses in act.losses.
   LossSum forward(LlamaActivations& act, ParamProvider& params);
 
@@ -70,6 +84,7 @@ class Llama {
   void trunk_forward(LlamaActivations& act, ParamProvider& params);
   void head_backward(LlamaActivations& act, ParamProvider& params, double grad_scale);
   LossSum loss_sum(const LlamaActivations& act) const;
+  std::vector<const RouterRecord*> router_records(const LlamaActivations& act) const;
 
   LlamaConfig cfg_;
   DType dtype_;

@@ -18,6 +18,15 @@ struct LlamaConfig {
   int64_t max_seq_len = 0;
   double rope_theta = 10000.0;
   double norm_eps = 1e-5;
+  // Sparse mixture of experts (Mixtral): every block's MLP is num_experts SwiGLU experts of
+  // width intermediate_size, experts_per_token of them chosen per token by a router.
+  // num_experts == 0 is Llama's dense MLP.
+  int64_t num_experts = 0;          // E
+  int64_t experts_per_token = 0;    // k (top-k)
+  double router_aux_loss_coef = 0;  // weight of transformers' load-balancing loss
+  double router_z_loss_coef = 0;    // weight of the ST-MoE router z-loss, mean logsumexp(logits)^2
+
+  bool is_moe() const { return num_experts > 0; }
 
   int64_t head_dim() const { return hidden_size / num_heads; }
   int64_t q_dim() const { return num_heads * head_dim(); }
@@ -25,6 +34,8 @@ struct LlamaConfig {
   int64_t qkv_dim() const { return q_dim() + 2 * kv_dim(); }
 
   int64_t num_parameters() const;
+  // Parameters one token's forward touches: all but the experts it was not routed to.
+  int64_t num_active_parameters() const;
   // Training FLOPs per token (forward + backward = 3x forward), counting GEMMs at
   // 2 FLOPs per multiply-add and the attention score/value products for a causal mask.
   double train_flops_per_token(int64_t seq_len) const;

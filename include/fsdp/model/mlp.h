@@ -2,9 +2,8 @@
 //
 //   out = x + mlp(rmsnorm(x))
 //
-// with one implementation today, the dense SwiGLU of Llama (mlp_dense.h); a sparse
-// mixture-of-experts MLP (Mixtral) is a second implementation beside it, chosen by
-// make_mlp from the model config. Each implementation names what its forward saves for
+// with two implementations: the dense SwiGLU of Llama (mlp_dense.h) and the sparse
+// mixture of experts of Mixtral (mlp_moe.h), chosen by make_mlp from the model config. Each implementation names what its forward saves for
 // backward in its own MlpSaved, and what its backward needs as scratch in its own MlpGrads;
 // the block allocates them through the implementation, once, and hands them back on every
 // call, so no call allocates. forward reads only x and the parameters and writes only
@@ -13,6 +12,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "fsdp/core/tensor.h"
 #include "fsdp/model/llama_config.h"
@@ -20,15 +20,34 @@
 
 namespace fsdp::model {
 
+// What a routed MLP's forward leaves for the router losses, which pool every layer
+// (transformers' load_balancing_loss_func concatenates all layers' router logits).
+struct RouterRecord {
+  Tensor prob_sum;             // [E] stat dtype, on the device: sum over tokens of softmax(router logits)
+  Tensor lse_sq_sum;           // [1] stat dtype, on the device: sum over tokens of logsumexp(logits)^2
+  std::vector<int64_t> count;  // [E] on the host: the (token, choice) pairs routed to each expert
+  int64_t tokens = 0;
+};
+
+// The gradient of the pooled router losses w.r.t. one layer's softmax probabilities and
+// per-token logsumexp^2: the same for every layer of a micro-batch (router_loss.h).
+struct RouterLossGrad {
+  Tensor aux_grad;    // [E] stat dtype, on the device; undefined = no load-balancing loss
+  double z_scale = 0;  // d loss / d logsumexp(logits_t)^2, per token
+};
+
 // What an MLP's forward saves for its backward (one per block); each implementation
 // derives its own.
 struct MlpSaved {
   virtual ~MlpSaved() = default;
+  // The routing statistics of the last forward, or null for an MLP without a router.
+  virtual const RouterRecord* router() const { return nullptr; }
 };
 
 // An MLP's backward scratch, shared by every block (backward runs one block at a time).
 struct MlpGrads {
   virtual ~MlpGrads() = default;
+  RouterLossGrad router_loss;  // set by the decoder before the backward; read by a routed MLP
 };
 
 class MlpSublayer {

@@ -3,6 +3,9 @@
 // the output head. Each unit is one flat buffer; every parameter is a contiguous slice
 // of it at a fixed offset, in an order chosen so fused GEMMs need no copies
 // (q|k|v are adjacent, and so are gate|up). Norm weights come last in a block.
+// A mixture-of-experts block holds, instead of the dense MLP, the router [E, C], then
+// every expert's w1|w3 ([2F, C] each, adjacent: one fused GEMM), then every expert's w2
+// [C, F]: the order of transformers 5's fused gate_up_proj and down_proj tensors.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +20,11 @@ namespace fsdp::model {
 struct ParamSlot {
   std::string name;     // ours, e.g. "layers.3.wq"
   std::string hf_name;  // Hugging Face's, e.g. "model.layers.3.self_attn.q_proj.weight"
+  // Where the same values sit in transformers 5's fused expert layout, if anywhere: a
+  // tensor holding every expert's weight (e.g. "model.layers.3.mlp.experts.gate_up_proj",
+  // [E, 2F, C]) and this slot's first element in it. Empty for everything but experts.
+  std::string hf_fused_name;
+  int64_t hf_fused_offset = 0;
   Dims shape;
   int64_t offset = 0;   // elements from the start of the unit's flat buffer
   int64_t numel = 0;

@@ -1,7 +1,8 @@
 // Step metrics: one rank-0 log line per `train.log_every` steps and the same fields as one
 // JSON object per line in <run.dir>/metrics.jsonl (stable field names: step, loss, lr,
 // grad_norm, tokens_per_sec, and val_loss when evaluated; mfu on a GPU; loss_scale and
-// skipped under float16).
+// skipped under float16; ce_loss, aux_loss and, with a z-loss, z_loss for a mixture of
+// experts).
 #pragma once
 
 #include <cstdint>
@@ -29,6 +30,8 @@ struct StepMetrics {
   double data_wait_ms = 0;         // time the step waited for the loader
   int world_size = 1;
   std::optional<double> val_loss;
+  // A mixture of experts: loss = ce_loss + router_aux_loss_coef * aux_loss (+ z-loss term).
+  std::optional<double> ce_loss, aux_loss, z_loss;
   std::optional<double> mfu;         // on a GPU whose peak is known (train/device_peak.h): 0..1
   std::optional<double> loss_scale;  // float16 compute: the dynamic loss scale this step ran with
   bool skipped = false;              // float16: inf/NaN gradients, the optimizer did not step

@@ -2,7 +2,8 @@
 // (and on evaluation's), so agreeing costs no collective of its own, and since every rank
 // sees the same sums, every rank stops, or commits a background checkpoint, at the same
 // step:
-//   loss              the sum of per-token losses and the number of tokens
+//   loss              the sum of per-token losses and the number of tokens; for a mixture
+//                     of experts also its router losses summed over micro-batches and ranks
 //   preempted_ranks   ranks that received a preemption signal (train/preemption.h)
 //   busy_writers      ranks whose background checkpoint write is still running
 #pragma once
@@ -22,7 +23,7 @@ struct StepVotes {
 
   // The float64 slots that travel in the all-reduce (sums of this layout are the layout of
   // the sums: counts are 0/1 per rank).
-  static constexpr int64_t kSlots = 4;
+  static constexpr int64_t kSlots = 7;
   void encode(double* slots) const;
   static StepVotes decode(const double* slots);
 };

@@ -79,7 +79,7 @@ class Trainer {
   ckpt::TrainState train_state() const;
   void restore(const std::string& path);
   // Forward and backward of every micro-batch of a step; this rank's loss sum.
-  model::LossSum accumulate_gradients(double grad_scale);
+  model::LossSum accumulate_gradients(double grad_scale, double router_scale);
   // The loader's next micro-batch into act_.ids / act_.targets (through the page-locked
   // staging buffers when the model is on a GPU).
   void load_micro_batch(data::Loader& loader, int64_t index);

@@ -1,0 +1,80 @@
+// The sparse mixture-of-experts MLP of Mixtral, an MlpSublayer (mlp.h), routed exactly as
+// transformers 4.x's MixtralSparseMoeBlock:
+//
+//   h = rmsnorm(x) ; logits = Linear_router(h)                      [N, E]
+//   p = softmax(logits) in float32 ; top-k experts e_j per token ; w_j = p_{e_j} / sum_i p_{e_i}
+//   out = x + sum_j w_j * expert_{e_j}(h),  expert_e(h) = W2_e (silu(W1_e h) * W3_e h)
+//
+// Dropless: every (token, choice) pair is computed. The pairs are sorted by expert (a
+// stable counting sort, moe_permute.h) so each expert's rows are one contiguous group,
+// and each expert's two GEMMs run over its group. The group sizes are read back to the
+// host once per layer per forward (the one host synchronisation of the layer); the
+// backward reuses them. Nothing here uses floating-point atomics: the same bits on every
+// run, for any thread count.
+//
+// The forward also records the routing statistics the router losses need (mlp.h's
+// RouterRecord); their gradient arrives in MlpGrads::router_loss (router_loss.h).
+#pragma once
+
+#include <vector>
+
+#include "fsdp/model/linear.h"
+#include "fsdp/model/mlp.h"
+
+namespace fsdp::model {
+
+struct MoeMlpSaved final : MlpSaved {
+  Tensor h;        // [N, C]     rmsnorm(x)
+  Tensor rstd;     // [N]        its 1/rms (stat dtype)
+  Tensor logits;   // [N, E]     router logits (compute dtype)
+  Tensor probs;    // [N, E]     softmax(logits) (stat dtype)
+  Tensor lse;      // [N]        logsumexp(logits) (stat dtype)
+  Tensor expert;   // [N, k]     chosen experts (int32)
+  Tensor weight;   // [N, k]     their renormalised weights (stat dtype)
+  Tensor count;    // [E]        pairs per expert (int32, device)
+  Tensor order;    // [N*k]      sorted position -> flat pair t*k+j (int32)
+  Tensor slot;     // [N*k]      flat pair -> sorted position (int32)
+  Tensor offsets;  // [E+1]      expert e's rows are [offsets[e], offsets[e+1]) (int32)
+  Tensor xs;       // [N*k, C]   h gathered into expert order
+  Tensor gu;       // [N*k, 2F]  each expert's gate | up
+  Tensor act;      // [N*k, F]   silu(gate) * up
+  Tensor ys;       // [N*k, C]   each expert's output
+  std::vector<int64_t> group_begin;  // offsets on the host (E+1), from the last forward
+  RouterRecord record;
+
+  const RouterRecord* router() const override { return &record; }
+};
+
+struct MoeMlpGrads final : MlpGrads {
+  Tensor dys;      // [N*k, C]
+  Tensor dact;     // [N*k, F]
+  Tensor dgu;      // [N*k, 2F]
+  Tensor dxs;      // [N*k, C]
+  Tensor dweight;  // [N, k] stat dtype
+  Tensor dlogits;  // [N, E] compute dtype
+};
+
+class MoeMlp final : public MlpSublayer {
+ public:
+  // Resolves mlp_norm, the router and every expert's w1|w3 and w2 in a block's layout.
+  MoeMlp(const LlamaConfig& cfg, const UnitLayout& block);
+
+  std::unique_ptr<MlpSaved> make_saved(int64_t rows, DType dtype, Device device) const override;
+  std::unique_ptr<MlpGrads> make_grads(int64_t rows, DType dtype, Device device) const override;
+  void forward(const Tensor& x, const Tensor& params, MlpSaved& saved, const Tensor& out) const override;
+  void backward(const Tensor& x, const MlpSaved& saved, const Tensor& params, const Tensor& grads,
+                const Tensor& dres, const Tensor& dh, MlpGrads& g) const override;
+
+ private:
+  void route(const MoeMlpSaved& s, int64_t N) const;
+  void experts_forward(const MoeMlpSaved& s, const Tensor& params) const;
+  void experts_backward(const MoeMlpSaved& s, const Tensor& params, const Tensor& grads, MoeMlpGrads& g) const;
+
+  int64_t hidden_ = 0, ffn_ = 0, experts_ = 0, k_ = 0;  // C, F, E, k
+  double eps_ = 0;
+  int64_t norm_ = 0;  // offset of mlp_norm in the unit
+  Linear router_;
+  std::vector<Linear> gate_up_, down_;  // per expert: w1|w3 [2F, C], w2 [C, F]
+};
+
+}  // namespace fsdp::model

@@ -1,0 +1,153 @@
+// Mixtral's sparse MoE MLP over the op set; see mlp_moe.h for the math.
+#include "fsdp/model/mlp_moe.h"
+
+#include "fsdp/core/error.h"
+#include "fsdp/ops/elementwise.h"
+#include "fsdp/ops/moe_permute.h"
+#include "fsdp/ops/moe_router.h"
+#include "fsdp/ops/rmsnorm.h"
+#include "fsdp/ops/swiglu.h"
+
+namespace fsdp::model {
+
+namespace {
+
+std::string expert_slot(const UnitLayout& block, int64_t e, const char* w) {
+  return block.name + ".experts." + std::to_string(e) + "." + w;
+}
+
+}  // namespace
+
+MoeMlp::MoeMlp(const LlamaConfig& cfg, const UnitLayout& block)
+    : hidden_(cfg.hidden_size),
+      ffn_(cfg.intermediate_size),
+      experts_(cfg.num_experts),
+      k_(cfg.experts_per_token),
+      eps_(cfg.norm_eps),
+      norm_(block.slot(block.name + ".mlp_norm").offset),
+      router_(block, {block.name + ".router"}) {
+  for (int64_t e = 0; e < experts_; ++e) {
+    gate_up_.emplace_back(block, std::initializer_list<std::string>{expert_slot(block, e, "w1"),
+                                                                    expert_slot(block, e, "w3")});
+    down_.emplace_back(block, std::initializer_list<std::string>{expert_slot(block, e, "w2")});
+  }
+}
+
+std::unique_ptr<MlpSaved> MoeMlp::make_saved(int64_t N, DType dt, Device dev) const {
+  const int64_t C = hidden_, F = ffn_, E = experts_, NK = N * k_;
+  const DType st = stat_dtype(dt);
+  auto s = std::make_unique<MoeMlpSaved>();
+  s->h = Tensor::empty({N, C}, dt, dev);
+  s->rstd = Tensor::empty({N}, st, dev);
+  s->logits = Tensor::empty({N, E}, dt, dev);
+  s->probs = Tensor::empty({N, E}, st, dev);
+  s->lse = Tensor::empty({N}, st, dev);
+  s->expert = Tensor::empty({N, k_}, DType::I32, dev);
+  s->weight = Tensor::empty({N, k_}, st, dev);
+  s->count = Tensor::empty({E}, DType::I32, dev);
+  s->order = Tensor::empty({NK}, DType::I32, dev);
+  s->slot = Tensor::empty({NK}, DType::I32, dev);
+  s->offsets = Tensor::empty({E + 1}, DType::I32, dev);
+  s->xs = Tensor::empty({NK, C}, dt, dev);
+  s->gu = Tensor::empty({NK, 2 * F}, dt, dev);
+  s->act = Tensor::empty({NK, F}, dt, dev);
+  s->ys = Tensor::empty({NK, C}, dt, dev);
+  s->record.prob_sum = Tensor::empty({E}, st, dev);
+  s->record.lse_sq_sum = Tensor::empty({1}, st, dev);
+  return s;
+}
+
+std::unique_ptr<MlpGrads> MoeMlp::make_grads(int64_t N, DType dt, Device dev) const {
+  const int64_t C = hidden_, F = ffn_, NK = N * k_;
+  auto g = std::make_unique<MoeMlpGrads>();
+  g->dys = Tensor::empty({NK, C}, dt, dev);
+  g->dact = Tensor::empty({NK, F}, dt, dev);
+  g->dgu = Tensor::empty({NK, 2 * F}, dt, dev);
+  g->dxs = Tensor::empty({NK, C}, dt, dev);
+  g->dweight = Tensor::empty({N, k_}, stat_dtype(dt), dev);
+  g->dlogits = Tensor::empty({N, experts_}, dt, dev);
+  g->router_loss.aux_grad = Tensor::zeros({experts_}, stat_dtype(dt), dev);
+  return g;
+}
+
+// Softmax, top-k, the routing statistics and the sort by expert, for the first N rows.
+void MoeMlp::route(const MoeMlpSaved& s, int64_t N) const {
+  const int64_t NK = N * k_;
+  const Tensor expert = s.expert.narrow(0, 0, N), probs = s.probs.narrow(0, 0, N), lse = s.lse.narrow(0, 0, N);
+  moe_router_forward(s.logits.narrow(0, 0, N), k_, probs, lse, expert, s.weight.narrow(0, 0, N));
+  moe_router_stats(probs, expert, lse, s.record.prob_sum, s.count, s.record.lse_sq_sum);
+  moe_permute_plan(expert, experts_, s.order.narrow(0, 0, NK), s.slot.narrow(0, 0, NK), s.offsets);
+}
+
+// Each expert's SwiGLU over its contiguous group of rows; an expert no token chose is
+// skipped (its weights get no gradient from this micro-batch, as in transformers).
+void MoeMlp::experts_forward(const MoeMlpSaved& s, const Tensor& params) const {
+  const int64_t F = ffn_;
+  for (int64_t e = 0; e < experts_; ++e) {
+    const int64_t begin = s.group_begin[size_t(e)], rows = s.group_begin[size_t(e) + 1] - begin;
+    if (rows == 0) continue;
+    const Tensor gu = s.gu.narrow(0, begin, rows), act = s.act.narrow(0, begin, rows);
+    gate_up_[size_t(e)].forward(s.xs.narrow(0, begin, rows), params, gu);
+    swiglu_forward(gu.narrow(1, 0, F), gu.narrow(1, F, F), act);
+    down_[size_t(e)].forward(act, params, s.ys.narrow(0, begin, rows));
+  }
+}
+
+void MoeMlp::forward(const Tensor& x, const Tensor& params, MlpSaved& saved, const Tensor& out) const {
+  auto& s = static_cast<MoeMlpSaved&>(saved);
+  const int64_t N = x.size(0), NK = N * k_;
+  const Tensor h = s.h.narrow(0, 0, N);
+  rmsnorm_forward(x, params.narrow(0, norm_, hidden_), h, s.rstd.narrow(0, 0, N), eps_);
+  router_.forward(h, params, s.logits.narrow(0, 0, N));
+  route(s, N);
+  // The layer's one wait for the device: the group sizes decide the GEMM shapes.
+  const Tensor offsets = s.offsets.device().is_cpu() ? s.offsets : s.offsets.to(Device::cpu());
+  s.group_begin.assign(size_t(experts_) + 1, 0);
+  s.record.count.assign(size_t(experts_), 0);
+  for (int64_t e = 0; e <= experts_; ++e) s.group_begin[size_t(e)] = int64_t(offsets.get_flat(e));
+  for (int64_t e = 0; e < experts_; ++e)
+    s.record.count[size_t(e)] = s.group_begin[size_t(e) + 1] - s.group_begin[size_t(e)];
+  s.record.tokens = N;
+  FSDP_CHECK(s.group_begin[size_t(experts_)] == NK, "moe: the expert groups hold {} rows, expected {}",
+             s.group_begin[size_t(experts_)], NK);
+  moe_gather_rows(h, s.order.narrow(0, 0, NK), k_, s.xs.narrow(0, 0, NK));
+  experts_forward(s, params);
+  // out = x + sum_j w_j * y_j, each token's k outputs gathered in choice order.
+  moe_combine(s.ys.narrow(0, 0, NK), s.slot.narrow(0, 0, NK), s.weight.narrow(0, 0, N), x, out);
+}
+
+void MoeMlp::experts_backward(const MoeMlpSaved& s, const Tensor& params, const Tensor& grads,
+                              MoeMlpGrads& g) const {
+  const int64_t F = ffn_;
+  for (int64_t e = 0; e < experts_; ++e) {
+    const int64_t begin = s.group_begin[size_t(e)], rows = s.group_begin[size_t(e) + 1] - begin;
+    if (rows == 0) continue;
+    const Tensor gu = s.gu.narrow(0, begin, rows), dgu = g.dgu.narrow(0, begin, rows);
+    const Tensor dact = g.dact.narrow(0, begin, rows);
+    down_[size_t(e)].backward(g.dys.narrow(0, begin, rows), s.act.narrow(0, begin, rows), params, grads, dact);
+    swiglu_backward(dact, gu.narrow(1, 0, F), gu.narrow(1, F, F), dgu.narrow(1, 0, F), dgu.narrow(1, F, F));
+    gate_up_[size_t(e)].backward(dgu, s.xs.narrow(0, begin, rows), params, grads, g.dxs.narrow(0, begin, rows));
+  }
+}
+
+void MoeMlp::backward(const Tensor& x, const MlpSaved& saved, const Tensor& params, const Tensor& grads,
+                      const Tensor& dres, const Tensor& dh, MlpGrads& grads_scratch) const {
+  const auto& s = static_cast<const MoeMlpSaved&>(saved);
+  auto& g = static_cast<MoeMlpGrads&>(grads_scratch);
+  const int64_t N = x.size(0), NK = N * k_;
+  FSDP_CHECK(int64_t(s.group_begin.size()) == experts_ + 1 && s.record.tokens == N,
+             "moe: backward over {} rows without a matching forward", N);
+  const Tensor slot = s.slot.narrow(0, 0, NK), weight = s.weight.narrow(0, 0, N);
+  const Tensor dweight = g.dweight.narrow(0, 0, N), dlogits = g.dlogits.narrow(0, 0, N);
+  moe_combine_backward(dres, s.ys.narrow(0, 0, NK), slot, weight, g.dys.narrow(0, 0, NK), dweight);
+  experts_backward(s, params, grads, g);
+  moe_router_backward(dweight, s.probs.narrow(0, 0, N), s.lse.narrow(0, 0, N), s.expert.narrow(0, 0, N), weight,
+                      g.router_loss.aux_grad, g.router_loss.z_scale, dlogits);
+  // dh = dlogits W_router (+) the gathered expert inputs' gradients.
+  router_.backward(dlogits, s.h.narrow(0, 0, N), params, grads, dh);
+  moe_gather_rows_backward(g.dxs.narrow(0, 0, NK), slot, k_, dh, /*accumulate=*/true);
+  rmsnorm_backward(dh, x, params.narrow(0, norm_, hidden_), s.rstd.narrow(0, 0, N), dres,
+                   grads.narrow(0, norm_, hidden_), /*accumulate_dx=*/true);
+}
+
+}  // namespace fsdp::model
