@@ -99,6 +99,17 @@ TEST(FsdpEquivalence, OddShapesThatDoNotDivideTheWorld) {
                                    "model.num_kv_heads=1", "model.intermediate_size=50"});
 }
 
+// Mixtral's sparse MLP: 4 experts, top-2, both router losses on. Each micro-batch pools its
+// own layers' routing (as each forward of transformers does) and the router losses are
+// averaged over micro-batches and ranks, so the sharded run and the one-process run over
+// the same micro-batches optimise the same objective.
+const std::vector<std::string> kMoe = {"model.num_experts=4", "model.experts_per_token=2",
+                                       "model.router_aux_loss_coef=0.02", "model.router_z_loss_coef=0.001"};
+TEST(FsdpEquivalence, MixtureOfExpertsFullShard) { expect_equivalent("FULL_SHARD", kMoe); }
+TEST(FsdpEquivalence, MixtureOfExpertsShardGradOpWithAccumulation) {
+  expect_equivalent("SHARD_GRAD_OP", kMoe, /*accum=*/2);
+}
+
 TEST(FsdpEquivalence, Bf16ParametersAndReductionStayClose) {
   // bf16 all-gathers and reductions round (2^-9 relative): the run must train and stay
   // within bf16 distance of fp32, not match to 1e-5.
