@@ -28,12 +28,12 @@ model::LlamaConfig moe_config() {
 
 constexpr int64_t kBatch = 2, kSeq = 7;
 
-struct Run {
+struct MoeRun {
   model::Llama llama;
   model::LocalParams params;
   model::LlamaActivations act;
 
-  explicit Run(const model::LlamaConfig& c)
+  explicit MoeRun(const model::LlamaConfig& c)
       : llama(c, DType::F64), params(llama.units(), DType::F64), act(c, kBatch, kSeq, DType::F64, Device::cpu()) {
     for (int u = 0; u < params.num_units(); ++u) {
       Tensor f32 = Tensor::empty({llama.units()[size_t(u)].numel}, DType::F32);
@@ -54,7 +54,7 @@ struct Run {
 };
 
 TEST(MoeDecoder, GradientOfTheWholeObjectiveMatchesFiniteDifferences) {
-  Run r(moe_config());
+  MoeRun r(moe_config());
   const model::LossSum l = r.llama.forward(r.act, r.params);
   ASSERT_GT(l.router_aux, 0.0);
   ASSERT_GT(l.router_z, 0.0);
@@ -86,7 +86,7 @@ TEST(MoeDecoder, TheZLossAloneMovesOnlyTheRouter) {
   // for bit and the router's differ: the z-loss reaches nothing but the router logits.
   model::LlamaConfig with = moe_config(), without = moe_config();
   without.router_z_loss_coef = 0;
-  Run a(with), b(without);
+  MoeRun a(with), b(without);
   a.llama.forward_backward(a.act, a.params, 0.1, 1.0);
   b.llama.forward_backward(b.act, b.params, 0.1, 1.0);
   const model::UnitLayout& block = a.llama.units()[2];
@@ -100,7 +100,7 @@ TEST(MoeDecoder, TheZLossAloneMovesOnlyTheRouter) {
 }
 
 TEST(MoeDecoder, TwoRunsGiveTheSameBits) {
-  Run a(moe_config()), b(moe_config());
+  MoeRun a(moe_config()), b(moe_config());
   const model::LossSum la = a.llama.forward_backward(a.act, a.params, 0.1, 1.0);
   const model::LossSum lb = b.llama.forward_backward(b.act, b.params, 0.1, 1.0);
   EXPECT_EQ(la.sum, lb.sum);

@@ -20,16 +20,16 @@ namespace fsdp::model {
 struct ParamSlot {
   std::string name;     // ours, e.g. "layers.3.wq"
   std::string hf_name;  // Hugging Face's, e.g. "model.layers.3.self_attn.q_proj.weight"
-  // Where the same values sit in transformers 5's fused expert layout, if anywhere: a
-  // tensor holding every expert's weight (e.g. "model.layers.3.mlp.experts.gate_up_proj",
-  // [E, 2F, C]) and this slot's first element in it. Empty for everything but experts.
-  std::string hf_fused_name;
-  int64_t hf_fused_offset = 0;
   Dims shape;
   int64_t offset = 0;   // elements from the start of the unit's flat buffer
   int64_t numel = 0;
   bool weight_decay = true;  // matrices decay, norm weights do not (as nanoGPT / llm.c)
   int init_kind = 0;         // 0: normal(0, init_std), 1: ones (norm weights)
+  // Where the same values sit in transformers 5's fused expert layout, if anywhere: a
+  // tensor holding every expert's weight (e.g. "model.layers.3.mlp.experts.gate_up_proj",
+  // [E, 2F, C]) and this slot's first element in it. Empty for everything but experts.
+  std::string hf_fused_name;
+  int64_t hf_fused_offset = 0;
 };
 
 struct UnitLayout {
