@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 
@@ -20,6 +21,10 @@ std::string format_step_line(const StepMetrics& m, int64_t max_steps) {
       m.gflops_per_sec, double(m.peak_tensor_bytes) / (1 << 20), double(m.max_rss_bytes) / (1 << 20));
   if (m.aux_loss) line += fmt::format(" (ce {:.4f}, aux {:.4f})", *m.ce_loss, *m.aux_loss);
   if (m.z_loss) line += fmt::format(" | z_loss {:.4f}", *m.z_loss);
+  if (!m.expert_imbalance.empty()) {
+    const auto worst = std::max_element(m.expert_imbalance.begin(), m.expert_imbalance.end());
+    line += fmt::format(" | expert load max/mean {:.2f} (layer {})", *worst, worst - m.expert_imbalance.begin());
+  }
   if (m.mfu) line += fmt::format(" | MFU {:.1f}%", 100.0 * *m.mfu);
   if (m.loss_scale) line += fmt::format(" | loss scale {:g}", *m.loss_scale);
   if (m.skipped) line += " | step skipped (inf/NaN gradients)";
@@ -53,6 +58,10 @@ std::string to_json_line(const StepMetrics& m) {
   if (m.ce_loss) j["ce_loss"] = *m.ce_loss;
   if (m.aux_loss) j["aux_loss"] = *m.aux_loss;
   if (m.z_loss) j["z_loss"] = *m.z_loss;
+  if (!m.expert_load.empty()) {
+    j["expert_load"] = m.expert_load;
+    j["expert_imbalance"] = m.expert_imbalance;
+  }
   if (m.mfu) j["mfu"] = *m.mfu;
   if (m.loss_scale) j["loss_scale"] = *m.loss_scale;
   if (m.skipped) j["skipped"] = true;

@@ -42,6 +42,7 @@ Trainer::Trainer(const config::Config& cfg, dist::ProcessGroups& groups)
       votes_buf_(Tensor::zeros({StepVotes::kSlots}, DType::F64)),
       flops_per_token_(model_.config().train_flops_per_token(cfg.train.seq_len)) {
   if (cfg.train.dtype == DType::F16) scaler_ = optim::DynamicLossScaler(cfg.train.fp16_init_scale, cfg.train.fp16_growth_interval);
+  if (model_.config().is_moe()) expert_load_.emplace(model_.config().num_layers, model_.config().num_experts);
 #if defined(FSDP_WITH_CUDA)
   if (device_.is_cuda()) {
     cuda::set_tf32(cfg.train.tf32);
@@ -159,12 +160,14 @@ model::LossSum Trainer::accumulate_gradients(double grad_scale, double router_sc
   const int64_t accum = cfg_.train.grad_accum_steps;
   const bool moe = model_.config().is_moe();
   engine_.begin_step(int(accum));
+  if (expert_load_) expert_load_->begin_step();
   model::LossSum local;
   for (int64_t a = 0; a < accum; ++a) {
     engine_.begin_micro_batch(int(a));
     load_micro_batch(*data_.train_loader, a);
     if (device_.is_cpu()) {
       add_to(local, model_.forward_backward(act_, engine_, grad_scale, router_scale));
+      if (expert_load_) expert_load_->add(model_, act_);
     } else {
       // Enqueue only; the losses wait on the device for one read-back after the last.
       model_.enqueue_forward_backward(act_, engine_, grad_scale, router_scale);
@@ -174,6 +177,7 @@ model::LossSum Trainer::accumulate_gradients(double grad_scale, double router_sc
         // read them now (a mixture of experts waits per layer anyway, for its group sizes).
         const model::RouterLosses r = model_.router_losses(act_);
         add_to(local, model::LossSum{0, 0, r.aux, r.z, 1});
+        expert_load_->add(model_, act_);
       }
     }
   }
@@ -238,6 +242,9 @@ StepMetrics Trainer::train_step() {
   m.step = step_;
   m.loss = loss;
   if (mc.is_moe()) {
+    expert_load_->all_reduce(*groups_.world);
+    m.expert_load = expert_load_->counts();
+    m.expert_imbalance = expert_load_->imbalance();
     m.ce_loss = ce_loss;
     m.aux_loss = aux_loss;
     if (mc.router_z_loss_coef > 0) m.z_loss = z_loss;

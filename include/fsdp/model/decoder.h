@@ -77,6 +77,9 @@ class Llama {
                                 double router_scale = 1.0);
   // The router losses of the last forward over `act` (zeros for Llama); reads back.
   RouterLosses router_losses(const LlamaActivations& act) const;
+  // Each layer's routing statistics of the last forward over `act` (null for a dense MLP);
+  // their counts are on the host already.
+  std::vector<const RouterRecord*> router_records(const LlamaActivations& act) const;
   // Forward only; leaves the logits in act.logits and the per-token losses in act.losses.
   LossSum forward(LlamaActivations& act, ParamProvider& params);
 
@@ -84,7 +87,6 @@ class Llama {
   void trunk_forward(LlamaActivations& act, ParamProvider& params);
   void head_backward(LlamaActivations& act, ParamProvider& params, double grad_scale);
   LossSum loss_sum(const LlamaActivations& act) const;
-  std::vector<const RouterRecord*> router_records(const LlamaActivations& act) const;
 
   LlamaConfig cfg_;
   DType dtype_;

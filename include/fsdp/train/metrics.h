@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace fsdp::train {
 
@@ -32,6 +33,10 @@ struct StepMetrics {
   std::optional<double> val_loss;
   // A mixture of experts: loss = ce_loss + router_aux_loss_coef * aux_loss (+ z-loss term).
   std::optional<double> ce_loss, aux_loss, z_loss;
+  // A mixture of experts: (token, choice) pairs per expert per layer over the step, all
+  // ranks; and each layer's max/mean of them (1 = balanced).
+  std::vector<std::vector<int64_t>> expert_load;
+  std::vector<double> expert_imbalance;
   std::optional<double> mfu;         // on a GPU whose peak is known (train/device_peak.h): 0..1
   std::optional<double> loss_scale;  // float16 compute: the dynamic loss scale this step ran with
   bool skipped = false;              // float16: inf/NaN gradients, the optimizer did not step

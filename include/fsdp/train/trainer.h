@@ -40,6 +40,7 @@
 #include "fsdp/train/checkpoint_policy.h"
 #include "fsdp/train/metrics.h"
 #include "fsdp/train/setup.h"
+#include "fsdp/train/expert_load.h"
 #include "fsdp/train/step_votes.h"
 
 namespace fsdp::train {
@@ -101,6 +102,7 @@ class Trainer {
   optim::LrSchedule schedule_;
   optim::AdamWConfig adamw_;
   CheckpointPolicy checkpoints_;
+  std::optional<ExpertLoad> expert_load_;  // a mixture of experts only
   Tensor votes_buf_;      // [StepVotes::kSlots] float64, reused every step
   StepVotes last_votes_;  // the last all-reduce's sums
   double flops_per_token_ = 0;
