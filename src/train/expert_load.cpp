@@ -28,7 +28,7 @@ void ExpertLoad::add(const model::Llama& model, const model::LlamaActivations& a
 void ExpertLoad::all_reduce(dist::Communicator& world) { world.wait(world.all_reduce(sums_)); }
 
 std::vector<std::vector<int64_t>> ExpertLoad::counts() const {
-  std::vector<std::vector<int64_t>> out(size_t(layers_), std::vector<int64_t>(size_t(experts_)));
+  std::vector<std::vector<int64_t>> out(size_t(layers_), std::vector<int64_t>(size_t(experts_), 0));
   const double* s = sums_.data<double>();
   for (int64_t l = 0; l < layers_; ++l)
     for (int64_t e = 0; e < experts_; ++e) out[size_t(l)][size_t(e)] = int64_t(s[l * experts_ + e]);
