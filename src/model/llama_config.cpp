@@ -86,7 +86,7 @@ std::string LlamaConfig::summary() const {
 }
 
 std::vector<std::string> llama_preset_names() {
-  return {"tiny", "llama2_7b", "llama2_13b", "llama2_70b", "codellama_7b"};
+  return {"tiny", "tiny_moe", "llama2_7b", "llama2_13b", "llama2_70b", "codellama_7b", "mixtral_8x7b"};
 }
 
 LlamaConfig llama_preset(const std::string& name) {
@@ -97,6 +97,12 @@ LlamaConfig llama_preset(const std::string& name) {
   if (name == "llama2_13b") return {32000, 5120, 13824, 40, 40, 40, 4096, 10000.0, 1e-5};
   if (name == "llama2_70b") return {32000, 8192, 28672, 80, 64, 8, 4096, 10000.0, 1e-5};
   if (name == "codellama_7b") return {32016, 4096, 11008, 32, 32, 32, 16384, 1000000.0, 1e-5};
+  // mistralai/Mixtral-8x7B-v0.1's config.json (router_aux_loss_coef 0.02 there; the
+  // transformers class default is 0.001).
+  if (name == "mixtral_8x7b") return {32000, 4096, 14336, 32, 32, 8, 32768, 1000000.0, 1e-5, 8, 2, 0.02, 0.0};
+  // tiny's attention with 8 experts of half tiny's MLP width, top-2: the same active
+  // FLOPs per token as tiny, twice its MLP parameters.
+  if (name == "tiny_moe") return {1024, 128, 176, 4, 4, 2, 512, 10000.0, 1e-5, 8, 2, 0.02, 0.0};
   std::string names;
   for (const auto& n : llama_preset_names()) names += (names.empty() ? "" : ", ") + n;
   FSDP_FAIL("unknown model preset '{}' (known: {})", name, names);

@@ -253,8 +253,8 @@ TEST(ConfigErrors, ImpossibleValue) {
   EXPECT_EQ(error_of("checkpoint:\n  keep_last: 0\n"), "configs/x.yaml:2: key 'checkpoint.keep_last' must be >= 1, got 0");
   EXPECT_EQ(error_of("model:\n  norm_eps: 0\n"), "configs/x.yaml:2: key 'model.norm_eps' must be > 0, got 0");
   EXPECT_EQ(error_of("model:\n  preset: llama3_8b\n"),
-            "configs/x.yaml:2: key 'model.preset' must be one of tiny, llama2_7b, llama2_13b, llama2_70b, "
-            "codellama_7b, got 'llama3_8b'");
+            "configs/x.yaml:2: key 'model.preset' must be one of tiny, tiny_moe, llama2_7b, llama2_13b, llama2_70b, "
+            "codellama_7b, mixtral_8x7b, got 'llama3_8b'");
   EXPECT_EQ(error_of("train:\n  dtype: float8\n"),
             "configs/x.yaml:2: key 'train.dtype' must be one of float32, bfloat16, float16, got 'float8'");
   EXPECT_EQ(error_of("train:\n  device: gpu\n"),
@@ -375,7 +375,8 @@ TEST(ConfigDump, DescribeKeysListsTypeDefaultAndDoc) {
   EXPECT_NE(help.find("  train.max_steps = 100  (integer)\n      Optimizer steps to run.\n"), std::string::npos) << help;
   EXPECT_NE(help.find("  optim.schedule = cosine  (cosine | linear | constant)\n"), std::string::npos);
   EXPECT_NE(help.find("  model.hidden_size = null  (integer or null)\n"), std::string::npos);
-  EXPECT_NE(help.find("  model.preset = tiny  (tiny | llama2_7b | llama2_13b | llama2_70b | codellama_7b)\n"),
+  EXPECT_NE(help.find("  model.preset = tiny  (tiny | tiny_moe | llama2_7b | llama2_13b | llama2_70b | codellama_7b | "
+                      "mixtral_8x7b)\n"),
             std::string::npos);
   for (const detail::Field& f : detail::fields()) {
     EXPECT_NE(help.find(fmt::format("  {}.{} = ", f.section, f.key)), std::string::npos) << f.key;

@@ -55,7 +55,7 @@ struct RunConfig {
 };
 
 struct ModelConfig {
-  std::string preset = "tiny";  // tiny | llama2_7b | llama2_13b | llama2_70b | codellama_7b
+  std::string preset = "tiny";  // model::llama_preset_names()
   std::string init_from;        // Hugging Face folder; "" = random init
   // Shape overrides: unset = the preset's value.
   std::optional<int> vocab_size;

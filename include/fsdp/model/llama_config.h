@@ -44,7 +44,8 @@ struct LlamaConfig {
   std::string summary() const;
 };
 
-// tiny, llama2_7b, llama2_13b, llama2_70b, codellama_7b. Unknown name -> error listing them.
+// tiny, tiny_moe, llama2_7b, llama2_13b, llama2_70b, codellama_7b, mixtral_8x7b. Unknown
+// name -> error listing them.
 LlamaConfig llama_preset(const std::string& name);
 std::vector<std::string> llama_preset_names();
 
