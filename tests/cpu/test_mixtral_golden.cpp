@@ -12,6 +12,12 @@
 // shows as 1e-2 or worse.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "fsdp/ckpt/hf_export.h"
 #include "fsdp/ckpt/hf_import.h"
 #include "fsdp/model/decoder.h"
 #include "fsdp/model/local_params.h"
@@ -166,6 +172,74 @@ TEST_F(MixtralGolden, FusedTransformers5LayoutLoadsTheSameValues) {
   ckpt::load_hf_unit(a, unit, whole);
   ckpt::load_hf_unit(b, unit, part, 7001);
   for (int64_t i = 0; i < part.numel(); ++i) ASSERT_EQ(part.get_flat(i), whole.get_flat(7001 + i)) << i;
+}
+
+TEST_F(MixtralGolden, ExportWritesTheLayoutTransformersSavedAndReadsBackBitExact) {
+  // Our float32 export of the fixture's weights holds exactly the tensors transformers'
+  // save_pretrained wrote (names, shapes, values), and a config.json with the keys
+  // MixtralConfig reads: what from_pretrained needs to load it without a missing or
+  // unexpected key.
+  const auto units = model::llama_units(cfg_);
+  const ckpt::SafetensorsFolder fixture(dir_);
+  std::vector<Tensor> flat;
+  for (const auto& u : units) {
+    flat.push_back(Tensor::empty({u.numel}, DType::F32));
+    ckpt::load_hf_unit(fixture, u, flat.back());
+  }
+  const std::string out = (std::filesystem::temp_directory_path() / "mixtral_export_golden").string();
+  std::filesystem::remove_all(out);
+  ckpt::HfExportOptions opt;
+  opt.dtype = DType::F32;
+  ckpt::write_hf_llama(out, cfg_, units, [&](int u) { return flat[size_t(u)]; }, opt);
+
+  const ckpt::SafetensorsFolder ours(out);
+  int tensors = 0;
+  for (const auto& u : units) {
+    for (const auto& p : u.params) {
+      ASSERT_TRUE(ours.contains(p.hf_name)) << p.hf_name;
+      const auto a = ckpt::read_as_f32(ours.entry(p.hf_name)), b = ckpt::read_as_f32(fixture.entry(p.hf_name));
+      EXPECT_EQ(ours.entry(p.hf_name).shape, fixture.entry(p.hf_name).shape) << p.hf_name;
+      EXPECT_EQ(a, b) << p.hf_name;
+      ++tensors;
+    }
+  }
+  EXPECT_EQ(tensors, 1 + 2 * (4 + 1 + 3 * 4 + 2) + 2);
+  const model::LlamaConfig back = ckpt::read_hf_llama_config(out);
+  EXPECT_EQ(back.num_experts, cfg_.num_experts);
+  EXPECT_EQ(back.experts_per_token, cfg_.experts_per_token);
+  EXPECT_EQ(back.router_aux_loss_coef, cfg_.router_aux_loss_coef);
+  std::ifstream a(out + "/config.json"), b(dir_ + "/config.json");
+  const auto ja = nlohmann::json::parse(a), jb = nlohmann::json::parse(b);
+  for (const char* key : {"model_type", "architectures", "num_local_experts", "num_experts_per_tok", "hidden_size",
+                          "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+                          "rope_theta", "rms_norm_eps", "max_position_embeddings", "vocab_size", "tie_word_embeddings"})
+    EXPECT_EQ(ja.at(key), jb.at(key)) << key;
+  std::filesystem::remove_all(out);
+}
+
+TEST_F(MixtralGolden, BadFoldersAreNamed) {
+  // A Mixtral config with a Llama folder: the first expert tensor is named as missing.
+  const ckpt::SafetensorsFolder llama(test::source_path("tests/golden/llama_gqa_tiny"));
+  const auto units = model::llama_units(cfg_);
+  Tensor flat = Tensor::empty({units[1].numel}, DType::F32);
+  test::expect_error([&] { ckpt::load_hf_unit(llama, units[1], flat); },
+                     {"missing tensor 'model.layers.0.block_sparse_moe.gate.weight'"});
+  // A router of the wrong shape (a config with 3 experts against the fixture's 4).
+  model::LlamaConfig three = cfg_;
+  three.num_experts = 3;
+  const auto units3 = model::llama_units(three);
+  const ckpt::SafetensorsFolder fixture(dir_);
+  Tensor flat3 = Tensor::empty({units3[1].numel}, DType::F32);
+  test::expect_error([&] { ckpt::load_hf_unit(fixture, units3[1], flat3); },
+                     {"'model.layers.0.block_sparse_moe.gate.weight' has shape [4, 48] but the model expects [3, 48]"});
+  // A Llama config with this Mixtral folder: the dense MLP's tensors are missing.
+  model::LlamaConfig dense = cfg_;
+  dense.num_experts = 0;
+  dense.experts_per_token = 0;
+  const auto dunits = model::llama_units(dense);
+  Tensor dflat = Tensor::empty({dunits[1].numel}, DType::F32);
+  test::expect_error([&] { ckpt::load_hf_unit(fixture, dunits[1], dflat); },
+                     {"missing tensor 'model.layers.0.mlp.gate_proj.weight'"});
 }
 
 }  // namespace
