@@ -197,6 +197,15 @@ void validate(const Config& cfg, const Origins& origins, const std::string& name
     conflict("model.num_kv_heads", fmt::format("must divide model.num_heads ({}), got {}", *m.num_heads, *m.num_kv_heads),
              "model.num_heads",
              fmt::format("must be a multiple of model.num_kv_heads ({}), got {}", *m.num_kv_heads, *m.num_heads));
+  const auto k_range = [&] {
+    return fmt::format("must be in [1, model.num_experts = {}], got {}", *m.num_experts, *m.experts_per_token);
+  };
+  if (m.num_experts && m.experts_per_token && *m.num_experts > 0 && *m.experts_per_token < 1)
+    fail(origin("model.experts_per_token").where, "key 'model.experts_per_token' " + k_range());
+  if (m.num_experts && m.experts_per_token && *m.num_experts > 0 && *m.experts_per_token > *m.num_experts)
+    conflict("model.experts_per_token",
+             k_range(), "model.num_experts",
+             fmt::format("must be >= model.experts_per_token ({}), got {}", *m.experts_per_token, *m.num_experts));
   if (m.hidden_size && m.num_heads && *m.hidden_size % *m.num_heads != 0)
     conflict("model.num_heads", fmt::format("must divide model.hidden_size ({}), got {}", *m.hidden_size, *m.num_heads),
              "model.hidden_size",

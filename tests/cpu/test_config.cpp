@@ -274,6 +274,12 @@ TEST(ConfigErrors, RulesOverTwoKeysBlameTheOneSetLast) {
   EXPECT_EQ(error_of("model:\n  num_heads: 8\n", {"model.hidden_size=100"}),
             "--set model.hidden_size=100: key 'model.hidden_size' must be a multiple of model.num_heads (8), got 100");
   EXPECT_EQ(error_of("model:\n  num_heads: 8\n"), "no error");  // divisibility only when both are given
+  EXPECT_EQ(error_of("model:\n  num_experts: 4\n  experts_per_token: 5\n"),
+            "configs/x.yaml:3: key 'model.experts_per_token' must be in [1, model.num_experts = 4], got 5");
+  EXPECT_EQ(error_of("model:\n  experts_per_token: 0\n  num_experts: 4\n"),
+            "configs/x.yaml:2: key 'model.experts_per_token' must be in [1, model.num_experts = 4], got 0");
+  EXPECT_EQ(error_of("model:\n  experts_per_token: 2\n  num_experts: 1\n"),
+            "configs/x.yaml:3: key 'model.num_experts' must be >= model.experts_per_token (2), got 1");
   EXPECT_EQ(error_of("data:\n  source: shards\n"),
             "configs/x.yaml:2: key 'data.source' is 'shards', which needs data.path (the folder of token shards)");
 }
