@@ -98,6 +98,10 @@ TEST(ConfigFile, EveryKeyIsRead) {
   EXPECT_EQ(c.model.max_seq_len, 4096);
   EXPECT_EQ(c.model.rope_theta, 10000.0);
   EXPECT_EQ(c.model.norm_eps, 1e-5);
+  EXPECT_EQ(c.model.num_experts, 8);
+  EXPECT_EQ(c.model.experts_per_token, 2);
+  EXPECT_EQ(c.model.router_aux_loss_coef, 0.02);
+  EXPECT_EQ(c.model.router_z_loss_coef, 0.001);
   EXPECT_EQ(c.model.init_std, 0.01);
   EXPECT_EQ(c.data.source, DataSource::Shards);
   EXPECT_EQ(c.data.path, "data/shards/train");
@@ -358,7 +362,7 @@ TEST(ConfigDump, EveryKeyInSectionOrder) {
   EXPECT_NE(text.find("  sharding_strategy: FULL_SHARD\n"), std::string::npos);
   EXPECT_NE(text.find("  dtype: float32\n"), std::string::npos);
   const size_t lines = static_cast<size_t>(std::count(text.begin(), text.end(), '\n'));
-  EXPECT_EQ(lines, 9 + 55u);  // 9 sections, 55 keys
+  EXPECT_EQ(lines, 9 + 59u);  // 9 sections, 59 keys
 }
 
 TEST(ConfigDump, HashIsDeterministicAndSeesEveryChange) {
