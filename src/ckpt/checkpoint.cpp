@@ -73,9 +73,17 @@ void remove_checkpoint_dir(const fs::path& dir) {
 }
 
 json model_to_json(const model::LlamaConfig& m) {
-  return {{"vocab_size", m.vocab_size},       {"hidden_size", m.hidden_size}, {"intermediate_size", m.intermediate_size},
-          {"num_layers", m.num_layers},       {"num_heads", m.num_heads},     {"num_kv_heads", m.num_kv_heads},
-          {"max_seq_len", m.max_seq_len},     {"rope_theta", m.rope_theta},   {"norm_eps", m.norm_eps}};
+  json j = {{"vocab_size", m.vocab_size},   {"hidden_size", m.hidden_size}, {"intermediate_size", m.intermediate_size},
+            {"num_layers", m.num_layers},   {"num_heads", m.num_heads},     {"num_kv_heads", m.num_kv_heads},
+            {"max_seq_len", m.max_seq_len}, {"rope_theta", m.rope_theta},   {"norm_eps", m.norm_eps}};
+  // Written only for a mixture of experts, so a dense model's manifest is what it always was.
+  if (m.is_moe()) {
+    j["num_experts"] = m.num_experts;
+    j["experts_per_token"] = m.experts_per_token;
+    j["router_aux_loss_coef"] = m.router_aux_loss_coef;
+    j["router_z_loss_coef"] = m.router_z_loss_coef;
+  }
+  return j;
 }
 
 model::LlamaConfig model_from_json(const json& j) {
@@ -89,6 +97,10 @@ model::LlamaConfig model_from_json(const json& j) {
   m.max_seq_len = j.at("max_seq_len").get<int64_t>();
   m.rope_theta = j.at("rope_theta").get<double>();
   m.norm_eps = j.at("norm_eps").get<double>();
+  m.num_experts = j.value("num_experts", int64_t{0});
+  m.experts_per_token = j.value("experts_per_token", int64_t{0});
+  m.router_aux_loss_coef = j.value("router_aux_loss_coef", 0.0);
+  m.router_z_loss_coef = j.value("router_z_loss_coef", 0.0);
   return m;
 }
 
@@ -236,6 +248,8 @@ void CheckpointReader::check_model(const model::LlamaConfig& cfg, const std::vec
   same(m.num_layers, cfg.num_layers, "num_layers");
   same(m.num_heads, cfg.num_heads, "num_heads");
   same(m.num_kv_heads, cfg.num_kv_heads, "num_kv_heads");
+  same(m.num_experts, cfg.num_experts, "num_experts");
+  same(m.experts_per_token, cfg.experts_per_token, "experts_per_token");
   FSDP_CHECK(manifest_.units.size() == units.size(), "checkpoint {} has {} parameter units, the model {}", dir_,
              manifest_.units.size(), units.size());
   for (size_t u = 0; u < units.size(); ++u) {

@@ -148,6 +148,12 @@ TEST(Checkpoint, ResumeIsBitExactWithAsyncSaveAccumulationAndBf16Gathers) {
                           "exact_async");
 }
 
+TEST(Checkpoint, ResumeIsBitExactForAMixtureOfExperts) {
+  expect_bit_exact_resume({"model.num_experts=4", "model.experts_per_token=2", "model.router_aux_loss_coef=0.02",
+                           "model.router_z_loss_coef=0.001", "train.grad_accum_steps=2"},
+                          "exact_moe");
+}
+
 TEST(Checkpoint, ResumeIsBitExactOnTokenShards) {
   // The loader's shuffled position is restored too (a real corpus, not the synthetic chain).
   const std::string data = scratch("shards_data");
@@ -287,6 +293,14 @@ TEST(CheckpointBadInput, DifferentModelShapeIsOneClearError) {
   const std::string msg =
       error_message([&] { LocalTrainer t(ckpt_config(c.dir, {"model.hidden_size=128", "model.intermediate_size=192"})); });
   EXPECT_NE(msg.find("hidden_size = 64"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("different model"), std::string::npos) << msg;
+}
+
+TEST(CheckpointBadInput, DenseCheckpointIntoAMixtureOfExpertsIsOneClearError) {
+  TwoCheckpoints c("dense_to_moe");
+  const std::string msg =
+      error_message([&] { LocalTrainer t(ckpt_config(c.dir, {"model.num_experts=4", "model.experts_per_token=2"})); });
+  EXPECT_NE(msg.find("num_experts = 0, but the config asks for 4"), std::string::npos) << msg;
   EXPECT_NE(msg.find("different model"), std::string::npos) << msg;
 }
 
