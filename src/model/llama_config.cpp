@@ -100,9 +100,10 @@ LlamaConfig llama_preset(const std::string& name) {
   // mistralai/Mixtral-8x7B-v0.1's config.json (router_aux_loss_coef 0.02 there; the
   // transformers class default is 0.001).
   if (name == "mixtral_8x7b") return {32000, 4096, 14336, 32, 32, 8, 32768, 1000000.0, 1e-5, 8, 2, 0.02, 0.0};
-  // tiny's attention with 8 experts of half tiny's MLP width, top-2: the same active
-  // FLOPs per token as tiny, twice its MLP parameters.
-  if (name == "tiny_moe") return {1024, 128, 176, 4, 4, 2, 512, 10000.0, 1e-5, 8, 2, 0.02, 0.0};
+  // tiny with 8 experts of tiny's MLP width, top-2 (2x tiny's MLP FLOPs per token, 8x its
+  // MLP parameters). With experts of half that width (tiny's FLOPs) the demo's validation
+  // loss after 300 steps was 3.63, just above dense tiny's 3.61; at this width 3.58.
+  if (name == "tiny_moe") return {1024, 128, 352, 4, 4, 2, 512, 10000.0, 1e-5, 8, 2, 0.02, 0.0};
   std::string names;
   for (const auto& n : llama_preset_names()) names += (names.empty() ? "" : ", ") + n;
   FSDP_FAIL("unknown model preset '{}' (known: {})", name, names);

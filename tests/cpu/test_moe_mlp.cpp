@@ -17,10 +17,10 @@
 namespace fsdp {
 namespace {
 
-model::LlamaConfig moe_config() {
+model::LlamaConfig moe_config(int64_t k = 2) {
   model::LlamaConfig c{53, 16, 12, 2, 2, 1, 16, 10000.0, 1e-5};
   c.num_experts = 5;
-  c.experts_per_token = 2;
+  c.experts_per_token = k;
   c.router_aux_loss_coef = 0.3;  // large, so its share of the gradient is checked too
   c.router_z_loss_coef = 0.05;
   return c;
@@ -53,8 +53,14 @@ struct MoeRun {
   }
 };
 
-TEST(MoeDecoder, GradientOfTheWholeObjectiveMatchesFiniteDifferences) {
-  MoeRun r(moe_config());
+class MoeDecoderK : public ::testing::TestWithParam<int64_t> {};
+
+// k = 1: the renormalised weight is always 1, so the router learns only from the router
+// losses (as in transformers); k = E: every expert runs for every token.
+INSTANTIATE_TEST_SUITE_P(TopK, MoeDecoderK, ::testing::Values(1, 2, 5));
+
+TEST_P(MoeDecoderK, GradientOfTheWholeObjectiveMatchesFiniteDifferences) {
+  MoeRun r(moe_config(GetParam()));
   const model::LossSum l = r.llama.forward(r.act, r.params);
   ASSERT_GT(l.router_aux, 0.0);
   ASSERT_GT(l.router_z, 0.0);
