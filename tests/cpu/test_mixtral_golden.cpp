@@ -23,6 +23,7 @@
 #include "fsdp/model/local_params.h"
 #include "fsdp/model/mlp_moe.h"
 #include "fsdp/ops/cross_entropy.h"
+#include "fsdp/train/setup.h"
 #include "test_util.h"
 
 namespace fsdp {
@@ -240,6 +241,25 @@ TEST_F(MixtralGolden, BadFoldersAreNamed) {
   Tensor dflat = Tensor::empty({dunits[1].numel}, DType::F32);
   test::expect_error([&] { ckpt::load_hf_unit(fixture, dunits[1], dflat); },
                      {"missing tensor 'model.layers.0.mlp.gate_proj.weight'"});
+}
+
+TEST_F(MixtralGolden, AConfigThatContradictsTheFolderIsNamed) {
+  // An MoE config over a Llama folder, and a dense one over this Mixtral folder.
+  config::ModelConfig over_llama;
+  over_llama.init_from = test::source_path("tests/golden/llama_gqa_tiny");
+  over_llama.num_experts = 4;
+  test::expect_error([&] { train::resolve_model_config(over_llama); },
+                     {"model.num_experts = 4 contradicts", "llama_gqa_tiny/config.json, which has 0"});
+  config::ModelConfig over_mixtral;
+  over_mixtral.init_from = dir_;
+  over_mixtral.num_experts = 0;
+  test::expect_error([&] { train::resolve_model_config(over_mixtral); },
+                     {"model.num_experts = 0 contradicts", "mixtral_tiny/config.json, which has 4"});
+  // The loss weights are training choices: overriding them is fine.
+  config::ModelConfig reweighted;
+  reweighted.init_from = dir_;
+  reweighted.router_aux_loss_coef = 0.001;
+  EXPECT_EQ(train::resolve_model_config(reweighted).router_aux_loss_coef, 0.001);
 }
 
 }  // namespace
