@@ -17,6 +17,7 @@
 
 #include "fsdp/fsdp/fsdp_engine.h"
 #include "fsdp/train/launch_checks.h"
+#include "fsdp/train/step_votes.h"
 #include "fsdp/train/trainer.h"
 #include "../common/distributed_train_checks.h"
 #include "mpi_test_env.h"
@@ -151,7 +152,7 @@ double expected_bytes(const std::string& strategy, const std::vector<model::Unit
     if (strategy == "SHARD_GRAD_OP") total += (n - 1) * S * 2;
     if (strategy == "NO_SHARD") total += 2.0 * (world - 1) / world * double(units[u].numel) * 4;
   }
-  total += 2.0 * (world - 1) / world * 32;
+  total += 2.0 * (world - 1) / world * 8 * train::StepVotes::kSlots;  // the loss and control votes
   total += 2.0 * (n - 1) / n * 8;
   return total;
 }
