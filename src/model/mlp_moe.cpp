@@ -2,6 +2,9 @@
 #include "fsdp/model/mlp_moe.h"
 
 #include "fsdp/core/error.h"
+#if defined(FSDP_WITH_CUDA)
+#include "fsdp/core/cuda.h"
+#endif
 #include "fsdp/ops/elementwise.h"
 #include "fsdp/ops/moe_permute.h"
 #include "fsdp/ops/moe_router.h"
@@ -48,6 +51,10 @@ std::unique_ptr<MlpSaved> MoeMlp::make_saved(int64_t N, DType dt, Device dev) co
   s->order = Tensor::empty({NK}, DType::I32, dev);
   s->slot = Tensor::empty({NK}, DType::I32, dev);
   s->offsets = Tensor::empty({E + 1}, DType::I32, dev);
+#if defined(FSDP_WITH_CUDA)
+  // Page-locked, so reading the group sizes back is one wait for the stream and nothing more.
+  if (!dev.is_cpu()) s->offsets_host = cuda::pinned_empty({E + 1}, DType::I32);
+#endif
   s->xs = Tensor::empty({NK, C}, dt, dev);
   s->gu = Tensor::empty({NK, 2 * F}, dt, dev);
   s->act = Tensor::empty({NK, F}, dt, dev);
@@ -101,7 +108,8 @@ void MoeMlp::forward(const Tensor& x, const Tensor& params, MlpSaved& saved, con
   router_.forward(h, params, s.logits.narrow(0, 0, N));
   route(s, N);
   // The layer's one wait for the device: the group sizes decide the GEMM shapes.
-  const Tensor offsets = s.offsets.device().is_cpu() ? s.offsets : s.offsets.to(Device::cpu());
+  if (!s.offsets.device().is_cpu()) s.offsets_host.copy_(s.offsets);
+  const Tensor& offsets = s.offsets.device().is_cpu() ? s.offsets : s.offsets_host;
   s.group_begin.assign(size_t(experts_) + 1, 0);
   s.record.count.assign(size_t(experts_), 0);
   for (int64_t e = 0; e <= experts_; ++e) s.group_begin[size_t(e)] = int64_t(offsets.get_flat(e));

@@ -32,17 +32,25 @@ Tensor on_host(const Tensor& t) { return t.device().is_cpu() ? t : t.to(Device::
 
 RouterLosses router_losses(const LlamaConfig& cfg, const std::vector<const RouterRecord*>& layers) {
   const Pooled p = pool_counts(cfg, layers);
-  std::vector<double> prob(p.count.size(), 0.0);
+  const int64_t L = int64_t(layers.size()), E = cfg.num_experts;
+  // Every layer's [E] sums and its sum of lse^2 side by side, read back in one copy.
+  const Tensor& first = layers[0]->prob_sum;
+  Tensor stats = Tensor::empty({L, E + 1}, first.dtype(), first.device());
+  for (int64_t l = 0; l < L; ++l) {
+    stats.select(0, l).narrow(0, 0, E).copy_(layers[size_t(l)]->prob_sum);
+    stats.select(0, l).narrow(0, E, 1).copy_(layers[size_t(l)]->lse_sq_sum);
+  }
+  const Tensor host = on_host(stats);
+  std::vector<double> prob(size_t(E), 0.0);
   double lse_sq = 0;
   // Summed in layer order, in double: the same bits on every backend given the same sums.
-  for (const RouterRecord* r : layers) {
-    const Tensor ps = on_host(r->prob_sum);
-    for (size_t e = 0; e < prob.size(); ++e) prob[e] += ps.get_flat(int64_t(e));
-    lse_sq += on_host(r->lse_sq_sum).get_flat(0);
+  for (int64_t l = 0; l < L; ++l) {
+    for (int64_t e = 0; e < E; ++e) prob[size_t(e)] += host.get_flat(l * (E + 1) + e);
+    lse_sq += host.get_flat(l * (E + 1) + E);
   }
   RouterLosses out;
   for (size_t e = 0; e < prob.size(); ++e) out.aux += (p.count[e] / p.rows) * (prob[e] / p.rows);
-  out.aux *= double(cfg.num_experts);
+  out.aux *= double(E);
   out.z = lse_sq / p.rows;
   return out;
 }

@@ -303,6 +303,18 @@ void expect_bit_exact_resume(const std::string& name, const std::vector<std::str
 }
 
 TEST_F(CudaTrainer, ResumeIsBitExactFullShardFloat32) { expect_bit_exact_resume("f32", {}); }
+
+// A mixture of experts on the device: every strategy as for Llama is the CPU tests' job;
+// here the CUDA MoE path once through FSDP, against one CUDA process, and resumed bit-exact.
+const std::vector<std::string> kMoe = {"model.num_experts=4", "model.experts_per_token=2",
+                                       "model.router_aux_loss_coef=0.02", "model.router_z_loss_coef=0.001"};
+TEST_F(CudaTrainer, MixtureOfExpertsFullShardEqualsOneProcess) { expect_equivalent("FULL_SHARD", kMoe); }
+TEST_F(CudaTrainer, MixtureOfExpertsResumeIsBitExactBf16) {
+  std::vector<std::string> o = kMoe;
+  for (const char* s : {"train.dtype=bfloat16", "fsdp.param_dtype=bfloat16", "fsdp.reduce_dtype=bfloat16"})
+    o.push_back(s);
+  expect_bit_exact_resume("moe_bf16", o);
+}
 TEST_F(CudaTrainer, ResumeIsBitExactHybridBf16Async) {
   const int n = test::world_groups().world->size();
   expect_bit_exact_resume("bf16", {"train.dtype=bfloat16", "fsdp.param_dtype=bfloat16", "fsdp.reduce_dtype=bfloat16",

@@ -35,6 +35,7 @@ struct MoeMlpSaved final : MlpSaved {
   Tensor order;    // [N*k]      sorted position -> flat pair t*k+j (int32)
   Tensor slot;     // [N*k]      flat pair -> sorted position (int32)
   Tensor offsets;  // [E+1]      expert e's rows are [offsets[e], offsets[e+1]) (int32)
+  Tensor offsets_host;  // [E+1]  their page-locked host copy (model on a GPU)
   Tensor xs;       // [N*k, C]   h gathered into expert order
   Tensor gu;       // [N*k, 2F]  each expert's gate | up
   Tensor act;      // [N*k, F]   silu(gate) * up

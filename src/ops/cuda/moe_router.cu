@@ -1,0 +1,172 @@
+// The MoE router on the GPU, the CPU's math (src/ops/cpu/moe_router.cpp; see
+// fsdp/ops/moe_router.h): one thread per token for the softmax, the top-k selection and
+// the backward (E is small: 8 for Mixtral); the statistics as one block per expert (and
+// one for the sum of lse^2), each summing its column in a fixed per-thread assignment and a
+// fixed tree, in double. No atomics: the same bits on every run.
+//
+// Compute type: float for float32/bfloat16/float16 logits, double for float64 (the CPU
+// computes in double throughout, so float32 results differ from it by float rounding).
+#include "common.cuh"
+#include "moe_router.cuh"
+
+namespace fsdp::cuda {
+namespace {
+
+constexpr int kRowThreads = 128;
+constexpr int kStatThreads = 256;
+
+template <typename A>
+__device__ __forceinline__ A exp_of(A x) {
+  if constexpr (sizeof(A) == 8) {
+    return exp(x);
+  } else {
+    return expf(x);
+  }
+}
+
+template <typename A>
+__device__ __forceinline__ A log_of(A x) {
+  if constexpr (sizeof(A) == 8) {
+    return log(x);
+  } else {
+    return logf(x);
+  }
+}
+
+// S: the stat type (float or double), A: the compute type.
+template <typename T, typename S>
+__global__ void router_fwd_kernel(const T* logits, int64_t ls, int64_t n, int64_t e, int64_t k, S* probs, S* lse,
+                                  int32_t* expert, S* weight) {
+  using E = Elem<T>;
+  using A = typename E::acc;
+  const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t >= n) return;
+  const T* x = logits + t * ls;
+  A m = E::load(x[0]);
+  for (int64_t i = 1; i < e; ++i) m = fmax(m, E::load(x[i]));
+  A sum = 0;
+  for (int64_t i = 0; i < e; ++i) sum += exp_of(E::load(x[i]) - m);
+  lse[t] = S(m + log_of(sum));
+  S* p = probs + t * e;
+  for (int64_t i = 0; i < e; ++i) p[i] = S(exp_of(E::load(x[i]) - m) / sum);
+  // Top-k by k passes over the row's stored probabilities: the largest not yet taken,
+  // ties to the lower index (a pass takes the first maximum it meets).
+  int32_t* chosen = expert + t * k;
+  S selected = 0;
+  for (int64_t j = 0; j < k; ++j) {
+    int64_t best = -1;
+    for (int64_t i = 0; i < e; ++i) {
+      bool taken = false;
+      for (int64_t q = 0; q < j; ++q) taken = taken || chosen[q] == int32_t(i);
+      if (!taken && (best < 0 || p[i] > p[best])) best = i;
+    }
+    chosen[j] = int32_t(best);
+    selected += p[best];
+  }
+  for (int64_t j = 0; j < k; ++j) weight[t * k + j] = p[chosen[j]] / selected;
+}
+
+// Block b < e: prob_sum[b] and count[b]; block e: the sum of lse^2.
+template <typename S>
+__global__ void router_stats_kernel(const S* probs, const int32_t* expert, const S* lse, int64_t n, int64_t e,
+                                    int64_t k, S* prob_sum, int32_t* count, S* lse_sq_sum) {
+  __shared__ double scratch[32];
+  __shared__ double hit_scratch[32];
+  const int64_t b = blockIdx.x;
+  double acc = 0, hits = 0;  // counts in double: exact below 2^53
+  if (b < e) {
+    for (int64_t t = threadIdx.x; t < n; t += blockDim.x) {
+      acc += double(probs[t * e + b]);
+      for (int64_t j = 0; j < k; ++j) hits += expert[t * k + j] == int32_t(b) ? 1 : 0;
+    }
+  } else {
+    for (int64_t t = threadIdx.x; t < n; t += blockDim.x) acc += double(lse[t]) * double(lse[t]);
+  }
+  const double total = block_sum(acc, scratch);
+  const double total_hits = block_sum(hits, hit_scratch);
+  if (threadIdx.x != 0) return;
+  if (b < e) {
+    prob_sum[b] = S(total);
+    count[b] = int32_t(total_hits);
+  } else {
+    lse_sq_sum[0] = S(total);
+  }
+}
+
+template <typename T, typename S>
+__global__ void router_bwd_kernel(const S* dweight, const S* probs, const S* lse, const int32_t* expert,
+                                  const S* weight, const S* aux, double z_scale, T* dlogits, int64_t ds, int64_t n,
+                                  int64_t e, int64_t k) {
+  using A = typename Elem<S>::acc;
+  const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t >= n) return;
+  const S* p = probs + t * e;
+  const int32_t* chosen = expert + t * k;
+  // g_e = aux_e + c_e, with c nonzero only at the k chosen experts (distinct).
+  A selected = 0, dot = 0;
+  if (dweight != nullptr) {
+    for (int64_t j = 0; j < k; ++j) {
+      selected += A(p[chosen[j]]);
+      dot += A(dweight[t * k + j]) * A(weight[t * k + j]);
+    }
+  }
+  auto c_of = [&](int64_t i) -> A {
+    if (dweight == nullptr) return A(0);
+    for (int64_t j = 0; j < k; ++j)
+      if (chosen[j] == int32_t(i)) return (A(dweight[t * k + j]) - dot) / selected;
+    return A(0);
+  };
+  A pg = 0;
+  for (int64_t i = 0; i < e; ++i) pg += A(p[i]) * ((aux != nullptr ? A(aux[i]) : A(0)) + c_of(i));
+  const A z = A(2) * A(z_scale) * A(lse[t]);
+  for (int64_t i = 0; i < e; ++i) {
+    const A pi = A(p[i]), g = (aux != nullptr ? A(aux[i]) : A(0)) + c_of(i);
+    dlogits[t * ds + i] = Elem<T>::store(typename Elem<T>::acc(pi * (g - pg) + z * pi));
+  }
+}
+
+template <typename T>
+using StatOf = typename Elem<T>::acc;  // float, or double for float64
+
+}  // namespace
+
+bool moe_router_supports(DType t) { return is_floating(t); }
+
+void launch_moe_router_forward(DType t, const void* logits, int64_t ls, int64_t n, int64_t e, int64_t k, void* probs,
+                               void* lse, int32_t* expert, void* weight, cudaStream_t stream) {
+  with_element_type(t, [&](auto tag) {
+    using T = decltype(tag);
+    using S = StatOf<T>;
+    FSDP_LAUNCH((router_fwd_kernel<T, S>), blocks_for(n, kRowThreads), kRowThreads, 0, stream,
+                static_cast<const T*>(logits), ls, n, e, k, static_cast<S*>(probs), static_cast<S*>(lse), expert,
+                static_cast<S*>(weight));
+  });
+}
+
+void launch_moe_router_stats(DType stat, const void* probs, const int32_t* expert, const void* lse, int64_t n,
+                             int64_t e, int64_t k, void* prob_sum, int32_t* count, void* lse_sq_sum,
+                             cudaStream_t stream) {
+  auto go = [&](auto tag) {
+    using S = decltype(tag);
+    FSDP_LAUNCH((router_stats_kernel<S>), unsigned(e + 1), kStatThreads, 0, stream, static_cast<const S*>(probs),
+                expert, static_cast<const S*>(lse), n, e, k, static_cast<S*>(prob_sum), count,
+                static_cast<S*>(lse_sq_sum));
+  };
+  if (stat == DType::F64) return go(double{});
+  go(float{});
+}
+
+void launch_moe_router_backward(DType t, const void* dweight, const void* probs, const void* lse,
+                                const int32_t* expert, const void* weight, const void* aux_grad, double z_scale,
+                                void* dlogits, int64_t ds, int64_t n, int64_t e, int64_t k, cudaStream_t stream) {
+  with_element_type(t, [&](auto tag) {
+    using T = decltype(tag);
+    using S = StatOf<T>;
+    FSDP_LAUNCH((router_bwd_kernel<T, S>), blocks_for(n, kRowThreads), kRowThreads, 0, stream,
+                static_cast<const S*>(dweight), static_cast<const S*>(probs), static_cast<const S*>(lse), expert,
+                static_cast<const S*>(weight), static_cast<const S*>(aux_grad), z_scale, static_cast<T*>(dlogits), ds,
+                n, e, k);
+  });
+}
+
+}  // namespace fsdp::cuda
