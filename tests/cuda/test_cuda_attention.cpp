@@ -54,7 +54,6 @@ double tolerance(DType t, int64_t D) {
 }
 double lse_tolerance(DType t) { return t == DType::F64 ? 1e-24 : 1e-11; }
 DType reference_dtype(DType t) { return t == DType::F64 ? DType::F64 : DType::F32; }
-DType lse_dtype(DType t) { return t == DType::F64 ? DType::F64 : DType::F32; }
 
 struct Shape {
   int64_t B, T, H, KVH, D;
@@ -104,7 +103,7 @@ struct Forward {
 };
 
 Forward gpu_forward(const Tensor& gbuf, const Shape& s, DType t) {
-  Forward f{Tensor::empty({s.B, s.T, s.H, s.D}, t, kGpu), Tensor::empty({s.B, s.H, s.T}, lse_dtype(t), kGpu)};
+  Forward f{Tensor::empty({s.B, s.T, s.H, s.D}, t, kGpu), Tensor::empty({s.B, s.H, s.T}, stat_dtype(t), kGpu)};
   attention_forward(q_of(gbuf, s), k_of(gbuf, s), v_of(gbuf, s), f.out, f.lse);
   return f;
 }
@@ -125,7 +124,7 @@ TEST_F(CudaOps, AttentionForwardMatchesCpu) {
       const DType rt = reference_dtype(t);
       const Tensor buf = fused(s, t, seed_of(s));
       const Tensor cbuf = buf.to(rt);
-      Tensor out = Tensor::empty({s.B, s.T, s.H, s.D}, rt), lse = Tensor::empty({s.B, s.H, s.T}, lse_dtype(t));
+      Tensor out = Tensor::empty({s.B, s.T, s.H, s.D}, rt), lse = Tensor::empty({s.B, s.H, s.T}, stat_dtype(t));
       attention_forward(q_of(cbuf, s), k_of(cbuf, s), v_of(cbuf, s), out, lse);
 
       const Forward g = gpu_forward(on_gpu(buf), s, t);
@@ -143,7 +142,7 @@ TEST_F(CudaOps, AttentionBackwardMatchesCpu) {
       const Tensor cbuf = buf.to(rt);
       const Tensor dout = random_tensor({s.B, s.T, s.H, s.D}, DType::F64, seed_of(s) + 1, -2, 2).to(t);
       // Both sides get the same out (the CPU's, rounded to t) and lse.
-      Tensor out = Tensor::empty({s.B, s.T, s.H, s.D}, rt), lse = Tensor::empty({s.B, s.H, s.T}, lse_dtype(t));
+      Tensor out = Tensor::empty({s.B, s.T, s.H, s.D}, rt), lse = Tensor::empty({s.B, s.H, s.T}, stat_dtype(t));
       attention_forward(q_of(cbuf, s), k_of(cbuf, s), v_of(cbuf, s), out, lse);
       const Tensor out_t = out.to(t);
       Tensor grad = Tensor::empty({s.B, s.T, s.H + 2 * s.KVH, s.D}, rt);
