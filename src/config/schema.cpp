@@ -18,6 +18,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "fsdp/config/config.h"
+#include "fsdp/model/llama_config.h"
 
 namespace fsdp::config {
 namespace {
@@ -287,7 +288,7 @@ std::vector<detail::Field> build_table() {
 
   SectionRows(t, "model", &Config::model)
       .add_one_of("preset", &ModelConfig::preset, "Architecture preset; the keys below override single dimensions.",
-                  {"tiny", "llama2_7b", "llama2_13b", "llama2_70b", "codellama_7b"})
+                  model::llama_preset_names())
       .add("init_from", &ModelConfig::init_from,
            "Hugging Face folder (config.json + safetensors) to start from; empty = random init.")
       .add("vocab_size", &ModelConfig::vocab_size, "Vocabulary size; null = the preset's.", gt(0))

@@ -50,21 +50,33 @@ std::string LlamaConfig::summary() const {
       rope_theta, norm_eps, double(num_parameters()) / 1e6);
 }
 
-std::vector<std::string> llama_preset_names() {
-  return {"tiny", "llama2_7b", "llama2_13b", "llama2_70b", "codellama_7b"};
+namespace {
+
+// Published shapes: the config.json files of meta-llama/Llama-2-{7b,13b,70b}-hf and
+// codellama/CodeLlama-7b-hf. Fields in LlamaConfig's order: vocab, hidden, intermediate,
+// layers, heads, kv heads, max_seq_len, rope_theta, norm_eps.
+constexpr LlamaPreset kPresets[] = {
+    {"tiny", {1024, 128, 352, 4, 4, 2, 512, 10000.0, 1e-5}},
+    {"llama2_7b", {32000, 4096, 11008, 32, 32, 32, 4096, 10000.0, 1e-5}},
+    {"llama2_13b", {32000, 5120, 13824, 40, 40, 40, 4096, 10000.0, 1e-5}},
+    {"llama2_70b", {32000, 8192, 28672, 80, 64, 8, 4096, 10000.0, 1e-5}},
+    {"codellama_7b", {32016, 4096, 11008, 32, 32, 32, 16384, 1000000.0, 1e-5}},
+};
+
+}  // namespace
+
+std::span<const LlamaPreset> llama_presets() { return kPresets; }
+
+std::vector<std::string_view> llama_preset_names() {
+  std::vector<std::string_view> names;
+  for (const LlamaPreset& p : kPresets) names.push_back(p.name);
+  return names;
 }
 
 LlamaConfig llama_preset(const std::string& name) {
-  // Published shapes: the config.json files of meta-llama/Llama-2-{7b,13b,70b}-hf and
-  // codellama/CodeLlama-7b-hf.
-  if (name == "tiny") return {1024, 128, 352, 4, 4, 2, 512, 10000.0, 1e-5};
-  if (name == "llama2_7b") return {32000, 4096, 11008, 32, 32, 32, 4096, 10000.0, 1e-5};
-  if (name == "llama2_13b") return {32000, 5120, 13824, 40, 40, 40, 4096, 10000.0, 1e-5};
-  if (name == "llama2_70b") return {32000, 8192, 28672, 80, 64, 8, 4096, 10000.0, 1e-5};
-  if (name == "codellama_7b") return {32016, 4096, 11008, 32, 32, 32, 16384, 1000000.0, 1e-5};
-  std::string names;
-  for (const auto& n : llama_preset_names()) names += (names.empty() ? "" : ", ") + n;
-  FSDP_FAIL("unknown model preset '{}' (known: {})", name, names);
+  for (const LlamaPreset& p : kPresets)
+    if (p.name == name) return p.config;
+  FSDP_FAIL("unknown model preset '{}' (known: {})", name, fmt::join(llama_preset_names(), ", "));
 }
 
 }  // namespace fsdp::model
