@@ -18,6 +18,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "fsdp/config/config.h"
+#include "fsdp/model/llama_config.h"
 
 namespace fsdp::config {
 namespace {
@@ -279,15 +280,17 @@ class SectionRows {
   S Config::*section_;
 };
 
-std::vector<detail::Field> build_table() {
-  std::vector<detail::Field> t;
+// ---- The rows, one function a section ---------------------------------------------------
+void add_run_rows(std::vector<detail::Field>& t) {
   SectionRows(t, "run", &Config::run)
       .add("dir", &RunConfig::dir, "Run directory: logs, metrics.jsonl and, by default, checkpoints.",
            not_empty("the run directory"));
+}
 
+void add_model_rows(std::vector<detail::Field>& t) {
   SectionRows(t, "model", &Config::model)
       .add_one_of("preset", &ModelConfig::preset, "Architecture preset; the keys below override single dimensions.",
-                  {"tiny", "tiny_moe", "llama2_7b", "llama2_13b", "llama2_70b", "codellama_7b", "mixtral_8x7b"})
+                  model::llama_preset_names())
       .add("init_from", &ModelConfig::init_from,
            "Hugging Face folder (config.json + safetensors) to start from; empty = random init.")
       .add("vocab_size", &ModelConfig::vocab_size, "Vocabulary size; null = the preset's.", gt(0))
@@ -310,7 +313,9 @@ std::vector<detail::Field> build_table() {
       .add("router_z_loss_coef", &ModelConfig::router_z_loss_coef,
            "Weight of the router z-loss, mean logsumexp(router logits)^2 (ST-MoE); null = the preset's.", ge(0))
       .add("init_std", &ModelConfig::init_std, "Standard deviation of the random initialisation.", gt(0));
+}
 
+void add_data_rows(std::vector<detail::Field>& t) {
   SectionRows(t, "data", &Config::data)
       .add("source", &DataConfig::source, "Where batches come from: a seeded synthetic Markov chain, or token shards at data.path.")
       .add("path", &DataConfig::path, "Directory of token shards from `fsdp_train prepare` (train_*.bin/.idx), or a Megatron shard prefix; required when source is shards.")
@@ -318,7 +323,9 @@ std::vector<detail::Field> build_table() {
       .add("num_workers", &DataConfig::num_workers, "Loader threads; 0 = load on the training thread.", ge(0))
       .add("prefetch", &DataConfig::prefetch, "Micro-batches the loader prepares ahead of the step; 0 = none.", ge(0))
       .add("seed", &DataConfig::seed, "Seed of the data order (shuffling, synthetic tokens).", ge(0));
+}
 
+void add_train_rows(std::vector<detail::Field>& t) {
   SectionRows(t, "train", &Config::train)
       .add("max_steps", &TrainConfig::max_steps, "Optimizer steps to run.", gt(0))
       .add("micro_batch_size", &TrainConfig::micro_batch_size, "Sequences per rank per forward/backward pass.", gt(0))
@@ -343,7 +350,9 @@ std::vector<detail::Field> build_table() {
            gt(0))
       .add("fp16_growth_interval", &TrainConfig::fp16_growth_interval,
            "float16 only: clean steps before the loss scale doubles.", ge(1));
+}
 
+void add_optim_rows(std::vector<detail::Field>& t) {
   SectionRows(t, "optim", &Config::optim)
       .add("lr", &OptimConfig::lr, "Peak learning rate (AdamW), reached after warmup.", gt(0))
       .add("min_lr", &OptimConfig::min_lr, "Learning rate at the end of the decay; at most lr.", ge(0))
@@ -353,7 +362,9 @@ std::vector<detail::Field> build_table() {
       .add("beta1", &OptimConfig::beta1, "Adam first-moment decay.", in_unit_interval())
       .add("beta2", &OptimConfig::beta2, "Adam second-moment decay.", in_unit_interval())
       .add("eps", &OptimConfig::eps, "Adam denominator epsilon.", gt(0));
+}
 
+void add_checkpoint_rows(std::vector<detail::Field>& t) {
   SectionRows(t, "checkpoint", &Config::checkpoint)
       .add("dir", &CheckpointConfig::dir, "Where checkpoints are written; empty = <run.dir>/checkpoints.")
       .add("load_dir", &CheckpointConfig::load_dir, "Where resume looks for checkpoints; empty = checkpoint.dir.")
@@ -366,7 +377,9 @@ std::vector<detail::Field> build_table() {
       .add("stop_on_error", &CheckpointConfig::stop_on_error,
            "A failed save stops the run (exit 1); false = log the error and keep training. Either way the "
            "previous checkpoints are untouched.");
+}
 
+void add_fsdp_rows(std::vector<detail::Field>& t) {
   SectionRows(t, "fsdp", &Config::fsdp)
       .add("sharding_strategy", &FsdpConfig::sharding_strategy,
            "What is sharded: everything / gradients+optimizer / nothing (DDP) / everything within a shard group.")
@@ -375,13 +388,31 @@ std::vector<detail::Field> build_table() {
       .add("shard_group_size", &FsdpConfig::shard_group_size,
            "Ranks a unit is sharded over (HYBRID_SHARD); 0 = the ranks of one node.", ge(0))
       .add("prefetch_limit", &FsdpConfig::prefetch_limit, "Units whose all-gather may run ahead of compute.", ge(0));
+}
 
+void add_logging_rows(std::vector<detail::Field>& t) {
   SectionRows(t, "logging", &Config::logging)
       .add_one_of("level", &LoggingConfig::level, "Console log level.", {"trace", "debug", "info", "warn", "error"})
       .add("metrics", &LoggingConfig::metrics, "Also write every logged step to <run.dir>/metrics.jsonl.");
+}
 
+void add_eval_rows(std::vector<detail::Field>& t) {
   SectionRows(t, "eval", &Config::eval)
       .add("batches", &EvalConfig::batches, "Validation batches per evaluation.", ge(1));
+}
+
+// The sections in the order --help and dump_yaml list them.
+std::vector<detail::Field> build_table() {
+  std::vector<detail::Field> t;
+  add_run_rows(t);
+  add_model_rows(t);
+  add_data_rows(t);
+  add_train_rows(t);
+  add_optim_rows(t);
+  add_checkpoint_rows(t);
+  add_fsdp_rows(t);
+  add_logging_rows(t);
+  add_eval_rows(t);
   return t;
 }
 

@@ -14,9 +14,6 @@ namespace {
 
 using detail::check_heads_packed;
 
-// lse is float32 for every compute dtype except float64 (the finite-difference tests).
-DType lse_dtype_for(DType t) { return t == DType::F64 ? DType::F64 : DType::F32; }
-
 // Checks q, k, v and lse; returns nothing but guarantees: q [B,T,H,D], k and v
 // [B,T,KVH,D], KVH >= 1, H % KVH == 0, lse [B,H,T] contiguous of the right dtype.
 void check_qkv_lse(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& lse) {
@@ -39,7 +36,7 @@ void check_qkv_lse(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
   FSDP_CHECK(H % KVH == 0, "attention: number of query heads H = {} (q) must be a multiple of kv heads KVH = {} (k)",
              H, KVH);
   check_shape(v, k.sizes(), "v");
-  check_dtype(lse, lse_dtype_for(q.dtype()), "lse");
+  check_dtype(lse, stat_dtype(q.dtype()), "lse");
   check_shape(lse, Dims{B, H, T}, "lse");
   check_contiguous(lse, "lse");
   check_same_device(q, lse, "q", "lse");

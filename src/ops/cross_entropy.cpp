@@ -14,8 +14,6 @@ FSDP_DEFINE_DISPATCH(cross_entropy_stub);
 
 namespace {
 
-DType loss_dtype(DType logits) { return logits == DType::F64 ? DType::F64 : DType::F32; }
-
 // Element offsets [first, last] a strided view can touch (strides here are >= 0).
 std::pair<int64_t, int64_t> extent(const Tensor& t) {
   int64_t last = t.offset();
@@ -44,7 +42,7 @@ void check_common(const Tensor& logits, const Tensor& targets, const Tensor& los
   check_shape(targets, Dims{logits.size(0)}, "targets");
   check_contiguous(targets, "targets");
   check_same_device(targets, logits, "targets", "logits");
-  check_dtype(losses, loss_dtype(logits.dtype()), "losses");
+  check_dtype(losses, stat_dtype(logits.dtype()), "losses");
   check_shape(losses, Dims{logits.size(0)}, "losses");
   check_contiguous(losses, "losses");
   check_same_device(losses, logits, "losses", "logits");

@@ -53,7 +53,7 @@ Tensor decode_in_chunks(const Qkv& x, const Shape& s, const std::vector<int64_t>
 
 Tensor training_attention(const Qkv& x, const Shape& s) {
   Tensor out = Tensor::empty({s.B, s.T, s.H, s.D}, x.q.dtype());
-  Tensor lse = Tensor::empty({s.B, s.H, s.T}, x.q.dtype() == DType::F64 ? DType::F64 : DType::F32);
+  Tensor lse = Tensor::empty({s.B, s.H, s.T}, stat_dtype(x.q.dtype()));
   attention_forward(x.q, x.k, x.v, out, lse);
   return out;
 }

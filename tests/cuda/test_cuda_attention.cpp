@@ -37,10 +37,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "../../src/ops/cuda/attention.cuh"  // which path runs: attention_uses_tensor_cores
-#include "cuda_test_util.h"
+#include "backend_case.h"
 #include "fsdp/ops/attention.h"
 
 namespace fsdp::test {
@@ -48,17 +49,21 @@ namespace {
 
 bool tensor_cores(DType t, int64_t D) { return cuda::attention_uses_tensor_cores(t, D); }
 
+constexpr Tolerance kTolerance{.f64 = 1e-24, .f32 = 1e-11, .bf16 = 1e-5, .f16 = 1e-7};
+constexpr Tolerance kLseTolerance{.f64 = 1e-24, .f32 = 1e-11, .bf16 = 1e-11, .f16 = 1e-11};
+
 double tolerance(DType t, int64_t D) {
   if (tensor_cores(t, D)) return t == DType::BF16 ? 3e-5 : 5e-7;
-  return t == DType::F64 ? 1e-24 : t == DType::F32 ? 1e-11 : t == DType::BF16 ? 1e-5 : 1e-7;
+  return kTolerance(t);
 }
-double lse_tolerance(DType t) { return t == DType::F64 ? 1e-24 : 1e-11; }
-DType reference_dtype(DType t) { return t == DType::F64 ? DType::F64 : DType::F32; }
-DType lse_dtype(DType t) { return t == DType::F64 ? DType::F64 : DType::F32; }
 
 struct Shape {
   int64_t B, T, H, KVH, D;
   bool sixteen_bit_only = false;  // the tensor-core shapes: float32/float64 there would only cost emulator time
+  std::string name() const {
+    return "B" + std::to_string(B) + " T" + std::to_string(T) + " H" + std::to_string(H) + " KVH" +
+           std::to_string(KVH) + " D" + std::to_string(D);
+  }
 };
 const Shape kShapes[] = {
     {1, 1, 1, 1, 8},     // one row, one key
@@ -75,10 +80,7 @@ const Shape kShapes[] = {
     {2, 80, 4, 1, 128, true},
 };
 
-std::string name(DType t, const Shape& s) {
-  return std::string(dtype_name(t)) + " B" + std::to_string(s.B) + " T" + std::to_string(s.T) + " H" +
-         std::to_string(s.H) + " KVH" + std::to_string(s.KVH) + " D" + std::to_string(s.D);
-}
+std::string name(DType t, const Shape& s) { return std::string(dtype_name(t)) + " " + s.name(); }
 
 // Views of heads [h0, h0 + n) of a [B, T, heads, D] buffer.
 Tensor heads(const Tensor& buf, int64_t h0, int64_t n) { return buf.narrow(2, h0, n); }
@@ -104,7 +106,7 @@ struct Forward {
 };
 
 Forward gpu_forward(const Tensor& gbuf, const Shape& s, DType t) {
-  Forward f{Tensor::empty({s.B, s.T, s.H, s.D}, t, kGpu), Tensor::empty({s.B, s.H, s.T}, lse_dtype(t), kGpu)};
+  Forward f{Tensor::empty({s.B, s.T, s.H, s.D}, t, kGpu), Tensor::empty({s.B, s.H, s.T}, stat_dtype(t), kGpu)};
   attention_forward(q_of(gbuf, s), k_of(gbuf, s), v_of(gbuf, s), f.out, f.lse);
   return f;
 }
@@ -118,49 +120,51 @@ Tensor gpu_backward(const Tensor& gdout, const Tensor& gbuf, const Tensor& gout,
   return grad;
 }
 
-TEST_F(CudaOps, AttentionForwardMatchesCpu) {
-  for (DType t : kFloatTypes)
-    for (const Shape& s : kShapes) {
-      if (s.sixteen_bit_only && (t == DType::F32 || t == DType::F64)) continue;
-      const DType rt = reference_dtype(t);
-      const Tensor buf = fused(s, t, seed_of(s));
-      const Tensor cbuf = buf.to(rt);
-      Tensor out = Tensor::empty({s.B, s.T, s.H, s.D}, rt), lse = Tensor::empty({s.B, s.H, s.T}, lse_dtype(t));
-      attention_forward(q_of(cbuf, s), k_of(cbuf, s), v_of(cbuf, s), out, lse);
+// The tensor-core shapes run only in the 16-bit types.
+bool skipped(const BackendCase& c, const Shape& s) {
+  return s.sixteen_bit_only && (c.t == DType::F32 || c.t == DType::F64);
+}
 
-      const Forward g = gpu_forward(on_gpu(buf), s, t);
-      EXPECT_LE(nmse(on_cpu(g.out), t == rt ? out : out.to(t)), tolerance(t, s.D)) << name(t, s);
-      EXPECT_LE(nmse(on_cpu(g.lse), lse), lse_tolerance(t)) << name(t, s);
-    }
+TEST_F(CudaOps, AttentionForwardMatchesCpu) {
+  for_each_backend_case(kShapes, [](const BackendCase& c, const Shape& s) {
+    if (skipped(c, s)) return;
+    const Tensor buf = fused(s, c.t, seed_of(s));
+    const Tensor cbuf = buf.to(c.rt);
+    Tensor out = Tensor::empty({s.B, s.T, s.H, s.D}, c.rt), lse = Tensor::empty({s.B, s.H, s.T}, stat_dtype(c.t));
+    attention_forward(q_of(cbuf, s), k_of(cbuf, s), v_of(cbuf, s), out, lse);
+
+    const Forward g = gpu_forward(on_gpu(buf), s, c.t);
+    EXPECT_LE(nmse(on_cpu(g.out), rounded_to(out, c.t)), tolerance(c.t, s.D));
+    EXPECT_LE(nmse(on_cpu(g.lse), lse), kLseTolerance(c.t));
+  });
 }
 
 TEST_F(CudaOps, AttentionBackwardMatchesCpu) {
-  for (DType t : kFloatTypes)
-    for (const Shape& s : kShapes) {
-      if (s.sixteen_bit_only && (t == DType::F32 || t == DType::F64)) continue;
-      const DType rt = reference_dtype(t);
-      const Tensor buf = fused(s, t, seed_of(s));
-      const Tensor cbuf = buf.to(rt);
-      const Tensor dout = random_tensor({s.B, s.T, s.H, s.D}, DType::F64, seed_of(s) + 1, -2, 2).to(t);
-      // Both sides get the same out (the CPU's, rounded to t) and lse.
-      Tensor out = Tensor::empty({s.B, s.T, s.H, s.D}, rt), lse = Tensor::empty({s.B, s.H, s.T}, lse_dtype(t));
-      attention_forward(q_of(cbuf, s), k_of(cbuf, s), v_of(cbuf, s), out, lse);
-      const Tensor out_t = out.to(t);
-      Tensor grad = Tensor::empty({s.B, s.T, s.H + 2 * s.KVH, s.D}, rt);
-      attention_backward(dout.to(rt), q_of(cbuf, s), k_of(cbuf, s), v_of(cbuf, s), out_t.to(rt), lse, q_of(grad, s),
-                         k_of(grad, s), v_of(grad, s));
-      const Tensor want = t == rt ? grad : grad.to(t);
+  for_each_backend_case(kShapes, [](const BackendCase& c, const Shape& s) {
+    if (skipped(c, s)) return;
+    const DType t = c.t;
+    const Tensor buf = fused(s, t, seed_of(s));
+    const Tensor cbuf = buf.to(c.rt);
+    const Tensor dout = random_tensor({s.B, s.T, s.H, s.D}, DType::F64, seed_of(s) + 1, -2, 2).to(t);
+    // Both sides get the same out (the CPU's, rounded to t) and lse.
+    Tensor out = Tensor::empty({s.B, s.T, s.H, s.D}, c.rt), lse = Tensor::empty({s.B, s.H, s.T}, stat_dtype(t));
+    attention_forward(q_of(cbuf, s), k_of(cbuf, s), v_of(cbuf, s), out, lse);
+    const Tensor out_t = out.to(t);
+    Tensor grad = Tensor::empty({s.B, s.T, s.H + 2 * s.KVH, s.D}, c.rt);
+    attention_backward(dout.to(c.rt), q_of(cbuf, s), k_of(cbuf, s), v_of(cbuf, s), out_t.to(c.rt), lse, q_of(grad, s),
+                       k_of(grad, s), v_of(grad, s));
+    const Tensor want = rounded_to(grad, t);
 
-      const Tensor got = on_cpu(gpu_backward(on_gpu(dout), on_gpu(buf), on_gpu(out_t), on_gpu(lse), s, t));
-      if (s.T == 1) {
-        EXPECT_LE(max_abs(q_of(got, s).to(t)), 1e-4) << "dq " << name(t, s);
-        EXPECT_LE(max_abs(k_of(got, s).to(t)), 1e-4) << "dk " << name(t, s);
-      } else {
-        EXPECT_LE(nmse(q_of(got, s).to(t), q_of(want, s).to(t)), tolerance(t, s.D)) << "dq " << name(t, s);
-        EXPECT_LE(nmse(k_of(got, s).to(t), k_of(want, s).to(t)), tolerance(t, s.D)) << "dk " << name(t, s);
-      }
-      EXPECT_LE(nmse(v_of(got, s).to(t), v_of(want, s).to(t)), tolerance(t, s.D)) << "dv " << name(t, s);
+    const Tensor got = on_cpu(gpu_backward(on_gpu(dout), on_gpu(buf), on_gpu(out_t), on_gpu(lse), s, t));
+    if (s.T == 1) {
+      EXPECT_LE(max_abs(q_of(got, s).to(t)), 1e-4) << "dq";
+      EXPECT_LE(max_abs(k_of(got, s).to(t)), 1e-4) << "dk";
+    } else {
+      EXPECT_LE(nmse(q_of(got, s).to(t), q_of(want, s).to(t)), tolerance(t, s.D)) << "dq";
+      EXPECT_LE(nmse(k_of(got, s).to(t), k_of(want, s).to(t)), tolerance(t, s.D)) << "dk";
     }
+    EXPECT_LE(nmse(v_of(got, s).to(t), v_of(want, s).to(t)), tolerance(t, s.D)) << "dv";
+  });
 }
 
 // No atomics and a fixed order of every sum: two runs give the same bits. The 16-bit types

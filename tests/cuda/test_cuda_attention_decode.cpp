@@ -18,24 +18,30 @@
 #include <gtest/gtest.h>
 
 #include <limits>
+#include <string>
 
 #include "../../src/ops/cuda/attention.cuh"         // attention_uses_tensor_cores
 #include "../../src/ops/cuda/attention_decode.cuh"  // kDecodeTiledRows
-#include "cuda_test_util.h"
+#include "backend_case.h"
 #include "fsdp/ops/attention.h"
 #include "fsdp/ops/attention_decode.h"
 
 namespace fsdp::test {
 namespace {
 
+constexpr Tolerance kTolerance{.f64 = 1e-24, .f32 = 1e-11, .bf16 = 1e-5, .f16 = 1e-7};
+
 double tolerance(DType t, int64_t D, bool prefill) {
   if (prefill && cuda::attention_uses_tensor_cores(t, D)) return t == DType::BF16 ? 3e-5 : 5e-7;
-  return t == DType::F64 ? 1e-24 : t == DType::F32 ? 1e-11 : t == DType::BF16 ? 1e-5 : 1e-7;
+  return kTolerance(t);
 }
-DType reference_dtype(DType t) { return t == DType::F64 ? DType::F64 : DType::F32; }
 
 struct Case {
   int64_t B, T, H, KVH, D, S, pos;
+  std::string name() const {
+    return "B" + std::to_string(B) + " T" + std::to_string(T) + " H" + std::to_string(H) + " KVH" +
+           std::to_string(KVH) + " D" + std::to_string(D) + " S" + std::to_string(S) + " pos" + std::to_string(pos);
+  }
 };
 const Case kCases[] = {
     {1, 1, 1, 1, 8, 5, 0},       // the first token
@@ -49,12 +55,6 @@ const Case kCases[] = {
     {1, 20, 4, 1, 64, 80, 50},   // a prefill after 50 cached positions, GQA 4: tensor cores for 16 bits
     {1, 100, 4, 2, 16, 128, 0},  // a long prefill: two 64-row tiles
 };
-
-std::string name(DType t, const Case& c) {
-  return std::string(dtype_name(t)) + " B" + std::to_string(c.B) + " T" + std::to_string(c.T) + " H" +
-         std::to_string(c.H) + " KVH" + std::to_string(c.KVH) + " D" + std::to_string(c.D) + " S" +
-         std::to_string(c.S) + " pos" + std::to_string(c.pos);
-}
 
 // [2, B, KVH, S, D] (layer 1 is the cache under test), positions >= pos NaN, exact in t.
 Tensor cache_buffer(const Case& c, DType t, uint64_t seed) {
@@ -83,23 +83,21 @@ Decode run(const Tensor& qkv, const Tensor& kbuf, const Tensor& vbuf, const Case
 Tensor written(const Tensor& buf, const Case& c) { return buf.narrow(3, 0, c.pos + c.T).to(buf.dtype()); }
 
 TEST_F(CudaOps, AttentionDecodeMatchesCpu) {
-  for (DType t : kFloatTypes)
-    for (const Case& c : kCases) {
-      const DType rt = reference_dtype(t);
-      const uint64_t seed = uint64_t(c.B * 7919 + c.T * 131 + c.D * 17 + c.pos);
-      const Tensor qkv = random_tensor({c.B, c.T, c.H + 2 * c.KVH, c.D}, DType::F64, seed, -2, 2).to(t);
-      const Tensor kbuf = cache_buffer(c, t, seed + 1), vbuf = cache_buffer(c, t, seed + 2);
-      const Decode want = run(qkv.to(rt), kbuf.to(rt), vbuf.to(rt), c, Device::cpu());
-      const bool prefill = c.T >= cuda::kDecodeTiledRows;
-      const uint64_t tc_before = cuda::attention_tensor_core_launches();
-      const Decode got = run(on_gpu(qkv), on_gpu(kbuf), on_gpu(vbuf), c, kGpu);
-      EXPECT_EQ(cuda::attention_tensor_core_launches() - tc_before,
-                prefill && cuda::attention_uses_tensor_cores(t, c.D) ? 1u : 0u)
-          << name(t, c);
-      EXPECT_LE(nmse(on_cpu(got.out), want.out.to(t)), tolerance(t, c.D, prefill)) << name(t, c);
-      EXPECT_TRUE(identical(written(on_cpu(got.kbuf), c), written(want.kbuf.to(t), c))) << "k_cache " << name(t, c);
-      EXPECT_TRUE(identical(written(on_cpu(got.vbuf), c), written(want.vbuf.to(t), c))) << "v_cache " << name(t, c);
-    }
+  for_each_backend_case(kCases, [](const BackendCase& b, const Case& c) {
+    const DType t = b.t, rt = b.rt;
+    const uint64_t seed = uint64_t(c.B * 7919 + c.T * 131 + c.D * 17 + c.pos);
+    const Tensor qkv = random_tensor({c.B, c.T, c.H + 2 * c.KVH, c.D}, DType::F64, seed, -2, 2).to(t);
+    const Tensor kbuf = cache_buffer(c, t, seed + 1), vbuf = cache_buffer(c, t, seed + 2);
+    const Decode want = run(qkv.to(rt), kbuf.to(rt), vbuf.to(rt), c, Device::cpu());
+    const bool prefill = c.T >= cuda::kDecodeTiledRows;
+    const uint64_t tc_before = cuda::attention_tensor_core_launches();
+    const Decode got = run(on_gpu(qkv), on_gpu(kbuf), on_gpu(vbuf), c, kGpu);
+    EXPECT_EQ(cuda::attention_tensor_core_launches() - tc_before,
+              prefill && cuda::attention_uses_tensor_cores(t, c.D) ? 1u : 0u);
+    EXPECT_LE(nmse(on_cpu(got.out), want.out.to(t)), tolerance(t, c.D, prefill));
+    EXPECT_TRUE(identical(written(on_cpu(got.kbuf), c), written(want.kbuf.to(t), c))) << "k_cache";
+    EXPECT_TRUE(identical(written(on_cpu(got.vbuf), c), written(want.vbuf.to(t), c))) << "v_cache";
+  });
 }
 
 // Prefill then one token at a time (both kernels) gives attention_forward's output over

@@ -12,8 +12,10 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <string>
+#include <vector>
 
-#include "cuda_test_util.h"
+#include "backend_case.h"
 #include "fsdp/ops/cross_entropy.h"
 
 namespace fsdp::test {
@@ -26,38 +28,52 @@ Tensor random_targets(int64_t n, int64_t v, DType t, uint64_t seed) {
   return targets;
 }
 
-TEST_F(CudaOps, CrossEntropyMatchesCpu) {
-  for (DType t : kFloatTypes)
-    for (DType target_t : {DType::I32, DType::I64})
-      for (int64_t n : {int64_t(1), int64_t(7), int64_t(33)})
-        for (int64_t v : {int64_t(1), int64_t(5), int64_t(1000), int64_t(4099)})
-          for (int mode = 0; mode < 3; ++mode) {  // 0 forward only, 1 fused, 2 fused in place
-            if (target_t == DType::I32 && t != DType::F32) continue;  // index width is dtype-independent
-            const DType rt = t == DType::F64 ? DType::F64 : DType::F32;
-            const uint64_t seed = uint64_t(n * 10000 + v);
-            const Tensor logits = random_tensor({n, v + 2}, DType::F64, seed, -20, 20).to(t).narrow(1, 1, v);
-            const Tensor targets = random_targets(n, v, target_t, seed + 1);
-            const std::string what = std::string(dtype_name(t)) + " n=" + std::to_string(n) + " v=" +
-                                     std::to_string(v) + " mode " + std::to_string(mode);
-            Tensor losses = Tensor::empty({n}, rt), dlogits = Tensor::empty({n, v}, rt);
-            if (mode == 0) cross_entropy_forward(logits.to(rt), targets, losses);
-            else cross_entropy_forward_backward(logits.to(rt), targets, losses, dlogits, 0.125);
+constexpr Tolerance kLossTolerance{.f64 = 1e-24, .f32 = 1e-12, .bf16 = 1e-12, .f16 = 1e-12};
+constexpr Tolerance kGradTolerance{.f64 = 1e-24, .f32 = 1e-12, .bf16 = 1e-5, .f16 = 1e-7};
 
-            const Tensor glogits = on_gpu(logits.clone());
-            const Tensor gtargets = on_gpu(targets);
-            Tensor glosses = Tensor::empty({n}, rt, kGpu);
-            const double loss_tol = t == DType::F64 ? 1e-24 : 1e-12;
-            const double grad_tol = t == DType::F64 ? 1e-24 : t == DType::F32 ? 1e-12 : t == DType::BF16 ? 1e-5 : 1e-7;
-            if (mode == 0) {
-              cross_entropy_forward(glogits, gtargets, glosses);
-              EXPECT_TRUE(identical(on_cpu(glogits), logits.clone())) << what << ": forward only changed the logits";
-            } else {
-              const Tensor gd = mode == 2 ? glogits : Tensor::empty({n, v}, t, kGpu);
-              cross_entropy_forward_backward(glogits, gtargets, glosses, gd, 0.125);
-              EXPECT_LE(nmse(on_cpu(gd), t == rt ? dlogits : dlogits.to(t)), grad_tol) << what;
-            }
-            EXPECT_LE(nmse(on_cpu(glosses), losses), loss_tol) << what;
-          }
+struct Case {
+  DType target_t;
+  int64_t n, v;
+  int mode;  // 0 forward only, 1 fused, 2 fused in place
+  std::string name() const {
+    return std::string(dtype_name(target_t)) + " targets n=" + std::to_string(n) + " v=" + std::to_string(v) +
+           " mode " + std::to_string(mode);
+  }
+};
+
+std::vector<Case> cases() {
+  std::vector<Case> out;
+  for (DType target_t : {DType::I32, DType::I64})
+    for (int64_t n : {1, 7, 33})
+      for (int64_t v : {1, 5, 1000, 4099})
+        for (int mode = 0; mode < 3; ++mode) out.push_back({target_t, n, v, mode});
+  return out;
+}
+
+TEST_F(CudaOps, CrossEntropyMatchesCpu) {
+  for_each_backend_case(cases(), [](const BackendCase& c, const Case& k) {
+    if (k.target_t == DType::I32 && c.t != DType::F32) return;  // index width is dtype-independent
+    const int64_t n = k.n, v = k.v;
+    const uint64_t seed = uint64_t(n * 10000 + v);
+    const Tensor logits = random_tensor({n, v + 2}, DType::F64, seed, -20, 20).to(c.t).narrow(1, 1, v);
+    const Tensor targets = random_targets(n, v, k.target_t, seed + 1);
+    Tensor losses = Tensor::empty({n}, c.rt), dlogits = Tensor::empty({n, v}, c.rt);
+    if (k.mode == 0) cross_entropy_forward(logits.to(c.rt), targets, losses);
+    else cross_entropy_forward_backward(logits.to(c.rt), targets, losses, dlogits, 0.125);
+
+    const Tensor glogits = on_gpu(logits.clone());
+    const Tensor gtargets = on_gpu(targets);
+    Tensor glosses = Tensor::empty({n}, c.rt, kGpu);
+    if (k.mode == 0) {
+      cross_entropy_forward(glogits, gtargets, glosses);
+      EXPECT_TRUE(identical(on_cpu(glogits), logits.clone())) << "forward only changed the logits";
+    } else {
+      const Tensor gd = k.mode == 2 ? glogits : Tensor::empty({n, v}, c.t, kGpu);
+      cross_entropy_forward_backward(glogits, gtargets, glosses, gd, 0.125);
+      EXPECT_LE(nmse(on_cpu(gd), rounded_to(dlogits, c.t)), kGradTolerance(c.t));
+    }
+    EXPECT_LE(nmse(on_cpu(glosses), losses), kLossTolerance(c.t));
+  });
 }
 
 // Note [Device error record]: a bad target does not stop the op; its row is treated as

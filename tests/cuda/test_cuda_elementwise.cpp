@@ -21,9 +21,9 @@
 #include <string>
 #include <vector>
 
+#include "backend_case.h"
 #include "fsdp/ops/adamw.h"
 #include "fsdp/ops/elementwise.h"
-#include "cuda_test_util.h"
 
 namespace fsdp::test {
 namespace {
@@ -71,37 +71,30 @@ TEST_F(CudaOps, FillMatchesCpuBitwise) {
 }
 
 // add and scale on the CPU exist for float32/float64; for the 16-bit types the reference
-// is the float32 op on the (exact) upcast inputs, rounded once, which is what a 16-bit
-// kernel computing in float must give.
-Tensor cpu_reference(const Tensor& x32, DType t) { return t == DType::F64 || t == DType::F32 ? x32 : x32.to(t); }
-
+// is the float32 op on the (exact) upcast inputs, rounded once (backend_case.h).
 TEST_F(CudaOps, AddMatchesCpuBitwise) {
-  for (DType t : kFloatTypes)
-    for (int64_t n : kSizes) {
-      const Tensor a = input(n, t, 10 + uint64_t(n)), b = input(n, t, 20 + uint64_t(n));
-      const DType ref_t = t == DType::F64 ? DType::F64 : DType::F32;
-      Tensor want = Tensor::empty({n}, ref_t);
-      add(a.to(ref_t), b.to(ref_t), want);
-      const Tensor ga = on_gpu(a), gb = on_gpu(b);
-      Tensor got = Tensor::empty({n}, t, kGpu);
-      add(ga, gb, got);
-      EXPECT_TRUE(identical(on_cpu(got), cpu_reference(want, t))) << dtype_name(t) << " n=" << n;
-      add(ga, gb, ga);  // out aliasing an input
-      EXPECT_TRUE(identical(on_cpu(ga), cpu_reference(want, t))) << dtype_name(t) << " n=" << n;
-    }
+  for_each_backend_case(kSizes, [](const BackendCase& c, int64_t n) {
+    const Tensor a = input(n, c.t, 10 + uint64_t(n)), b = input(n, c.t, 20 + uint64_t(n));
+    Tensor want = Tensor::empty({n}, c.rt);
+    add(a.to(c.rt), b.to(c.rt), want);
+    const Tensor ga = on_gpu(a), gb = on_gpu(b);
+    Tensor got = Tensor::empty({n}, c.t, kGpu);
+    add(ga, gb, got);
+    EXPECT_TRUE(identical(on_cpu(got), rounded_to(want, c.t)));
+    add(ga, gb, ga);  // out aliasing an input
+    EXPECT_TRUE(identical(on_cpu(ga), rounded_to(want, c.t)));
+  });
 }
 
 TEST_F(CudaOps, ScaleMatchesCpuBitwise) {
-  for (DType t : kFloatTypes)
-    for (int64_t n : kSizes) {
-      const Tensor x = input(n, t, 30 + uint64_t(n));
-      const DType ref_t = t == DType::F64 ? DType::F64 : DType::F32;
-      Tensor want = x.to(ref_t);
-      scale_(want, -0.3);
-      Tensor got = on_gpu(x);
-      scale_(got, -0.3);
-      EXPECT_TRUE(identical(on_cpu(got), cpu_reference(want, t))) << dtype_name(t) << " n=" << n;
-    }
+  for_each_backend_case(kSizes, [](const BackendCase& c, int64_t n) {
+    const Tensor x = input(n, c.t, 30 + uint64_t(n));
+    Tensor want = x.to(c.rt);
+    scale_(want, -0.3);
+    Tensor got = on_gpu(x);
+    scale_(got, -0.3);
+    EXPECT_TRUE(identical(on_cpu(got), rounded_to(want, c.t)));
+  });
 }
 
 TEST_F(CudaOps, CastMatchesCpuBitwiseIncludingSpecialValues) {
@@ -126,16 +119,16 @@ TEST_F(CudaOps, CastMatchesCpuBitwiseIncludingSpecialValues) {
 
 // ---- sum_squares ---------------------------------------------------------------------------
 TEST_F(CudaOps, SumSquaresMatchesCpuAndIsDeterministic) {
-  for (DType t : kFloatTypes)
-    for (int64_t n : {int64_t(1), int64_t(33), int64_t(1000), int64_t(4099), int64_t(100003)}) {
-      const Tensor x = input(n, t, 50 + uint64_t(n));
-      const double want = sum_squares(t == DType::F64 ? x : x.to(DType::F32));  // exact upcast for 16-bit
-      const Tensor g = on_gpu(x);
-      const double got = sum_squares(g);
-      EXPECT_LE(std::fabs(got - want), 1e-12 * want) << dtype_name(t) << " n=" << n;
-      const double again = sum_squares(g);
-      EXPECT_EQ(std::memcmp(&got, &again, sizeof(double)), 0) << "two runs differ: " << got << " " << again;
-    }
+  const int64_t sizes[] = {1, 33, 1000, 4099, 100003};
+  for_each_backend_case(sizes, [](const BackendCase& c, int64_t n) {
+    const Tensor x = input(n, c.t, 50 + uint64_t(n));
+    const double want = sum_squares(rounded_to(x, c.rt));  // exact upcast for 16-bit
+    const Tensor g = on_gpu(x);
+    const double got = sum_squares(g);
+    EXPECT_LE(std::fabs(got - want), 1e-12 * want);
+    const double again = sum_squares(g);
+    EXPECT_EQ(std::memcmp(&got, &again, sizeof(double)), 0) << "two runs differ: " << got << " " << again;
+  });
 }
 
 // ---- AdamW ---------------------------------------------------------------------------------
@@ -173,19 +166,19 @@ TEST_F(CudaOps, PackedAndElementPathsAgreeWithCpuAtEveryOffset) {
     for (int64_t off = 0; off <= per16; ++off) {
       const int64_t len = n - off - 3;
       SCOPED_TRACE(std::string(dtype_name(t)) + " offset " + std::to_string(off));
-      const DType ref_t = t == DType::F64 ? DType::F64 : DType::F32;
+      const DType ref_t = reference_dtype(t);
       const Tensor a = input(n, t, 80 + uint64_t(off)), b = input(n, t, 90 + uint64_t(off));
       const Tensor av = a.narrow(0, off, len), bv = b.narrow(0, off, len);
       Tensor sum = Tensor::empty({len}, ref_t);
       add(av.to(ref_t), bv.to(ref_t), sum);
-      Tensor want = cpu_reference(sum, t).to(ref_t);  // the device rounds to t after each op
+      Tensor want = rounded_to(sum, t).to(ref_t);  // the device rounds to t after each op
       scale_(want, 0.7);
       const Tensor ga = on_gpu(a), gb = on_gpu(b);
       Tensor gout = Tensor::zeros({n}, t, kGpu);
       const Tensor outv = gout.narrow(0, off, len);
       add(ga.narrow(0, off, len), gb.narrow(0, off, len), outv);
       scale_(outv, 0.7);
-      EXPECT_TRUE(identical(on_cpu(outv.clone()), cpu_reference(want, t)));
+      EXPECT_TRUE(identical(on_cpu(outv.clone()), rounded_to(want, t)));
       // cast into a view of another offset parity (bf16 <-> f32 mixes pack widths)
       for (DType to : {DType::F32, DType::BF16}) {
         Tensor cwant = Tensor::empty({len}, to);

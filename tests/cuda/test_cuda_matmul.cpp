@@ -12,16 +12,16 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <string>
+#include <vector>
 
-#include "cuda_test_util.h"
+#include "backend_case.h"
 #include "fsdp/ops/matmul.h"
 
 namespace fsdp::test {
 namespace {
 
-double tolerance(DType t) {
-  return t == DType::F64 ? 1e-24 : t == DType::F32 ? 1e-12 : t == DType::BF16 ? 1e-5 : 1e-7;
-}
+constexpr Tolerance kTolerance{.f64 = 1e-24, .f32 = 1e-12, .bf16 = 1e-5, .f16 = 1e-7};
 
 // A [rows, cols] operand stored as columns 2..cols+1 of a [rows, cols + 3] buffer, so its
 // row stride exceeds its row length; the same view is taken of the buffer's device copy.
@@ -35,31 +35,44 @@ struct Shape {
 };
 const Shape kShapes[] = {{1, 1, 1}, {7, 5, 3}, {33, 17, 65}, {64, 31, 100}};
 
-TEST_F(CudaOps, MatmulMatchesCpu) {
-  for (DType t : kFloatTypes)
-    for (const Shape& s : kShapes)
-      for (int ta = 0; ta < 2; ++ta)
-        for (int tb = 0; tb < 2; ++tb)
-          for (const auto& [alpha, beta] : {std::pair{1.0, 0.0}, std::pair{0.5, 1.0}}) {
-            const DType rt = t == DType::F64 ? DType::F64 : DType::F32;
-            const uint64_t seed = uint64_t(s.m * 10000 + s.n * 100 + s.k + ta * 7 + tb * 13);
-            const Tensor abuf = ta ? padded(s.k, s.m, t, seed) : padded(s.m, s.k, t, seed);
-            const Tensor bbuf = tb ? padded(s.n, s.k, t, seed + 1) : padded(s.k, s.n, t, seed + 1);
-            const Tensor cbuf = padded(s.m, s.n, t, seed + 2);
-            Tensor want = view(cbuf).to(rt);
-            matmul(view(abuf).to(rt), view(bbuf).to(rt), want, ta, tb, alpha, beta);
+struct Case {
+  Shape s;
+  bool ta, tb;
+  double alpha, beta;
+  std::string name() const {
+    return "m" + std::to_string(s.m) + " n" + std::to_string(s.n) + " k" + std::to_string(s.k) + " ta" +
+           std::to_string(int(ta)) + " tb" + std::to_string(int(tb)) + " beta " + std::to_string(beta);
+  }
+};
 
-            const Tensor gcbuf = on_gpu(cbuf);
-            matmul(view(on_gpu(abuf)), view(on_gpu(bbuf)), view(gcbuf), ta, tb, alpha, beta);
-            const Tensor got = on_cpu(gcbuf);
-            const std::string what = std::string(dtype_name(t)) + " m" + std::to_string(s.m) + " n" +
-                                     std::to_string(s.n) + " k" + std::to_string(s.k) + " ta" + std::to_string(ta) +
-                                     " tb" + std::to_string(tb) + " beta " + std::to_string(beta);
-            EXPECT_LE(nmse(view(got), t == rt ? want : want.to(t)), tolerance(t)) << what;
-            // The columns around the view are untouched.
-            EXPECT_TRUE(identical(got.narrow(1, 0, 2).clone(), cbuf.narrow(1, 0, 2).clone())) << what;
-            EXPECT_TRUE(identical(got.narrow(1, s.n + 2, 1).clone(), cbuf.narrow(1, s.n + 2, 1).clone())) << what;
-          }
+std::vector<Case> cases() {
+  std::vector<Case> out;
+  for (const Shape& s : kShapes)
+    for (bool ta : {false, true})
+      for (bool tb : {false, true})
+        for (const auto& [alpha, beta] : {std::pair{1.0, 0.0}, std::pair{0.5, 1.0}})
+          out.push_back({s, ta, tb, alpha, beta});
+  return out;
+}
+
+TEST_F(CudaOps, MatmulMatchesCpu) {
+  for_each_backend_case(cases(), [](const BackendCase& c, const Case& k) {
+    const Shape& s = k.s;
+    const uint64_t seed = uint64_t(s.m * 10000 + s.n * 100 + s.k + int(k.ta) * 7 + int(k.tb) * 13);
+    const Tensor abuf = k.ta ? padded(s.k, s.m, c.t, seed) : padded(s.m, s.k, c.t, seed);
+    const Tensor bbuf = k.tb ? padded(s.n, s.k, c.t, seed + 1) : padded(s.k, s.n, c.t, seed + 1);
+    const Tensor cbuf = padded(s.m, s.n, c.t, seed + 2);
+    Tensor want = view(cbuf).to(c.rt);
+    matmul(view(abuf).to(c.rt), view(bbuf).to(c.rt), want, k.ta, k.tb, k.alpha, k.beta);
+
+    const Tensor gcbuf = on_gpu(cbuf);
+    matmul(view(on_gpu(abuf)), view(on_gpu(bbuf)), view(gcbuf), k.ta, k.tb, k.alpha, k.beta);
+    const Tensor got = on_cpu(gcbuf);
+    EXPECT_LE(nmse(view(got), rounded_to(want, c.t)), kTolerance(c.t));
+    // The columns around the view are untouched.
+    EXPECT_TRUE(identical(got.narrow(1, 0, 2).clone(), cbuf.narrow(1, 0, 2).clone()));
+    EXPECT_TRUE(identical(got.narrow(1, s.n + 2, 1).clone(), cbuf.narrow(1, s.n + 2, 1).clone()));
+  });
 }
 
 // train.tf32 (cuda::set_tf32): float32 GEMMs on the TF32 tensor cores. TF32 keeps 10

@@ -12,16 +12,18 @@
 //                    float16's 65504.
 #include <gtest/gtest.h>
 
-#include "cuda_test_util.h"
+#include <string>
+#include <vector>
+
+#include "backend_case.h"
 #include "fsdp/ops/rmsnorm.h"
 
 namespace fsdp::test {
 namespace {
 
-double tolerance(DType t) {
-  return t == DType::F64 ? 1e-24 : t == DType::F32 ? 1e-12 : t == DType::BF16 ? 1e-5 : 1e-7;
-}
-DType reference_dtype(DType t) { return t == DType::F64 ? DType::F64 : DType::F32; }
+constexpr Tolerance kTolerance{.f64 = 1e-24, .f32 = 1e-12, .bf16 = 1e-5, .f16 = 1e-7};
+// rstd is float32 (float64 for float64) on both sides: the float32 bound for every 16-bit type.
+constexpr Tolerance kRstdTolerance{.f64 = 1e-24, .f32 = 1e-12, .bf16 = 1e-12, .f16 = 1e-12};
 
 // [n, c] rows inside a wider [n, c + pad] buffer when pad > 0.
 Tensor rows_input(int64_t n, int64_t c, int64_t pad, DType t, uint64_t seed, Device d) {
@@ -31,50 +33,57 @@ Tensor rows_input(int64_t n, int64_t c, int64_t pad, DType t, uint64_t seed, Dev
 
 struct Case {
   int64_t n, c, pad;
+  bool accumulate = false;  // the backward's mode
+  std::string name() const {
+    return "n=" + std::to_string(n) + " c=" + std::to_string(c) + (accumulate ? " accumulate" : "");
+  }
 };
 const Case kCases[] = {{1, 1, 0}, {7, 5, 0}, {3, 31, 0}, {33, 33, 3}, {5, 1000, 0}, {2, 4099, 7}, {70, 17, 0}};
 
-TEST_F(CudaOps, RmsNormForwardMatchesCpu) {
-  for (DType t : kFloatTypes)
-    for (const Case& k : kCases) {
-      const DType rt = reference_dtype(t);
-      const Tensor x = rows_input(k.n, k.c, k.pad, t, 100 + uint64_t(k.c), Device::cpu());
-      const Tensor w = input(k.c, t, 200 + uint64_t(k.c));
-      Tensor y = Tensor::empty({k.n, k.c}, rt), rstd = Tensor::empty({k.n}, stat_dtype(t));
-      rmsnorm_forward(x.to(rt), w.to(rt), y, rstd, 1e-5);
-
-      const Tensor gx = rows_input(k.n, k.c, k.pad, t, 100 + uint64_t(k.c), kGpu);
-      Tensor gy = Tensor::empty({k.n, k.c}, t, kGpu), grstd = Tensor::empty({k.n}, stat_dtype(t), kGpu);
-      rmsnorm_forward(gx, on_gpu(w), gy, grstd, 1e-5);
-      const std::string what = std::string(dtype_name(t)) + " n=" + std::to_string(k.n) + " c=" + std::to_string(k.c);
-      EXPECT_LE(nmse(on_cpu(gy), t == rt ? y : y.to(t)), tolerance(t)) << what;
-      EXPECT_LE(nmse(on_cpu(grstd), rstd), t == DType::F64 ? 1e-24 : 1e-12) << what;
+// Every case with both backward modes.
+std::vector<Case> backward_cases() {
+  std::vector<Case> out;
+  for (Case k : kCases)
+    for (bool accumulate : {false, true}) {
+      k.accumulate = accumulate;
+      out.push_back(k);
     }
+  return out;
+}
+
+TEST_F(CudaOps, RmsNormForwardMatchesCpu) {
+  for_each_backend_case(kCases, [](const BackendCase& c, const Case& k) {
+    const Tensor x = rows_input(k.n, k.c, k.pad, c.t, 100 + uint64_t(k.c), Device::cpu());
+    const Tensor w = input(k.c, c.t, 200 + uint64_t(k.c));
+    Tensor y = Tensor::empty({k.n, k.c}, c.rt), rstd = Tensor::empty({k.n}, stat_dtype(c.t));
+    rmsnorm_forward(x.to(c.rt), w.to(c.rt), y, rstd, 1e-5);
+
+    const Tensor gx = rows_input(k.n, k.c, k.pad, c.t, 100 + uint64_t(k.c), kGpu);
+    Tensor gy = Tensor::empty({k.n, k.c}, c.t, kGpu), grstd = Tensor::empty({k.n}, stat_dtype(c.t), kGpu);
+    rmsnorm_forward(gx, on_gpu(w), gy, grstd, 1e-5);
+    EXPECT_LE(nmse(on_cpu(gy), rounded_to(y, c.t)), kTolerance(c.t));
+    EXPECT_LE(nmse(on_cpu(grstd), rstd), kRstdTolerance(c.t));
+  });
 }
 
 TEST_F(CudaOps, RmsNormBackwardMatchesCpu) {
-  for (DType t : kFloatTypes)
-    for (const Case& k : kCases)
-      for (bool accumulate : {false, true}) {
-        const DType rt = reference_dtype(t);
-        const uint64_t s = 300 + uint64_t(k.n * 7 + k.c);
-        const Tensor x = rows_input(k.n, k.c, k.pad, t, s, Device::cpu());
-        const Tensor dy = rows_input(k.n, k.c, k.pad, t, s + 1, Device::cpu());
-        const Tensor w = input(k.c, t, s + 2), dw0 = input(k.c, t, s + 3), dx0 = input(k.n * k.c, t, s + 4);
-        // The reference: rstd from the CPU forward, then the CPU backward.
-        Tensor rstd = Tensor::empty({k.n}, stat_dtype(t)), y = Tensor::empty({k.n, k.c}, rt);
-        rmsnorm_forward(x.to(rt), w.to(rt), y, rstd, 1e-6);
-        Tensor dx = dx0.to(rt).reshape({k.n, k.c}), dw = dw0.to(rt);
-        rmsnorm_backward(dy.to(rt), x.to(rt), w.to(rt), rstd, dx, dw, accumulate);
+  for_each_backend_case(backward_cases(), [](const BackendCase& c, const Case& k) {
+    const uint64_t s = 300 + uint64_t(k.n * 7 + k.c);
+    const Tensor x = rows_input(k.n, k.c, k.pad, c.t, s, Device::cpu());
+    const Tensor dy = rows_input(k.n, k.c, k.pad, c.t, s + 1, Device::cpu());
+    const Tensor w = input(k.c, c.t, s + 2), dw0 = input(k.c, c.t, s + 3), dx0 = input(k.n * k.c, c.t, s + 4);
+    // The reference: rstd from the CPU forward, then the CPU backward.
+    Tensor rstd = Tensor::empty({k.n}, stat_dtype(c.t)), y = Tensor::empty({k.n, k.c}, c.rt);
+    rmsnorm_forward(x.to(c.rt), w.to(c.rt), y, rstd, 1e-6);
+    Tensor dx = dx0.to(c.rt).reshape({k.n, k.c}), dw = dw0.to(c.rt);
+    rmsnorm_backward(dy.to(c.rt), x.to(c.rt), w.to(c.rt), rstd, dx, dw, k.accumulate);
 
-        Tensor gdx = on_gpu(dx0).reshape({k.n, k.c}), gdw = on_gpu(dw0);
-        rmsnorm_backward(rows_input(k.n, k.c, k.pad, t, s + 1, kGpu), rows_input(k.n, k.c, k.pad, t, s, kGpu),
-                         on_gpu(w), on_gpu(rstd), gdx, gdw, accumulate);
-        const std::string what = std::string(dtype_name(t)) + " n=" + std::to_string(k.n) + " c=" +
-                                 std::to_string(k.c) + (accumulate ? " accumulate" : "");
-        EXPECT_LE(nmse(on_cpu(gdx), t == rt ? dx : dx.to(t)), tolerance(t)) << what;
-        EXPECT_LE(nmse(on_cpu(gdw), t == rt ? dw : dw.to(t)), tolerance(t)) << what;
-      }
+    Tensor gdx = on_gpu(dx0).reshape({k.n, k.c}), gdw = on_gpu(dw0);
+    rmsnorm_backward(rows_input(k.n, k.c, k.pad, c.t, s + 1, kGpu), rows_input(k.n, k.c, k.pad, c.t, s, kGpu),
+                     on_gpu(w), on_gpu(rstd), gdx, gdw, k.accumulate);
+    EXPECT_LE(nmse(on_cpu(gdx), rounded_to(dx, c.t)), kTolerance(c.t));
+    EXPECT_LE(nmse(on_cpu(gdw), rounded_to(dw, c.t)), kTolerance(c.t));
+  });
 }
 
 // dx may be dy itself (the residual stream's gradient updated in place).

@@ -7,51 +7,63 @@
 // emulator; gate values in [-6, 6] keep silu * up far below float16's 65504).
 #include <gtest/gtest.h>
 
-#include "cuda_test_util.h"
+#include <string>
+#include <vector>
+
+#include "backend_case.h"
 #include "fsdp/ops/swiglu.h"
 
 namespace fsdp::test {
 namespace {
 
-double tolerance(DType t) {
-  return t == DType::F64 ? 1e-26 : t == DType::F32 ? 1e-12 : t == DType::BF16 ? 1e-5 : 1e-7;
+constexpr Tolerance kTolerance{.f64 = 1e-26, .f32 = 1e-12, .bf16 = 1e-5, .f16 = 1e-7};
+
+struct Case {
+  int64_t n, f;
+  bool in_place;
+  std::string name() const {
+    return "n=" + std::to_string(n) + " f=" + std::to_string(f) + (in_place ? " in place" : "");
+  }
+};
+
+std::vector<Case> cases() {
+  std::vector<Case> out;
+  for (int64_t n : {1, 7, 33})
+    for (int64_t f : {1, 5, 100, 257})
+      for (bool in_place : {false, true}) out.push_back({n, f, in_place});
+  return out;
 }
 
 TEST_F(CudaOps, SwigluMatchesCpu) {
-  for (DType t : kFloatTypes)
-    for (int64_t n : {int64_t(1), int64_t(7), int64_t(33)})
-      for (int64_t f : {int64_t(1), int64_t(5), int64_t(100), int64_t(257)})
-        for (bool in_place : {false, true}) {
-          const DType rt = t == DType::F64 ? DType::F64 : DType::F32;
-          const uint64_t seed = uint64_t(n * 1000 + f);
-          const Tensor fused = random_tensor({n, 2 * f}, DType::F64, seed, -6, 6).to(t);
-          const Tensor dout = random_tensor({n, f}, DType::F64, seed + 1, -2, 2).to(t);
-          const std::string what = std::string(dtype_name(t)) + " n=" + std::to_string(n) + " f=" +
-                                   std::to_string(f) + (in_place ? " in place" : "");
-          // Reference on the CPU.
-          const Tensor rf = fused.to(rt), rd = dout.to(rt);
-          const Tensor g = rf.narrow(1, 0, f), u = rf.narrow(1, f, f);
-          Tensor out = Tensor::empty({n, f}, rt), dg = Tensor::empty({n, f}, rt), du = Tensor::empty({n, f}, rt);
-          swiglu_forward(g, u, out);
-          swiglu_backward(rd, g, u, dg, du);
-          // CUDA.
-          const Tensor gf = on_gpu(fused);
-          const Tensor gg = gf.narrow(1, 0, f), gu = gf.narrow(1, f, f);
-          Tensor gout = Tensor::empty({n, f}, t, kGpu);
-          swiglu_forward(gg, gu, gout);
-          EXPECT_LE(nmse(on_cpu(gout), t == rt ? out : out.to(t)), tolerance(t)) << what;
-          if (in_place) {
-            swiglu_backward(on_gpu(dout), gg, gu, gg, gu);
-            const Tensor back = on_cpu(gf);
-            EXPECT_LE(nmse(back.narrow(1, 0, f), t == rt ? dg : dg.to(t)), tolerance(t)) << what;
-            EXPECT_LE(nmse(back.narrow(1, f, f), t == rt ? du : du.to(t)), tolerance(t)) << what;
-          } else {
-            Tensor gdg = Tensor::empty({n, f}, t, kGpu), gdu = Tensor::empty({n, f}, t, kGpu);
-            swiglu_backward(on_gpu(dout), gg, gu, gdg, gdu);
-            EXPECT_LE(nmse(on_cpu(gdg), t == rt ? dg : dg.to(t)), tolerance(t)) << what;
-            EXPECT_LE(nmse(on_cpu(gdu), t == rt ? du : du.to(t)), tolerance(t)) << what;
-          }
-        }
+  for_each_backend_case(cases(), [](const BackendCase& c, const Case& k) {
+    const int64_t n = k.n, f = k.f;
+    const uint64_t seed = uint64_t(n * 1000 + f);
+    const Tensor fused = random_tensor({n, 2 * f}, DType::F64, seed, -6, 6).to(c.t);
+    const Tensor dout = random_tensor({n, f}, DType::F64, seed + 1, -2, 2).to(c.t);
+    // Reference on the CPU.
+    const Tensor rf = fused.to(c.rt), rd = dout.to(c.rt);
+    const Tensor g = rf.narrow(1, 0, f), u = rf.narrow(1, f, f);
+    Tensor out = Tensor::empty({n, f}, c.rt), dg = Tensor::empty({n, f}, c.rt), du = Tensor::empty({n, f}, c.rt);
+    swiglu_forward(g, u, out);
+    swiglu_backward(rd, g, u, dg, du);
+    // CUDA.
+    const Tensor gf = on_gpu(fused);
+    const Tensor gg = gf.narrow(1, 0, f), gu = gf.narrow(1, f, f);
+    Tensor gout = Tensor::empty({n, f}, c.t, kGpu);
+    swiglu_forward(gg, gu, gout);
+    EXPECT_LE(nmse(on_cpu(gout), rounded_to(out, c.t)), kTolerance(c.t));
+    if (k.in_place) {
+      swiglu_backward(on_gpu(dout), gg, gu, gg, gu);
+      const Tensor back = on_cpu(gf);
+      EXPECT_LE(nmse(back.narrow(1, 0, f), rounded_to(dg, c.t)), kTolerance(c.t));
+      EXPECT_LE(nmse(back.narrow(1, f, f), rounded_to(du, c.t)), kTolerance(c.t));
+    } else {
+      Tensor gdg = Tensor::empty({n, f}, c.t, kGpu), gdu = Tensor::empty({n, f}, c.t, kGpu);
+      swiglu_backward(on_gpu(dout), gg, gu, gdg, gdu);
+      EXPECT_LE(nmse(on_cpu(gdg), rounded_to(dg, c.t)), kTolerance(c.t));
+      EXPECT_LE(nmse(on_cpu(gdu), rounded_to(du, c.t)), kTolerance(c.t));
+    }
+  });
 }
 
 }  // namespace

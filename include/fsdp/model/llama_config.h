@@ -3,7 +3,9 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace fsdp::model {
@@ -44,9 +46,16 @@ struct LlamaConfig {
   std::string summary() const;
 };
 
-// tiny, tiny_moe, llama2_7b, llama2_13b, llama2_70b, codellama_7b, mixtral_8x7b. Unknown
-// name -> error listing them.
+struct LlamaPreset {
+  std::string_view name;
+  LlamaConfig config;
+};
+
+// The one table of presets: tiny, tiny_moe, llama2_7b, llama2_13b, llama2_70b, codellama_7b,
+// mixtral_8x7b, in the order help and errors list them. model.preset's schema row and llama_preset read it.
+std::span<const LlamaPreset> llama_presets();
+std::vector<std::string_view> llama_preset_names();
+// The named preset's shape; an unknown name is an error listing the known ones.
 LlamaConfig llama_preset(const std::string& name);
-std::vector<std::string> llama_preset_names();
 
 }  // namespace fsdp::model

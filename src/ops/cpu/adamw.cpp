@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "unsupported.h"
 #include "fsdp/ops/adamw.h"
 
 namespace fsdp {
@@ -52,9 +53,7 @@ void adamw_cpu(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, c
   switch (param.dtype()) {
     case DType::F32: return adamw_impl<float>(param, grad, exp_avg, exp_avg_sq, h, grad_scale);
     case DType::F64: return adamw_impl<double>(param, grad, exp_avg, exp_avg_sq, h, grad_scale);
-    default:
-      FSDP_FAIL("adamw_update: dtype {} is not implemented on the CPU backend (float32, float64)",
-                dtype_name(param.dtype()));
+    default: cpu::unsupported("adamw_update", param.dtype());
   }
 }
 

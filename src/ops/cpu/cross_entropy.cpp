@@ -18,6 +18,7 @@
 #include <limits>
 
 #include "lanes.h"
+#include "unsupported.h"
 #include "fsdp/ops/cross_entropy.h"
 
 namespace fsdp {
@@ -123,9 +124,7 @@ void cross_entropy_cpu(const Tensor& logits, const Tensor& targets, const Tensor
     case DType::F64:
       return i64 ? cross_entropy_impl<double, int64_t>(logits, targets, losses, dlogits, grad_scale, ignore_index)
                  : cross_entropy_impl<double, int32_t>(logits, targets, losses, dlogits, grad_scale, ignore_index);
-    default:
-      FSDP_FAIL("cross_entropy: dtype {} is not implemented on the CPU backend (float32, float64)",
-                dtype_name(logits.dtype()));
+    default: cpu::unsupported("cross_entropy", logits.dtype());
   }
 }
 

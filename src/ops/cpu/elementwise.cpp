@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "lanes.h"
+#include "unsupported.h"
 #include "fsdp/ops/elementwise.h"
 
 namespace fsdp {
@@ -28,10 +29,6 @@ namespace {
 
 constexpr int64_t kMinParallelWork = 1 << 15;
 constexpr int64_t kBlock = 4096;
-
-[[noreturn]] void unsupported(const char* op, DType t) {
-  FSDP_FAIL("{}: dtype {} is not implemented on the CPU backend (float32, float64)", op, dtype_name(t));
-}
 
 // ---------------------------------------------------------------- add, scale_
 template <typename T>
@@ -48,7 +45,7 @@ void add_cpu(const Tensor& a, const Tensor& b, const Tensor& out) {
   switch (a.dtype()) {
     case DType::F32: return add_impl<float>(a, b, out);
     case DType::F64: return add_impl<double>(a, b, out);
-    default: unsupported("add", a.dtype());
+    default: cpu::unsupported("add", a.dtype());
   }
 }
 
@@ -65,7 +62,7 @@ void scale_cpu(const Tensor& x, double alpha) {
   switch (x.dtype()) {
     case DType::F32: return scale_impl<float>(x, alpha);
     case DType::F64: return scale_impl<double>(x, alpha);
-    default: unsupported("scale_", x.dtype());
+    default: cpu::unsupported("scale_", x.dtype());
   }
 }
 
@@ -202,7 +199,7 @@ double sum_squares_cpu(const Tensor& x) {
   switch (x.dtype()) {
     case DType::F32: return sum_squares_impl<float>(x);
     case DType::F64: return sum_squares_impl<double>(x);
-    default: unsupported("sum_squares", x.dtype());
+    default: cpu::unsupported("sum_squares", x.dtype());
   }
 }
 

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "unsupported.h"
 #include "fsdp/ops/embedding.h"
 
 namespace fsdp {
@@ -63,10 +64,6 @@ void backward_impl(const Tensor& ids_t, const Tensor& dout_t, const Tensor& dtab
   }
 }
 
-[[noreturn]] void unsupported(const char* op, DType t) {
-  FSDP_FAIL("{}: dtype {} is not implemented on the CPU backend (float32, float64)", op, dtype_name(t));
-}
-
 void embedding_forward_cpu(const Tensor& ids, const Tensor& table, const Tensor& out) {
   const bool i64 = ids.dtype() == DType::I64;
   switch (table.dtype()) {
@@ -75,7 +72,7 @@ void embedding_forward_cpu(const Tensor& ids, const Tensor& table, const Tensor&
     case DType::F64:
       return i64 ? forward_impl<double, int64_t>(ids, table, out) : forward_impl<double, int32_t>(ids, table, out);
     default:
-      unsupported("embedding_forward", table.dtype());
+      cpu::unsupported("embedding_forward", table.dtype());
   }
 }
 
@@ -88,7 +85,7 @@ void embedding_backward_cpu(const Tensor& ids, const Tensor& dout, const Tensor&
       return i64 ? backward_impl<double, int64_t>(ids, dout, dtable)
                  : backward_impl<double, int32_t>(ids, dout, dtable);
     default:
-      unsupported("embedding_backward", dtable.dtype());
+      cpu::unsupported("embedding_backward", dtable.dtype());
   }
 }
 

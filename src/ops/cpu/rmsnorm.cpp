@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "lanes.h"
+#include "unsupported.h"
 #include "fsdp/ops/rmsnorm.h"
 
 namespace fsdp {
@@ -132,15 +133,11 @@ void backward_impl(const Tensor& dy_t, const Tensor& x_t, const Tensor& w_t, con
   }
 }
 
-[[noreturn]] void unsupported(const char* op, DType t) {
-  FSDP_FAIL("{}: dtype {} is not implemented on the CPU backend (float32, float64)", op, dtype_name(t));
-}
-
 void rmsnorm_forward_cpu(const Tensor& x, const Tensor& w, const Tensor& y, const Tensor& rstd, double eps) {
   switch (x.dtype()) {
     case DType::F32: return forward_impl<float>(x, w, y, rstd, eps);
     case DType::F64: return forward_impl<double>(x, w, y, rstd, eps);
-    default: unsupported("rmsnorm_forward", x.dtype());
+    default: cpu::unsupported("rmsnorm_forward", x.dtype());
   }
 }
 
@@ -149,7 +146,7 @@ void rmsnorm_backward_cpu(const Tensor& dy, const Tensor& x, const Tensor& w, co
   switch (x.dtype()) {
     case DType::F32: return backward_impl<float>(dy, x, w, rstd, dx, dw, accumulate_dx);
     case DType::F64: return backward_impl<double>(dy, x, w, rstd, dx, dw, accumulate_dx);
-    default: unsupported("rmsnorm_backward", x.dtype());
+    default: cpu::unsupported("rmsnorm_backward", x.dtype());
   }
 }
 

@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "unsupported.h"
 #include "fsdp/ops/swiglu.h"
 
 namespace fsdp {
@@ -73,15 +74,11 @@ void backward_impl(const Tensor& dout_t, const Tensor& gate_t, const Tensor& up_
   }
 }
 
-[[noreturn]] void unsupported(const char* op, DType t) {
-  FSDP_FAIL("{}: dtype {} is not implemented on the CPU backend (float32, float64)", op, dtype_name(t));
-}
-
 void swiglu_forward_cpu(const Tensor& gate, const Tensor& up, const Tensor& out) {
   switch (gate.dtype()) {
     case DType::F32: return forward_impl<float>(gate, up, out);
     case DType::F64: return forward_impl<double>(gate, up, out);
-    default: unsupported("swiglu_forward", gate.dtype());
+    default: cpu::unsupported("swiglu_forward", gate.dtype());
   }
 }
 
@@ -90,7 +87,7 @@ void swiglu_backward_cpu(const Tensor& dout, const Tensor& gate, const Tensor& u
   switch (gate.dtype()) {
     case DType::F32: return backward_impl<float>(dout, gate, up, dgate, dup);
     case DType::F64: return backward_impl<double>(dout, gate, up, dgate, dup);
-    default: unsupported("swiglu_backward", gate.dtype());
+    default: cpu::unsupported("swiglu_backward", gate.dtype());
   }
 }
 

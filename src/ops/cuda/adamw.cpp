@@ -4,8 +4,8 @@
 
 #include <cmath>
 
-#include "fsdp/core/cuda.h"
 #include "fsdp/ops/adamw.h"
+#include "launch_args.h"
 
 namespace fsdp {
 namespace {
@@ -19,7 +19,7 @@ void adamw_cuda(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, 
                              grad_scale};
   cuda::DeviceGuard guard(param.device().index);
   cuda::launch_adamw(param.dtype(), param.data_ptr(), grad.data_ptr(), exp_avg.data_ptr(), exp_avg_sq.data_ptr(),
-                     param.numel(), s, static_cast<cudaStream_t>(cuda::current_stream(param.device().index)));
+                     param.numel(), s, cuda::stream_of(param));
 }
 
 }  // namespace

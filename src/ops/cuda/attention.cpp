@@ -3,16 +3,11 @@
 // and strides to attention.cu.
 #include "attention.cuh"
 
-#include "fsdp/core/cuda.h"
 #include "fsdp/ops/attention.h"
+#include "launch_args.h"
 
 namespace fsdp {
 namespace {
-
-// A [B, T, heads, D] tensor with (heads, D) packed: head h of row (b, t) at b*s0 + t*s1 + h*D.
-cuda::HeadsView heads(const Tensor& t) { return cuda::HeadsView{t.data_ptr(), t.stride(0), t.stride(1), t.size(3)}; }
-
-cudaStream_t stream_of(const Tensor& t) { return static_cast<cudaStream_t>(cuda::current_stream(t.device().index)); }
 
 void check_supported(const char* op, const Tensor& q) {
   FSDP_CHECK(cuda::attention_supports(q.dtype(), q.size(3)),
@@ -23,19 +18,19 @@ void check_supported(const char* op, const Tensor& q) {
 void attention_forward_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse) {
   check_supported("attention_forward", q);
   cuda::DeviceGuard guard(q.device().index);
-  const cuda::AttentionFwdArgs a{heads(q), heads(k),  heads(v),  heads(out), lse.data_ptr(), q.size(0),
-                                 q.size(1), q.size(2), k.size(2), q.size(3), 0};
-  cuda::launch_attention_forward(q.dtype(), a, stream_of(q));
+  const cuda::AttentionFwdArgs a{cuda::heads(q), cuda::heads(k), cuda::heads(v), cuda::heads(out), lse.data_ptr(),
+                                 q.size(0), q.size(1), q.size(2), k.size(2), q.size(3), 0};
+  cuda::launch_attention_forward(q.dtype(), a, cuda::stream_of(q));
 }
 
 void attention_backward_cuda(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                              const Tensor& lse, const Tensor& dq, const Tensor& dk, const Tensor& dv) {
   check_supported("attention_backward", q);
   cuda::DeviceGuard guard(q.device().index);
-  const cuda::AttentionBwdArgs a{heads(dout),    heads(q),  heads(k),  heads(v),  heads(out), heads(dq), heads(dk),
-                                 heads(dv),      lse.data_ptr(), q.size(0), q.size(1), q.size(2), k.size(2),
-                                 q.size(3)};
-  cuda::launch_attention_backward(q.dtype(), a, stream_of(q));
+  const cuda::AttentionBwdArgs a{cuda::heads(dout), cuda::heads(q),  cuda::heads(k),  cuda::heads(v),
+                                 cuda::heads(out),  cuda::heads(dq), cuda::heads(dk), cuda::heads(dv),
+                                 lse.data_ptr(), q.size(0), q.size(1), q.size(2), k.size(2), q.size(3)};
+  cuda::launch_attention_backward(q.dtype(), a, cuda::stream_of(q));
 }
 
 }  // namespace

@@ -163,7 +163,7 @@ __global__ void __launch_bounds__(kThreads) attention_fwd_kernel(AttentionFwdArg
 
   if (sp == 0) {
     sRow[sr] = A(1) / l;
-    if (a.lse != nullptr && sr < rows_q) static_cast<A*>(a.lse)[(b * a.H + h) * a.T + i0 + sr] = m + log_of(l);
+    if (a.lse != nullptr && sr < rows_q) static_cast<Stat<T>*>(a.lse)[(b * a.H + h) * a.T + i0 + sr] = m + log_of(l);
   }
   __syncthreads();
   for (int i = 0; i < kR; ++i) {

@@ -9,17 +9,9 @@
 #include <cstdint>
 
 #include "fsdp/core/dtype.h"
+#include "rows.h"
 
 namespace fsdp::cuda {
-
-// Element (b, t, h, d) of a [B, T, heads, D] operand with (heads, D) packed is at
-// data[b * s0 + t * st + h * sh + d]: sh = D for the activations, and for a KV cache
-// [B, KVH, S, D] read as keys (b, position t, kv head h): s0 = its stride(0), st = D,
-// sh = its stride(1).
-struct HeadsView {
-  void* data;
-  int64_t s0, st, sh;
-};
 
 // Causal attention of T query rows at absolute positions q_pos .. q_pos + T - 1 against
 // the keys and values at positions 0 .. q_pos + T - 1 (query row t sees keys j <= q_pos + t).

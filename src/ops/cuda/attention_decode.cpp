@@ -3,14 +3,12 @@
 // hands pointers and strides to attention_decode.cu.
 #include "attention_decode.cuh"
 
-#include "fsdp/core/cuda.h"
 #include "fsdp/ops/attention_decode.h"
+#include "launch_args.h"
 
 namespace fsdp {
 namespace {
 
-// [B, T, heads, D] with (heads, D) packed.
-cuda::HeadsView rows(const Tensor& t) { return cuda::HeadsView{t.data_ptr(), t.stride(0), t.stride(1), t.size(3)}; }
 // A [B, KVH, S, D] cache read as keys (b, position, kv head).
 cuda::HeadsView cache(const Tensor& t) { return cuda::HeadsView{t.data_ptr(), t.stride(0), t.stride(2), t.stride(1)}; }
 
@@ -21,10 +19,10 @@ void attention_decode_cuda(const Tensor& q, const Tensor& k_new, const Tensor& v
              "<= {}, got q {}",
              cuda::kAttentionMaxHeadDim, q.str());
   cuda::DeviceGuard guard(q.device().index);
-  const cuda::DecodeArgs a{rows(q),   rows(k_new), rows(v_new), cache(k_cache), cache(v_cache),
-                           rows(out), q.size(0),   q.size(1),   q.size(2),      k_new.size(2),
-                           q.size(3), pos};
-  cuda::launch_attention_decode(q.dtype(), a, static_cast<cudaStream_t>(cuda::current_stream(q.device().index)));
+  const cuda::DecodeArgs a{cuda::heads(q),   cuda::heads(k_new), cuda::heads(v_new), cache(k_cache), cache(v_cache),
+                           cuda::heads(out), q.size(0),          q.size(1),          q.size(2),      k_new.size(2),
+                           q.size(3),        pos};
+  cuda::launch_attention_decode(q.dtype(), a, cuda::stream_of(q));
 }
 
 }  // namespace

@@ -202,7 +202,7 @@ __global__ void __launch_bounds__(kThreads) attention_fwd_tc_kernel(AttentionFwd
 
   if (sp == 0) {
     sRow[sr] = 1.0f / l;
-    if (a.lse != nullptr && sr < rows_q) static_cast<float*>(a.lse)[(b * a.H + h) * a.T + i0 + sr] = m + logf(l);
+    if (a.lse != nullptr && sr < rows_q) static_cast<Stat<T>*>(a.lse)[(b * a.H + h) * a.T + i0 + sr] = m + logf(l);
   }
   __syncthreads();
   for (int i = tid; i < rows_q * kD; i += kThreads) {

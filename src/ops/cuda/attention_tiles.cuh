@@ -76,7 +76,7 @@ __device__ __forceinline__ void load_query_rows(const AttentionBwdArgs& a, const
   const int D = int(a.D);
   load_tile<T, kTile>(q, ld, head_row<T>(a.q, b, i0, h), a.q.st, rows_q, D);
   load_tile<T, kTile>(dout, ld, head_row<T>(a.dout, b, i0, h), a.dout.st, rows_q, D);
-  const Acc<T>* lse = static_cast<const Acc<T>*>(a.lse) + (b * a.H + h) * a.T + i0;
+  const Stat<T>* lse = static_cast<const Stat<T>*>(a.lse) + (b * a.H + h) * a.T + i0;
   const Acc<T>* dl = delta + (b * a.H + h) * a.T + i0;
   for (int r = int(threadIdx.x); r < kTile; r += kThreads) {
     s_lse[r] = r < rows_q ? lse[r] : Acc<T>(0);

@@ -116,6 +116,12 @@ struct Elem<f16> {
   __device__ static f16 from_double(double v) { return f16{float_to_f16_bits(double_to_float_odd(v))}; }
 };
 
+// The element type of the per-row statistics a kernel writes or reads (RMSNorm's rstd,
+// attention's log-sum-exp, per-token losses): the type of stat_dtype(), the host's one rule
+// in fsdp/core/dtype.h, so the kernels and the tensors the host allocates cannot disagree.
+template <typename T>
+using Stat = std::conditional_t<stat_dtype(dtype_of<T>) == DType::F64, double, float>;
+
 // Calls f(T{}) with T the element type of the floating dtype t (nothing for other dtypes):
 // one switch for launchers whose template chain takes the element type first.
 template <typename F>

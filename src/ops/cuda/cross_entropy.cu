@@ -30,7 +30,7 @@ __device__ __forceinline__ float exp_of(float x) { return expf(x); }
 __device__ __forceinline__ double exp_of(double x) { return exp(x); }
 
 template <typename T, typename I>
-__global__ void cross_entropy_kernel(RowsView logits, const I* __restrict__ targets, typename Elem<T>::acc* losses,
+__global__ void cross_entropy_kernel(RowsView logits, const I* __restrict__ targets, Stat<T>* losses,
                                      RowsView dlogits, int64_t v, double grad_scale, int64_t ignore_index,
                                      DeviceErrorRecord* errors) {
   using E = Elem<T>;
@@ -73,7 +73,7 @@ template <typename T, typename I>
 void cross_entropy_t(RowsView logits, const void* targets, void* losses, RowsView dlogits, int64_t n, int64_t v,
                      double grad_scale, int64_t ignore_index, DeviceErrorRecord* errors, cudaStream_t s) {
   FSDP_LAUNCH((cross_entropy_kernel<T, I>), unsigned(n), kThreads, 0, s, logits, static_cast<const I*>(targets),
-              static_cast<typename Elem<T>::acc*>(losses), dlogits, v, grad_scale, ignore_index, errors);
+              static_cast<Stat<T>*>(losses), dlogits, v, grad_scale, ignore_index, errors);
 }
 
 template <typename T>

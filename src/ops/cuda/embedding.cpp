@@ -4,37 +4,32 @@
 // record] in fsdp/core/cuda.h): no wait of the host here.
 #include "embedding.cuh"
 
-#include "fsdp/core/cuda.h"
 #include "fsdp/core/cuda_device_error.h"
 #include "fsdp/ops/embedding.h"
+#include "launch_args.h"
 
 namespace fsdp {
 namespace {
-
-cuda::RowsView rows(const Tensor& t) { return cuda::RowsView{t.data_ptr(), t.size(0) > 1 ? t.stride(0) : t.size(1)}; }
 
 cuda::EmbeddingIds checked_ids(const Tensor& ids, int64_t vocab, int device) {
   return cuda::EmbeddingIds{ids.data_ptr(), ids.dtype(), ids.numel(), vocab, cuda::device_error_record(device)};
 }
 
 void embedding_forward_cuda(const Tensor& ids, const Tensor& table, const Tensor& out) {
-  FSDP_CHECK(cuda::embedding_supports(table.dtype()), "embedding_forward: dtype {} is not implemented on the CUDA backend",
-             dtype_name(table.dtype()));
+  cuda::check_implemented("embedding_forward", table.dtype(), cuda::embedding_supports);
   if (ids.numel() == 0) return;
   cuda::DeviceGuard guard(table.device().index);
-  auto* s = static_cast<cudaStream_t>(cuda::current_stream(table.device().index));
-  cuda::launch_embedding_forward(table.dtype(), checked_ids(ids, table.size(0), table.device().index), rows(table),
-                                 rows(out), table.size(1), s);
+  cuda::launch_embedding_forward(table.dtype(), checked_ids(ids, table.size(0), table.device().index),
+                                 cuda::rows(table), cuda::rows(out), table.size(1), cuda::stream_of(table));
 }
 
 void embedding_backward_cuda(const Tensor& ids, const Tensor& dout, const Tensor& dtable) {
-  FSDP_CHECK(cuda::embedding_supports(dtable.dtype()),
-             "embedding_backward: dtype {} is not implemented on the CUDA backend", dtype_name(dtable.dtype()));
+  cuda::check_implemented("embedding_backward", dtable.dtype(), cuda::embedding_supports);
   if (ids.numel() == 0) return;
   cuda::DeviceGuard guard(dtable.device().index);
-  auto* s = static_cast<cudaStream_t>(cuda::current_stream(dtable.device().index));
-  cuda::launch_embedding_backward(dtable.dtype(), checked_ids(ids, dtable.size(0), dtable.device().index), rows(dout),
-                                  rows(dtable), dtable.size(1), s);
+  cuda::launch_embedding_backward(dtable.dtype(), checked_ids(ids, dtable.size(0), dtable.device().index),
+                                  cuda::rows(dout), cuda::rows(dtable), dtable.size(1),
+                                  cuda::stream_of(dtable));
 }
 
 }  // namespace

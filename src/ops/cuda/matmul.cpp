@@ -22,6 +22,7 @@
 #include "fsdp/core/cuda.h"
 #include "fsdp/core/cuda_check.h"
 #include "fsdp/ops/matmul.h"
+#include "launch_args.h"
 
 namespace fsdp {
 namespace {
@@ -135,14 +136,13 @@ void matmul_cuda(const Tensor& a, const Tensor& b, const Tensor& c, bool trans_a
     if (it == s.plans.end()) it = s.plans.emplace(key, make_plan(s, key, a, b, c)).first;
     plan = it->second;
   }
-  auto* stream = static_cast<cudaStream_t>(cuda::current_stream(device));
   const float alpha_f = float(alpha), beta_f = float(beta);
   const bool f64 = c.dtype() == DType::F64;
   const void* pa = f64 ? static_cast<const void*>(&alpha) : &alpha_f;
   const void* pb = f64 ? static_cast<const void*>(&beta) : &beta_f;
   FSDP_CUBLAS_CHECK(cublasLtMatmul(s.handle, plan.desc, pa, b.data_ptr(), plan.a, a.data_ptr(), plan.b, pb,
                                    c.data_ptr(), plan.c, c.data_ptr(), plan.c, &plan.algo, s.workspace,
-                                   kWorkspaceBytes, stream));
+                                   kWorkspaceBytes, cuda::stream_of(c)));
 }
 
 }  // namespace

@@ -27,8 +27,6 @@ constexpr int64_t kRowChunk = 64;
 
 template <typename T>
 using Acc = typename Elem<T>::acc;
-template <typename T>
-using Stat = std::conditional_t<std::is_same_v<T, double>, double, float>;
 
 template <typename T>
 __global__ void rmsnorm_fwd_kernel(const T* __restrict__ x, int64_t xs, const T* __restrict__ w, T* __restrict__ y,

@@ -2,22 +2,21 @@
 // layout, the tables and the positions.
 #include "rope.cuh"
 
-#include "fsdp/core/cuda.h"
 #include "fsdp/ops/rope.h"
+#include "launch_args.h"
 
 namespace fsdp {
 namespace {
 
 void rope_cuda(const Tensor& x, const Tensor& y, const Tensor& cos, const Tensor& sin, int64_t pos_offset,
                bool inverse) {
-  FSDP_CHECK(cuda::rope_supports(x.dtype()), "rope: dtype {} is not implemented on the CUDA backend",
-             dtype_name(x.dtype()));
+  cuda::check_implemented("rope", x.dtype(), cuda::rope_supports);
   if (x.numel() == 0) return;
   cuda::DeviceGuard guard(x.device().index);
   const cuda::RopeArgs a{x.data_ptr(), x.stride(0),  x.stride(1),  y.data_ptr(), y.stride(0),       y.stride(1),
                          x.size(0),    x.size(1),    x.size(2),    x.size(3),    cos.data<float>(), sin.data<float>(),
                          pos_offset,   inverse};
-  cuda::launch_rope(x.dtype(), a, static_cast<cudaStream_t>(cuda::current_stream(x.device().index)));
+  cuda::launch_rope(x.dtype(), a, cuda::stream_of(x));
 }
 
 }  // namespace
