@@ -6,6 +6,7 @@
 #include <cstring>
 #include <vector>
 
+#include "unsupported.h"
 #include "fsdp/ops/moe_permute.h"
 
 namespace fsdp {
@@ -110,15 +111,11 @@ void combine_backward_impl(const Tensor& dout_t, const Tensor& ys_t, const Tenso
   }
 }
 
-[[noreturn]] void unsupported(const char* op, DType t) {
-  FSDP_FAIL("{}: dtype {} is not implemented on the CPU backend (float32, float64)", op, dtype_name(t));
-}
-
 void gather_cpu(const Tensor& x, const Tensor& order, int64_t k, const Tensor& xs) {
   switch (x.dtype()) {
     case DType::F32: return gather_impl<float>(x, order, k, xs);
     case DType::F64: return gather_impl<double>(x, order, k, xs);
-    default: unsupported("moe_gather_rows", x.dtype());
+    default: cpu::unsupported("moe_gather_rows", x.dtype());
   }
 }
 
@@ -126,7 +123,7 @@ void gather_backward_cpu(const Tensor& dxs, const Tensor& slot, int64_t k, const
   switch (dx.dtype()) {
     case DType::F32: return gather_backward_impl<float>(dxs, slot, k, dx, accumulate);
     case DType::F64: return gather_backward_impl<double>(dxs, slot, k, dx, accumulate);
-    default: unsupported("moe_gather_rows_backward", dx.dtype());
+    default: cpu::unsupported("moe_gather_rows_backward", dx.dtype());
   }
 }
 
@@ -134,7 +131,7 @@ void combine_cpu(const Tensor& ys, const Tensor& slot, const Tensor& w, const Te
   switch (out.dtype()) {
     case DType::F32: return combine_impl<float>(ys, slot, w, res, out);
     case DType::F64: return combine_impl<double>(ys, slot, w, res, out);
-    default: unsupported("moe_combine", out.dtype());
+    default: cpu::unsupported("moe_combine", out.dtype());
   }
 }
 
@@ -143,7 +140,7 @@ void combine_backward_cpu(const Tensor& dout, const Tensor& ys, const Tensor& sl
   switch (dout.dtype()) {
     case DType::F32: return combine_backward_impl<float>(dout, ys, slot, w, dys, dw);
     case DType::F64: return combine_backward_impl<double>(dout, ys, slot, w, dys, dw);
-    default: unsupported("moe_combine_backward", dout.dtype());
+    default: cpu::unsupported("moe_combine_backward", dout.dtype());
   }
 }
 

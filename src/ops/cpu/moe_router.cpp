@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "unsupported.h"
 #include "fsdp/ops/moe_router.h"
 
 namespace fsdp {
@@ -116,16 +117,12 @@ void backward_impl(const Tensor& dweight_t, const Tensor& probs_t, const Tensor&
   }
 }
 
-[[noreturn]] void unsupported(const char* op, DType t) {
-  FSDP_FAIL("{}: dtype {} is not implemented on the CPU backend (float32, float64)", op, dtype_name(t));
-}
-
 void forward_cpu(const Tensor& logits, int64_t k, const Tensor& probs, const Tensor& lse, const Tensor& expert,
                  const Tensor& weight) {
   switch (logits.dtype()) {
     case DType::F32: return forward_impl<float, float>(logits, k, probs, lse, expert, weight);
     case DType::F64: return forward_impl<double, double>(logits, k, probs, lse, expert, weight);
-    default: unsupported("moe_router_forward", logits.dtype());
+    default: cpu::unsupported("moe_router_forward", logits.dtype());
   }
 }
 
@@ -140,7 +137,7 @@ void backward_cpu(const Tensor& dweight, const Tensor& probs, const Tensor& lse,
   switch (dlogits.dtype()) {
     case DType::F32: return backward_impl<float, float>(dweight, probs, lse, expert, weight, aux, z_scale, dlogits);
     case DType::F64: return backward_impl<double, double>(dweight, probs, lse, expert, weight, aux, z_scale, dlogits);
-    default: unsupported("moe_router_backward", dlogits.dtype());
+    default: cpu::unsupported("moe_router_backward", dlogits.dtype());
   }
 }
 

@@ -2,20 +2,16 @@
 // stubs; the front end validated shapes, dtypes and devices.
 #include "moe_permute.cuh"
 
-#include "fsdp/core/cuda.h"
 #include "fsdp/ops/moe_permute.h"
+#include "launch_args.h"
 
 namespace fsdp {
 namespace {
 
-cudaStream_t stream_of(const Tensor& t) { return static_cast<cudaStream_t>(cuda::current_stream(t.device().index)); }
+using cuda::rows;
+using cuda::stream_of;
 
-cuda::RowsView rows(const Tensor& t) { return cuda::RowsView{t.data_ptr(), t.size(0) > 1 ? t.stride(0) : t.size(1)}; }
-
-void check_supported(const char* op, const Tensor& t) {
-  FSDP_CHECK(cuda::moe_permute_supports(t.dtype()), "{}: dtype {} is not implemented on the CUDA backend", op,
-             dtype_name(t.dtype()));
-}
+void check_supported(const char* op, const Tensor& t) { cuda::check_implemented(op, t.dtype(), cuda::moe_permute_supports); }
 
 void plan_cuda(const Tensor& expert, int64_t num_experts, const Tensor& order, const Tensor& slot,
                const Tensor& offsets) {

@@ -132,9 +132,6 @@ __global__ void combine_bwd_kernel(RowsView dout, RowsView ys, const int32_t* sl
   }
 }
 
-template <typename T>
-using StatOf = typename Elem<T>::acc;
-
 }  // namespace
 
 bool moe_permute_supports(DType t) { return is_floating(t); }
@@ -164,7 +161,7 @@ void launch_moe_combine(DType t, RowsView ys, const int32_t* slot, const void* w
                         int64_t rs, RowsView out, int64_t n, int64_t k, int64_t c, cudaStream_t stream) {
   with_element_type(t, [&](auto tag) {
     using T = decltype(tag);
-    using S = StatOf<T>;
+    using S = Stat<T>;
     FSDP_LAUNCH((combine_kernel<T, S>), unsigned(n), kRowThreads, 0, stream, ys, slot, static_cast<const S*>(weight),
                 static_cast<const T*>(residual), rs, out, k, c);
   });
@@ -174,7 +171,7 @@ void launch_moe_combine_backward(DType t, RowsView dout, RowsView ys, const int3
                                  RowsView dys, void* dweight, int64_t n, int64_t k, int64_t c, cudaStream_t stream) {
   with_element_type(t, [&](auto tag) {
     using T = decltype(tag);
-    using S = StatOf<T>;
+    using S = Stat<T>;
     FSDP_LAUNCH((combine_bwd_kernel<T, S>), unsigned(n), kRowThreads, 0, stream, dout, ys, slot,
                 static_cast<const S*>(weight), dys, static_cast<S*>(dweight), k, c);
   });

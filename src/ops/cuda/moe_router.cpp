@@ -2,33 +2,28 @@
 // front end validated shapes, dtypes and devices.
 #include "moe_router.cuh"
 
-#include "fsdp/core/cuda.h"
 #include "fsdp/ops/moe_router.h"
+#include "launch_args.h"
 
 namespace fsdp {
 namespace {
 
-cudaStream_t stream_of(const Tensor& t) { return static_cast<cudaStream_t>(cuda::current_stream(t.device().index)); }
-
 const void* data_or_null(const Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
 
 void check_supported(const char* op, const Tensor& logits) {
-  FSDP_CHECK(cuda::moe_router_supports(logits.dtype()), "{}: dtype {} is not implemented on the CUDA backend", op,
-             dtype_name(logits.dtype()));
+  cuda::check_implemented(op, logits.dtype(), cuda::moe_router_supports);
   FSDP_CHECK(logits.size(1) <= cuda::kMoeRouterMaxExperts, "{}: {} experts; the CUDA router takes at most {}", op,
              logits.size(1), cuda::kMoeRouterMaxExperts);
 }
-
-int64_t row_stride(const Tensor& t) { return t.size(0) > 1 ? t.stride(0) : t.size(1); }
 
 void forward_cuda(const Tensor& logits, int64_t k, const Tensor& probs, const Tensor& lse, const Tensor& expert,
                   const Tensor& weight) {
   check_supported("moe_router_forward", logits);
   if (logits.size(0) == 0) return;
   cuda::DeviceGuard guard(logits.device().index);
-  cuda::launch_moe_router_forward(logits.dtype(), logits.data_ptr(), row_stride(logits), logits.size(0),
+  cuda::launch_moe_router_forward(logits.dtype(), logits.data_ptr(), cuda::rows(logits).stride, logits.size(0),
                                   logits.size(1), k, probs.data_ptr(), lse.data_ptr(), expert.data<int32_t>(),
-                                  weight.data_ptr(), stream_of(logits));
+                                  weight.data_ptr(), cuda::stream_of(logits));
 }
 
 void stats_cuda(const Tensor& probs, const Tensor& expert, const Tensor& lse, const Tensor& prob_sum,
@@ -36,7 +31,7 @@ void stats_cuda(const Tensor& probs, const Tensor& expert, const Tensor& lse, co
   cuda::DeviceGuard guard(probs.device().index);
   cuda::launch_moe_router_stats(probs.dtype(), probs.data_ptr(), expert.data<int32_t>(), lse.data_ptr(),
                                 probs.size(0), probs.size(1), expert.size(1), prob_sum.data_ptr(),
-                                count.data<int32_t>(), lse_sq_sum.data_ptr(), stream_of(probs));
+                                count.data<int32_t>(), lse_sq_sum.data_ptr(), cuda::stream_of(probs));
 }
 
 void backward_cuda(const Tensor& dweight, const Tensor& probs, const Tensor& lse, const Tensor& expert,
@@ -46,8 +41,8 @@ void backward_cuda(const Tensor& dweight, const Tensor& probs, const Tensor& lse
   cuda::DeviceGuard guard(probs.device().index);
   cuda::launch_moe_router_backward(dlogits.dtype(), data_or_null(dweight), probs.data_ptr(), lse.data_ptr(),
                                    expert.data<int32_t>(), weight.data_ptr(), data_or_null(aux_grad), z_scale,
-                                   dlogits.data_ptr(), row_stride(dlogits), probs.size(0), probs.size(1),
-                                   expert.size(1), stream_of(probs));
+                                   dlogits.data_ptr(), cuda::rows(dlogits).stride, probs.size(0), probs.size(1),
+                                   expert.size(1), cuda::stream_of(probs));
 }
 
 }  // namespace

@@ -125,9 +125,6 @@ __global__ void router_bwd_kernel(const S* dweight, const S* probs, const S* lse
   }
 }
 
-template <typename T>
-using StatOf = typename Elem<T>::acc;  // float, or double for float64
-
 }  // namespace
 
 bool moe_router_supports(DType t) { return is_floating(t); }
@@ -136,7 +133,7 @@ void launch_moe_router_forward(DType t, const void* logits, int64_t ls, int64_t 
                                void* lse, int32_t* expert, void* weight, cudaStream_t stream) {
   with_element_type(t, [&](auto tag) {
     using T = decltype(tag);
-    using S = StatOf<T>;
+    using S = Stat<T>;
     FSDP_LAUNCH((router_fwd_kernel<T, S>), blocks_for(n, kRowThreads), kRowThreads, 0, stream,
                 static_cast<const T*>(logits), ls, n, e, k, static_cast<S*>(probs), static_cast<S*>(lse), expert,
                 static_cast<S*>(weight));
@@ -161,7 +158,7 @@ void launch_moe_router_backward(DType t, const void* dweight, const void* probs,
                                 void* dlogits, int64_t ds, int64_t n, int64_t e, int64_t k, cudaStream_t stream) {
   with_element_type(t, [&](auto tag) {
     using T = decltype(tag);
-    using S = StatOf<T>;
+    using S = Stat<T>;
     FSDP_LAUNCH((router_bwd_kernel<T, S>), blocks_for(n, kRowThreads), kRowThreads, 0, stream,
                 static_cast<const S*>(dweight), static_cast<const S*>(probs), static_cast<const S*>(lse), expert,
                 static_cast<const S*>(weight), static_cast<const S*>(aux_grad), z_scale, static_cast<T*>(dlogits), ds,
