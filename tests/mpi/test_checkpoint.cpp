@@ -117,6 +117,34 @@ TEST(CheckpointResume, OnlyOneReplicaWritesEachShard) {
   EXPECT_EQ(r.manifest().files.size(), 1u) << "NO_SHARD replicas hold the same state: rank 0 alone writes it";
 }
 
+// Only rank 0 publishes (manifest, rename): when that fails, every rank's error names rank 0
+// (rank 0's own says why), and no step_N appears.
+TEST(CheckpointCommit, RankZeroPublishFailureNamesRankZeroEverywhere) {
+  dist::ProcessGroups& world = test::world_groups();
+  const std::string dir = shared_scratch("publish_fails");
+  const config::Config cfg = tiny(dir, {"checkpoint.async=true"});
+  auto groups = dist::split_process_groups(world, train::shard_group_size(cfg));
+  train::Trainer t(cfg, groups);
+  t.train_step();
+  t.save_checkpoint();  // asynchronous: the ranks' files are being written into step_1.tmp
+  // A directory where rank 0's manifest.json must go: its rename over it fails.
+  if (world.world->rank() == 0) fs::create_directories(fs::path(dir) / "checkpoints/step_1.tmp/manifest.json/x");
+  world.world->barrier();
+  std::string msg;
+  try {
+    t.finish_checkpoint();
+  } catch (const Error& e) {
+    msg = e.what();
+  }
+  if (world.world->rank() == 0) {
+    EXPECT_NE(msg.find("manifest.json"), std::string::npos) << msg;
+  } else {
+    EXPECT_NE(msg.find("failed on rank(s) 0 "), std::string::npos) << msg;
+  }
+  world.world->barrier();
+  EXPECT_FALSE(fs::exists(fs::path(dir) / "checkpoints/step_1"));
+}
+
 double rel(double a, double b) { return std::abs(a - b) / std::abs(b); }
 
 // Saved under FULL_SHARD on the whole world, resumed under `strategy` (another shard layout

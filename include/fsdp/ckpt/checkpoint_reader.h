@@ -1,0 +1,64 @@
+// Reading checkpoints (the format: checkpoint.h): open and verify one, read any range of a
+// unit's state (which is how a run resumes on a different number of ranks), and find the
+// newest one that verifies.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "fsdp/ckpt/manifest.h"
+#include "fsdp/core/tensor.h"
+#include "fsdp/dist/communicator.h"
+
+namespace fsdp::ckpt {
+
+// Reads one checkpoint directory. The constructor parses the manifest and checks its
+// structure (format, version, pieces covering every unit) and that every file exists with
+// its recorded size; verify() also checks CRCs. Every failure throws fsdp::Error naming
+// the file and what is wrong.
+class CheckpointReader {
+ public:
+  explicit CheckpointReader(const std::string& dir);
+  ~CheckpointReader();
+
+  const std::string& dir() const { return dir_; }
+  const Manifest& manifest() const { return manifest_; }
+  // CRC of file i (index into manifest().files) against the manifest.
+  void verify_file(int i) const;
+  void verify() const;  // every file
+  // Errors unless the checkpoint holds exactly these units (names and sizes) of this model
+  // shape; the message names the first difference.
+  void check_model(const model::LlamaConfig& cfg, const std::vector<model::UnitLayout>& units) const;
+  // Fills `out` (float32, CPU, contiguous) with elements [begin, begin + out.numel()) of
+  // unit `unit`'s `kind` tensor ("master", "exp_avg", "exp_avg_sq") from whichever files
+  // hold them; elements past the unit's numel (padding) become 0.
+  void read(int unit, std::string_view kind, int64_t begin, const Tensor& out) const;
+
+ private:
+  void check_structure() const;
+
+  struct OpenFiles;
+  std::string dir_;
+  Manifest manifest_;
+  std::unique_ptr<OpenFiles> open_;
+};
+
+// Checkpoint directories in `dir` whose name is step_<N> (no suffix), newest first. Does
+// not look inside them.
+std::vector<std::string> list_checkpoints(const std::string& dir);
+
+// True when `dir` holds an fsdp_train checkpoint (a manifest.json of this format).
+bool is_checkpoint_dir(const std::string& dir);
+
+// Collective over `world`: the newest checkpoint in `dir` that opens and verifies (every
+// rank checks a share of the files' CRCs; the verdict is agreed by an all-reduce). Broken
+// ones are skipped with a warning naming what failed. "" when there is none. Rank 0's
+// directory listing decides the candidates, so ranks cannot pick different checkpoints.
+std::string find_latest_checkpoint(const std::string& dir, dist::Communicator& world);
+
+// Collective over `world`: verifies one checkpoint (as above) and throws the first failure.
+void verify_checkpoint(const std::string& path, dist::Communicator& world);
+
+}  // namespace fsdp::ckpt

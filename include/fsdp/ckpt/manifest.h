@@ -1,0 +1,77 @@
+// A checkpoint's manifest.json: what a checkpoint holds (the run's state, the model shape,
+// every file with its size and CRC-32, and for every unit the pieces of the files that
+// hold it), as a struct, with its JSON written and read side by side in manifest.cpp (one
+// to_json / from_json pair: a field is named in one place for both directions).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "fsdp/model/llama_config.h"
+#include "fsdp/model/param_units.h"
+
+namespace fsdp::ckpt {
+
+inline constexpr int kCheckpointFormatVersion = 1;
+inline constexpr std::string_view kCheckpointFormat = "fsdp_train.checkpoint";
+inline constexpr const char* kManifestFile = "manifest.json";
+
+// The state tensors stored per unit, in file order.
+inline constexpr std::string_view kStateKinds[] = {"master", "exp_avg", "exp_avg_sq"};
+
+// What the trainer restores besides tensors.
+struct TrainState {
+  int64_t step = 0;
+  int64_t tokens_seen = 0;
+  int64_t samples_seen = 0;  // global data position (sum of global batches so far)
+  uint64_t train_seed = 0, data_seed = 0;
+  // Dynamic loss scaling (train.dtype float16, optim/loss_scaler.h): the scale, the clean
+  // steps since it last changed and the steps skipped on overflow (AdamW's own step count
+  // is step - skipped), so a resumed fp16 run continues exactly. 0 for other dtypes (and
+  // in manifests written before these existed).
+  double loss_scale = 0;
+  int64_t loss_scale_good_steps = 0;
+  int64_t skipped_steps = 0;
+};
+
+struct ManifestFile {
+  std::string name;  // relative to the checkpoint directory
+  uint64_t bytes = 0;
+  uint32_t crc32 = 0;
+};
+struct ManifestPiece {
+  int file = 0;        // index into Manifest::files
+  int64_t begin = 0;   // global element offset in the unit
+  int64_t extent = 0;  // elements stored (clipped to the unit's numel)
+};
+struct ManifestUnit {
+  std::string name;
+  int64_t numel = 0;
+  std::vector<ManifestPiece> pieces;  // sorted by begin; together cover [0, numel) exactly
+};
+struct Manifest {
+  int format_version = kCheckpointFormatVersion;
+  TrainState state;
+  model::LlamaConfig model;
+  std::string strategy;
+  int world_size = 0, shard_group_size = 0;
+  std::string config_yaml;  // the effective config
+  std::vector<ManifestFile> files;
+  std::vector<ManifestUnit> units;
+};
+
+// "step_<N>" for a step.
+std::string checkpoint_name(int64_t step);
+// "<unit>.<kind>": a state tensor's name in a rank file.
+std::string state_tensor_name(const std::string& unit, std::string_view kind);
+
+// The manifest as the text of manifest.json.
+std::string manifest_json(const Manifest& m);
+// Parses manifest.json's text; `path` names it in errors (not an fsdp_train manifest, a
+// newer format version, a missing or mistyped field). Structure (pieces tiling the units,
+// files existing) is the reader's to check.
+Manifest parse_manifest(const std::string& text, const std::string& path);
+
+}  // namespace fsdp::ckpt

@@ -1,0 +1,233 @@
+// Reading checkpoints; see checkpoint_reader.h, and checkpoint.h for the format.
+#include "fsdp/ckpt/checkpoint_reader.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <map>
+
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "fsdp/ckpt/safetensors.h"
+#include "fsdp/core/error.h"
+#include "rank_verdict.h"
+
+namespace fsdp::ckpt {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+uint32_t crc32_of_file(const std::string& path, uint64_t expect_bytes) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  FSDP_CHECK(fd >= 0, "cannot open {}: {}", path, std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || uint64_t(st.st_size) != expect_bytes) {
+    ::close(fd);
+    FSDP_FAIL("{}: size {} bytes, but the manifest records {} (truncated or replaced)", path, uint64_t(st.st_size),
+              expect_bytes);
+  }
+  if (expect_bytes == 0) {
+    ::close(fd);
+    return 0;
+  }
+  void* map = ::mmap(nullptr, expect_bytes, PROT_READ, MAP_PRIVATE, fd, 0);
+  ::close(fd);
+  FSDP_CHECK(map != MAP_FAILED, "cannot map {}: {}", path, std::strerror(errno));
+  ::madvise(map, expect_bytes, MADV_SEQUENTIAL);
+  const uint32_t crc = crc32_parallel(map, expect_bytes);
+  ::munmap(map, expect_bytes);
+  return crc;
+}
+
+}  // namespace
+
+struct CheckpointReader::OpenFiles {
+  std::map<int, std::unique_ptr<SafetensorsFile>> files;
+};
+
+CheckpointReader::CheckpointReader(const std::string& dir) : dir_(dir), open_(std::make_unique<OpenFiles>()) {
+  const fs::path path = fs::path(dir) / kManifestFile;
+  std::ifstream in(path);
+  FSDP_CHECK(in.good(), "{}: no manifest (not a checkpoint, or one whose save never completed)", path.string());
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  manifest_ = parse_manifest(text, path.string());
+  check_structure();
+}
+
+// Pieces tile [0, numel) of every unit and point at listed files, which exist with their
+// recorded sizes.
+void CheckpointReader::check_structure() const {
+  const Manifest& m = manifest_;
+  const std::string path = (fs::path(dir_) / kManifestFile).string();
+  for (const ManifestUnit& u : m.units) {
+    int64_t next = 0;
+    for (const ManifestPiece& p : u.pieces) {
+      FSDP_CHECK(p.file >= 0 && p.file < int(m.files.size()), "{}: unit {} names file #{}, which is not listed", path,
+                 u.name, p.file);
+      FSDP_CHECK(p.begin == next && p.extent > 0, "{}: unit {} pieces do not tile its {} elements (gap or overlap at {})",
+                 path, u.name, u.numel, next);
+      next += p.extent;
+    }
+    FSDP_CHECK(next == u.numel, "{}: unit {} pieces cover {} of its {} elements", path, u.name, next, u.numel);
+  }
+  for (const ManifestFile& f : m.files) {
+    const fs::path fp = fs::path(dir_) / f.name;
+    std::error_code ec;
+    const auto size = fs::file_size(fp, ec);
+    FSDP_CHECK(!ec, "{}: missing ({}); the checkpoint is incomplete", fp.string(), ec.message());
+    FSDP_CHECK(size == f.bytes, "{}: size {} bytes, but the manifest records {} (truncated or replaced)", fp.string(),
+               size, f.bytes);
+  }
+}
+
+CheckpointReader::~CheckpointReader() = default;
+
+void CheckpointReader::verify_file(int i) const {
+  const ManifestFile& f = manifest_.files.at(size_t(i));
+  const std::string path = (fs::path(dir_) / f.name).string();
+  const uint32_t crc = crc32_of_file(path, f.bytes);
+  FSDP_CHECK(crc == f.crc32, "{}: CRC-32 {:08x} does not match the manifest's {:08x} (the file is corrupt)", path, crc,
+             f.crc32);
+}
+
+void CheckpointReader::verify() const {
+  for (int i = 0; i < int(manifest_.files.size()); ++i) verify_file(i);
+}
+
+void CheckpointReader::check_model(const model::LlamaConfig& cfg, const std::vector<model::UnitLayout>& units) const {
+  const model::LlamaConfig& m = manifest_.model;
+  auto same = [&](int64_t have, int64_t want, const char* key) {
+    FSDP_CHECK(have == want,
+               "checkpoint {} holds a model with {} = {}, but the config asks for {} (model.{}): it is a checkpoint "
+               "of a different model; point checkpoint.dir / checkpoint.load_dir elsewhere or set "
+               "checkpoint.resume: none",
+               dir_, key, have, want, key);
+  };
+  same(m.vocab_size, cfg.vocab_size, "vocab_size");
+  same(m.hidden_size, cfg.hidden_size, "hidden_size");
+  same(m.intermediate_size, cfg.intermediate_size, "intermediate_size");
+  same(m.num_layers, cfg.num_layers, "num_layers");
+  same(m.num_heads, cfg.num_heads, "num_heads");
+  same(m.num_kv_heads, cfg.num_kv_heads, "num_kv_heads");
+  same(m.num_experts, cfg.num_experts, "num_experts");
+  same(m.experts_per_token, cfg.experts_per_token, "experts_per_token");
+  FSDP_CHECK(manifest_.units.size() == units.size(), "checkpoint {} has {} parameter units, the model {}", dir_,
+             manifest_.units.size(), units.size());
+  for (size_t u = 0; u < units.size(); ++u) {
+    FSDP_CHECK(manifest_.units[u].name == units[u].name && manifest_.units[u].numel == units[u].numel,
+               "checkpoint {}: unit {} is '{}' with {} elements, the model's is '{}' with {}", dir_, u,
+               manifest_.units[u].name, manifest_.units[u].numel, units[u].name, units[u].numel);
+  }
+}
+
+void CheckpointReader::read(int unit, std::string_view kind, int64_t begin, const Tensor& out) const {
+  FSDP_CHECK(unit >= 0 && unit < int(manifest_.units.size()), "checkpoint {}: no unit {}", dir_, unit);
+  FSDP_CHECK(out.dtype() == DType::F32 && out.is_contiguous() && out.device().is_cpu(),
+             "checkpoint read needs a contiguous float32 CPU tensor");
+  const ManifestUnit& u = manifest_.units[size_t(unit)];
+  float* dst = out.data<float>();
+  const int64_t n = out.numel(), end = begin + n;
+  std::fill(dst, dst + n, 0.0f);
+  const std::string name = state_tensor_name(u.name, kind);
+  for (const ManifestPiece& p : u.pieces) {
+    const int64_t lo = std::max(begin, p.begin), hi = std::min(end, p.begin + p.extent);
+    if (lo >= hi) continue;
+    auto& file = open_->files[p.file];
+    if (!file) file = std::make_unique<SafetensorsFile>((fs::path(dir_) / manifest_.files[size_t(p.file)].name).string());
+    const TensorEntry& e = file->entry(name);
+    FSDP_CHECK(e.dtype == "F32" && e.numel() == p.extent, "{}: tensor {} is {} of {} elements, expected F32 of {}",
+               file->path(), name, e.dtype, e.numel(), p.extent);
+    std::memcpy(dst + (lo - begin), e.data + size_t(lo - p.begin) * sizeof(float), size_t(hi - lo) * sizeof(float));
+  }
+}
+
+std::vector<std::string> list_checkpoints(const std::string& dir) {
+  std::vector<std::pair<int64_t, std::string>> found;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return {};
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (!name.starts_with("step_") || !entry.is_directory()) continue;
+    int64_t step = -1;
+    const char* b = name.data() + 5;
+    const char* e = name.data() + name.size();
+    auto [p, err] = std::from_chars(b, e, step);
+    if (err != std::errc() || p != e || step < 0) continue;  // step_N.tmp, step_N.deleting, ...
+    found.emplace_back(step, entry.path().string());
+  }
+  std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::vector<std::string> out;
+  for (auto& f : found) out.push_back(std::move(f.second));
+  return out;
+}
+
+bool is_checkpoint_dir(const std::string& dir) {
+  std::ifstream in(fs::path(dir) / kManifestFile);
+  if (!in.good()) return false;
+  try {
+    return nlohmann::json::parse(in).value("format", std::string()) == kCheckpointFormat;
+  } catch (const nlohmann::json::exception&) {
+    return false;
+  }
+}
+
+namespace {
+
+// Every rank checks its share of a checkpoint (open on all, CRC of files i % world ==
+// rank); returns this rank's failure message, "" if none.
+std::string check_share(const std::string& path, const dist::Communicator& world) {
+  try {
+    const CheckpointReader reader(path);
+    for (int i = world.rank(); i < int(reader.manifest().files.size()); i += world.size()) reader.verify_file(i);
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+std::string find_latest_checkpoint(const std::string& dir, dist::Communicator& world) {
+  // Rank 0's listing decides (a shared filesystem may show ranks slightly different views).
+  std::vector<std::string> candidates = list_checkpoints(dir);
+  Tensor count = Tensor::zeros({1}, DType::F64);
+  count.data<double>()[0] = double(candidates.size());
+  world.wait(world.broadcast(count, 0));
+  const int n = int(count.data<double>()[0]);
+  Tensor steps = Tensor::zeros({std::max(n, 1)}, DType::F64);
+  if (world.rank() == 0) {
+    for (int i = 0; i < n; ++i) {
+      const std::string name = fs::path(candidates[size_t(i)]).filename().string();
+      steps.data<double>()[i] = double(std::stoll(name.substr(5)));
+    }
+  }
+  world.wait(world.broadcast(steps, 0));
+  for (int i = 0; i < n; ++i) {
+    const std::string path = (fs::path(dir) / checkpoint_name(int64_t(steps.data<double>()[i]))).string();
+    const std::string why = check_share(path, world);
+    if (!why.empty()) spdlog::warn("skipping checkpoint {}: {}", path, why);
+    if (detail::count_failures(!why.empty(), world) == 0) return path;
+    if (why.empty() && world.rank() == 0) spdlog::warn("skipping checkpoint {}: another rank could not verify it", path);
+  }
+  return "";
+}
+
+void verify_checkpoint(const std::string& path, dist::Communicator& world) {
+  const std::string why = check_share(path, world);
+  if (detail::count_failures(!why.empty(), world) == 0) return;
+  FSDP_CHECK(why.empty(), "cannot resume from {}: {}", path, why);
+  FSDP_FAIL("cannot resume from {}: another rank could not verify it (see its error)", path);
+}
+
+}  // namespace fsdp::ckpt
