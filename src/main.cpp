@@ -10,6 +10,7 @@
 #include "fsdp/core/error.h"
 #include "fsdp/dist/communicator.h"
 #include "fsdp/train/exit_codes.h"
+#include "fsdp/train/error_report.h"
 #include "fsdp/train/export_main.h"
 #include "fsdp/train/generate_main.h"
 #include "fsdp/train/launch_checks.h"
@@ -101,6 +102,7 @@ void setup_logging(const fsdp::config::Config& cfg, int rank) {
   if (rank == 0) {
     spdlog::set_pattern("[%Y-%m-%d %H:%M:%S.%e] [%^%l%$] %v");
     spdlog::set_level(spdlog::level::from_str(cfg.logging.level));
+    fsdp::train::apply_log_level_from_env();  // SPDLOG_LEVEL=debug beats the config
   } else {
     spdlog::set_pattern("[%Y-%m-%d %H:%M:%S.%e] [%^%l%$] [rank " + std::to_string(rank) + "] %v");
     spdlog::set_level(spdlog::level::warn);
@@ -175,7 +177,7 @@ int main(int argc, char** argv) {
       if (groups.world_info.rank == 0) std::printf("eval_loss %.6f\n", loss);
     }
   } catch (const std::exception& e) {
-    spdlog::error("{}", e.what());
+    fsdp::train::report_error(e);
     const bool usage = dynamic_cast<const fsdp::config::ConfigError*>(&e) != nullptr;
     if (groups.world && groups.world->size() > 1) fsdp::dist::abort_all(usage ? kExitUsage : kExitError);
     return usage ? kExitUsage : kExitError;

@@ -23,6 +23,15 @@ namespace fs = std::filesystem;
 
 // The shard prefixes of `split` under `path` (a directory), or `path` itself when it is a
 // shard prefix (path.idx exists).
+// What to run when the shards are missing: the demo's script for the demo corpus (the
+// configs/tiny*.yaml path), `fsdp_train prepare` for anything else.
+std::string how_to_make(const std::string& path) {
+  if (path.find("data/demo") != std::string::npos)
+    return "make the demo corpus with `bash scripts/demo_corpus.sh` (or run `bash scripts/demo.sh`)";
+  return fmt::format("make them with `fsdp_train prepare --tokenizer tokenizer.model --output {} <text or jsonl files>`",
+                     path);
+}
+
 std::vector<std::string> find_shards(const std::string& path, const std::string& split) {
   std::vector<std::string> prefixes;
   std::error_code ec;
@@ -34,12 +43,13 @@ std::vector<std::string> find_shards(const std::string& path, const std::string&
         prefixes.push_back((entry.path().parent_path() / entry.path().stem()).string());
     }
     FSDP_CHECK(!ec, "cannot list token shard directory '{}': {}", path, ec.message());
-    FSDP_CHECK(!prefixes.empty(), "no token shards for split '{}' in '{}' (expected {}/{}_*.idx; run fsdp_train prepare)",
-               split, path, path, split);
+    FSDP_CHECK(!prefixes.empty(), "no token shards for split '{}' in '{}' (expected {}/{}_*.idx); {}", split, path,
+               path, split, how_to_make(path));
     std::sort(prefixes.begin(), prefixes.end());
   } else {
-    FSDP_CHECK(fs::exists(path + ".idx", ec), "no token shards at '{}': neither a directory holding {}_*.idx nor a shard prefix with '{}.idx'",
-               path, split, path);
+    FSDP_CHECK(fs::exists(path + ".idx", ec),
+               "no token shards at '{}': neither a directory holding {}_*.idx nor a shard prefix with '{}.idx'; {}", path,
+               split, path, how_to_make(path));
     prefixes.push_back(path);
   }
   return prefixes;

@@ -40,14 +40,11 @@ namespace fsdp::dist::detail {
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
   if (initialized && !finalized) MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
-  char host[256] = {};
-  gethostname(host, sizeof(host) - 1);
   const std::string rank_text =
       group_rank >= 0 ? fmt::format("rank {} of {}, ", group_rank, group_size) : std::string();
   const std::string world_text = world_rank >= 0 ? fmt::format("world rank {}", world_rank) : "world rank unknown";
-  throw_error(file, line, nullptr,
-              fmt::format("{} failed on group '{}' ({}{} on host {}): {}", call, group, rank_text, world_text, host,
-                          err));
+  fail_call({call, fmt::format("group '{}' ({}{} on host {})", group, rank_text, world_text, host_name()), err, "",
+             file, line});
 }
 
 }  // namespace fsdp::dist::detail

@@ -1,5 +1,7 @@
 #include "fsdp/train/export_main.h"
 
+#include "fsdp/train/error_report.h"
+
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -74,6 +76,7 @@ std::string tokenizer_of_run(const ckpt::Manifest& m) {
 }  // namespace
 
 int export_main(int argc, char** argv) {
+  apply_log_level_from_env();  // SPDLOG_LEVEL=debug shows where an error was raised
   std::string checkpoint, output;
   ckpt::HfExportOptions opt;
   bool tokenizer_given = false;
@@ -137,7 +140,7 @@ int export_main(int argc, char** argv) {
     }, opt);
     spdlog::info("export: done; load it with LlamaForCausalLM.from_pretrained(\"{}\") or model.init_from", output);
   } catch (const std::exception& e) {
-    spdlog::error("{}", e.what());
+    report_error(e);
     return kExitError;
   }
   return kExitOk;

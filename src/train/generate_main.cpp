@@ -1,6 +1,7 @@
 // `fsdp_train generate`: flags, weight loading, tokenization and printing around the
 // generation loop of model/generate.h. See include/fsdp/train/generate_main.h.
 #include "fsdp/train/generate_main.h"
+#include "fsdp/train/error_report.h"
 
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
@@ -324,6 +325,7 @@ int run_generate(const GenerateArgs& a) {
 }  // namespace
 
 int generate_main(int argc, char** argv) {
+  apply_log_level_from_env();  // SPDLOG_LEVEL=debug shows where an error was raised
   GenerateArgs a;
   try {
     a = parse_generate_args(argc, argv);
@@ -346,6 +348,7 @@ int generate_main(int argc, char** argv) {
   } catch (const std::exception& e) {
     std::fflush(stdout);
     std::fprintf(stderr, "fsdp_train generate: error: %s\n", e.what());
+    log_where(e);
     return 1;
   }
 }

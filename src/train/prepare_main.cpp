@@ -1,4 +1,5 @@
 #include "fsdp/train/prepare_main.h"
+#include "fsdp/train/error_report.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -100,6 +101,7 @@ PrepareOptions parse_prepare_args(int argc, char** argv, bool& help) {
 
 
 int prepare_main(int argc, char** argv) {
+  apply_log_level_from_env();  // SPDLOG_LEVEL=debug shows where an error was raised
   bool help = false;
   PrepareOptions o;
   try {
@@ -130,6 +132,7 @@ int prepare_main(int argc, char** argv) {
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "fsdp_train prepare: error: %s\n", e.what());
+    log_where(e);
     return 1;
   }
 }

@@ -86,6 +86,24 @@ TEST(Cli, ModelShapeErrorsStopBeforeTraining) {
   EXPECT_EQ(r.out.find("step "), std::string::npos) << "a step ran: " << r.out;
 }
 
+TEST(Cli, MissingDemoCorpusSaysHowToMakeIt) {
+  // One line for the user, saying what to run; the internals (the failed check, the
+  // source line) only in the debug log.
+  const std::string args = "train --config " + test::source_path("configs/tiny.yaml") +
+                           " --set data.path=/tmp/fsdp_cli_nothing/data/demo/shards --set run.dir=/tmp/fsdp_cli_nocorpus";
+  Result r = run(args);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("no token shards"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("bash scripts/demo_corpus.sh"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("check `"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find(".cpp:"), std::string::npos) << r.out;
+  const auto log = std::filesystem::temp_directory_path() / "fsdp_cli_nocorpus_debug.log";
+  Result debug = test::run_command("SPDLOG_LEVEL=debug " + std::string(FSDP_TRAIN_BIN) + " " + args, log.string());
+  EXPECT_EQ(debug.code, 1);
+  EXPECT_NE(debug.out.find("(raised check `"), std::string::npos) << debug.out;
+  EXPECT_NE(debug.out.find("src/data/token_corpus.cpp:"), std::string::npos) << debug.out;
+}
+
 TEST(Cli, EvalPrintsEvalLossLast) {
   // resume none: a checkpoint left in runs/tiny by the demo must not be what is evaluated.
   Result r = run("eval --config " + kTiny + " --set eval.batches=2 --set checkpoint.resume=none");

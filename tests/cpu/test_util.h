@@ -125,6 +125,24 @@ inline void expect_error(const std::function<void()>& f, std::initializer_list<s
                 << "; expected one mentioning '" << (parts.size() > 0 ? *parts.begin() : std::string()) << "'";
 }
 
+// Runs f, which must throw fsdp::Error whose what() (the user's line) contains every one of
+// `in_what` and no source location, and whose where() (the debug log's) contains every one
+// of `in_where` (e.g. the file:line that raised it).
+inline void expect_error_from(const std::function<void()>& f, std::initializer_list<std::string> in_what,
+                              std::initializer_list<std::string> in_where) {
+  try {
+    f();
+  } catch (const Error& e) {
+    const std::string what = e.what(), where = e.where();
+    for (const std::string& p : in_what) EXPECT_NE(what.find(p), std::string::npos) << "'" << p << "' not in: " << what;
+    for (const std::string& p : in_where)
+      EXPECT_NE(where.find(p), std::string::npos) << "'" << p << "' not in where(): " << where;
+    EXPECT_EQ(what.find(".cpp:"), std::string::npos) << "a source location in what(): " << what;
+    return;
+  }
+  ADD_FAILURE() << "no fsdp::Error thrown";
+}
+
 // expect_error for one statement whose text goes into the failure message.
 #define EXPECT_ERROR_MENTIONS(stmt, text) ::fsdp::test::expect_error([&] { stmt; }, {text}, #stmt)
 

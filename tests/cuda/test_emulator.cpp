@@ -42,15 +42,17 @@ struct DeviceBuffer {
   }
 };
 
-// Runs f, which must throw fsdp::Error whose message contains every one of `parts`.
+// Runs f, which must throw fsdp::Error whose message contains every one of `parts`, and
+// whose where() (the debug log's source location) contains every one of `in_where`.
 template <typename F>
-void expect_error(F&& f, std::initializer_list<const char*> parts) {
+void expect_error(F&& f, std::initializer_list<const char*> parts, std::initializer_list<const char*> in_where = {}) {
   try {
     f();
     ADD_FAILURE() << "no error thrown";
   } catch (const fsdp::Error& e) {
-    const std::string msg = e.what();
+    const std::string msg = e.what(), where = e.where();
     for (const char* p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "missing '" << p << "' in: " << msg;
+    for (const char* p : in_where) EXPECT_NE(where.find(p), std::string::npos) << "missing '" << p << "' in: " << where;
   }
 }
 
@@ -408,7 +410,7 @@ TEST(CudaEmulator, SixteenBitConversionsMatchTheCpuDtypes) {
 TEST(CudaEmulator, LaunchLimitsAreEnforced) {
   DeviceBuffer<float> p(4096);
   expect_error([&] { FSDP_LAUNCH(write_kernel, dim3(1), dim3(32, 33), 0, nullptr, p.ptr, 1); },
-               {"write_kernel", "1056 threads per block", "cudaErrorInvalidConfiguration", "test_emulator.cpp"});
+               {"write_kernel", "1056 threads per block", "cudaErrorInvalidConfiguration"}, {"test_emulator.cpp"});
   expect_error([&] { FSDP_LAUNCH(write_kernel, dim3(1), dim3(1025), 0, nullptr, p.ptr, 1); }, {"blockDim (1025,1,1)"});
   expect_error([&] { FSDP_LAUNCH(write_kernel, dim3(1), dim3(8, 8, 65), 0, nullptr, p.ptr, 1); },
                {"blockDim (8,8,65)"});

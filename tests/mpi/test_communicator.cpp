@@ -37,6 +37,7 @@ namespace fsdp::dist {
 namespace {
 
 using test::expect_error;
+using test::expect_error_from;
 using test::filled;
 
 ProcessGroups& groups() { return test::world_groups(); }
@@ -412,8 +413,9 @@ TEST(MpiCommunicator, BarrierOnEveryGroup) {
 TEST(MpiCommunicator, MpiErrorsNameCallGroupRankAndHost) {
   const std::string where = "MPI_Iallgather(...) failed on group 'shard' (rank 1 of 2, world rank " +
                             std::to_string(world().rank()) + " on host " + groups().world_info.hostname + "): ";
-  expect_error([] { dist::detail::mpi_fail(MPI_ERR_TRUNCATE, "MPI_Iallgather(...)", "shard", 1, 2, __FILE__, __LINE__); },
-               {where, "truncated", "test_communicator.cpp:"});
+  expect_error_from(
+      [] { dist::detail::mpi_fail(MPI_ERR_TRUNCATE, "MPI_Iallgather(...)", "shard", 1, 2, __FILE__, __LINE__); },
+      {where, "truncated"}, {"test_communicator.cpp:"});
 }
 
 // ---- bad arguments: clear errors, raised before any communication ----

@@ -1,8 +1,9 @@
 // The one checking layer for CUDA runtime and cuBLASLt calls (ggml's CUDA_CHECK, nccl-tests'
 // CUDACHECK):
 //   FSDP_CUDA_CHECK(cudaMemcpyAsync(...));
-// throws fsdp::Error naming the call, file:line, the current device, the host and the
-// runtime's own message (in the emulation build also the emulator's explanation). Usable
+// throws fsdp::Error (fsdp/core/error.h's fail_call) naming the call, the current device,
+// the host and the runtime's own message (in the emulation build also the emulator's
+// explanation); file:line goes to the error's where(). Usable
 // from .cu files: this header includes no fmt (nvcc 13 cannot compile fmt 9 in C++20
 // mode); the message is formatted in src/core/cuda/cuda_check.cpp.
 #pragma once
@@ -11,7 +12,9 @@
 
 namespace fsdp::cuda {
 
-[[noreturn]] void cuda_fail(cudaError_t err, const char* call, const char* file, int line);
+// `who` names where the call ran when the caller knows more than the device (the NCCL
+// communicator's group and rank); null = the current device and the host.
+[[noreturn]] void cuda_fail(cudaError_t err, const char* call, const char* file, int line, const char* who = nullptr);
 // A failed cuBLAS(Lt) call: its status, the library's name and words for it.
 [[noreturn]] void cublas_fail(int status, const char* name, const char* text, const char* call, const char* file,
                               int line);

@@ -3,39 +3,41 @@
 // emulator's explanation (which allocation, which kernel, block and thread).
 #include "fsdp/core/cuda_check.h"
 
-#include <unistd.h>
-
 #include <string>
 
 #include "fsdp/core/error.h"
 
 namespace fsdp::cuda {
 
-void cuda_fail(cudaError_t err, const char* call, const char* file, int line) {
+namespace {
+
+std::string emulator_detail() {
+#if defined(FSDP_CUDA_EMULATION)
+  const std::string d = fsdpEmuLastErrorDetail();
+  return d.empty() ? d : "; emulator: " + d;
+#else
+  return {};
+#endif
+}
+
+std::string current_device() {
   int device = -1;
   (void)cudaGetDevice(&device);
-  char host[256] = {};
-  gethostname(host, sizeof(host) - 1);
-  std::string detail;
-#if defined(FSDP_CUDA_EMULATION)
-  detail = fsdpEmuLastErrorDetail();
-#endif
+  return fmt::format("cuda:{}", device);
+}
+
+}  // namespace
+
+void cuda_fail(cudaError_t err, const char* call, const char* file, int line, const char* who) {
+  const std::string detail = emulator_detail();
   (void)cudaGetLastError();  // consumed here: a later launch check must not report it again
-  throw_error(file, line, nullptr,
-              fmt::format("{} failed on cuda:{} (host {}): {} ({}){}{}", call, device, host, cudaGetErrorString(err),
-                          cudaGetErrorName(err), detail.empty() ? "" : "; emulator: ", detail));
+  fail_call({call, who != nullptr ? std::string(who) : fmt::format("{} (host {})", current_device(), host_name()),
+             fmt::format("{} ({})", cudaGetErrorString(err), cudaGetErrorName(err)), detail, file, line});
 }
 
 void cublas_fail(int status, const char* name, const char* text, const char* call, const char* file, int line) {
-  int device = -1;
-  (void)cudaGetDevice(&device);
-  std::string detail;
-#if defined(FSDP_CUDA_EMULATION)
-  detail = fsdpEmuLastErrorDetail();
-#endif
-  throw_error(file, line, nullptr,
-              fmt::format("{} failed on cuda:{}: {} ({}, status {}){}{}", call, device, text, name, status,
-                          detail.empty() ? "" : "; emulator: ", detail));
+  fail_call({call, current_device(), fmt::format("{} ({}, status {})", text, name, status), emulator_detail(), file,
+             line});
 }
 
 }  // namespace fsdp::cuda

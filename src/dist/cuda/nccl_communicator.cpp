@@ -34,6 +34,7 @@
 
 #include "../detail.h"
 #include "fsdp/core/cuda.h"
+#include "fsdp/core/cuda_check.h"
 #include "fsdp/core/nvtx.h"
 #include "fsdp/dist/nccl.h"
 
@@ -49,28 +50,14 @@ struct Context {
 };
 
 std::string describe(const Context& c) {
-  char host[256] = {};
-  gethostname(host, sizeof(host) - 1);
-  return fmt::format("group '{}' (rank {} of {}, cuda:{}, host {})", *c.group, c.rank, c.size, c.device, host);
-}
-
-[[noreturn]] void cuda_fail(cudaError_t e, const char* call, const Context& c, const char* file, int line) {
-  std::string detail;
-#if defined(FSDP_CUDA_EMULATION)
-  detail = fsdpEmuLastErrorDetail();
-#endif
-  (void)cudaGetLastError();  // consumed here, so a later launch check does not report it again
-  throw_error(file, line, nullptr,
-              fmt::format("{} failed on {}: {} ({}){}{}", call, describe(c), cudaGetErrorString(e), cudaGetErrorName(e),
-                          detail.empty() ? "" : "; emulator: ", detail));
+  return fmt::format("group '{}' (rank {} of {}, cuda:{}, host {})", *c.group, c.rank, c.size, c.device, host_name());
 }
 
 [[noreturn]] void nccl_fail(ncclResult_t r, const char* call, ncclComm_t comm, const Context& c, const char* file,
                             int line) {
   const char* last = ncclGetLastError(comm);
-  throw_error(file, line, nullptr,
-              fmt::format("{} failed on {}: {} (ncclResult_t {}){}{}", call, describe(c), ncclGetErrorString(r), int(r),
-                          last != nullptr && last[0] != '\0' ? "; NCCL says: " : "", last != nullptr ? last : ""));
+  fail_call({call, describe(c), fmt::format("{} (ncclResult_t {})", ncclGetErrorString(r), int(r)),
+             last != nullptr && last[0] != '\0' ? fmt::format("; NCCL says: {}", last) : std::string(), file, line});
 }
 
 // ggml's CUDA_CHECK / nccl-tests' NCCLCHECK: the call text and where it ran. Named apart
@@ -79,7 +66,7 @@ std::string describe(const Context& c) {
   do {                                                                               \
     const cudaError_t fsdp_cuda_err_ = (call);                                       \
     if (fsdp_cuda_err_ != cudaSuccess) [[unlikely]]                                  \
-      cuda_fail(fsdp_cuda_err_, #call, context(), __FILE__, __LINE__);               \
+      cuda::cuda_fail(fsdp_cuda_err_, #call, __FILE__, __LINE__, describe(context()).c_str()); \
   } while (0)
 
 #define FSDP_NCCL_CHECK(call)                                                        \
