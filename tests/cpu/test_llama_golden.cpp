@@ -13,6 +13,7 @@
 #include "fsdp/model/decoder.h"
 #include "fsdp/ops/cross_entropy.h"
 #include "fsdp/model/local_params.h"
+#include "../common/golden_fixture.h"
 #include "test_util.h"
 
 namespace fsdp {
@@ -28,28 +29,14 @@ class LlamaGolden : public ::testing::Test {
     expected_ = std::make_unique<ckpt::SafetensorsFile>(dir_ + "/expected.safetensors");
   }
 
-  // The fixture's tensor as a float64 CPU tensor of the given shape.
-  Tensor expected(const std::string& name) const {
-    const ckpt::TensorEntry& e = expected_->entry(name);
-    std::vector<float> v = ckpt::read_as_f32(e);
-    Tensor t = Tensor::empty({int64_t(v.size())}, DType::F64);
-    for (size_t i = 0; i < v.size(); ++i) t.set_flat(int64_t(i), v[i]);
-    return t;
-  }
+  Tensor expected(const std::string& name) const { return test::expected_tensor(*expected_, name); }
 
-  // ids [B*T] and next-token targets: labels shifted left by one, -100 in the last slot
-  // of each row (what HF does inside LlamaForCausalLM's loss).
+  // ids [B*T] and next-token targets (test::golden_batch).
   void load_batch(model::LlamaActivations& act) const {
-    const auto ids = ckpt::read_as_i64(expected_->entry("input_ids"));
-    const auto labels = ckpt::read_as_i64(expected_->entry("labels"));
-    const int64_t B = act.batch, T = act.seq_len;
-    ASSERT_EQ(int64_t(ids.size()), B * T);
-    for (int64_t b = 0; b < B; ++b) {
-      for (int64_t t = 0; t < T; ++t) {
-        act.ids.set({b * T + t}, double(ids[b * T + t]));
-        act.targets.set({b * T + t}, t + 1 < T ? double(labels[b * T + t + 1]) : double(kIgnoreIndex));
-      }
-    }
+    const test::GoldenBatch g = test::golden_batch(*expected_);
+    ASSERT_EQ(g.B * g.T, act.batch * act.seq_len);
+    act.ids.copy_(g.ids);
+    act.targets.copy_(g.targets);
   }
 
   std::string dir_;

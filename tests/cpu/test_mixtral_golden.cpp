@@ -26,6 +26,7 @@
 #include "fsdp/model/mlp_moe.h"
 #include "fsdp/ops/cross_entropy.h"
 #include "fsdp/train/setup.h"
+#include "../common/golden_fixture.h"
 #include "test_util.h"
 
 namespace fsdp {
@@ -41,25 +42,14 @@ class MixtralGolden : public ::testing::Test {
     expected_ = std::make_unique<ckpt::SafetensorsFile>(dir_ + "/expected.safetensors");
   }
 
-  Tensor expected(const std::string& name) const {
-    const std::vector<float> v = ckpt::read_as_f32(expected_->entry(name));
-    Tensor t = Tensor::empty({int64_t(v.size())}, DType::F64);
-    for (size_t i = 0; i < v.size(); ++i) t.set_flat(int64_t(i), v[i]);
-    return t;
-  }
+  Tensor expected(const std::string& name) const { return test::expected_tensor(*expected_, name); }
 
-  // ids and next-token targets (labels shifted left, -100 last), as MixtralForCausalLM.
+  // ids and next-token targets (test::golden_batch), as MixtralForCausalLM.
   void load_batch(model::LlamaActivations& act) const {
-    const auto ids = ckpt::read_as_i64(expected_->entry("input_ids"));
-    const auto labels = ckpt::read_as_i64(expected_->entry("labels"));
-    const int64_t B = act.batch, T = act.seq_len;
-    ASSERT_EQ(int64_t(ids.size()), B * T);
-    for (int64_t b = 0; b < B; ++b) {
-      for (int64_t t = 0; t < T; ++t) {
-        act.ids.set({b * T + t}, double(ids[b * T + t]));
-        act.targets.set({b * T + t}, t + 1 < T ? double(labels[b * T + t + 1]) : double(kIgnoreIndex));
-      }
-    }
+    const test::GoldenBatch g = test::golden_batch(*expected_);
+    ASSERT_EQ(g.B * g.T, act.batch * act.seq_len);
+    act.ids.copy_(g.ids);
+    act.targets.copy_(g.targets);
   }
 
   model::LlamaActivations activations() const {

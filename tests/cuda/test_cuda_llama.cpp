@@ -39,6 +39,7 @@
 #include <memory>
 #include <string>
 
+#include "../common/golden_fixture.h"
 #include "cuda_test_util.h"
 #include "fsdp/ckpt/hf_import.h"
 #include "fsdp/ckpt/safetensors.h"
@@ -58,13 +59,7 @@ constexpr double kBf16LossTolerance = 1e-3;
 constexpr double kFp16Tolerance = 1e-2;
 constexpr double kFp16LossTolerance = 1e-4;
 
-// The fixture's tensor as a float64 CPU tensor.
-Tensor expected(const ckpt::SafetensorsFile& f, const std::string& name) {
-  const std::vector<float> v = ckpt::read_as_f32(f.entry(name));
-  Tensor t = Tensor::empty({int64_t(v.size())}, DType::F64);
-  for (size_t i = 0; i < v.size(); ++i) t.set_flat(int64_t(i), v[i]);
-  return t;
-}
+Tensor expected(const ckpt::SafetensorsFile& f, const std::string& name) { return expected_tensor(f, name); }
 
 // Host ids and targets placed into the (device) activations: one upload each.
 void place_batch(model::LlamaActivations& act, const Tensor& ids, const Tensor& targets) {
@@ -78,23 +73,9 @@ struct Golden {
   std::string dir = source_path("tests/golden/llama_gqa_tiny");
   model::LlamaConfig cfg = ckpt::read_hf_llama_config(dir);
   ckpt::SafetensorsFile ref{dir + "/expected.safetensors"};
-  int64_t B = 0, T = 0;
-  Tensor ids, targets;
-
-  Golden() {
-    const auto shape = ref.entry("input_ids").shape;
-    B = shape[0];
-    T = shape[1];
-    const auto in = ckpt::read_as_i64(ref.entry("input_ids"));
-    const auto labels = ckpt::read_as_i64(ref.entry("labels"));
-    ids = Tensor::empty({B * T}, DType::I32);
-    targets = Tensor::empty({B * T}, DType::I32);
-    for (int64_t b = 0; b < B; ++b)
-      for (int64_t t = 0; t < T; ++t) {
-        ids.set({b * T + t}, double(in[size_t(b * T + t)]));
-        targets.set({b * T + t}, t + 1 < T ? double(labels[size_t(b * T + t + 1)]) : double(kIgnoreIndex));
-      }
-  }
+  const GoldenBatch batch = golden_batch(ref);
+  const int64_t B = batch.B, T = batch.T;
+  const Tensor ids = batch.ids, targets = batch.targets;
 
   // The fixture's weights, imported on the host in float32, in `dtype` on the device.
   std::unique_ptr<model::LocalParams> params(const model::Llama& llama, DType dtype) const {

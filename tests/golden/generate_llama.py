@@ -90,6 +90,24 @@ def make_inputs():
     return input_ids, labels
 
 
+def promoted_rmsnorm_forward(self, hidden_states):
+    """HF's RMSNorm forward with its float32 upcast promoted (float64 stays float64)."""
+    input_dtype = hidden_states.dtype
+    h = hidden_states.to(torch.promote_types(input_dtype, torch.float32))
+    variance = h.pow(2).mean(-1, keepdim=True)
+    h = h * torch.rsqrt(variance + self.variance_epsilon)
+    return self.weight * h.to(input_dtype)
+
+
+def promoting_softmax(orig_softmax):
+    """torch's softmax whose dtype= argument is promoted with the input's, never lowered."""
+    def softmax(input, dim=None, _stacklevel=3, dtype=None):
+        if dtype is not None:
+            dtype = torch.promote_types(dtype, input.dtype)
+        return orig_softmax(input, dim=dim, _stacklevel=_stacklevel, dtype=dtype)
+    return softmax
+
+
 @contextlib.contextmanager
 def exact_float64_llama():
     """Makes HF's Llama compute everything in the dtype of its inputs.
@@ -108,13 +126,6 @@ def exact_float64_llama():
     orig_norm, orig_rope = m.LlamaRMSNorm.forward, m.LlamaRotaryEmbedding.forward
     orig_softmax = m.nn.functional.softmax
 
-    def norm_forward(self, hidden_states):
-        input_dtype = hidden_states.dtype
-        h = hidden_states.to(torch.promote_types(input_dtype, torch.float32))
-        variance = h.pow(2).mean(-1, keepdim=True)
-        h = h * torch.rsqrt(variance + self.variance_epsilon)
-        return self.weight * h.to(input_dtype)
-
     def rope_forward(self, x, position_ids):
         assert self.rope_type == "default" and self.attention_scaling == 1.0
         dim = 2 * self.inv_freq.shape[0]
@@ -123,13 +134,8 @@ def exact_float64_llama():
         emb = torch.cat((freqs, freqs), dim=-1)
         return emb.cos().to(x.dtype), emb.sin().to(x.dtype)
 
-    def softmax(input, dim=None, _stacklevel=3, dtype=None):
-        if dtype is not None:
-            dtype = torch.promote_types(dtype, input.dtype)
-        return orig_softmax(input, dim=dim, _stacklevel=_stacklevel, dtype=dtype)
-
-    m.LlamaRMSNorm.forward, m.LlamaRotaryEmbedding.forward = norm_forward, rope_forward
-    m.nn.functional.softmax = softmax
+    m.LlamaRMSNorm.forward, m.LlamaRotaryEmbedding.forward = promoted_rmsnorm_forward, rope_forward
+    m.nn.functional.softmax = promoting_softmax(orig_softmax)
     try:
         yield
     finally:

@@ -43,7 +43,7 @@ from safetensors.torch import save_file
 from transformers import MixtralConfig, MixtralForCausalLM
 from transformers.models.mixtral import modeling_mixtral
 
-from generate_llama import causal_lm_loss, max_rel_err, one_key_metadata
+from generate_llama import causal_lm_loss, max_rel_err, one_key_metadata, promoted_rmsnorm_forward, promoting_softmax
 
 SEED_CANDIDATES = range(1300, 1800)
 WEIGHT_STD = 0.2
@@ -121,26 +121,14 @@ def exact_float64_mixtral():
     m = modeling_mixtral
     orig_norm, orig_rope, orig_softmax = m.MixtralRMSNorm.forward, m.MixtralRotaryEmbedding.forward, F.softmax
 
-    def norm_forward(self, hidden_states):
-        input_dtype = hidden_states.dtype
-        h = hidden_states.to(torch.promote_types(input_dtype, torch.float32))
-        variance = h.pow(2).mean(-1, keepdim=True)
-        h = h * torch.rsqrt(variance + self.variance_epsilon)
-        return self.weight * h.to(input_dtype)
-
     def rope_forward(self, x, seq_len=None):
         inv_freq = 1.0 / (self.base ** (torch.arange(0, self.dim, 2, dtype=torch.float64) / self.dim))
         t = torch.arange(seq_len, dtype=torch.float64)
         emb = torch.cat((torch.outer(t, inv_freq),) * 2, dim=-1)
         return emb.cos().to(x.dtype), emb.sin().to(x.dtype)
 
-    def softmax(input, dim=None, _stacklevel=3, dtype=None):
-        if dtype is not None:
-            dtype = torch.promote_types(dtype, input.dtype)
-        return orig_softmax(input, dim=dim, _stacklevel=_stacklevel, dtype=dtype)
-
-    m.MixtralRMSNorm.forward, m.MixtralRotaryEmbedding.forward = norm_forward, rope_forward
-    torch.nn.functional.softmax = softmax
+    m.MixtralRMSNorm.forward, m.MixtralRotaryEmbedding.forward = promoted_rmsnorm_forward, rope_forward
+    torch.nn.functional.softmax = promoting_softmax(orig_softmax)
     try:
         yield
     finally:

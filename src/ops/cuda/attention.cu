@@ -39,11 +39,6 @@ using namespace attn;
 
 constexpr int kSide = 16;  // the thread grid is kSide x kSide
 
-__device__ __forceinline__ float exp_of(float x) { return expf(x); }
-__device__ __forceinline__ double exp_of(double x) { return exp(x); }
-__device__ __forceinline__ float log_of(float x) { return logf(x); }
-__device__ __forceinline__ double log_of(double x) { return log(x); }
-
 // Shared memory of the kernels, in elements of the accumulation type.
 constexpr int64_t fwd_smem_elems(int tile, int64_t D) { return 3 * tile * (D + 1) + tile * (tile + 1) + tile; }
 constexpr int64_t bwd_smem_elems(int tile, int64_t D) { return 4 * tile * (D + 1) + 2 * tile * (tile + 1) + 2 * tile; }

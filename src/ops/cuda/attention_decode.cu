@@ -34,9 +34,6 @@ constexpr int64_t kChunk = 512;      // cache positions per block of the step ke
 template <typename T>
 using Acc = typename Elem<T>::acc;
 
-__device__ __forceinline__ float exp_of(float x) { return expf(x); }
-__device__ __forceinline__ double exp_of(double x) { return exp(x); }
-
 template <typename T>
 __device__ __forceinline__ T* at(const HeadsView& v, int64_t b, int64_t t, int64_t h) {
   return static_cast<T*>(v.data) + b * v.s0 + t * v.st + h * v.sh;

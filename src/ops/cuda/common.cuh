@@ -144,6 +144,12 @@ __device__ __forceinline__ void report_device_error(DeviceErrorRecord* r, Device
   r->ignore_index = ignore_index;
 }
 
+// ---- exp and log in the compute type (float, or double for float64) --------------------
+__device__ __forceinline__ float exp_of(float x) { return expf(x); }
+__device__ __forceinline__ double exp_of(double x) { return exp(x); }
+__device__ __forceinline__ float log_of(float x) { return logf(x); }
+__device__ __forceinline__ double log_of(double x) { return log(x); }
+
 // ---- reductions ------------------------------------------------------------------------
 template <typename T>
 __device__ __forceinline__ T warp_sum(T v) {

@@ -26,9 +26,6 @@ namespace {
 
 constexpr int kThreads = 256;
 
-__device__ __forceinline__ float exp_of(float x) { return expf(x); }
-__device__ __forceinline__ double exp_of(double x) { return exp(x); }
-
 template <typename T, typename I>
 __global__ void cross_entropy_kernel(RowsView logits, const I* __restrict__ targets, Stat<T>* losses,
                                      RowsView dlogits, int64_t v, double grad_scale, int64_t ignore_index,

@@ -15,24 +15,6 @@ namespace {
 constexpr int kRowThreads = 128;
 constexpr int kStatThreads = 256;
 
-template <typename A>
-__device__ __forceinline__ A exp_of(A x) {
-  if constexpr (sizeof(A) == 8) {
-    return exp(x);
-  } else {
-    return expf(x);
-  }
-}
-
-template <typename A>
-__device__ __forceinline__ A log_of(A x) {
-  if constexpr (sizeof(A) == 8) {
-    return log(x);
-  } else {
-    return logf(x);
-  }
-}
-
 // S: the stat type (float or double), A: the compute type.
 template <typename T, typename S>
 __global__ void router_fwd_kernel(const T* logits, int64_t ls, int64_t n, int64_t e, int64_t k, S* probs, S* lse,

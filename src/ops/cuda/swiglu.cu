@@ -16,9 +16,6 @@ namespace {
 
 constexpr int kThreads = 256;
 
-__device__ __forceinline__ float exp_of(float x) { return expf(x); }
-__device__ __forceinline__ double exp_of(double x) { return exp(x); }
-
 template <typename A>
 __device__ __forceinline__ A sigmoid(A g) {
   return A(1) / (A(1) + exp_of(-g));
