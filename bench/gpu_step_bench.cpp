@@ -60,6 +60,12 @@ std::vector<Case> default_cases() {
         "train.micro_batch_size=8"}},
       {"llama2-7b-8L",
        {"model.preset=llama2_7b", "model.num_layers=8", "train.seq_len=4096", "train.micro_batch_size=1"}},
+      // Two Mixtral 8x7B layers (3.2B parameters, ~60 GB of fp32 state and bf16 copies on
+      // one 80 GB GPU): the router, the sort, the per-expert GEMMs and the combine in the
+      // per-op table, and the one host wait per MoE layer in ms/step.
+      {"mixtral-8x7b-2L",
+       {"model.preset=mixtral_8x7b", "model.num_layers=2", "model.max_seq_len=4096", "train.seq_len=4096",
+        "train.micro_batch_size=1"}},
   };
 }
 
@@ -80,7 +86,7 @@ const char kUsage[] =
     "usage: gpu_step_bench [--smoke] [--case NAME]... [--steps N] [--warmup N] [--profile-steps N]\n"
     "                      [--set key=value]...\n"
     "  --smoke            the tiny smoke case, 1 warm-up, 2 timed and 1 profiled step (CI)\n"
-    "  --case NAME        run this default case only (repeatable): llama-1.1b, llama2-7b-8L\n"
+    "  --case NAME        run this default case only (repeatable): llama-1.1b, llama2-7b-8L, mixtral-8x7b-2L\n"
     "  --steps N          timed steps per case (default 10)\n"
     "  --warmup N         untimed steps first (default 3)\n"
     "  --profile-steps N  steps of the profiled pass (default 3)\n"

@@ -7,9 +7,11 @@
 #
 #   bash bench/roofline/roofline.sh                 # Llama 2 7B, seq 4096, micro-batch 1, 8 x H100 SXM
 #   RANKS=64 SEQ=2048 bash bench/roofline/roofline.sh
+#   EXPERTS=8 TOPK=2 INTER=14336 KV_HEADS=8 RANKS=32 bash bench/roofline/roofline.sh   # Mixtral 8x7B
 #
 # Every input is an environment variable (defaults: Llama 2 7B on H100 SXM):
 #   VOCAB HIDDEN INTER LAYERS HEADS KV_HEADS    model shape (the llama2_7b preset)
+#   EXPERTS TOPK                                a mixture of experts (Mixtral); EXPERTS=0 (default) is dense
 #   SEQ MICRO_BATCH RANKS                       sequence length, sequences per rank, FSDP ranks
 #   PEAK_TFLOPS HBM_TBS LINK_GBS                dense bf16 peak, HBM bandwidth, NVLink per direction
 # Assumptions (each row's bytes are the compulsory traffic: every operand read once and
@@ -26,6 +28,9 @@
 #     cross-entropy kernel reads the logits once and writes their gradient in place;
 #   * the step bound assumes communication overlaps compute on its own stream (Note [NCCL
 #     stream ordering]); the line after it gives the time without overlap.
+#   * a mixture of experts: the expert GEMMs run per expert over its group of the T x TOPK
+#     (token, choice) rows, shown as one row of their total (a balanced load); router,
+#     sort, gather and combine are rows of their own; every expert is gathered and reduced.
 # No Python at run time: bash and awk only.
 set -euo pipefail
 export LC_ALL=C  # awk prints decimal points, whatever the locale
@@ -33,7 +38,7 @@ export LC_ALL=C  # awk prints decimal points, whatever the locale
 awk -v vocab="${VOCAB:-32000}" -v h="${HIDDEN:-4096}" -v f="${INTER:-11008}" -v L="${LAYERS:-32}" \
     -v H="${HEADS:-32}" -v KVH="${KV_HEADS:-32}" -v s="${SEQ:-4096}" -v b="${MICRO_BATCH:-1}" \
     -v N="${RANKS:-8}" -v peak_tf="${PEAK_TFLOPS:-989}" -v hbm_tb="${HBM_TBS:-3.35}" \
-    -v link_gb="${LINK_GBS:-450}" '
+    -v link_gb="${LINK_GBS:-450}" -v E="${EXPERTS:-0}" -v k="${TOPK:-2}" '
 function row(name, calls, flops, bytes,    tc, tm, t) {
   tc = flops / peak; tm = bytes / hbm; t = (tc > tm ? tc : tm)
   printf "%-44s %5d %11.2f %10.1f %8.1f  %-7s %9.1f %9.2f\n", name, calls, flops / 1e9, bytes / 1e6,
@@ -52,12 +57,15 @@ function comm(name, calls, bytes,    t) {
 BEGIN {
   peak = peak_tf * 1e12; hbm = hbm_tb * 1e12; link = link_gb * 1e9
   d = h / H; kv = KVH * d; T = b * s  # tokens per rank per micro-batch
-  block_params = h * (h + 2 * kv) + h * h + 3 * h * f + 2 * h
+  mlp_all = (E > 0 ? h * E + E * 3 * h * f : 3 * h * f)     # the parameters of one MLP
+  mlp_active = (E > 0 ? h * E + k * 3 * h * f : 3 * h * f)  # those one token uses
+  block_params = h * (h + 2 * kv) + h * h + mlp_all + 2 * h
   params = 2 * vocab * h + L * block_params + h
-  matmul_params = L * (h * (h + 2 * kv) + h * h + 3 * h * f) + vocab * h
+  matmul_params = L * (h * (h + 2 * kv) + h * h + mlp_active) + vocab * h
   shard = params / N
 
-  printf "Roofline of one training step: Llama 2 shape (%.2fB parameters: hidden %d, intermediate %d, %d layers, %d/%d heads, vocab %d)\n", params / 1e9, h, f, L, H, KVH, vocab
+  if (E > 0) { printf "Roofline of one training step: Mixtral shape (%.2fB parameters, %.2fB active: hidden %d, %d experts of intermediate %d, top-%d, %d layers, %d/%d heads, vocab %d)\n", params / 1e9, (params - L * (E - k) * 3 * h * f) / 1e9, h, E, f, k, L, H, KVH, vocab }
+  else { printf "Roofline of one training step: Llama 2 shape (%.2fB parameters: hidden %d, intermediate %d, %d layers, %d/%d heads, vocab %d)\n", params / 1e9, h, f, L, H, KVH, vocab }
   printf "seq %d, micro-batch %d (%d tokens per rank per step), bf16, FULL_SHARD on %d ranks (shard %.0fM parameters)\n", s, b, T, N, shard / 1e6
   printf "device: %g TFLOP/s dense bf16, %g TB/s HBM, %g GB/s link per direction; ridge point %.0f FLOP/byte\n\n", peak_tf, hbm_tb, link_gb, peak / hbm
   printf "%-44s %5s %11s %10s %8s  %-7s %9s %9s\n", "kernel", "calls", "GFLOP/call", "MB/call", "FLOP/B", "bound", "us/call", "ms/step"
@@ -70,16 +78,38 @@ BEGIN {
   attn_fwd = 2 * b * H * s * s * d  # QK^T and PV over the causal half
   row("attention fwd (flash, causal)", L, attn_fwd, 2 * (2 * T * h + 2 * T * kv) + 4 * T * H)
   gemm("gemm o fwd", L, T, h, h)
-  gemm("gemm gate+up fwd", L, T, h, 2 * f)
-  row("swiglu fwd", L, 5 * T * f, 2 * 3 * T * f)
-  gemm("gemm down fwd", L, T, f, h)
+  if (E > 0) {
+    R = T * k  # (token, choice) rows
+    gemm("gemm router fwd", L, T, h, E)
+    row("router softmax+top-k+stats fwd", L, 6 * T * E, 2 * T * E + 4 * T * E + 8 * T * k)
+    row("permutation plan (stable count sort)", L, 0, 4 * 3 * R)
+    row("gather rows to experts", L, 0, 2 * 2 * R * h + 4 * R)
+    gemm("gemm experts gate+up fwd", L, R, h, 2 * f)
+    row("swiglu fwd (routed rows)", L, 5 * R * f, 2 * 3 * R * f)
+    gemm("gemm experts down fwd", L, R, f, h)
+    row("combine (k outputs per token)", L, 2 * R * h, 2 * (R * h + 2 * T * h) + 4 * R)
+  } else {
+    gemm("gemm gate+up fwd", L, T, h, 2 * f)
+    row("swiglu fwd", L, 5 * T * f, 2 * 3 * T * f)
+    gemm("gemm down fwd", L, T, f, h)
+  }
   gemm("gemm lm_head fwd", 1, T, h, vocab)
   row("cross-entropy fwd+bwd (fused)", 1, 6 * T * vocab, 2 * 2 * T * vocab)
   # ---- backward: dX and dW GEMMs (same FLOPs and bytes as the forward each) ----
   gemm("gemm lm_head bwd (dX + dW)", 2, T, h, vocab)
-  gemm("gemm down bwd (dX + dW)", 2 * L, T, f, h)
-  row("swiglu bwd", L, 12 * T * f, 2 * 5 * T * f)
-  gemm("gemm gate+up bwd (dX + dW)", 2 * L, T, h, 2 * f)
+  if (E > 0) {
+    row("combine bwd (dys, dweights)", L, 3 * R * h, 2 * (2 * R * h + T * h) + 8 * R)
+    gemm("gemm experts down bwd (dX + dW)", 2 * L, R, f, h)
+    row("swiglu bwd (routed rows)", L, 12 * R * f, 2 * 5 * R * f)
+    gemm("gemm experts gate+up bwd (dX + dW)", 2 * L, R, h, 2 * f)
+    row("router bwd (softmax, top-k weights, aux)", L, 8 * T * E, 4 * 2 * T * E + 2 * T * E + 8 * T * k)
+    gemm("gemm router bwd (dX + dW)", 2 * L, T, h, E)
+    row("gather rows bwd (sum k per token)", L, R * h, 2 * (R * h + 2 * T * h) + 4 * R)
+  } else {
+    gemm("gemm down bwd (dX + dW)", 2 * L, T, f, h)
+    row("swiglu bwd", L, 12 * T * f, 2 * 5 * T * f)
+    gemm("gemm gate+up bwd (dX + dW)", 2 * L, T, h, 2 * f)
+  }
   gemm("gemm o bwd (dX + dW)", 2 * L, T, h, h)
   row("attention bwd (flash, causal)", L, 2.5 * attn_fwd, 2 * (4 * T * h + 4 * T * kv + 2 * T * kv) + 8 * T * H)
   row("rope bwd (dq, dk)", L, 3 * T * (h + kv), 2 * 2 * T * (h + kv) + 4 * s * d)
@@ -101,7 +131,7 @@ BEGIN {
   step_bound = (step_time > comm_time ? step_time : comm_time)
   printf "\n"
   printf "kernels: %.1f TFLOP, %.1f GB of HBM traffic; %.1f ms bound (%.1f ms compute-bound rows, %.1f ms memory-bound rows)\n", step_flops / 1e12, step_bytes / 1e9, step_time * 1e3, compute_time * 1e3, memory_time * 1e3
-  printf "communication: %.1f GB sent per rank, %.1f ms at %g GB/s; per block %.1f MB per collective = %.2f ms vs %.2f ms of its forward\n", comm_bytes / 1e9, comm_time * 1e3, link_gb, (N - 1) / N * 2 * block_params / 1e6, (N - 1) / N * 2 * block_params / link * 1e3, (step_time > 0 ? (2 * T * (h * (h + 2 * kv) + h * h + 3 * h * f) + attn_fwd) / peak * 1e3 : 0)
+  printf "communication: %.1f GB sent per rank, %.1f ms at %g GB/s; per block %.1f MB per collective = %.2f ms vs %.2f ms of its forward\n", comm_bytes / 1e9, comm_time * 1e3, link_gb, (N - 1) / N * 2 * block_params / 1e6, (N - 1) / N * 2 * block_params / link * 1e3, (step_time > 0 ? (2 * T * (h * (h + 2 * kv) + h * h + mlp_active) + attn_fwd) / peak * 1e3 : 0)
   printf "step bound: %.1f ms with communication overlapped (%.1f ms without); %.0f tokens/s per GPU\n", step_bound * 1e3, (step_time + comm_time) * 1e3, T / step_bound
   printf "model FLOPs (6 x %.2fB matmul parameters x %d tokens + causal attention fwd+bwd at 3x fwd): %.1f TFLOP\n", matmul_params / 1e9, T, model_flops / 1e12
   printf "MFU bound: %.1f%% (model FLOPs / (step bound x peak)); %.1f%% without overlap\n", 100 * model_flops / (step_bound * peak), 100 * model_flops / ((step_time + comm_time) * peak)
