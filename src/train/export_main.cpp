@@ -138,7 +138,8 @@ int export_main(int argc, char** argv) {
       reader.read(u, "master", 0, full);
       return full;
     }, opt);
-    spdlog::info("export: done; load it with LlamaForCausalLM.from_pretrained(\"{}\") or model.init_from", output);
+    spdlog::info("export: done; load it with {}.from_pretrained(\"{}\") or model.init_from",
+                 m.model.is_moe() ? "MixtralForCausalLM" : "LlamaForCausalLM", output);
   } catch (const std::exception& e) {
     report_error(e);
     return kExitError;
