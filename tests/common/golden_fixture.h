@@ -2,11 +2,17 @@
 // written by tests/golden/generate_*.py), shared by the CPU and CUDA golden tests.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "fsdp/ckpt/hf_import.h"
 #include "fsdp/ckpt/safetensors.h"
+#include "fsdp/model/decoder.h"
+#include "fsdp/model/local_params.h"
 #include "fsdp/core/tensor.h"
 #include "fsdp/ops/cross_entropy.h"
 
@@ -44,5 +50,56 @@ inline GoldenBatch golden_batch(const ckpt::SafetensorsFile& f) {
     }
   return g;
 }
+
+// One golden model folder opened: config, reference tensors, the batch, and its weights
+// loaded (on the host in float32, then in any dtype on any device).
+struct GoldenModel {
+  explicit GoldenModel(const std::string& folder)
+      : dir(folder), cfg(ckpt::read_hf_llama_config(dir)), ref(dir + "/expected.safetensors"), batch(golden_batch(ref)),
+        B(batch.B), T(batch.T), ids(batch.ids), targets(batch.targets) {}
+
+  std::unique_ptr<model::LocalParams> params(const model::Llama& llama, DType dtype, Device device) const {
+    auto p = std::make_unique<model::LocalParams>(llama.units(), dtype, device);
+    const ckpt::SafetensorsFolder folder(dir);
+    for (int u = 0; u < int(llama.units().size()); ++u) {
+      Tensor host = Tensor::empty({llama.units()[size_t(u)].numel}, DType::F32);
+      ckpt::load_hf_unit(folder, llama.units()[size_t(u)], host);
+      p->params(u).copy_(host);
+    }
+    return p;
+  }
+
+  std::string dir;
+  model::LlamaConfig cfg;
+  ckpt::SafetensorsFile ref;
+  GoldenBatch batch;
+  int64_t B, T;
+  Tensor ids, targets;
+};
+
+// A test fixture over one golden model folder: its config, its expected.safetensors, and
+// the batch placed into a model's activations. A derived fixture calls open() in SetUp.
+class GoldenModelTest : public ::testing::Test {
+ protected:
+  void open(const std::string& dir) {
+    dir_ = dir;
+    cfg_ = ckpt::read_hf_llama_config(dir_);
+    expected_ = std::make_unique<ckpt::SafetensorsFile>(dir_ + "/expected.safetensors");
+  }
+
+  Tensor expected(const std::string& name) const { return expected_tensor(*expected_, name); }
+
+  // ids [B*T] and next-token targets (golden_batch) into the activations.
+  void load_batch(model::LlamaActivations& act) const {
+    const GoldenBatch g = golden_batch(*expected_);
+    ASSERT_EQ(g.B * g.T, act.batch * act.seq_len);
+    act.ids.copy_(g.ids);
+    act.targets.copy_(g.targets);
+  }
+
+  std::string dir_;
+  model::LlamaConfig cfg_;
+  std::unique_ptr<ckpt::SafetensorsFile> expected_;
+};
 
 }  // namespace fsdp::test

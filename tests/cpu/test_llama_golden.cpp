@@ -21,27 +21,9 @@ namespace {
 
 constexpr double kGoldenTolerance = 1e-5;
 
-class LlamaGolden : public ::testing::Test {
+class LlamaGolden : public test::GoldenModelTest {
  protected:
-  void SetUp() override {
-    dir_ = test::source_path("tests/golden/llama_gqa_tiny");
-    cfg_ = ckpt::read_hf_llama_config(dir_);
-    expected_ = std::make_unique<ckpt::SafetensorsFile>(dir_ + "/expected.safetensors");
-  }
-
-  Tensor expected(const std::string& name) const { return test::expected_tensor(*expected_, name); }
-
-  // ids [B*T] and next-token targets (test::golden_batch).
-  void load_batch(model::LlamaActivations& act) const {
-    const test::GoldenBatch g = test::golden_batch(*expected_);
-    ASSERT_EQ(g.B * g.T, act.batch * act.seq_len);
-    act.ids.copy_(g.ids);
-    act.targets.copy_(g.targets);
-  }
-
-  std::string dir_;
-  model::LlamaConfig cfg_;
-  std::unique_ptr<ckpt::SafetensorsFile> expected_;
+  void SetUp() override { open(test::source_path("tests/golden/llama_gqa_tiny")); }
 };
 
 TEST_F(LlamaGolden, ConfigMatchesFixture) {

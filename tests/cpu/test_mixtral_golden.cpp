@@ -34,23 +34,9 @@ namespace {
 
 constexpr double kGoldenTolerance = 1e-5;
 
-class MixtralGolden : public ::testing::Test {
+class MixtralGolden : public test::GoldenModelTest {
  protected:
-  void SetUp() override {
-    dir_ = test::source_path("tests/golden/mixtral_tiny");
-    cfg_ = ckpt::read_hf_llama_config(dir_);
-    expected_ = std::make_unique<ckpt::SafetensorsFile>(dir_ + "/expected.safetensors");
-  }
-
-  Tensor expected(const std::string& name) const { return test::expected_tensor(*expected_, name); }
-
-  // ids and next-token targets (test::golden_batch), as MixtralForCausalLM.
-  void load_batch(model::LlamaActivations& act) const {
-    const test::GoldenBatch g = test::golden_batch(*expected_);
-    ASSERT_EQ(g.B * g.T, act.batch * act.seq_len);
-    act.ids.copy_(g.ids);
-    act.targets.copy_(g.targets);
-  }
+  void SetUp() override { open(test::source_path("tests/golden/mixtral_tiny")); }
 
   model::LlamaActivations activations() const {
     const auto shape = expected_->entry("input_ids").shape;
@@ -61,10 +47,6 @@ class MixtralGolden : public ::testing::Test {
     const ckpt::SafetensorsFolder folder(dir);
     for (int u = 0; u < int(llama.units().size()); ++u) ckpt::load_hf_unit(folder, llama.units()[u], params.params(u));
   }
-
-  std::string dir_;
-  model::LlamaConfig cfg_;
-  std::unique_ptr<ckpt::SafetensorsFile> expected_;
 };
 
 TEST_F(MixtralGolden, ConfigMatchesFixture) {

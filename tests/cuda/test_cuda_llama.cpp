@@ -69,24 +69,13 @@ void place_batch(model::LlamaActivations& act, const Tensor& ids, const Tensor& 
 
 // The golden fixture: config, reference tensors, and the batch as host ids and
 // next-token targets (labels shifted left by one, ignored in each row's last slot).
-struct Golden {
-  std::string dir = source_path("tests/golden/llama_gqa_tiny");
-  model::LlamaConfig cfg = ckpt::read_hf_llama_config(dir);
-  ckpt::SafetensorsFile ref{dir + "/expected.safetensors"};
-  const GoldenBatch batch = golden_batch(ref);
-  const int64_t B = batch.B, T = batch.T;
-  const Tensor ids = batch.ids, targets = batch.targets;
+struct Golden : GoldenModel {
+  Golden() : GoldenModel(source_path("tests/golden/llama_gqa_tiny")) {}
 
   // The fixture's weights, imported on the host in float32, in `dtype` on the device.
   std::unique_ptr<model::LocalParams> params(const model::Llama& llama, DType dtype) const {
-    auto p = std::make_unique<model::LocalParams>(llama.units(), dtype, kGpu);
-    const ckpt::SafetensorsFolder folder(dir);
-    for (int u = 0; u < int(llama.units().size()); ++u) {
-      Tensor host = Tensor::empty({llama.units()[u].numel}, DType::F32);
-      ckpt::load_hf_unit(folder, llama.units()[u], host);
-      p->params(u).copy_(host);
-      EXPECT_EQ(p->params(u).device(), kGpu);
-    }
+    auto p = GoldenModel::params(llama, dtype, kGpu);
+    for (int u = 0; u < int(llama.units().size()); ++u) EXPECT_EQ(p->params(u).device(), kGpu);
     return p;
   }
 };

@@ -44,23 +44,11 @@ constexpr double kGoldenTolerance = 1e-5;
 
 Tensor expected(const ckpt::SafetensorsFile& f, const std::string& name) { return expected_tensor(f, name); }
 
-struct MixtralFixture {
-  std::string dir = source_path("tests/golden/mixtral_tiny");
-  model::LlamaConfig cfg = ckpt::read_hf_llama_config(dir);
-  ckpt::SafetensorsFile ref{dir + "/expected.safetensors"};
-  const GoldenBatch batch = golden_batch(ref);
-  const int64_t B = batch.B, T = batch.T;
-  const Tensor ids = batch.ids, targets = batch.targets;
+struct MixtralFixture : GoldenModel {
+  MixtralFixture() : GoldenModel(source_path("tests/golden/mixtral_tiny")) {}
 
   std::unique_ptr<model::LocalParams> params(const model::Llama& llama, DType dtype) const {
-    auto p = std::make_unique<model::LocalParams>(llama.units(), dtype, kGpu);
-    const ckpt::SafetensorsFolder folder(dir);
-    for (int u = 0; u < int(llama.units().size()); ++u) {
-      Tensor host = Tensor::empty({llama.units()[u].numel}, DType::F32);
-      ckpt::load_hf_unit(folder, llama.units()[u], host);
-      p->params(u).copy_(host);
-    }
-    return p;
+    return GoldenModel::params(llama, dtype, kGpu);
   }
 
   std::unique_ptr<model::LlamaActivations> activations(DType dtype) const {
