@@ -110,6 +110,14 @@ TEST(FsdpEquivalence, MixtureOfExpertsFullShard) { expect_equivalent("FULL_SHARD
 TEST(FsdpEquivalence, MixtureOfExpertsShardGradOpWithAccumulation) {
   expect_equivalent("SHARD_GRAD_OP", kMoe, /*accum=*/2);
 }
+TEST(FsdpEquivalence, MixtureOfExpertsNoShard) { expect_equivalent("NO_SHARD", kMoe); }
+TEST(FsdpEquivalence, MixtureOfExpertsHybridShardPrefetchOff) {
+  const int n = test::world_groups().world->size();
+  std::vector<std::string> o = kMoe;
+  o.push_back("fsdp.shard_group_size=" + std::to_string(n >= 4 ? 2 : n));
+  o.push_back("fsdp.prefetch_limit=0");
+  expect_equivalent("HYBRID_SHARD", o);
+}
 
 TEST(FsdpEquivalence, Bf16ParametersAndReductionStayClose) {
   // bf16 all-gathers and reductions round (2^-9 relative): the run must train and stay
