@@ -12,7 +12,8 @@
 #include <filesystem>
 #include <string>
 
-#include "fsdp/ckpt/checkpoint.h"
+#include "fsdp/ckpt/checkpoint_reader.h"
+#include "fsdp/ckpt/checkpoint_writer.h"
 #include "fsdp/fsdp/fsdp_engine.h"
 #include "fsdp/model/param_init.h"
 

@@ -1,4 +1,4 @@
-// Reading checkpoints; see checkpoint_reader.h, and checkpoint.h for the format.
+// Reading checkpoints; see checkpoint_reader.h, and manifest.h for the layout.
 #include "fsdp/ckpt/checkpoint_reader.h"
 
 #include <fcntl.h>
@@ -15,7 +15,6 @@
 #include <iterator>
 #include <map>
 
-#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
 #include "fsdp/ckpt/safetensors.h"
@@ -175,11 +174,7 @@ std::vector<std::string> list_checkpoints(const std::string& dir) {
 bool is_checkpoint_dir(const std::string& dir) {
   std::ifstream in(fs::path(dir) / kManifestFile);
   if (!in.good()) return false;
-  try {
-    return nlohmann::json::parse(in).value("format", std::string()) == kCheckpointFormat;
-  } catch (const nlohmann::json::exception&) {
-    return false;
-  }
+  return is_manifest_text(std::string(std::istreambuf_iterator<char>(in), {}));
 }
 
 namespace {

@@ -118,6 +118,14 @@ void from_json(const json& j, Manifest& m) {
   m.units = j.at("units").get<std::vector<ManifestUnit>>();
 }
 
+namespace {
+
+// The one check that a JSON document is ours, for parse_manifest and is_manifest_text.
+// Throws json::type_error when `j` is not an object.
+bool has_our_format(const json& j) { return j.value("format", std::string()) == kCheckpointFormat; }
+
+}  // namespace
+
 std::string checkpoint_name(int64_t step) { return "step_" + std::to_string(step); }
 
 std::string state_tensor_name(const std::string& unit, std::string_view kind) { return unit + "." + std::string(kind); }
@@ -132,8 +140,7 @@ Manifest parse_manifest(const std::string& text, const std::string& path) {
     FSDP_FAIL("{}: not valid JSON: {}", path, e.what());
   }
   try {
-    FSDP_CHECK(j.value("format", std::string()) == kCheckpointFormat, "{}: not an fsdp_train checkpoint manifest",
-               path);
+    FSDP_CHECK(has_our_format(j), "{}: not an fsdp_train checkpoint manifest", path);
     const int version = j.at("format_version").get<int>();
     FSDP_CHECK(version >= 1 && version <= kCheckpointFormatVersion,
                "{}: format_version {} was written by a newer fsdp_train; this build reads versions up to {}", path,
@@ -141,6 +148,14 @@ Manifest parse_manifest(const std::string& text, const std::string& path) {
     return j.get<Manifest>();
   } catch (const json::exception& e) {
     FSDP_FAIL("{}: malformed manifest: {}", path, e.what());
+  }
+}
+
+bool is_manifest_text(const std::string& text) {
+  try {
+    return has_our_format(json::parse(text));
+  } catch (const json::exception&) {
+    return false;
   }
 }
 

@@ -7,6 +7,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "fsdp/ckpt/checkpoint_reader.h"
+
 namespace fsdp::train {
 
 CheckpointPolicy::CheckpointPolicy(const config::Config& cfg, dist::ProcessGroups& groups)

@@ -8,7 +8,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "fsdp/ckpt/checkpoint.h"
+#include "fsdp/ckpt/checkpoint_reader.h"
 #include "fsdp/ckpt/hf_export.h"
 #include "fsdp/config/config.h"
 #include "fsdp/core/cli_args.h"

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "fsdp/ckpt/checkpoint.h"
+#include "fsdp/ckpt/checkpoint_reader.h"
 #include "fsdp/ckpt/hf_import.h"
 #include "fsdp/core/cli_args.h"
 #include "fsdp/core/error.h"
@@ -213,7 +213,7 @@ std::string find_checkpoint(const std::string& path) {
 
 // Loads the weights at `path` (--checkpoint) into full float32 units.
 //   Hugging Face folder: config.json + *.safetensors (ckpt/hf_import.h).
-//   fsdp_train checkpoint: step_<N>/ or a checkpoint.dir holding them (ckpt/checkpoint.h);
+//   fsdp_train checkpoint: step_<N>/ or a checkpoint.dir holding them (ckpt/checkpoint_reader.h);
 //   the fp32 master weights, whatever rank count saved them.
 LoadedModel load_weights(const std::string& path) {
   FSDP_CHECK(fs::is_directory(path), "--checkpoint {}: no such directory", path);

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "fsdp/ckpt/checkpoint.h"
+#include "fsdp/ckpt/checkpoint_reader.h"
 #include "fsdp/data/indexed_dataset.h"
 #include "fsdp/train/trainer.h"
 #include "test_util.h"

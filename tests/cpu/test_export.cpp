@@ -11,7 +11,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "fsdp/ckpt/checkpoint.h"
+#include "fsdp/ckpt/checkpoint_reader.h"
 #include "fsdp/core/dtype.h"
 #include "fsdp/train/trainer.h"
 #include "test_util.h"

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "fsdp/ckpt/checkpoint_reader.h"
 #include "fsdp/train/launch_checks.h"
 #include "fsdp/train/trainer.h"
 #include "../common/distributed_train_checks.h"

@@ -1,6 +1,9 @@
-// Reading checkpoints (the format: checkpoint.h): open and verify one, read any range of a
-// unit's state (which is how a run resumes on a different number of ranks), and find the
-// newest one that verifies.
+// Reading checkpoints (the layout: manifest.h): open and verify one, read any range of a
+// unit's state, and find the newest one that verifies.
+//
+// Resharding: shards carry their global offsets, so any rank of any world size reads its
+// new range from whichever files overlap it (CheckpointReader::read); that is how a run
+// resumes on a different number of ranks.
 #pragma once
 
 #include <memory>

@@ -1,6 +1,13 @@
-// Writing checkpoints (the format and Note [Checkpoint commit]: checkpoint.h and
-// checkpoint_writer.cpp): every rank writes its shard, then a commit that all ranks agree
-// on publishes the checkpoint by one rename and prunes the old ones.
+// Writing checkpoints (the layout: manifest.h): every rank writes its shard, then a commit
+// that all ranks agree on publishes the checkpoint by one rename and prunes the old ones.
+//
+// Crash safety (Note [Checkpoint commit] in checkpoint_writer.cpp): every file is written
+// into step_<N>.tmp/ and fsync'd; after every rank reports success, rank 0 writes the
+// manifest (also tmp + fsync + rename) and renames step_<N>.tmp to step_<N>, fsyncing the
+// parent. A directory named step_<N> without a manifest, or whose files fail their size or
+// CRC check, is never resumed from (checkpoint_reader.h). Older checkpoints beyond
+// keep_last are renamed step_<N>.deleting before they are removed, so a crash while
+// pruning cannot leave a half checkpoint under a step_<N> name.
 #pragma once
 
 #include <cstdint>

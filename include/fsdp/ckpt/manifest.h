@@ -2,6 +2,21 @@
 // every file with its size and CRC-32, and for every unit the pieces of the files that
 // hold it), as a struct, with its JSON written and read side by side in manifest.cpp (one
 // to_json / from_json pair: a field is named in one place for both directions).
+//
+// Sharded, crash-safe training checkpoints (after torch.distributed.checkpoint and
+// Megatron's distributed checkpointing). Layout of one, <checkpoint.dir>/step_<N>/:
+//   manifest.json            rank 0: format, format_version, step, tokens/samples seen,
+//                            world size, strategy, model shape, seeds, the effective config,
+//                            every file with its size and CRC-32, and for every unit the
+//                            pieces that hold it (file, global element offset, extent)
+//   rank_<r>.safetensors     one per rank that owns a distinct shard (replica 0 of each
+//                            shard: HYBRID_SHARD and NO_SHARD replicas are not written twice);
+//                            tensors "<unit>.master|exp_avg|exp_avg_sq", fp32, each covering
+//                            elements [begin, begin + extent) of that unit's flat buffer
+//                            (padding past the unit's numel is never stored)
+// How one is written and committed so that a crash never leaves half of one:
+// checkpoint_writer.h; how one is verified and read back on any number of ranks:
+// checkpoint_reader.h.
 #pragma once
 
 #include <cstdint>
@@ -73,5 +88,7 @@ std::string manifest_json(const Manifest& m);
 // newer format version, a missing or mistyped field). Structure (pieces tiling the units,
 // files existing) is the reader's to check.
 Manifest parse_manifest(const std::string& text, const std::string& path);
+// True when `text` is JSON whose "format" is this checkpoint format; nothing else checked.
+bool is_manifest_text(const std::string& text);
 
 }  // namespace fsdp::ckpt

@@ -1,5 +1,5 @@
 // When and how a training run checkpoints, and where it resumes from: the trainer's one
-// owner of the checkpoint writer (ckpt/checkpoint.h), of checkpoint.interval,
+// owner of the checkpoint writer (ckpt/checkpoint_writer.h), of checkpoint.interval,
 // checkpoint.stop_on_error, the last saved step, and checkpoint.resume.
 //
 //   resume_point()   collective: the checkpoint checkpoint.resume picks ("" = fresh start)
@@ -17,7 +17,7 @@
 #include <memory>
 #include <string>
 
-#include "fsdp/ckpt/checkpoint.h"
+#include "fsdp/ckpt/checkpoint_writer.h"
 #include "fsdp/config/config.h"
 #include "fsdp/dist/communicator.h"
 #include "fsdp/fsdp/fsdp_engine.h"
