@@ -15,6 +15,17 @@ namespace {
 constexpr int kRowThreads = 128;
 constexpr int kStatThreads = 256;
 
+// The lowest expert index not among chosen[0..j): what a pass picks when NaN
+// probabilities leave nothing ranked after the previous pick, so the output stays a set of
+// distinct valid indices whatever the logits.
+__device__ int64_t first_unchosen(const int32_t* chosen, int64_t j) {
+  for (int64_t i = 0;; ++i) {
+    bool taken = false;
+    for (int64_t q = 0; q < j; ++q) taken = taken || chosen[q] == int32_t(i);
+    if (!taken) return i;
+  }
+}
+
 // S: the stat type (float or double), A: the compute type.
 template <typename T, typename S>
 __global__ void router_fwd_kernel(const T* logits, int64_t ls, int64_t n, int64_t e, int64_t k, S* probs, S* lse,
@@ -31,19 +42,24 @@ __global__ void router_fwd_kernel(const T* logits, int64_t ls, int64_t n, int64_
   lse[t] = S(m + log_of(sum));
   S* p = probs + t * e;
   for (int64_t i = 0; i < e; ++i) p[i] = S(exp_of(E::load(x[i]) - m) / sum);
-  // Top-k by k passes over the row's stored probabilities: the largest not yet taken,
-  // ties to the lower index (a pass takes the first maximum it meets).
+  // Top-k by k passes over the row's stored probabilities, O(k E): experts are totally
+  // ordered by (probability down, index up), and pass j takes the first maximum among
+  // those ranked after pick j-1, so ties go to the lower index.
   int32_t* chosen = expert + t * k;
   S selected = 0;
+  S prev_p = 0;
+  int64_t prev = -1;
   for (int64_t j = 0; j < k; ++j) {
     int64_t best = -1;
     for (int64_t i = 0; i < e; ++i) {
-      bool taken = false;
-      for (int64_t q = 0; q < j; ++q) taken = taken || chosen[q] == int32_t(i);
-      if (!taken && (best < 0 || p[i] > p[best])) best = i;
+      const bool after_prev = prev < 0 || p[i] < prev_p || (p[i] == prev_p && i > prev);
+      if (after_prev && (best < 0 || p[i] > p[best])) best = i;
     }
+    if (best < 0) best = first_unchosen(chosen, j);  // only with NaN probabilities
     chosen[j] = int32_t(best);
     selected += p[best];
+    prev = best;
+    prev_p = p[best];
   }
   for (int64_t j = 0; j < k; ++j) weight[t * k + j] = p[chosen[j]] / selected;
 }
