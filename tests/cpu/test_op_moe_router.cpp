@@ -85,7 +85,8 @@ Tensor separated_logits(int64_t n, int64_t e, uint64_t seed, bool with_ties = fa
     std::iota(perm.begin(), perm.end(), 0);
     std::shuffle(perm.begin(), perm.end(), rng);
     for (int64_t i = 0; i < e; ++i) {
-      const double v = with_ties && t % 3 == 0 ? 0.5 * double((i * 7) % 3) : step * double(perm[size_t(i)]) + jitter(rng);
+      const bool tied = with_ties && t % 3 == 0;
+      const double v = tied ? 0.5 * double((i * 7) % 3) : step * double(perm[size_t(i)]) + jitter(rng);
       logits.set({t, i}, v - 4);
     }
   }

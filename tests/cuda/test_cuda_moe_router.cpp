@@ -74,7 +74,8 @@ Tensor router_logits(const Case& c, DType t, uint64_t seed) {
     std::iota(perm.begin(), perm.end(), 0);
     std::shuffle(perm.begin(), perm.end(), rng);
     for (int64_t i = 0; i < c.e; ++i) {
-      const double v = r % 5 == 2 ? 0.5 * double((i * 7 + r) % 3) - 0.5 : step * double(perm[size_t(i)]) + jitter(rng) - 4;
+      const double v =
+          r % 5 == 2 ? 0.5 * double((i * 7 + r) % 3) - 0.5 : step * double(perm[size_t(i)]) + jitter(rng) - 4;
       full.set({r, c.pad + i}, v);
     }
   }
@@ -166,7 +167,8 @@ TEST_F(CudaOps, MoeRouterBackwardMatchesCpu) {
       const double z_scale = terms == 3 ? 0.3 : 0.01;
       const Tensor ref = backward_into(want, dw, ag, z_scale, c.rt, 0);
       const Tensor got = on_cpu(backward_into(gin, dw, ag, z_scale, c.t, k.pad));
-      EXPECT_LE(nmse(got.narrow(1, k.pad, k.e).clone(), rounded_to(ref, c.t)), kGradTolerance(c.t)) << "terms " << terms;
+      const Tensor slice = got.narrow(1, k.pad, k.e).clone();
+      EXPECT_LE(nmse(slice, rounded_to(ref, c.t)), kGradTolerance(c.t)) << "terms " << terms;
       for (int64_t r = 0; r < k.n; ++r)
         for (int64_t p = 0; p < k.pad; ++p) ASSERT_EQ(got.get({r, p}), 0.0) << "wrote outside its columns, row " << r;
     }
