@@ -349,7 +349,13 @@ void add_train_rows(std::vector<detail::Field>& t) {
            "fp16_growth_interval clean steps).",
            gt(0))
       .add("fp16_growth_interval", &TrainConfig::fp16_growth_interval,
-           "float16 only: clean steps before the loss scale doubles.", ge(1));
+           "float16 only: clean steps before the loss scale doubles.", ge(1))
+      .add_one_of("activation_checkpointing", &TrainConfig::activation_checkpointing,
+                  "full = a checkpointed block keeps only its input and runs its forward again in backward "
+                  "(same bits, less memory, about one more forward of compute); none = keep every activation.",
+                  {"none", "full"})
+      .add("activation_checkpointing_every", &TrainConfig::activation_checkpointing_every,
+           "With full: checkpoint every Nth block (blocks 0, N, 2N, ...); 1 = every block.", ge(1));
 }
 
 void add_optim_rows(std::vector<detail::Field>& t) {

@@ -8,8 +8,9 @@
 
 namespace fsdp::model {
 
-LlamaActivations::LlamaActivations(const LlamaConfig& c, int64_t B, int64_t T, DType dt, Device dev)
-    : batch(B), seq_len(T) {
+LlamaActivations::LlamaActivations(const LlamaConfig& c, int64_t B, int64_t T, DType dt, Device dev,
+                                   ActivationCheckpointing ac)
+    : batch(B), seq_len(T), checkpointing(ac) {
   const int64_t N = B * T, C = c.hidden_size;
   // The buffers' shapes are the block's business (its MLP kind among them): ask one block
   // built on this config's layout. Its RoPE tables are never used.
@@ -17,7 +18,19 @@ LlamaActivations::LlamaActivations(const LlamaConfig& c, int64_t B, int64_t T, D
   ids = Tensor::empty({N}, DType::I32, dev);
   targets = Tensor::empty({N}, DType::I32, dev);
   for (int64_t l = 0; l <= c.num_layers; ++l) resid.push_back(Tensor::empty({N, C}, dt, dev));
-  for (int64_t l = 0; l < c.num_layers; ++l) blocks.push_back(block.make_activations(B, T, dt, dev));
+  FSDP_CHECK(ac.every >= 0, "activation checkpointing every {} blocks: must be >= 0", ac.every);
+  bool any = false;
+  kept_router.resize(size_t(c.num_layers));
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    blocks.push_back(ac.checkpointed(l) ? BlockActivations{} : block.make_activations(B, T, dt, dev));
+    if (!ac.checkpointed(l)) continue;
+    any = true;
+    if (c.is_moe()) {
+      kept_router[size_t(l)].prob_sum = Tensor::empty({c.num_experts}, stat_dtype(dt), dev);
+      kept_router[size_t(l)].lse_sq_sum = Tensor::empty({1}, stat_dtype(dt), dev);
+    }
+  }
+  if (any) recompute = block.make_activations(B, T, dt, dev);
   hf = Tensor::empty({N, C}, dt, dev);
   rstdf = Tensor::empty({N}, stat_dtype(dt), dev);
   logits = Tensor::empty({N, c.vocab_size}, dt, dev);
@@ -25,7 +38,25 @@ LlamaActivations::LlamaActivations(const LlamaConfig& c, int64_t B, int64_t T, D
   grads = block.make_grads(N, dt, dev);
 }
 
+BlockActivations& LlamaActivations::saved(int64_t l) {
+  return checkpointing.checkpointed(l) ? recompute : blocks[size_t(l)];
+}
+
+const BlockActivations& LlamaActivations::saved(int64_t l) const {
+  return checkpointing.checkpointed(l) ? recompute : blocks[size_t(l)];
+}
+
 namespace {
+
+// A checkpointed MoE block's routing statistics, copied out of the shared scratch.
+void keep_router_record(const BlockActivations& from, RouterRecord& into) {
+  const RouterRecord* r = from.mlp->router();
+  if (r == nullptr) return;
+  into.prob_sum.copy_(r->prob_sum);
+  into.lse_sq_sum.copy_(r->lse_sq_sum);
+  into.count = r->count;
+  into.tokens = r->tokens;
+}
 
 // The model's RoPE tables: computed on the host (in double, rounded once) and moved once.
 RopeTables device_rope_tables(const LlamaConfig& c, Device device) {
@@ -81,7 +112,8 @@ LossSum Llama::loss_sum(const LlamaActivations& a) const {
 
 std::vector<const RouterRecord*> Llama::router_records(const LlamaActivations& a) const {
   std::vector<const RouterRecord*> records;
-  for (const BlockActivations& b : a.blocks) records.push_back(b.mlp->router());
+  for (int64_t l = 0; l < int64_t(a.blocks.size()); ++l)
+    records.push_back(a.checkpointing.checkpointed(l) ? &a.kept_router[size_t(l)] : a.blocks[size_t(l)].mlp->router());
   return records;
 }
 
@@ -100,8 +132,9 @@ void Llama::trunk_forward(LlamaActivations& a, ParamProvider& p) {
   p.after_forward(embedding_unit());
   for (int l = 0; l < int(cfg_.num_layers); ++l) {
     p.before_forward(block_unit(l));
-    blocks_[size_t(l)].forward(a.resid[size_t(l)], p.params(block_unit(l)), a.blocks[size_t(l)],
-                               a.resid[size_t(l) + 1], a.batch, a.seq_len);
+    blocks_[size_t(l)].forward(a.resid[size_t(l)], p.params(block_unit(l)), a.saved(l), a.resid[size_t(l) + 1],
+                               a.batch, a.seq_len);
+    if (a.checkpointing.checkpointed(l) && cfg_.is_moe()) keep_router_record(a.recompute, a.kept_router[size_t(l)]);
     p.after_forward(block_unit(l));
   }
 }
@@ -147,7 +180,13 @@ void Llama::enqueue_forward_backward(LlamaActivations& a, ParamProvider& p, doub
   head_backward(a, p, grad_scale);
   for (int l = int(cfg_.num_layers) - 1; l >= 0; --l) {
     p.before_backward(block_unit(l));
-    blocks_[size_t(l)].backward(a.resid[size_t(l)], a.blocks[size_t(l)], p.params(block_unit(l)),
+    if (a.checkpointing.checkpointed(l)) {
+      // The forward again, now that the unit is gathered for backward: the same inputs and
+      // parameters give the same activations (and the same block output, written again).
+      blocks_[size_t(l)].forward(a.resid[size_t(l)], p.params(block_unit(l)), a.recompute, a.resid[size_t(l) + 1],
+                                 a.batch, a.seq_len);
+    }
+    blocks_[size_t(l)].backward(a.resid[size_t(l)], a.saved(l), p.params(block_unit(l)),
                                 p.grads(block_unit(l)), a.grads, a.batch, a.seq_len);
     p.after_backward(block_unit(l));
   }

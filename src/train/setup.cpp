@@ -194,6 +194,10 @@ optim::LrSchedule lr_schedule(const config::Config& cfg) {
                            to_decay(cfg.optim.schedule)};
 }
 
+model::ActivationCheckpointing activation_checkpointing(const config::TrainConfig& t) {
+  return model::ActivationCheckpointing{t.activation_checkpointing == "full" ? t.activation_checkpointing_every : 0};
+}
+
 optim::AdamWConfig adamw_config(const config::Config& cfg) {
   return optim::AdamWConfig{cfg.optim.beta1, cfg.optim.beta2, cfg.optim.eps, cfg.optim.weight_decay};
 }

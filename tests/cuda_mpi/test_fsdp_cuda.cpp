@@ -309,6 +309,25 @@ TEST_F(CudaTrainer, ResumeIsBitExactFullShardFloat32) { expect_bit_exact_resume(
 const std::vector<std::string> kMoe = {"model.num_experts=4", "model.experts_per_token=2",
                                        "model.router_aux_loss_coef=0.02", "model.router_z_loss_coef=0.001"};
 TEST_F(CudaTrainer, MixtureOfExpertsFullShardEqualsOneProcess) { expect_equivalent("FULL_SHARD", kMoe); }
+
+// Activation checkpointing on the device, over the world's ranks (FULL_SHARD), bf16: the
+// recomputed forward gives the same bits, so the losses and parameters are identical.
+TEST_F(CudaTrainer, ActivationCheckpointingIsBitIdenticalBf16) {
+  dist::ProcessGroups& world = test::world_groups();
+  auto groups = dist::split_process_groups(world, 0);
+  for (const std::vector<std::string>& model : {std::vector<std::string>{}, kMoe}) {
+    std::vector<std::string> o = model;
+    for (const char* s : {"train.dtype=bfloat16", "fsdp.param_dtype=bfloat16", "fsdp.reduce_dtype=bfloat16"})
+      o.push_back(s);
+    const Curve want = run(tiny(o), groups, 4);
+    o.push_back("train.activation_checkpointing=full");
+    const Curve got = run(tiny(o), groups, 4);
+    EXPECT_EQ(got.losses, want.losses);
+    for (size_t u = 0; u < want.params.size(); ++u)
+      EXPECT_EQ(std::memcmp(got.params[u].data_ptr(), want.params[u].data_ptr(), want.params[u].nbytes()), 0)
+          << "unit " << u;
+  }
+}
 TEST_F(CudaTrainer, MixtureOfExpertsResumeIsBitExactBf16) {
   std::vector<std::string> o = kMoe;
   for (const char* s : {"train.dtype=bfloat16", "fsdp.param_dtype=bfloat16", "fsdp.reduce_dtype=bfloat16"})

@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 
 #include "fsdp/fsdp/fsdp_engine.h"
 #include "fsdp/train/launch_checks.h"
@@ -109,6 +110,39 @@ const std::vector<std::string> kMoe = {"model.num_experts=4", "model.experts_per
 TEST(FsdpEquivalence, MixtureOfExpertsFullShard) { expect_equivalent("FULL_SHARD", kMoe); }
 TEST(FsdpEquivalence, MixtureOfExpertsShardGradOpWithAccumulation) {
   expect_equivalent("SHARD_GRAD_OP", kMoe, /*accum=*/2);
+}
+TEST(FsdpEquivalence, MixtureOfExpertsNoShard) { expect_equivalent("NO_SHARD", kMoe); }
+TEST(FsdpEquivalence, MixtureOfExpertsHybridShardPrefetchOff) {
+  const int n = test::world_groups().world->size();
+  std::vector<std::string> o = kMoe;
+  o.push_back("fsdp.shard_group_size=" + std::to_string(n >= 4 ? 2 : n));
+  o.push_back("fsdp.prefetch_limit=0");
+  expect_equivalent("HYBRID_SHARD", o);
+}
+
+// Activation checkpointing under FULL_SHARD: the recompute runs while the unit is gathered
+// for backward anyway, so the bytes sent per step are exactly those without it, and every
+// loss and parameter is the same bit (Llama every 2nd block; MoE every block).
+TEST(FsdpActivationCheckpointing, SameBitsAndNoExtraAllGather) {
+  dist::ProcessGroups& world = test::world_groups();
+  for (const std::vector<std::string>& model : {std::vector<std::string>{}, kMoe}) {
+    std::vector<std::string> base = model;
+    base.push_back("fsdp.sharding_strategy=FULL_SHARD");
+    base.push_back("train.grad_accum_steps=2");
+    std::vector<std::string> full = base;
+    full.push_back("train.activation_checkpointing=full");
+    full.push_back(model.empty() ? "train.activation_checkpointing_every=2" : "train.activation_checkpointing_every=1");
+    auto groups = dist::split_process_groups(world, 0);
+    const TrainRun want = train(tiny(base), groups, 5);
+    const TrainRun got = train(tiny(full), groups, 5);
+    for (int i = 0; i < 5; ++i) {
+      EXPECT_EQ(got.losses[size_t(i)], want.losses[size_t(i)]) << "step " << i + 1;
+      EXPECT_EQ(got.comm_bytes[size_t(i)], want.comm_bytes[size_t(i)]) << "step " << i + 1;
+    }
+    for (size_t u = 0; u < want.params.size(); ++u)
+      EXPECT_EQ(std::memcmp(got.params[u].data_ptr(), want.params[u].data_ptr(), want.params[u].nbytes()), 0)
+          << "unit " << u;
+  }
 }
 
 TEST(FsdpEquivalence, Bf16ParametersAndReductionStayClose) {

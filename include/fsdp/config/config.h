@@ -100,6 +100,8 @@ struct TrainConfig {
   bool tf32 = false;            // float32 GEMMs may use TF32 tensor cores
   double fp16_init_scale = 65536.0;  // dynamic loss scaling (dtype float16), torch.amp.GradScaler's defaults
   int fp16_growth_interval = 2000;
+  std::string activation_checkpointing = "none";  // none | full (model/decoder.h)
+  int activation_checkpointing_every = 1;         // full: blocks l with l % every == 0
   bool operator==(const TrainConfig&) const = default;
 };
 

@@ -28,15 +28,36 @@
 
 namespace fsdp::model {
 
+// Activation checkpointing (PyTorch's checkpoint_wrapper, torchtitan's "full" AC): a
+// checkpointed block keeps only its input (resid[l]) through the forward pass and runs its
+// forward again inside its backward, into one scratch shared by every checkpointed block.
+// The forward is deterministic, so the recomputed activations, and every loss and gradient,
+// are the same bits as keeping them. Under FSDP the recompute runs after the unit is
+// gathered for backward, which it is anyway: no extra all-gather.
+struct ActivationCheckpointing {
+  int every = 0;  // checkpoint blocks l with l % every == 0 (1: every block); 0: none
+  bool checkpointed(int64_t layer) const { return every > 0 && layer % every == 0; }
+};
+
 struct LlamaActivations {
   int64_t batch = 0, seq_len = 0;
+  ActivationCheckpointing checkpointing;
   Tensor ids, targets;           // [N] int32
   std::vector<Tensor> resid;     // L+1 of [N, C]: input of each block, then the final hidden
-  std::vector<BlockActivations> blocks;
+  std::vector<BlockActivations> blocks;  // a checkpointed block's entry holds nothing
+  BlockActivations recompute;            // the checkpointed blocks' shared forward scratch
+  // A checkpointed MoE block's routing statistics, kept past its forward for the router
+  // losses (its own record lives in the shared scratch, which the next block overwrites).
+  std::vector<RouterRecord> kept_router;
   Tensor hf, rstdf, logits, losses;  // final norm output, its rstd, [N, V], [N]
   BlockGrads grads;                  // backward scratch shared by the head and every block
 
-  LlamaActivations(const LlamaConfig& cfg, int64_t batch, int64_t seq_len, DType dtype, Device device);
+  LlamaActivations(const LlamaConfig& cfg, int64_t batch, int64_t seq_len, DType dtype, Device device,
+                   ActivationCheckpointing checkpointing = {});
+
+  // What block `layer`'s forward saves into: its own entry, or the shared scratch.
+  BlockActivations& saved(int64_t layer);
+  const BlockActivations& saved(int64_t layer) const;
 };
 
 struct LossSum {

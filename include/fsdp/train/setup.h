@@ -10,6 +10,7 @@
 #include "fsdp/data/loader.h"
 #include "fsdp/dist/communicator.h"
 #include "fsdp/fsdp/fsdp_engine.h"
+#include "fsdp/model/decoder.h"
 #include "fsdp/model/llama_config.h"
 #include "fsdp/model/param_units.h"
 #include "fsdp/optim/lr_schedule.h"
@@ -48,6 +49,8 @@ DataSources make_data_sources(const config::Config& cfg, int64_t vocab_size, con
 
 optim::LrSchedule lr_schedule(const config::Config& cfg);
 optim::AdamWConfig adamw_config(const config::Config& cfg);
+// train.activation_checkpointing and _every as the model's policy.
+model::ActivationCheckpointing activation_checkpointing(const config::TrainConfig& t);
 
 // Fills every rank's shards for a fresh start: from model.init_from (a Hugging Face folder,
 // each rank reading only its ranges) or from the seeded initialiser.
