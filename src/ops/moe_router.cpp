@@ -44,9 +44,11 @@ void moe_router_forward(const Tensor& logits, int64_t k, const Tensor& probs, co
   const int64_t n = logits.size(0), e = logits.size(1);
   FSDP_CHECK(k >= 1 && k <= e, "moe_router_forward: k = {} must be in [1, {} experts]", k, e);
   check_stat(probs, Dims{n, e}, stat_dtype(logits.dtype()), logits, "probs");
-  check_routing(probs, lse, expert, weight);
-  check_defined(weight, "weight");
+  // expert's width first: check_routing takes k from it and would blame weight instead.
+  check_dim(expert, 2, "expert");
   FSDP_CHECK(expert.size(1) == k, "moe_router_forward: expert is {}, expected k = {} columns", expert.str(), k);
+  check_defined(weight, "weight");
+  check_routing(probs, lse, expert, weight);
   moe_router_forward_stub(logits.device(), logits, k, probs, lse, expert, weight);
 }
 

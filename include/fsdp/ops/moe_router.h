@@ -7,7 +7,9 @@
 //   weight_tj = probs_t[expert_tj] / sum_i probs_t[expert_ti]     (renormalised over the k)
 //
 // Shapes: logits [N, E] (packed rows, any float dtype), probs [N, E] stat dtype, lse [N]
-// stat dtype, expert [N, k] int32, weight [N, k] stat dtype; all contiguous but logits.
+// stat dtype, expert [N, k] int32, weight [N, k] stat dtype; all contiguous but logits;
+// 1 <= k <= E. The CPU backend takes float32 and float64 logits (the reference); the CUDA
+// one every float dtype and E <= 1024 (a thread per token), computing in double as the CPU.
 //
 // moe_router_stats sums what the load-balancing and z losses need over the tokens, in a
 // fixed order (the same bits for any thread count): prob_sum [E] = sum_t probs_t,

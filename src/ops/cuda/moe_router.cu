@@ -4,8 +4,10 @@
 // one for the sum of lse^2), each summing its column in a fixed per-thread assignment and a
 // fixed tree, in double. No atomics: the same bits on every run.
 //
-// Compute type: float for float32/bfloat16/float16 logits, double for float64 (the CPU
-// computes in double throughout, so float32 results differ from it by float rounding).
+// Compute type: double for every dtype, as the CPU: the row loops are a few dozen
+// operations per token (E = 8), nothing next to the expert GEMMs, and in double the
+// float32 probabilities, weights and gradients are the CPU's up to exp/log's last ulp and
+// FMA contraction, and the chosen experts are the CPU's.
 #include "common.cuh"
 #include "moe_router.cuh"
 
@@ -15,37 +17,54 @@ namespace {
 constexpr int kRowThreads = 128;
 constexpr int kStatThreads = 256;
 
-// S: the stat type (float or double), A: the compute type.
+// The lowest expert index not among chosen[0..j): what a pass picks when NaN
+// probabilities leave nothing ranked after the previous pick, so the output stays a set of
+// distinct valid indices whatever the logits.
+__device__ int64_t first_unchosen(const int32_t* chosen, int64_t j) {
+  for (int64_t i = 0;; ++i) {
+    bool taken = false;
+    for (int64_t q = 0; q < j; ++q) taken = taken || chosen[q] == int32_t(i);
+    if (!taken) return i;
+  }
+}
+
+// S: the stat type (float or double). The CPU's loop line for line, in double: the
+// selection then sees the CPU's probabilities (up to exp's last double ulp), so the GPU
+// chooses the experts the CPU does even between nearly equal logits.
 template <typename T, typename S>
 __global__ void router_fwd_kernel(const T* logits, int64_t ls, int64_t n, int64_t e, int64_t k, S* probs, S* lse,
                                   int32_t* expert, S* weight) {
   using E = Elem<T>;
-  using A = typename E::acc;
   const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (t >= n) return;
   const T* x = logits + t * ls;
-  A m = E::load(x[0]);
-  for (int64_t i = 1; i < e; ++i) m = fmax(m, E::load(x[i]));
-  A sum = 0;
-  for (int64_t i = 0; i < e; ++i) sum += exp_of(E::load(x[i]) - m);
-  lse[t] = S(m + log_of(sum));
+  double m = double(E::load(x[0]));
+  for (int64_t i = 1; i < e; ++i) m = fmax(m, double(E::load(x[i])));
+  double sum = 0;
+  for (int64_t i = 0; i < e; ++i) sum += exp(double(E::load(x[i])) - m);
+  lse[t] = S(m + log(sum));
   S* p = probs + t * e;
-  for (int64_t i = 0; i < e; ++i) p[i] = S(exp_of(E::load(x[i]) - m) / sum);
-  // Top-k by k passes over the row's stored probabilities: the largest not yet taken,
-  // ties to the lower index (a pass takes the first maximum it meets).
+  for (int64_t i = 0; i < e; ++i) p[i] = S(exp(double(E::load(x[i])) - m) / sum);
+  // Top-k by k passes over the row's stored probabilities, O(k E): experts are totally
+  // ordered by (probability down, index up), and pass j takes the first maximum among
+  // those ranked after pick j-1, so ties go to the lower index.
   int32_t* chosen = expert + t * k;
-  S selected = 0;
+  double selected = 0;
+  S prev_p = 0;
+  int64_t prev = -1;
   for (int64_t j = 0; j < k; ++j) {
     int64_t best = -1;
     for (int64_t i = 0; i < e; ++i) {
-      bool taken = false;
-      for (int64_t q = 0; q < j; ++q) taken = taken || chosen[q] == int32_t(i);
-      if (!taken && (best < 0 || p[i] > p[best])) best = i;
+      const bool after_prev = prev < 0 || p[i] < prev_p || (p[i] == prev_p && i > prev);
+      if (after_prev && (best < 0 || p[i] > p[best])) best = i;
     }
+    if (best < 0) best = first_unchosen(chosen, j);  // only with NaN probabilities
     chosen[j] = int32_t(best);
-    selected += p[best];
+    selected += double(p[best]);
+    prev = best;
+    prev_p = p[best];
   }
-  for (int64_t j = 0; j < k; ++j) weight[t * k + j] = p[chosen[j]] / selected;
+  for (int64_t j = 0; j < k; ++j) weight[t * k + j] = S(double(p[chosen[j]]) / selected);
 }
 
 // Block b < e: prob_sum[b] and count[b]; block e: the sum of lse^2.
@@ -75,35 +94,36 @@ __global__ void router_stats_kernel(const S* probs, const int32_t* expert, const
   }
 }
 
+// In double, as the CPU: g_e = aux_e + c_e, with c nonzero only at the k chosen experts
+// (distinct), found by a scan of the row's k choices instead of the CPU's row vector.
 template <typename T, typename S>
 __global__ void router_bwd_kernel(const S* dweight, const S* probs, const S* lse, const int32_t* expert,
                                   const S* weight, const S* aux, double z_scale, T* dlogits, int64_t ds, int64_t n,
                                   int64_t e, int64_t k) {
-  using A = typename Elem<S>::acc;
   const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (t >= n) return;
   const S* p = probs + t * e;
   const int32_t* chosen = expert + t * k;
-  // g_e = aux_e + c_e, with c nonzero only at the k chosen experts (distinct).
-  A selected = 0, dot = 0;
+  double selected = 0, dot = 0;
   if (dweight != nullptr) {
     for (int64_t j = 0; j < k; ++j) {
-      selected += A(p[chosen[j]]);
-      dot += A(dweight[t * k + j]) * A(weight[t * k + j]);
+      selected += double(p[chosen[j]]);
+      dot += double(dweight[t * k + j]) * double(weight[t * k + j]);
     }
   }
-  auto c_of = [&](int64_t i) -> A {
-    if (dweight == nullptr) return A(0);
+  auto g_of = [&](int64_t i) -> double {
+    const double a = aux != nullptr ? double(aux[i]) : 0.0;
+    if (dweight == nullptr) return a;
     for (int64_t j = 0; j < k; ++j)
-      if (chosen[j] == int32_t(i)) return (A(dweight[t * k + j]) - dot) / selected;
-    return A(0);
+      if (chosen[j] == int32_t(i)) return a + (double(dweight[t * k + j]) - dot) / selected;
+    return a;
   };
-  A pg = 0;
-  for (int64_t i = 0; i < e; ++i) pg += A(p[i]) * ((aux != nullptr ? A(aux[i]) : A(0)) + c_of(i));
-  const A z = A(2) * A(z_scale) * A(lse[t]);
+  double pg = 0;
+  for (int64_t i = 0; i < e; ++i) pg += double(p[i]) * g_of(i);
+  const double z = 2.0 * z_scale * double(lse[t]);
   for (int64_t i = 0; i < e; ++i) {
-    const A pi = A(p[i]), g = (aux != nullptr ? A(aux[i]) : A(0)) + c_of(i);
-    dlogits[t * ds + i] = Elem<T>::store(typename Elem<T>::acc(pi * (g - pg) + z * pi));
+    const double pi = double(p[i]);
+    dlogits[t * ds + i] = Elem<T>::from_double(pi * (g_of(i) - pg) + z * pi);
   }
 }
 
