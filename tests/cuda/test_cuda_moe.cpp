@@ -1,11 +1,13 @@
-// The CUDA MoE ops (router; token permutation, gather and combine) against the CPU ops,
+// The CUDA MoE ops (token permutation, gather and combine; the router once more, inside the
+// whole routing path, beside its own tests in test_cuda_moe_router.cpp) against the CPU ops,
 // forward and backward, in float64, float32, bfloat16 and float16. Integer results (the
 // chosen experts, the sort, the group offsets, the counts) must be identical.
 //
 // Tolerances (normalised MSE), and why:
 //   float64  1e-24: both sides compute in double; only the order of a few sums may differ.
-//   float32  1e-11: the CPU computes in double and rounds once, the GPU in float: ~1e-7
-//            relative per value (nmse ~1e-14), with room for expf's ulp.
+//   float32  1e-11: the CPU computes in double and rounds once; the GPU's gather and
+//            combine sum in float (the router computes in double): ~1e-7 relative per
+//            value (nmse ~1e-14), with room for an ulp of the device's math.
 //   bfloat16 1e-5, float16 1e-7 for 16-bit outputs: the reference is the float32 CPU op on
 //            the upcast inputs (exact), rounded to the type; one flipped rounding costs 2^-9
 //            (2^-11) relative. Stat-dtype outputs (probabilities, weights, sums) are float32
