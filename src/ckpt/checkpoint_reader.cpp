@@ -11,14 +11,13 @@
 #include <charconv>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <map>
 
 #include <spdlog/spdlog.h>
 
 #include "fsdp/ckpt/safetensors.h"
 #include "fsdp/core/error.h"
+#include "fsdp/core/regular_file.h"
 #include "rank_verdict.h"
 
 namespace fsdp::ckpt {
@@ -28,8 +27,7 @@ namespace fs = std::filesystem;
 namespace {
 
 uint32_t crc32_of_file(const std::string& path, uint64_t expect_bytes) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  FSDP_CHECK(fd >= 0, "cannot open {}: {}", path, std::strerror(errno));
+  const int fd = open_regular_file(path);
   struct stat st {};
   if (::fstat(fd, &st) != 0 || uint64_t(st.st_size) != expect_bytes) {
     ::close(fd);
@@ -57,10 +55,10 @@ struct CheckpointReader::OpenFiles {
 
 CheckpointReader::CheckpointReader(const std::string& dir) : dir_(dir), open_(std::make_unique<OpenFiles>()) {
   const fs::path path = fs::path(dir) / kManifestFile;
-  std::ifstream in(path);
-  FSDP_CHECK(in.good(), "{}: no manifest (not a checkpoint, or one whose save never completed)", path.string());
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  manifest_ = parse_manifest(text, path.string());
+  std::error_code ec;
+  FSDP_CHECK(fs::exists(path, ec), "{}: no manifest (not a checkpoint, or one whose save never completed)",
+             path.string());
+  manifest_ = parse_manifest(read_regular_file(path.string()), path.string());
   check_structure();
 }
 
@@ -172,9 +170,11 @@ std::vector<std::string> list_checkpoints(const std::string& dir) {
 }
 
 bool is_checkpoint_dir(const std::string& dir) {
-  std::ifstream in(fs::path(dir) / kManifestFile);
-  if (!in.good()) return false;
-  return is_manifest_text(std::string(std::istreambuf_iterator<char>(in), {}));
+  try {
+    return is_manifest_text(read_regular_file((fs::path(dir) / kManifestFile).string()));
+  } catch (const Error&) {
+    return false;
+  }
 }
 
 namespace {

@@ -3,12 +3,36 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 namespace fsdp::model {
+
+// Upper bounds of a shape, far above any published model (Llama 3.1 405B: hidden 16384,
+// 126 layers, 128 heads, vocabulary 128256; Mixtral 8x22B: 8 experts; the longest
+// contexts: 10M tokens) and low enough that no product of them overflows int64: a typo or
+// a corrupt config.json (vocab_size 2^40) is refused before anything is allocated. Whether
+// a sane shape fits the machine is the memory plan's to say.
+struct ShapeLimits {
+  static constexpr int64_t vocab_size = int64_t(1) << 24;
+  static constexpr int64_t hidden_size = int64_t(1) << 18;
+  static constexpr int64_t intermediate_size = int64_t(1) << 20;
+  static constexpr int64_t num_layers = int64_t(1) << 12;
+  static constexpr int64_t num_heads = int64_t(1) << 12;  // and num_kv_heads
+  static constexpr int64_t max_seq_len = int64_t(1) << 24;
+  static constexpr int64_t num_experts = int64_t(1) << 12;
+  static constexpr double parameters = 0x1p44;  // 1.8e13: 70 TB of fp32 master weights alone
+};
+
+// What is wrong with a shape: the model.* keys involved (a config error blames the one
+// set last) and one line naming them.
+struct ShapeProblem {
+  std::vector<std::string_view> keys;  // e.g. {"hidden_size", "num_heads"}
+  std::string message;                 // "model.hidden_size (100) must be divisible by model.num_heads (3)"
+};
 
 struct LlamaConfig {
   int64_t vocab_size = 0;
@@ -41,7 +65,10 @@ struct LlamaConfig {
   // Training FLOPs per token (forward + backward = 3x forward), counting GEMMs at
   // 2 FLOPs per multiply-add and the attention score/value products for a causal mask.
   double train_flops_per_token(int64_t seq_len) const;
-  // Throws fsdp::Error naming the offending field.
+  // The first problem of this shape (a size out of [1, its ShapeLimits bound], heads that
+  // do not divide, an odd head dim, too many parameters, ...); nullopt when it is valid.
+  std::optional<ShapeProblem> problem() const;
+  // Throws fsdp::Error with problem()'s message.
   void validate() const;
   std::string summary() const;
 };
