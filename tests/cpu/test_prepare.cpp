@@ -2,11 +2,15 @@
 // The sentencepiece model is trained in SetUpTestSuite (unigram, vocab 64 (the word list allows no more), on the test's
 // own text, a second or so), so no binary model is committed. The text uses single spaces
 // and lower-case ASCII words only: sentencepiece's decode then gives it back exactly.
+#include <fcntl.h>
 #include <sentencepiece_trainer.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <zlib.h>
 #include <zstd.h>
 
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -281,6 +285,133 @@ TEST_F(Prepare, MalformedLinesCountedAgainstTheLimit) {
   EXPECT_EQ(r.train.documents, int64_t(paras.size()));
   ASSERT_EQ(r.bad_examples.size(), 1u);
   EXPECT_NE(r.bad_examples[0].find("bad.jsonl:401"), std::string::npos) << r.bad_examples[0];
+}
+
+// A line longer than --max-line-bytes is a bad line, dropped as it streams by: a single-line
+// JSON file of hundreds of MB once grew prepare to 15 GB and never finished.
+TEST_F(Prepare, OverLongLinesAreBadLinesNotReadWhole) {
+  std::string s = jsonl_of(paras);
+  s += "{\"text\": \"" + std::string(3 << 20, 'a') + "\"}\n";  // line 401: 3 MiB
+  s += jsonl_of({"after the long line"});
+  write_bytes(root / "long.jsonl", s);
+  write_bytes(root / "long.txt", txt_of(paras) + std::string(3 << 20, 'b') + "\n\nafter the long line\n");
+  for (const char* input : {"long.jsonl", "long.txt"}) {
+    PrepareOptions o = options(std::string("long_out_") + input, {file(input)});
+    o.max_line_bytes = 1 << 20;
+    o.max_bad_fraction = 0.01;
+    const PrepareResult r = fsdp::data::prepare_corpus(o);
+    EXPECT_EQ(r.bad_lines, 1) << input;
+    EXPECT_EQ(r.train.documents, int64_t(paras.size()) + 1) << input;  // the line after it is read
+    ASSERT_EQ(r.bad_examples.size(), 1u) << input;
+    EXPECT_NE(r.bad_examples[0].find(std::string(input) + ":"), std::string::npos) << r.bad_examples[0];
+    EXPECT_NE(r.bad_examples[0].find("line longer than --max-line-bytes 1048576: skipped"), std::string::npos)
+        << r.bad_examples[0];
+  }
+  // Beyond --max-bad-fraction (1 of 402 > 0.001), the run fails naming it.
+  PrepareOptions o = options("long_fails", {file("long.jsonl")});
+  o.max_line_bytes = 1 << 20;
+  expect_failure(o, {"1 of 402 lines are malformed or too long", "long.jsonl:401"});
+}
+
+// `fsdp_train prepare ARGS...` as a child process, output discarded, with the terminal's
+// signals at their defaults (whatever this process does with them).
+pid_t spawn_prepare(std::vector<std::string> args) {
+  args.insert(args.begin(), {FSDP_TRAIN_BIN, "prepare"});
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    for (const int s : {SIGINT, SIGTERM, SIGHUP}) signal(s, SIG_DFL);
+    const int devnull = ::open("/dev/null", O_WRONLY);
+    dup2(devnull, 1);
+    dup2(devnull, 2);
+    execv(FSDP_TRAIN_BIN, argv.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+// The child's exit code and its peak resident set in MiB.
+std::pair<int, double> wait_for(pid_t pid) {
+  int status = 0;
+  rusage ru{};
+  if (wait4(pid, &status, 0, &ru) != pid || !WIFEXITED(status)) return {-1, 0.0};
+  return {WEXITSTATUS(status), double(ru.ru_maxrss) / 1024};
+}
+
+// The memory bound, measured: a 160 MiB single line under --max-line-bytes 1 MiB costs the
+// process no more than a one-line input does (its floor is the libraries it maps, ~220 MiB
+// in a CUDA build); under the default 64 MiB limit it costs about that limit.
+TEST_F(Prepare, AnOverLongLineDoesNotGrowTheProcess) {
+  {
+    std::ofstream out(root / "huge.jsonl", std::ios::binary);
+    out << jsonl_of(paras) << "{\"text\": \"";
+    const std::string mib(1 << 20, 'x');
+    for (int i = 0; i < 160; ++i) out << mib;
+    out << "\"}\n";
+  }
+  write_bytes(root / "small.jsonl", jsonl_of(paras));
+  const auto [small_rc, floor] = wait_for(spawn_prepare({"--tokenizer", model, "--output", file("small_out"), file("small.jsonl")}));
+  ASSERT_EQ(small_rc, 0);
+  const auto [huge_rc, peak] = wait_for(spawn_prepare({"--tokenizer", model, "--output", file("huge_out"),
+                                                       "--max-line-bytes", "1048576", "--max-bad-fraction", "0.01",
+                                                       file("huge.jsonl")}));
+  ASSERT_EQ(huge_rc, 0);
+  EXPECT_LT(peak - floor, 16.0) << "peak RSS " << peak << " MiB for a 160 MiB line, " << floor << " for a small input";
+  const auto m = nlohmann::json::parse(read_bytes(root / "huge_out" / "manifest.json"));
+  EXPECT_EQ(m["bad_lines"].get<int>(), 1);
+  fs::remove(root / "huge.jsonl");
+}
+
+// Ctrl-C, SIGTERM and SIGHUP stop prepare between batches and remove DIR.tmp-<pid>: nothing
+// of the run is left, and the exit code says which signal (128 + its number).
+TEST_F(Prepare, AnInterruptedRunLeavesNothingBehind) {
+  {
+    std::ofstream out(root / "big.txt");
+    const std::string text = txt_of(make_paragraphs(2000, 3));
+    for (int i = 0; i < 200; ++i) out << text;  // tens of MB: seconds of tokenizing on one worker
+  }
+  for (const int sig : {SIGINT, SIGTERM, SIGHUP}) {
+    const std::string out = file("interrupted_" + std::to_string(sig));
+    const pid_t pid = spawn_prepare({"--tokenizer", model, "--output", out, "--workers", "1", file("big.txt")});
+    ASSERT_GT(pid, 0);
+    const std::string tmp = out + ".tmp-" + std::to_string(pid);
+    for (int i = 0; i < 200 && !fs::exists(tmp + "/train_00000.bin.tmp"); ++i) usleep(50000);
+    ASSERT_TRUE(fs::exists(tmp)) << "prepare did not start writing";
+    kill(pid, sig);
+    EXPECT_EQ(wait_for(pid).first, 128 + sig) << "signal " << sig << ": killed without cleaning up, or finished";
+    EXPECT_FALSE(fs::exists(tmp)) << tmp;
+    EXPECT_FALSE(fs::exists(out)) << out;
+  }
+  fs::remove(root / "big.txt");
+}
+
+// manifest.json records each shard's sizes and CRC-32s (zlib's, over the files' bytes),
+// which the loader verifies (Note [Shard verification]).
+TEST_F(Prepare, TheManifestRecordsEveryShardsChecksums) {
+  write_bytes(root / "sums.txt", txt_of(paras));
+  PrepareOptions o = options("sums_out", {file("sums.txt")});
+  o.val_fraction = 0.2;
+  o.shard_tokens = 2000;  // several shards per split
+  fsdp::data::prepare_corpus(o);
+  const auto m = nlohmann::json::parse(read_bytes(root / "sums_out" / "manifest.json"));
+  int shards = 0;
+  for (const char* split : {"train", "val"}) {
+    for (const auto& shard : m["splits"][split]["shards"]) {
+      const std::string name = shard.get<std::string>();
+      const auto& sum = m["shard_checksums"][name];
+      for (const char* ext : {"bin", "idx"}) {
+        const std::string bytes = read_bytes(root / "sums_out" / (name + "." + ext));
+        EXPECT_EQ(sum[std::string(ext) + "_bytes"].get<int64_t>(), int64_t(bytes.size())) << name << ext;
+        EXPECT_EQ(sum[std::string(ext) + "_crc32"].get<uint32_t>(),
+                  uint32_t(crc32(0, reinterpret_cast<const Bytef*>(bytes.data()), uInt(bytes.size()))))
+            << name << ext;
+      }
+      ++shards;
+    }
+  }
+  EXPECT_GE(shards, 3);
 }
 
 TEST_F(Prepare, BadInputsFailCleanly) {
