@@ -171,6 +171,48 @@ void apply_override(const std::string& text, long index, Config& cfg, Origins& o
   origins[path] = Origin{where, kOverrideRank + index};
 }
 
+// ---- Rules over the device and the resolved model shape ------------------------------------
+// A float16 or bfloat16 compute dtype on the CPU. What the build and the machine can do
+// (a CUDA backend, a visible GPU) is checked at start-up instead (train/setup.cpp's
+// resolve_device, through fail_key), so that a GPU config still loads on a login node.
+template <class Conflict>
+void validate_device(const Config& cfg, const Conflict& conflict) {
+  const TrainConfig& t = cfg.train;
+  if (t.device == "cpu" && t.dtype != DType::F32)
+    conflict("train.dtype",
+             fmt::format("is {}, which needs train.device cuda: the CPU computes in float32 (fsdp.param_dtype: "
+                         "bfloat16 still halves the all-gathers)",
+                         dtype_name(t.dtype)),
+             "train.device", fmt::format("is cpu, but train.dtype {} needs a GPU", dtype_name(t.dtype)));
+}
+
+// Without a model folder the shape is the preset with the keys on top, known now: every
+// rule of the model (heads dividing the width, sizes within their bounds, ...) and
+// train.seq_len within the context are config errors, blamed on the key set last.
+template <class OriginOf>
+void validate_shape(const Config& cfg, const OriginOf& origin) {
+  if (!cfg.model.init_from.empty()) return;
+  const model::LlamaConfig shape = apply_shape_keys(cfg.model, model::llama_preset(cfg.model.preset));
+  auto last_set = [&](const std::vector<std::string>& keys) {
+    std::string best = keys.front();
+    for (const std::string& k : keys)
+      if (origin(k).rank > origin(best).rank) best = k;
+    return best;
+  };
+  const std::string preset = fmt::format(" (model.preset {} with the model keys set)", cfg.model.preset);
+  if (const auto p = shape.problem()) {
+    std::vector<std::string> keys;
+    for (std::string_view k : p->keys) keys.push_back(fmt::format("model.{}", k));
+    const std::string key = last_set(keys);
+    fail(origin(key).where, fmt::format("key '{}': {}{}", key, p->message, preset));
+  }
+  if (cfg.train.seq_len > shape.max_seq_len) {
+    const std::string key = last_set({"train.seq_len", "model.max_seq_len"});
+    fail(origin(key).where, fmt::format("key '{}': train.seq_len {} exceeds the model's max_seq_len {}{}", key,
+                                        cfg.train.seq_len, shape.max_seq_len, preset));
+  }
+}
+
 // ---- The one validation pass ---------------------------------------------------------------
 void validate(const Config& cfg, const Origins& origins, const std::string& name) {
   auto origin = [&](const std::string& key) {
@@ -217,23 +259,35 @@ void validate(const Config& cfg, const Origins& origins, const std::string& name
   if (cfg.data.source == DataSource::Shards && cfg.data.path.empty())
     conflict("data.source", "is 'shards', which needs data.path (the folder of token shards)", "data.path",
              "must not be empty when data.source is 'shards'");
+  validate_device(cfg, conflict);
+  validate_shape(cfg, origin);
 }
 
 }  // namespace
 
 Config load_config_string(const std::string& yaml_text, const std::string& display_name,
                           const std::vector<std::string>& overrides) {
-  YAML::Node root;
+  std::vector<YAML::Node> documents;
   try {
-    root = YAML::Load(yaml_text);
+    documents = YAML::LoadAll(yaml_text);
   } catch (const YAML::Exception& e) {
     fail(at_line(display_name, e.mark), fmt::format("invalid YAML: {}", e.msg));
   }
+  // A second document after '---' would otherwise be ignored without a word.
+  for (size_t d = 1; d < documents.size(); ++d) {
+    if (documents[d].IsNull()) continue;  // a trailing '---' holds nothing
+    fail(at_line(display_name, documents[d].Mark()),
+         "a second YAML document (after '---'): a config is one document; merge the two, or put the second in a "
+         "file of its own");
+  }
+  const YAML::Node root = documents.empty() ? YAML::Node() : documents.front();
   Config cfg;
   Origins origins;
   read_tree(root, display_name, cfg, origins);
   for (size_t i = 0; i < overrides.size(); ++i) apply_override(overrides[i], static_cast<long>(i), cfg, origins);
   validate(cfg, origins, display_name);
+  cfg.origins.file = display_name;
+  for (const auto& [key, o] : origins) cfg.origins.where[key] = o.where;
   return cfg;
 }
 
@@ -285,6 +339,31 @@ std::string describe_keys() {
 std::string checkpoint_dir(const Config& cfg) {
   if (!cfg.checkpoint.dir.empty()) return cfg.checkpoint.dir;
   return (std::filesystem::path(cfg.run.dir) / "checkpoints").string();
+}
+
+void fail_key(const Config& cfg, std::string_view key, const std::string& what) {
+  const auto it = cfg.origins.where.find(key);
+  fail(it != cfg.origins.where.end() ? it->second : cfg.origins.file, fmt::format("key '{}' {}", key, what));
+}
+
+model::LlamaConfig apply_shape_keys(const ModelConfig& m, model::LlamaConfig c) {
+  auto set = [](const auto& key, auto& field) {
+    if (key) field = *key;
+  };
+  set(m.vocab_size, c.vocab_size);
+  set(m.hidden_size, c.hidden_size);
+  set(m.intermediate_size, c.intermediate_size);
+  set(m.num_layers, c.num_layers);
+  set(m.num_heads, c.num_heads);
+  set(m.num_kv_heads, c.num_kv_heads);
+  set(m.max_seq_len, c.max_seq_len);
+  set(m.rope_theta, c.rope_theta);
+  set(m.norm_eps, c.norm_eps);
+  set(m.num_experts, c.num_experts);
+  set(m.experts_per_token, c.experts_per_token);
+  set(m.router_aux_loss_coef, c.router_aux_loss_coef);
+  set(m.router_z_loss_coef, c.router_z_loss_coef);
+  return c;
 }
 
 }  // namespace fsdp::config

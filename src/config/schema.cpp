@@ -213,6 +213,11 @@ auto ge(double lo) {
     return v >= lo ? "" : fmt::format("must be >= {}, got {}", lo, show(v));
   };
 }
+auto in_range(double lo, double hi) {
+  return [lo, hi](const auto& v) -> std::string {
+    return v >= lo && v <= hi ? "" : fmt::format("must be in [{}, {}], got {}", lo, hi, show(v));
+  };
+}
 auto in_unit_interval() {  // [0, 1): Adam's betas
   return [](const double& v) -> std::string {
     return v >= 0 && v < 1 ? "" : fmt::format("must be in [0, 1), got {}", v);
@@ -320,8 +325,12 @@ void add_data_rows(std::vector<detail::Field>& t) {
       .add("source", &DataConfig::source, "Where batches come from: a seeded synthetic Markov chain, or token shards at data.path.")
       .add("path", &DataConfig::path, "Directory of token shards from `fsdp_train prepare` (train_*.bin/.idx), or a Megatron shard prefix; required when source is shards.")
       .add("val_path", &DataConfig::val_path, "Directory or prefix of validation shards; empty = the val_* shards in data.path.")
-      .add("num_workers", &DataConfig::num_workers, "Loader threads; 0 = load on the training thread.", ge(0))
-      .add("prefetch", &DataConfig::prefetch, "Micro-batches the loader prepares ahead of the step; 0 = none.", ge(0))
+      // Bounds far above any use (torch's DataLoader prefetches 2 per worker): each prefetch
+      // slot holds a micro-batch, each worker is a thread, allocated at start.
+      .add("num_workers", &DataConfig::num_workers, "Loader threads; 0 = load on the training thread.",
+           in_range(0, 256))
+      .add("prefetch", &DataConfig::prefetch, "Micro-batches the loader prepares ahead of the step; 0 = none.",
+           in_range(0, 1024))
       .add("seed", &DataConfig::seed, "Seed of the data order (shuffling, synthetic tokens).", ge(0));
 }
 
@@ -381,8 +390,11 @@ void add_checkpoint_rows(std::vector<detail::Field>& t) {
            not_empty("auto, none or a checkpoint path"))
       .add("async", &CheckpointConfig::async, "Write checkpoints in the background while training goes on.")
       .add("stop_on_error", &CheckpointConfig::stop_on_error,
-           "A failed save stops the run (exit 1); false = log the error and keep training. Either way the "
-           "previous checkpoints are untouched.");
+           "A failed save stops the run (exit 1); false = log the error and keep training (a failed final save "
+           "still exits 1). Either way the previous checkpoints are untouched.")
+      .add("overwrite", &CheckpointConfig::overwrite,
+           "A run may start in a checkpoint.dir holding another run's checkpoints: they are moved aside into "
+           "<checkpoint.dir>/replaced-<time>/ (and metrics.jsonl beside itself). false = refuse to start.");
 }
 
 void add_fsdp_rows(std::vector<detail::Field>& t) {

@@ -290,6 +290,75 @@ TEST(ConfigErrors, RulesOverTwoKeysBlameTheOneSetLast) {
             "configs/x.yaml:2: key 'data.source' is 'shards', which needs data.path (the folder of token shards)");
 }
 
+// The model shape a preset and the model keys resolve to is checked with the config (the
+// preset tiny: hidden 128, 4 heads, 2 kv heads, context 512), the key set last blamed:
+// these were errors of model construction (exit 1, internal text) before.
+TEST(ConfigErrors, TheResolvedModelShapeIsCheckedWithTheConfig) {
+  const std::string tiny = " (model.preset tiny with the model keys set)";
+  EXPECT_EQ(error_of("model:\n  num_heads: 3\n"),
+            "configs/x.yaml:2: key 'model.num_heads': model.hidden_size (128) must be divisible by model.num_heads "
+            "(3)" + tiny);
+  EXPECT_EQ(error_of("model:\n  num_kv_heads: 3\n"),
+            "configs/x.yaml:2: key 'model.num_kv_heads': model.num_heads (4) must be divisible by model.num_kv_heads "
+            "(3)" + tiny);
+  EXPECT_EQ(error_of("model:\n  hidden_size: 120\n  num_heads: 8\n  num_kv_heads: 4\n"),
+            "configs/x.yaml:3: key 'model.num_heads': head dim model.hidden_size / model.num_heads = 120 / 8 = 15 "
+            "must be even for rotary embeddings" + tiny);
+  EXPECT_EQ(error_of("model:\n  hidden_size: 1000000\n"),
+            "configs/x.yaml:2: key 'model.hidden_size': model.hidden_size must be in [1, 262144], got 1000000" + tiny);
+  EXPECT_EQ(error_of("train:\n  seq_len: 1024\n"),
+            "configs/x.yaml:2: key 'train.seq_len': train.seq_len 1024 exceeds the model's max_seq_len 512" + tiny);
+  EXPECT_EQ(error_of("train:\n  seq_len: 256\n", {"model.max_seq_len=128"}),
+            "--set model.max_seq_len=128: key 'model.max_seq_len': train.seq_len 256 exceeds the model's max_seq_len "
+            "128" + tiny);
+  // With a model folder the shape is its config.json's, read at start-up (fail_key then).
+  EXPECT_EQ(error_of("model:\n  init_from: /models/x\ntrain:\n  seq_len: 100000\n"), "no error");
+}
+
+TEST(ConfigErrors, BoundsOfWhatIsAllocatedAtStart) {
+  EXPECT_EQ(error_of("data:\n  prefetch: 1000000000\n"),
+            "configs/x.yaml:2: key 'data.prefetch' must be in [0, 1024], got 1000000000");
+  EXPECT_EQ(error_of("", {"data.num_workers=100000"}),
+            "--set data.num_workers=100000: key 'data.num_workers' must be in [0, 256], got 100000");
+}
+
+TEST(ConfigErrors, SixteenBitComputeOnTheCpuDevice) {
+  EXPECT_EQ(error_of("train:\n  dtype: bfloat16\n  device: cpu\n"),
+            "configs/x.yaml:3: key 'train.device' is cpu, but train.dtype bfloat16 needs a GPU");
+  EXPECT_EQ(error_of("train:\n  device: cpu\n", {"train.dtype=float16"}),
+            "--set train.dtype=float16: key 'train.dtype' is float16, which needs train.device cuda: the CPU computes "
+            "in float32 (fsdp.param_dtype: bfloat16 still halves the all-gathers)");
+  EXPECT_EQ(error_of("train:\n  dtype: bfloat16\n"), "no error");  // auto: the GPU is known at start-up
+}
+
+// A second document was ignored without a word.
+TEST(ConfigErrors, ASecondYamlDocumentIsRefused) {
+  EXPECT_EQ(error_of("train:\n  max_steps: 5\n---\ntrain:\n  max_steps: 7\n"),
+            "configs/x.yaml:4: a second YAML document (after '---'): a config is one document; merge the two, or put "
+            "the second in a file of its own");
+  EXPECT_EQ(error_of("---\ntrain:\n  max_steps: 5\n"), "no error");
+  EXPECT_EQ(error_of("train:\n  max_steps: 5\n---\n"), "no error");  // a trailing '---' holds nothing
+}
+
+// Errors found after loading (the GPU a rank sees, a model folder's context) still name
+// where the key was set.
+TEST(ConfigErrors, OriginsAreKeptForErrorsFoundLater) {
+  const Config c = load_config_string("train:\n  max_steps: 5\n  device: cuda\n", "configs/x.yaml",
+                                      {"train.seq_len=64"});
+  auto message = [&](std::string_view key) {
+    try {
+      fail_key(c, key, "is wrong here");
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(message("train.device"), "configs/x.yaml:3: key 'train.device' is wrong here");
+  EXPECT_EQ(message("train.seq_len"), "--set train.seq_len=64: key 'train.seq_len' is wrong here");
+  EXPECT_EQ(message("train.dtype"), "configs/x.yaml: key 'train.dtype' is wrong here");
+  EXPECT_EQ(c, load_config_string("train:\n  device: cuda\n  max_steps: 5\n  seq_len: 64\n", "y.yaml"));
+}
+
 TEST(ConfigErrors, ValidateOnAConfigBuiltInCode) {
   Config c;
   c.optim.lr = -1;
@@ -364,7 +433,7 @@ TEST(ConfigDump, EveryKeyInSectionOrder) {
   EXPECT_NE(text.find("  sharding_strategy: FULL_SHARD\n"), std::string::npos);
   EXPECT_NE(text.find("  dtype: float32\n"), std::string::npos);
   const size_t lines = static_cast<size_t>(std::count(text.begin(), text.end(), '\n'));
-  EXPECT_EQ(lines, 9 + 61u);  // 9 sections, 61 keys
+  EXPECT_EQ(lines, 9 + 62u);  // 9 sections, 62 keys
 }
 
 TEST(ConfigDump, HashIsDeterministicAndSeesEveryChange) {

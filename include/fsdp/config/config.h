@@ -10,12 +10,15 @@
 // value throws ConfigError with one message naming the place and the key, e.g.
 //   configs/x.yaml:7: unknown key 'train.max_step' (did you mean 'train.max_steps'?)
 //   --set optim.lr=abc: key 'optim.lr' expects a number, got 'abc'
-// Checks that need the resolved model preset (seq_len <= max_seq_len, ...) belong to the
-// model module, not here.
+// Checks over the resolved model shape (model.preset with the shape keys on top: heads that
+// divide the width, train.seq_len within the context) are config errors too and blame the
+// key set last; with model.init_from the shape is known only once its config.json is
+// read, and those checks raise fail_key() then.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <span>
 #include <string>
@@ -25,6 +28,7 @@
 #include "fsdp/core/dtype.h"
 #include "fsdp/core/error.h"
 #include "fsdp/fsdp/sharding_strategy.h"
+#include "fsdp/model/llama_config.h"
 
 namespace YAML {
 class Node;
@@ -81,7 +85,7 @@ struct DataConfig {
   std::string path;      // token shards (required when source is shards)
   std::string val_path;  // validation shards; "" = none
   int num_workers = 1;
-  int prefetch = 2;
+  int prefetch = 2;  // at most kMaxPrefetch (config.cpp): each slot is a micro-batch of buffers
   int seed = 1234;
   bool operator==(const DataConfig&) const = default;
 };
@@ -125,6 +129,7 @@ struct CheckpointConfig {
   std::string resume = "auto";  // auto | none | a checkpoint path
   bool async = false;
   bool stop_on_error = true;
+  bool overwrite = false;  // a fresh run may move another run's checkpoints aside (train/run_ownership.h)
   bool operator==(const CheckpointConfig&) const = default;
 };
 
@@ -148,6 +153,16 @@ struct EvalConfig {
   bool operator==(const EvalConfig&) const = default;
 };
 
+// Where each key's value came from, kept for errors found after loading (the GPU a rank
+// sees, a model folder's context length): "configs/x.yaml:7" or "--set train.device=cuda";
+// `file` for keys left at their defaults. Provenance, not configuration: two configs with
+// the same values are equal wherever their values came from.
+struct KeyOrigins {
+  std::string file = "config";
+  std::map<std::string, std::string, std::less<>> where;  // "train.device" -> "configs/x.yaml:7"
+  bool operator==(const KeyOrigins&) const { return true; }
+};
+
 struct Config {
   RunConfig run;
   ModelConfig model;
@@ -158,8 +173,13 @@ struct Config {
   FsdpConfig fsdp;
   LoggingConfig logging;
   EvalConfig eval;
+  KeyOrigins origins;
   bool operator==(const Config&) const = default;
 };
+
+// A config error found after loading, in the loader's words: "<where the key was set>:
+// key '<key>' <what>" (exit 2, as for any config error).
+[[noreturn]] void fail_key(const Config& cfg, std::string_view key, const std::string& what);
 
 // Reads the YAML file, applies the overrides ("section.key=value", the text after --set;
 // value parsed as a YAML scalar) in order, then validates. Throws ConfigError.
@@ -186,6 +206,10 @@ std::string describe_keys();
 
 // checkpoint.dir, or <run.dir>/checkpoints when it is empty.
 std::string checkpoint_dir(const Config& cfg);
+
+// The model shape `base` (a preset, or a model folder's config.json) with the shape keys
+// the config sets (model.vocab_size, ...) written over it. No checks.
+model::LlamaConfig apply_shape_keys(const ModelConfig& m, model::LlamaConfig base);
 
 namespace detail {
 // One row of the field table. Shared by schema.cpp (which fills it) and config.cpp (which
