@@ -14,6 +14,7 @@
 #include "fsdp/train/export_main.h"
 #include "fsdp/train/generate_main.h"
 #include "fsdp/train/launch_checks.h"
+#include "fsdp/train/output_dirs.h"
 #include "fsdp/train/preemption.h"
 #include "fsdp/train/prepare_main.h"
 #include "fsdp/train/trainer.h"
@@ -168,8 +169,14 @@ int main(int argc, char** argv) {
                  fsdp::config::dump_yaml(cfg));
     // Before the trainer: a signal during start-up (resume, init) still means "checkpoint
     // at the first step boundary and exit", not death.
-    if (args.command == "train") fsdp::train::install_preemption_handlers();
-    fsdp::train::Trainer trainer(cfg, groups);
+    if (args.command == "train") {
+      fsdp::train::install_preemption_handlers();
+      // Outputs that cannot be written fail now, not at the first save after the whole run.
+      fsdp::train::check_output_dirs(cfg, *groups.world);
+    }
+    fsdp::train::Trainer trainer(cfg, groups,
+                                 args.command == "train" ? fsdp::train::TrainerPurpose::Train
+                                                         : fsdp::train::TrainerPurpose::Evaluate);
     if (args.command == "train") {
       code = trainer.run();
     } else {

@@ -256,6 +256,7 @@ Manifest CheckpointWriter::build_manifest(const Job& job, const std::vector<Rank
   m.world_size = int(status.size());
   m.shard_group_size = job.meta.shard_group_size;
   m.config_yaml = job.meta.config_yaml;
+  m.run_id = job.meta.run_id;
   for (const model::UnitLayout& u : job.meta.units) m.units.push_back(ManifestUnit{u.name, u.numel, {}});
   for (int i = 0; i < int(status.size()); ++i) {
     if (!status[size_t(i)].wrote) continue;
@@ -300,11 +301,22 @@ void CheckpointWriter::abandon(const Job& job, const std::string& local_error, c
             job.step, fmt::join(failed_ranks, ", "));
 }
 
-// Rank 0: complete checkpoints beyond keep_last, and leftovers of crashed saves.
-void CheckpointWriter::prune() const {
+// Rank 0: complete checkpoints beyond keep_last, and leftovers of crashed saves. The one
+// just written always stays, whatever steps the others have (a directory holding a higher
+// step than this run's would otherwise make rotation delete the new checkpoint at once;
+// Note [Run ownership] in train/run_ownership.h keeps other runs out, this is the backstop).
+void CheckpointWriter::prune(const std::string& just_written) const {
   const auto complete = list_checkpoints(opt_.dir);
   if (opt_.keep_last > 0) {
-    for (size_t i = size_t(opt_.keep_last); i < complete.size(); ++i) remove_checkpoint_dir(complete[i]);
+    int kept = 1;  // just_written
+    for (const std::string& path : complete) {
+      if (fs::path(path) == fs::path(just_written)) continue;
+      if (kept < opt_.keep_last) {
+        ++kept;
+        continue;
+      }
+      remove_checkpoint_dir(path);
+    }
   }
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(opt_.dir, ec)) {
@@ -339,7 +351,7 @@ SaveStats CheckpointWriter::commit() {
   }
   // Only rank 0 publishes: if that failed, rank 0 is the one every rank names.
   if (detail::count_failures(!error.empty(), world) != 0) abandon(job, error, {0});
-  if (world.rank() == 0) prune();
+  if (world.rank() == 0) prune(job.final_dir.string());
   SaveStats s;
   s.step = job.step;
   s.stall_seconds = job.stall_seconds;

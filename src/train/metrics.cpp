@@ -65,6 +65,7 @@ std::string to_json_line(const StepMetrics& m) {
   if (m.mfu) j["mfu"] = *m.mfu;
   if (m.loss_scale) j["loss_scale"] = *m.loss_scale;
   if (m.skipped) j["skipped"] = true;
+  if (!m.run_id.empty()) j["run_id"] = m.run_id;
   return j.dump();
 }
 

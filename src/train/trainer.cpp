@@ -28,7 +28,7 @@ uint64_t max_rss_bytes() {
 
 }  // namespace
 
-Trainer::Trainer(const config::Config& cfg, dist::ProcessGroups& groups)
+Trainer::Trainer(const config::Config& cfg, dist::ProcessGroups& groups, TrainerPurpose purpose)
     : cfg_(cfg),
       groups_(groups),
       device_(resolve_device(cfg, groups.world_info)),
@@ -58,7 +58,7 @@ Trainer::Trainer(const config::Config& cfg, dist::ProcessGroups& groups)
 #endif
   data_ = make_data_sources(cfg, model_.config().vocab_size, *groups.world);
   // Each rank fills only its own shards: from a checkpoint, the files or the seeded generator.
-  if (const std::string path = checkpoints_.resume_point(); !path.empty()) {
+  if (const std::string path = checkpoints_.start(purpose == TrainerPurpose::Train); !path.empty()) {
     restore(path);
   } else {
     init_parameters(cfg, model_.units(), engine_);
@@ -324,6 +324,7 @@ int Trainer::run() {
   while (step_ < t.max_steps) {
     StepMetrics m = train_step();
     m.max_rss_bytes = max_rss_bytes();
+    m.run_id = run_id();
     if (t.eval_every > 0 && (step_ % t.eval_every == 0 || step_ == t.max_steps)) m.val_loss = evaluate(cfg_.eval.batches);
     // metrics.jsonl gets every step (resume and equivalence checks compare whole loss
     // curves); the console gets one line per log_every steps. Rank 0 speaks for all.
@@ -339,14 +340,24 @@ int Trainer::run() {
                    last_votes_.preempted_ranks, step_, kExitPreempted);
       if (!checkpoints_.saved_at(step_)) save_checkpoint();
       finish_checkpoint();
+      check_final_checkpoint("the preemption checkpoint");
       return kExitPreempted;
     }
     if (checkpoints_.due(step_)) save_checkpoint();
   }
   if (!checkpoints_.saved_at(step_)) save_checkpoint();
   finish_checkpoint();
+  check_final_checkpoint("the final checkpoint");
   spdlog::info("done: {} steps, {} tokens", step_, tokens_seen_);
   return kExitOk;
+}
+
+// Under checkpoint.stop_on_error: false a failed save only logs; but a run whose last
+// state never reached the disk has not done its work (and a requeue after the preemption
+// exit would resume from an older step than the log claims), so it fails.
+void Trainer::check_final_checkpoint(const char* which) const {
+  FSDP_CHECK(checkpoints_.committed_at(step_),
+             "{} at step {} could not be saved (see the error above): the run's result is not on disk", which, step_);
 }
 
 }  // namespace fsdp::train

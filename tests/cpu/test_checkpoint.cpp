@@ -8,6 +8,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -16,6 +17,7 @@
 #include "fsdp/ckpt/checkpoint_reader.h"
 #include "fsdp/data/indexed_dataset.h"
 #include "fsdp/train/trainer.h"
+#include "../common/local_trainer.h"
 #include "test_util.h"
 
 namespace fsdp {
@@ -23,30 +25,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct LocalTrainer {
-  explicit LocalTrainer(const config::Config& cfg) : groups(dist::local_process_groups()), trainer(cfg, groups) {}
-  train::Trainer* operator->() { return &trainer; }
-  dist::ProcessGroups groups;
-  train::Trainer trainer;
-};
-
-// A fresh directory per test.
-std::string scratch(const std::string& name) {
-  const fs::path p = fs::temp_directory_path() / ("fsdp_ckpt_test_" + name);
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p.string();
-}
-
-config::Config ckpt_config(const std::string& dir, const std::vector<std::string>& extra = {}) {
-  std::vector<std::string> o = {"model.preset=tiny",        "model.num_layers=2",   "model.hidden_size=64",
-                                "model.intermediate_size=96", "model.num_heads=4",  "model.num_kv_heads=2",
-                                "model.vocab_size=256",      "train.seq_len=16",     "train.micro_batch_size=2",
-                                "train.max_steps=8",         "optim.warmup_steps=2", "logging.metrics=false",
-                                "run.dir=" + dir,            "checkpoint.keep_last=10"};
-  o.insert(o.end(), extra.begin(), extra.end());
-  return config::load_config_string("", "test", o);
-}
+using test::ckpt_config;
+using test::LocalTrainer;
+using test::scratch;
 
 // Every unit's master shard, flattened.
 std::vector<float> all_params(train::Trainer& t) {
@@ -206,8 +187,9 @@ TEST(Checkpoint, MetricsOfTheKilledRunAfterTheCheckpointAreDropped) {
   EXPECT_EQ(n, 4);
 }
 
-TEST(Checkpoint, ResumeNoneStartsFreshAndStaleTmpIsNeverPicked) {
-  const std::string dir = scratch("none");
+// (checkpoint.resume: none over existing checkpoints: test_run_ownership.cpp.)
+TEST(Checkpoint, StaleTmpIsNeverPicked) {
+  const std::string dir = scratch("stale_tmp");
   {
     LocalTrainer t(ckpt_config(dir));
     t->train_step();
@@ -216,13 +198,9 @@ TEST(Checkpoint, ResumeNoneStartsFreshAndStaleTmpIsNeverPicked) {
   // A crashed save of a later step: a step_9.tmp with a manifest-less partial file.
   fs::create_directories(dir + "/checkpoints/step_9.tmp");
   std::ofstream(dir + "/checkpoints/step_9.tmp/rank_00000.safetensors") << "partial";
-  {
-    LocalTrainer t(ckpt_config(dir, {"checkpoint.resume=none"}));
-    EXPECT_EQ(t->step(), 0);
-    EXPECT_EQ(t->resumed_from(), "");
-  }
   LocalTrainer t(ckpt_config(dir));
   EXPECT_EQ(t->step(), 1);
+  EXPECT_EQ(t->resumed_from(), dir + "/checkpoints/step_1");
   t->train_step();
   t->save_checkpoint();
   EXPECT_FALSE(fs::exists(dir + "/checkpoints/step_9.tmp")) << "the next save clears crashed leftovers";
@@ -286,6 +264,33 @@ TEST(CheckpointBadInput, NewerFormatVersionIsSkippedOrRefused) {
   j["format_version"] = ckpt::kCheckpointFormatVersion + 1;
   std::ofstream(path) << j.dump();
   c.expect_skipped_and_refused("newer fsdp_train");
+}
+
+// A manifest whose files all pass their CRCs but whose fields are impossible (Note [Manifest
+// schema]): the checkpoint is broken like a corrupt one, auto falls back to step_2, and
+// naming it explicitly fails naming the field.
+TEST(CheckpointBadInput, MalformedManifestIsSkippedOrRefused) {
+  using nlohmann::json;
+  const std::vector<std::pair<std::function<void(json&)>, std::string>> cases = {
+      {[](json& j) { j["world_size"] = 0; }, "'world_size' must be in [1, 1048576], got 0"},
+      {[](json& j) { j["world_size"] = 1000; }, "shard_group_size 1 differs from world_size 1000"},
+      {[](json& j) { j["strategy"] = "FOO"; }, "strategy 'FOO' is not one of"},
+      {[](json& j) { j["state"]["step"] = int64_t(1) << 62; }, "'step' must be in [0, 2147483647], got 4611686018427387904"},
+      {[](json& j) { j["state"]["step"] = -1; }, "'step' must be in [0, 2147483647], got -1"},
+      {[](json& j) { j["state"]["tokens_seen"] = -5; }, "'tokens_seen' must be in"},
+      {[](json& j) { j["files"][0]["bytes"] = 1e30; }, "'bytes' must be an integer, got 1e+30"},
+      {[](json& j) { j["files"][0]["name"] = "../../etc/passwd"; }, "'../../etc/passwd' is not a plain file name"},
+      {[](json& j) { j["model"]["hidden_size"] = 64.5; }, "'hidden_size' must be an integer, got 64.5"},
+      {[](json& j) { j["model"]["num_heads"] = 0; }, "'num_heads' must be in [1, 4096], got 0"},
+  };
+  for (const auto& [damage, what] : cases) {
+    TwoCheckpoints c("manifest_schema");
+    const std::string path = c.newest() + "/manifest.json";
+    json j = json::parse(std::ifstream(path));
+    damage(j);
+    std::ofstream(path) << j.dump();
+    c.expect_skipped_and_refused(what);
+  }
 }
 
 TEST(CheckpointBadInput, DifferentModelShapeIsOneClearError) {

@@ -2,7 +2,8 @@
 // JSON object per line in <run.dir>/metrics.jsonl (stable field names: step, loss, lr,
 // grad_norm, tokens_per_sec, and val_loss when evaluated; mfu on a GPU; loss_scale and
 // skipped under float16; ce_loss, aux_loss and, with a z-loss, z_loss for a mixture of
-// experts).
+// experts; run_id on every line, so a reader line by line always knows which run a step
+// belongs to, with no header line to skip).
 #pragma once
 
 #include <cstdint>
@@ -40,6 +41,7 @@ struct StepMetrics {
   std::optional<double> mfu;         // on a GPU whose peak is known (train/device_peak.h): 0..1
   std::optional<double> loss_scale;  // float16 compute: the dynamic loss scale this step ran with
   bool skipped = false;              // float16: inf/NaN gradients, the optimizer did not step
+  std::string run_id;                // the run (Note [Run ownership] in run_ownership.h); "" = not written
 };
 
 std::string format_step_line(const StepMetrics& m, int64_t max_steps);

@@ -45,9 +45,13 @@
 
 namespace fsdp::train {
 
+// What a Trainer is made for: a training run saves checkpoints, so it claims
+// checkpoint.dir at start-up (Note [Run ownership]); an evaluation only reads one.
+enum class TrainerPurpose { Train, Evaluate };
+
 class Trainer {
  public:
-  Trainer(const config::Config& cfg, dist::ProcessGroups& groups);
+  Trainer(const config::Config& cfg, dist::ProcessGroups& groups, TrainerPurpose purpose = TrainerPurpose::Train);
 
   // One optimizer step over train.grad_accum_steps micro-batches on every rank.
   StepMetrics train_step();
@@ -60,6 +64,8 @@ class Trainer {
   int64_t step() const { return step_; }
   // The checkpoint this run resumed from ("" for a fresh start).
   const std::string& resumed_from() const { return checkpoints_.resumed_from(); }
+  // This run's id (in every checkpoint manifest and metrics.jsonl line).
+  const std::string& run_id() const { return checkpoints_.run_id(); }
   // Collective: writes a checkpoint of the current state (synchronously, or starts an
   // asynchronous one); returns its stats. run() calls it; tests may too.
   ckpt::SaveStats save_checkpoint();
@@ -85,6 +91,8 @@ class Trainer {
   // staging buffers when the model is on a GPU).
   void load_micro_batch(data::Loader& loader, int64_t index);
   void log_run_start() const;
+  // Throws unless the state at step_ is committed to disk (`which` names the save).
+  void check_final_checkpoint(const char* which) const;
   void log_device() const;
 
   config::Config cfg_;
