@@ -128,8 +128,8 @@ model::LlamaConfig training_model_config(const config::Config& cfg) {
     const model::LlamaConfig preset = model::llama_preset(cfg.model.preset);
     if (const std::string key = first_difference(preset, m, want, have);
         cfg.origins.where.count("model.preset") != 0 && !key.empty()) {
-      spdlog::warn("model.preset {} is not used: model.init_from {} brings its own shape ({} {} there, {} in the "
-                   "preset); remove model.preset to silence this",
+      spdlog::warn("model.preset {} is not used: the shape comes from model.init_from {}/config.json ({} {} there, "
+                   "{} in the preset)",
                    cfg.model.preset, cfg.model.init_from, key, have, want);
     }
   }

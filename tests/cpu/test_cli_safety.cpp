@@ -25,7 +25,8 @@ const std::string kTiny = test::source_path("configs/tiny.yaml") + " --set data.
 test::CommandResult run(const std::string& args, int timeout_s = 60) {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
   const std::string log = fs::temp_directory_path() / (std::string("fsdp_cli_safety_") + info->name() + ".log");
-  return test::run_command("timeout " + std::to_string(timeout_s) + " " + std::string(FSDP_TRAIN_BIN) + " " + args, log);
+  return test::run_command("timeout -k 5 " + std::to_string(timeout_s) + " " + std::string(FSDP_TRAIN_BIN) + " " + args,
+                           log);
 }
 
 std::string scratch(const std::string& name) {
@@ -59,10 +60,13 @@ TEST(CliSafety, ZeroHeadsInConfigJsonIsAnErrorNotSigfpe) {
   nlohmann::json j = nlohmann::json::parse(std::ifstream(dir + "/config.json"));
   j["num_attention_heads"] = 0;
   std::ofstream(dir + "/config.json") << j.dump();
-  for (const char* command : {"train", "eval"}) {
+  const std::string why = dir + "/config.json: 'num_attention_heads' must be in [1, 4096], got 0";
+  for (const char* command : {"train", "eval"})
     expect_refusal(run(std::string(command) + " --config " + kTiny + kOnGolden + dir + " --set run.dir=" + dir + "/run"),
-                   1, {dir + "/config.json: 'num_attention_heads' must be in [1, 4096], got 0"});
-  }
+                   1, {why});
+  expect_refusal(run("generate --checkpoint " + dir + " --tokenizer " +
+                     test::source_path("tests/golden/hf_export/tokenizer.model") + " --prompt hi"),
+                 1, {why});
 }
 
 TEST(CliSafety, AFifoAsAModelFileOrATokenShardIsRefusedNotWaitedOn) {
@@ -129,8 +133,8 @@ TEST(CliSafety, APresetThatAModelFolderOverridesIsNamed) {
   const std::string model = golden_folder("preset_model");
   const auto r = run("eval --config " + kTiny + kOnGolden + model + " --set model.preset=llama2_7b");
   EXPECT_EQ(r.code, 0) << r.out;
-  EXPECT_NE(r.out.find("model.preset llama2_7b is not used: model.init_from " + model + " brings its own shape "
-                       "(vocab_size 96 there, 32000 in the preset)"),
+  EXPECT_NE(r.out.find("model.preset llama2_7b is not used: the shape comes from model.init_from " + model +
+                       "/config.json (vocab_size 96 there, 32000 in the preset)"),
             std::string::npos)
       << r.out;
 }

@@ -37,18 +37,11 @@ void edit_json(const std::string& path, const std::function<void(json&)>& edit) 
   std::ofstream(path) << j.dump(2);
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
+using test::error_message;
 
 TEST(ModelFolder, ConfigJsonIsValidatedBeforeAnyArithmetic) {
   const std::string dir = golden_copy("config_json"), path = dir + "/config.json";
-  ASSERT_EQ(error_of([&] { ckpt::read_hf_llama_config(dir); }), "no error");
+  ASSERT_EQ(error_message([&] { ckpt::read_hf_llama_config(dir); }), "(no error)");
   const std::vector<std::pair<std::function<void(json&)>, std::string>> cases = {
       {[](json& j) { j["num_attention_heads"] = 0; }, "'num_attention_heads' must be in [1, 4096], got 0"},
       {[](json& j) { j["hidden_size"] = -48; }, "'hidden_size' must be in [1, 262144], got -48"},
@@ -67,7 +60,7 @@ TEST(ModelFolder, ConfigJsonIsValidatedBeforeAnyArithmetic) {
     fs::copy_file(test::source_path("tests/golden/llama_gqa_tiny/config.json"), path,
                   fs::copy_options::overwrite_existing);
     edit_json(path, damage);
-    const std::string msg = error_of([&] { ckpt::read_hf_llama_config(dir); });
+    const std::string msg = error_message([&] { ckpt::read_hf_llama_config(dir); });
     EXPECT_EQ(msg, path + ": " + what);
   }
 }
@@ -75,12 +68,12 @@ TEST(ModelFolder, ConfigJsonIsValidatedBeforeAnyArithmetic) {
 TEST(ModelFolder, IndexEntriesThatLeaveTheFolderAreRefusedByName) {
   const std::string dir = golden_copy("traversal"), index = dir + "/model.safetensors.index.json";
   const std::string tensor = "model.embed_tokens.weight";
-  ASSERT_EQ(error_of([&] { ckpt::SafetensorsFolder f(dir); }), "no error");
+  ASSERT_EQ(error_message([&] { ckpt::SafetensorsFolder f(dir); }), "(no error)");
   auto point_at = [&](const std::string& name) {
     fs::copy_file(test::source_path("tests/golden/llama_gqa_tiny/model.safetensors.index.json"), index,
                   fs::copy_options::overwrite_existing);
     edit_json(index, [&](json& j) { j["weight_map"][tensor] = name; });
-    return error_of([&] { ckpt::SafetensorsFolder f(dir); });
+    return error_message([&] { ckpt::SafetensorsFolder f(dir); });
   };
   const std::string entry = index + ": weight_map entry for tensor " + tensor;
   EXPECT_EQ(point_at("../../../../etc/passwd"),
@@ -103,7 +96,7 @@ TEST(ModelFolder, ASymlinkOutOfAFolderWithoutIndexIsRefusedToo) {
   const std::string outside = fs::temp_directory_path() / "fsdp_folder_single_outside.safetensors";
   ckpt::write_safetensors(outside, {ckpt::WriteEntry{"x", "F32", {1}, "\0\0\0\0", 4}});
   fs::create_symlink(outside, dir / "model.safetensors");
-  EXPECT_NE(error_of([&] { ckpt::SafetensorsFolder f(dir.string()); }).find("outside the model folder"),
+  EXPECT_NE(error_message([&] { ckpt::SafetensorsFolder f(dir.string()); }).find("outside the model folder"),
             std::string::npos);
 }
 
@@ -121,12 +114,12 @@ TEST(ModelFolder, AHubCacheSnapshotOfSymlinksIntoBlobsLoads) {
     fs::copy_file(e.path(), repo / "blobs" / blob);
     fs::create_symlink(fs::path("../../blobs") / blob, snap / e.path().filename());
   }
-  EXPECT_EQ(error_of([&] {
+  EXPECT_EQ(error_message([&] {
               ckpt::SafetensorsFolder f(snap.string());
               EXPECT_TRUE(f.contains("model.embed_tokens.weight"));
               EXPECT_EQ(ckpt::read_hf_llama_config(snap.string()).hidden_size, 48);
             }),
-            "no error");
+            "(no error)");
 }
 
 }  // namespace

@@ -23,14 +23,7 @@ using test::ckpt_config;
 using test::LocalTrainer;
 using test::scratch;
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using test::error_message;
 
 std::string run_id_of(const std::string& checkpoint) {
   return ckpt::CheckpointReader(checkpoint).manifest().run_id;
@@ -46,7 +39,7 @@ std::string older_run(const std::string& dir) {
 TEST(RunOwnership, ResumeNoneOverAnotherRunsCheckpointsIsRefusedNamingThem) {
   const std::string dir = scratch("own_refused");
   const std::string old_id = older_run(dir);
-  const std::string msg = error_of([&] { LocalTrainer t(ckpt_config(dir, {"checkpoint.resume=none"})); });
+  const std::string msg = error_message([&] { LocalTrainer t(ckpt_config(dir, {"checkpoint.resume=none"})); });
   for (const std::string& part : std::vector<std::string>{dir + "/checkpoints holds 2 checkpoint(s) of another run",
                                                            "step_4 (run " + old_id + ")", "step_2",
                                                            "checkpoint.overwrite: true", "checkpoint.resume is none"})
@@ -117,7 +110,7 @@ TEST(RunOwnership, AResumedRunRefusesCheckpointsOfAnotherRunId) {
   older_run(dir);
   older_run(other);
   fs::rename(other + "/checkpoints/step_2", dir + "/checkpoints/step_1");  // the other run's, at a lower step
-  const std::string msg = error_of([&] { LocalTrainer t(ckpt_config(dir, {"train.max_steps=6"})); });
+  const std::string msg = error_message([&] { LocalTrainer t(ckpt_config(dir, {"train.max_steps=6"})); });
   EXPECT_NE(msg.find("holds 1 checkpoint(s) of another run: step_1 (run "), std::string::npos) << msg;
   EXPECT_NE(msg.find("a resumed run"), std::string::npos) << msg;
 }
@@ -138,12 +131,12 @@ TEST(RunOwnership, RotationNeverDeletesTheCheckpointJustWritten) {
 
 TEST(RunOwnership, AMissingLoadDirOrResumePathIsAnError) {
   const std::string dir = scratch("own_missing");
-  std::string msg = error_of([&] { LocalTrainer t(ckpt_config(dir, {"checkpoint.load_dir=" + dir + "/nowhere"})); });
+  std::string msg = error_message([&] { LocalTrainer t(ckpt_config(dir, {"checkpoint.load_dir=" + dir + "/nowhere"})); });
   EXPECT_NE(msg.find("checkpoint.load_dir " + dir + "/nowhere does not exist"), std::string::npos) << msg;
   fs::create_directories(dir + "/empty");
-  msg = error_of([&] { LocalTrainer t(ckpt_config(dir, {"checkpoint.load_dir=" + dir + "/empty"})); });
+  msg = error_message([&] { LocalTrainer t(ckpt_config(dir, {"checkpoint.load_dir=" + dir + "/empty"})); });
   EXPECT_NE(msg.find("checkpoint.load_dir " + dir + "/empty holds no complete checkpoint"), std::string::npos) << msg;
-  msg = error_of([&] { LocalTrainer t(ckpt_config(dir, {"checkpoint.resume=" + dir + "/nowhere/step_3"})); });
+  msg = error_message([&] { LocalTrainer t(ckpt_config(dir, {"checkpoint.resume=" + dir + "/nowhere/step_3"})); });
   EXPECT_NE(msg.find("checkpoint.resume: " + dir + "/nowhere/step_3 does not exist"), std::string::npos) << msg;
 }
 
@@ -172,7 +165,7 @@ TEST(RunOwnership, AFailedFinalSaveFailsTheRunEvenWithStopOnErrorFalse) {
   std::ofstream(dir + "/file") << "x";  // a file where a directory should be (root ignores chmod)
   LocalTrainer t(ckpt_config(dir, {"checkpoint.dir=" + dir + "/file/ckpt", "checkpoint.stop_on_error=false",
                                    "train.max_steps=2"}));
-  const std::string msg = error_of([&] { t->run(); });
+  const std::string msg = error_message([&] { t->run(); });
   EXPECT_NE(msg.find("the final checkpoint at step 2 could not be saved"), std::string::npos) << msg;
 }
 
