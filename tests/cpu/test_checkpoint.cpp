@@ -276,10 +276,11 @@ TEST(CheckpointBadInput, MalformedManifestIsSkippedOrRefused) {
       {[](json& j) { j["model"]["hidden_size"] = 64.5; }, "'hidden_size' must be an integer, got 64.5"},
       {[](json& j) { j["model"]["num_heads"] = 0; }, "'num_heads' must be in [1, 4096], got 0"},
   };
+  TwoCheckpoints c("manifest_schema");
+  const std::string path = c.newest() + "/manifest.json";
+  const json original = json::parse(std::ifstream(path));
   for (const auto& [damage, what] : cases) {
-    TwoCheckpoints c("manifest_schema");
-    const std::string path = c.newest() + "/manifest.json";
-    json j = json::parse(std::ifstream(path));
+    json j = original;
     damage(j);
     std::ofstream(path) << j.dump();
     c.expect_skipped_and_refused(what);
