@@ -9,6 +9,7 @@
 #include <spdlog/spdlog.h>
 
 #include "fsdp/data/synthetic.h"
+#include "fsdp/dist/watchdog.h"
 #include "fsdp/train/device_peak.h"
 #include "fsdp/train/exit_codes.h"
 #include "fsdp/train/preemption.h"
@@ -200,6 +201,7 @@ StepMetrics Trainer::train_step() {
   const int world = groups_.world->size();
   const int64_t global_batch = int64_t(cfg_.train.micro_batch_size) * cfg_.train.grad_accum_steps * world;
   ++step_;
+  dist::set_watchdog_step(step_);
 
   // Every target of a synthetic sample is a real token, so the global batch holds
   // global_batch * seq_len targets.

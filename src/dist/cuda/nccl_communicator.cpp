@@ -100,6 +100,7 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
         size_(bootstrap.size()),
         device_(device),
         stream_(static_cast<cudaStream_t>(stream)) {
+    world_ranks_ = bootstrap.world_ranks();
     for (int op = 0; op < 4; ++op)
       nvtx_names_[size_t(op)] = fmt::format("nccl {} (group '{}')", detail::collective_name(Collective(op)), name_);
     int count = 0;
