@@ -11,6 +11,7 @@
 #include "fsdp/data/synthetic.h"
 #include "fsdp/dist/watchdog.h"
 #include "fsdp/train/device_peak.h"
+#include "fsdp/train/divergence.h"
 #include "fsdp/train/exit_codes.h"
 #include "fsdp/train/preemption.h"
 #if defined(FSDP_WITH_CUDA)
@@ -85,7 +86,14 @@ void Trainer::restore(const std::string& path) {
   data_.train_loader->seek_global(samples_seen_);
 }
 
-ckpt::SaveStats Trainer::save_checkpoint() { return checkpoints_.save(train_state(), model_, engine_); }
+ckpt::SaveStats Trainer::save_checkpoint() {
+  // A checkpoint is never written from diverged weights (resume would only diverge again).
+  if (!weights_finite(engine_, *groups_.world)) {
+    throw Diverged(fmt::format("the weights are not finite after step {} (its update overflowed)", step_), step_,
+                   step_);
+  }
+  return checkpoints_.save(train_state(), model_, engine_);
+}
 
 void Trainer::finish_checkpoint() { checkpoints_.finish(); }
 
@@ -223,12 +231,20 @@ StepMetrics Trainer::train_step() {
   // The objective, as transformers' MixtralForCausalLM reports it: cross-entropy plus the
   // weighted router losses (just the cross-entropy for Llama).
   const double loss = ce_loss + (mc.is_moe() ? mc.router_aux_loss_coef * *aux_loss + mc.router_z_loss_coef * *z_loss : 0.0);
-  FSDP_CHECK(std::isfinite(loss), "loss is {} at step {}: stopping (lower optim.lr or check the data{})", loss, step_,
-             cfg_.train.dtype == DType::F16 ? "; float16 activations may overflow: try bfloat16" : "");
+  // Every rank sees the same all-reduced loss and norm, so every rank stops alike.
+  if (!std::isfinite(loss)) {
+    throw Diverged(fmt::format("loss is {} at step {}{}", std::isnan(loss) ? "nan" : fmt::format("{}", loss), step_,
+                               cfg_.train.dtype == DType::F16 ? " (float16 activations may overflow: try bfloat16)" : ""),
+                   step_, step_ - 1);
+  }
 
-  // The norm of the scaled gradients: not finite when float16 overflowed (every rank sees
-  // the same all-reduced value, so every rank skips alike).
+  // The norm of the scaled gradients: not finite when float16 overflowed (then the step is
+  // skipped); with any other dtype the weights behind it are diverged.
   const double scaled_norm = engine_.grad_norm();
+  if (!std::isfinite(scaled_norm) && !scaler_.enabled())
+    throw Diverged(fmt::format("the gradient norm is {} at step {}",
+                               std::isnan(scaled_norm) ? "nan" : fmt::format("{}", scaled_norm), step_),
+                   step_, step_ - 1);
   const bool apply = scaler_.update(!std::isfinite(scaled_norm));
   const double grad_norm = scaled_norm / loss_scale;
   const double lr = schedule_.at(step_);
@@ -311,7 +327,6 @@ void Trainer::log_run_start() const {
 }
 
 int Trainer::run() {
-  const auto& t = cfg_.train;
   const bool rank0 = groups_.world->rank() == 0;
   std::unique_ptr<MetricsWriter> metrics;
   if (rank0 && cfg_.logging.metrics) {
@@ -323,6 +338,19 @@ int Trainer::run() {
     metrics = std::make_unique<MetricsWriter>(path, /*truncate=*/resumed_from().empty());
   }
   log_run_start();
+  try {
+    return train_loop(metrics.get());
+  } catch (const Diverged& d) {
+    finish_checkpoint();  // a background save of an earlier step commits first
+    const std::string line = handle_divergence(d, config::checkpoint_dir(cfg_), rank0);
+    if (rank0) spdlog::error("{}", line);
+    return kExitError;
+  }
+}
+
+int Trainer::train_loop(MetricsWriter* metrics) {
+  const auto& t = cfg_.train;
+  const bool rank0 = groups_.world->rank() == 0;
   while (step_ < t.max_steps) {
     StepMetrics m = train_step();
     m.max_rss_bytes = max_rss_bytes();
