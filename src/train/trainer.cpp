@@ -2,10 +2,12 @@
 
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
 
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include "fsdp/data/synthetic.h"
@@ -21,6 +23,16 @@
 namespace fsdp::train {
 
 namespace {
+
+// "world ranks 0-1 on n01" / "world ranks 0, 2 on n01, n02": a group and where it runs.
+std::string describe_placement(const dist::Communicator& c, const dist::WorldInfo& w) {
+  std::vector<std::string> hosts;
+  for (int r : c.world_ranks()) {
+    const std::string& h = r >= 0 && r < int(w.hosts.size()) ? w.hosts[size_t(r)] : w.hostname;
+    if (std::find(hosts.begin(), hosts.end(), h) == hosts.end()) hosts.push_back(h);
+  }
+  return fmt::format("{} on {}", dist::describe_world_ranks(c.world_ranks()), fmt::join(hosts, ", "));
+}
 
 uint64_t max_rss_bytes() {
   rusage ru{};
@@ -316,6 +328,11 @@ void Trainer::log_run_start() const {
                config::to_string(cfg_.fsdp.sharding_strategy), world, groups_.world_info.num_nodes,
                groups_.shard->size(), groups_.replicate->size(), dtype_name(cfg_.fsdp.param_dtype),
                dtype_name(cfg_.fsdp.reduce_dtype), double(engine_.persistent_bytes()) / (1 << 20));
+  if (world > 1) {
+    spdlog::info("fsdp: rank 0's shard group is {}; its replicate group {}",
+                 describe_placement(*groups_.shard, groups_.world_info),
+                 describe_placement(*groups_.replicate, groups_.world_info));
+  }
   if (cfg_.data.source == config::DataSource::Synthetic) {
     spdlog::info("data: synthetic Markov chain (loss floor {:.3f} nats, uniform guess {:.3f})",
                  data::SyntheticSource::entropy_rate(), std::log(double(model_.config().vocab_size)));
