@@ -140,6 +140,13 @@ void watched_wait(int id, Collective op, uint64_t seq, FunctionRef<bool()> done)
 // A collective the library reported failed (`what`: its words): reported and aborted like a
 // timeout when armed; returns only when not armed or abort is off (the caller then throws).
 void watched_failure(int id, Collective op, uint64_t seq, const std::string& what);
+// One poll for a wait the watchdog does not run itself (the host waiting for a GPU stream,
+// Note [Host waits]; the emulated NCCL waiting inside a call): the oldest collective still
+// in flight is seq on group id (id -1: none), issued waited_s ago; failure: what the library
+// reports about it (nullptr: nothing). Answers the other ranks, and when the collective is
+// overdue or failed, or another rank's watchdog fired, reports and aborts as watched_wait does
+// (once per collective when abort is off).
+void watched_poll(int id, Collective op, uint64_t seq, double waited_s, const std::string* failure);
 // Called on this rank right before MPI_Abort (the NCCL communicators abort themselves).
 void on_watchdog_abort(const void* key, std::function<void()> fn);
 void forget_watchdog_abort(const void* key);

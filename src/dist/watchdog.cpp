@@ -57,6 +57,14 @@ struct Waiting {
   uint64_t seq = 0;
 };
 
+// Sets what this rank waits in for a scope (a report may throw: tests leave waits that way).
+struct WaitingScope {
+  WaitingScope(Waiting& slot, const Waiting& now) : slot_(slot), saved_(slot) { slot = now; }
+  ~WaitingScope() { slot_ = saved_; }
+  Waiting& slot_;
+  Waiting saved_;
+};
+
 struct Reply {
   int64_t issued = -1;
   Waiting waits;
@@ -116,10 +124,9 @@ class Watchdog {
   uint64_t count(int id) { return ++group(id).issued; }
 
   void wait(int id, Collective op, uint64_t seq, detail::FunctionRef<bool()> done) {
-    waiting_ = Waiting{id, op, seq};
+    const WaitingScope scope(waiting_, Waiting{id, op, seq});
     const Clock::time_point t0 = Clock::now();
-    const auto deadline = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options.timeout_s));
-    auto deadline_at = deadline;
+    auto deadline = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options.timeout_s));
     Clock::time_point next_service = t0, last = t0;
     bool reported = false, suspended = false;
     while (!done()) {
@@ -128,7 +135,7 @@ class Watchdog {
       // running (stopped, or its machine paused): that time is not the others' fault, and
       // when the others' watchdog fired meanwhile, this rank is the one they named.
       if (t - last > std::chrono::seconds(1)) {
-        deadline_at += t - last;
+        deadline += t - last;
         suspended = true;
       }
       last = t;
@@ -141,18 +148,36 @@ class Watchdog {
           fail(fmt::format("abandoned after {:.1f} s (world rank {}'s watchdog fired)", seconds(t - t0), notice_from_),
                seconds(t - t0), /*quiet_if_all_present=*/true);
         reported = true;
-      } else if (t >= deadline_at) {
+      } else if (t >= deadline) {
         fail(fmt::format("did not complete within {:g} s", options.timeout_s), seconds(t - t0), false);
         reported = true;
       }
     }
-    waiting_ = Waiting{};
+  }
+
+  void poll(const Waiting& w, double waited, const std::string* failure) {
+    const WaitingScope scope(waiting_, w);  // what this rank's replies say it waits in
+    service();
+    const bool seen = w.group == polled_.group && w.seq == polled_.seq;
+    if (w.group >= 0 && !seen) {
+      if (failure != nullptr) {
+        polled_ = w;
+        fail(fmt::format("failed ({})", *failure), waited, false);
+      } else if (notice_from_ >= 0) {
+        polled_ = w;
+        if (!named_absent_)
+          fail(fmt::format("abandoned after {:.1f} s (world rank {}'s watchdog fired)", waited, notice_from_), waited,
+               true);
+      } else if (waited >= options.timeout_s) {
+        polled_ = w;
+        fail(fmt::format("did not complete within {:g} s", options.timeout_s), waited, false);
+      }
+    }
   }
 
   void failed(int id, Collective op, uint64_t seq, const std::string& what) {
-    waiting_ = Waiting{id, op, seq};
+    const WaitingScope scope(waiting_, Waiting{id, op, seq});
     fail(fmt::format("failed ({})", what), 0, false);
-    waiting_ = Waiting{};
   }
 
   void add_abort_hook(const void* key, std::function<void()> fn) { abort_hooks_[key] = std::move(fn); }
@@ -201,7 +226,8 @@ class Watchdog {
   void receive(int from, const Message& m) {
     if (m[0] == kQuery && m.size() >= 6) {
       const int id = int(m[2]);
-      const bool known = id >= 0 && id < int(groups_.size()) && groups_[size_t(id)].hash == uint64_t(m[3]);
+      const bool known = id >= 0 && id < int(groups_.size()) && groups_[size_t(id)].alive &&
+                         groups_[size_t(id)].hash == uint64_t(m[3]);
       send(from, Message{kReply, m[1], m[2], known ? int64_t(groups_[size_t(id)].issued) : -1, waiting_.group,
                          int64_t(waiting_.op), int64_t(waiting_.seq), step});
     } else if (m[0] == kReply && m.size() >= 8) {
@@ -253,7 +279,7 @@ class Watchdog {
       if (it == replies_.end()) {
         why = fmt::format("no reply within {:g} s: dead, stopped, or busy outside any collective", grace);
       } else if (it->second.issued < 0) {
-        why = "it does not know this group: the ranks made their groups in different orders";
+        why = "it does not know this group (destroyed there, or the ranks made their groups in different orders)";
       } else if (uint64_t(it->second.issued) < waiting_.seq) {
         why = fmt::format("it entered {} collective(s) on this group and {}", it->second.issued,
                           describe_wait(it->second.waits));
@@ -301,6 +327,7 @@ class Watchdog {
   int64_t query_id_ = 0;
   std::map<int, Reply> replies_;
   int notice_from_ = -1;
+  Waiting polled_;  // the collective an external wait last reported (poll reports each once)
   bool named_absent_ = false;  // a NOTICE named this rank as one that did not arrive
   std::map<const void*, std::function<void()>> abort_hooks_;
 };
@@ -374,6 +401,11 @@ void watched_wait(int id, Collective op, uint64_t seq, FunctionRef<bool()> done)
     return;
   }
   w.wait(id, op, seq, done);
+}
+
+void watched_poll(int id, Collective op, uint64_t seq, double waited_s, const std::string* failure) {
+  Watchdog& w = the_watchdog();
+  if (w.armed()) w.poll(Waiting{id, op, seq}, waited_s, failure);
 }
 
 void watched_failure(int id, Collective op, uint64_t seq, const std::string& what) {
