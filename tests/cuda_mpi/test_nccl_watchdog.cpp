@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "cuda_mpi_test_env.h"
+#include "../common/scoped_watchdog.h"
 #include "fsdp/core/cuda.h"
 #include "fsdp/dist/nccl.h"
 #include "fsdp/dist/watchdog.h"
@@ -26,14 +27,7 @@
 namespace fsdp::dist {
 namespace {
 
-struct ScopedWatchdog {
-  explicit ScopedWatchdog(WatchdogOptions o) : saved(watchdog_options()) { configure_watchdog(std::move(o)); }
-  ~ScopedWatchdog() {
-    configure_watchdog(saved);
-    set_watchdog_step(-1);
-  }
-  WatchdogOptions saved;
-};
+using test::ScopedWatchdog;
 
 Device gpu() { return Device::cuda(test::rank_device()); }
 

@@ -17,6 +17,7 @@
 #include "fsdp/dist/communicator.h"
 #include "fsdp/dist/watchdog.h"
 #include "mpi_test_env.h"
+#include "../common/scoped_watchdog.h"
 
 namespace fsdp::dist {
 namespace {
@@ -29,15 +30,7 @@ Tensor ones(int64_t n) {
   return t;
 }
 
-// Watchdog options for one test, restored afterwards (the other tests run under the default).
-struct ScopedWatchdog {
-  explicit ScopedWatchdog(WatchdogOptions o) : saved(watchdog_options()) { configure_watchdog(std::move(o)); }
-  ~ScopedWatchdog() {
-    configure_watchdog(saved);
-    set_watchdog_step(-1);
-  }
-  WatchdogOptions saved;
-};
+using test::ScopedWatchdog;
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
