@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdio>
 #include <string>
 #include <thread>
 #include <vector>
@@ -92,6 +93,22 @@ TEST(NcclWatchdog, AnAsynchronousNcclErrorIsReportedAtTheNextHostWait) {
   test::world_groups().world->barrier();
 }
 #endif
+
+// The failure path as a job meets it, run only by the ctest cuda_nccl_watchdog_abort
+// (tests/cuda_mpi/watchdog_abort.sh, which expects exit code 76): the waiting ranks report,
+// abort every NCCL communicator (the stand-in ends the collective that waits) and MPI_Abort
+// the job, the late rank included.
+TEST(NcclWatchdog, DISABLED_AbortsTheJobWithItsExitCode) {
+  if (skip()) GTEST_SKIP() << "needs 2 ranks with a CUDA device each";
+  Communicator& world = *test::world_groups().world;
+  NcclCommunicator& nccl = test::nccl_world();
+  ScopedWatchdog scope({1.0, 76, [](const WatchdogReport& r) { std::fprintf(stderr, "%s\n", r.line().c_str()); }});
+  set_watchdog_step(3);
+  if (world.rank() == world.size() - 1) std::this_thread::sleep_for(std::chrono::seconds(60));
+  const Tensor x = ones_on_gpu(5);
+  nccl.wait(nccl.all_reduce(x));
+  ADD_FAILURE() << "the job was not aborted";
+}
 
 }  // namespace
 }  // namespace fsdp::dist

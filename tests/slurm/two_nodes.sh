@@ -16,9 +16,13 @@
 SLURM_TEST_UP=two_nodes_up
 SLURM_TEST_DOWN=two_nodes_down
 source "$(dirname "$0")/two_nodes_cluster.sh"
-if [[ $(id -u) -eq 0 ]] && ! { ip netns add "fsdp_probe$$" && ip netns del "fsdp_probe$$"; } 2>/dev/null; then
-  echo "[two_nodes] SKIP: this machine does not let root make network namespaces (ip netns add)" >&2
-  exit 77
+if [[ $(id -u) -eq 0 ]]; then
+  command -v ip >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iproute2 >/dev/null; } ||
+    { echo "[two_nodes] FAIL: iproute2 (ip) is missing and could not be installed" >&2; exit 1; }
+  if ! { ip netns add "fsdp_probe$$" && ip netns del "fsdp_probe$$"; } 2>/dev/null; then
+    echo "[two_nodes] SKIP: this machine does not let root make network namespaces (ip netns add)" >&2
+    exit 77
+  fi
 fi
 source "$(dirname "$0")/common.sh" "$@"
 
