@@ -9,6 +9,7 @@
 #include "fsdp/config/config.h"
 #include "fsdp/core/error.h"
 #include "fsdp/dist/communicator.h"
+#include "fsdp/dist/watchdog.h"
 #include "fsdp/train/exit_codes.h"
 #include "fsdp/train/error_report.h"
 #include "fsdp/train/export_main.h"
@@ -156,6 +157,12 @@ int main(int argc, char** argv) {
   fsdp::dist::ProcessGroups groups;
   int code = kExitOk;
   try {
+    // Armed before the first collective (start-up's config check included).
+    fsdp::dist::configure_watchdog({cfg.dist.timeout_s, fsdp::train::kExitPeerFailure,
+                                    [](const fsdp::dist::WatchdogReport& r) {
+                                      spdlog::error("{}", r.line());
+                                      spdlog::default_logger()->flush();
+                                    }});
     try {
       groups = fsdp::dist::init_process_groups(fsdp::train::shard_group_size(cfg));
     } catch (const fsdp::Error& e) {

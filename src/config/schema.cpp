@@ -408,6 +408,17 @@ void add_fsdp_rows(std::vector<detail::Field>& t) {
       .add("prefetch_limit", &FsdpConfig::prefetch_limit, "Units whose all-gather may run ahead of compute.", ge(0));
 }
 
+void add_dist_rows(std::vector<detail::Field>& t) {
+  SectionRows(t, "dist", &Config::dist)
+      .add("timeout_s", &DistConfig::timeout_s,
+           "Seconds a collective may wait for the other ranks (a rank killed, stopped or stuck in I/O) before every "
+           "rank reports who did not arrive and the job exits with code 76 (requeue: resume from the last "
+           "checkpoint); 0 = wait forever.",
+           [](const double& v) -> std::string {
+             return v >= 0 && v <= 1e6 ? "" : fmt::format("must be between 0 (off) and 1e6 seconds, got {}", v);
+           });
+}
+
 void add_logging_rows(std::vector<detail::Field>& t) {
   SectionRows(t, "logging", &Config::logging)
       .add_one_of("level", &LoggingConfig::level, "Console log level.", {"trace", "debug", "info", "warn", "error"})
@@ -429,6 +440,7 @@ std::vector<detail::Field> build_table() {
   add_optim_rows(t);
   add_checkpoint_rows(t);
   add_fsdp_rows(t);
+  add_dist_rows(t);
   add_logging_rows(t);
   add_eval_rows(t);
   return t;
@@ -456,6 +468,7 @@ std::span<const Section> sections() {
       {"optim", "AdamW and the learning-rate schedule."},
       {"checkpoint", "Saving and resuming."},
       {"fsdp", "Sharding and mixed precision."},
+      {"dist", "Communication between ranks: the collective watchdog."},
       {"logging", "Console log and metrics.jsonl."},
       {"eval", "Evaluation on data.val_path."},
   };

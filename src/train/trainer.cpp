@@ -2,14 +2,18 @@
 
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
 
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include "fsdp/data/synthetic.h"
+#include "fsdp/dist/watchdog.h"
 #include "fsdp/train/device_peak.h"
+#include "fsdp/train/divergence.h"
 #include "fsdp/train/exit_codes.h"
 #include "fsdp/train/preemption.h"
 #if defined(FSDP_WITH_CUDA)
@@ -19,6 +23,16 @@
 namespace fsdp::train {
 
 namespace {
+
+// "world ranks 0-1 on n01" / "world ranks 0, 2 on n01, n02": a group and where it runs.
+std::string describe_placement(const dist::Communicator& c, const dist::WorldInfo& w) {
+  std::vector<std::string> hosts;
+  for (int r : c.world_ranks()) {
+    const std::string& h = r >= 0 && r < int(w.hosts.size()) ? w.hosts[size_t(r)] : w.hostname;
+    if (std::find(hosts.begin(), hosts.end(), h) == hosts.end()) hosts.push_back(h);
+  }
+  return fmt::format("{} on {}", dist::describe_world_ranks(c.world_ranks()), fmt::join(hosts, ", "));
+}
 
 uint64_t max_rss_bytes() {
   rusage ru{};
@@ -84,7 +98,14 @@ void Trainer::restore(const std::string& path) {
   data_.train_loader->seek_global(samples_seen_);
 }
 
-ckpt::SaveStats Trainer::save_checkpoint() { return checkpoints_.save(train_state(), model_, engine_); }
+ckpt::SaveStats Trainer::save_checkpoint() {
+  // A checkpoint is never written from diverged weights (resume would only diverge again).
+  if (!weights_finite(engine_, *groups_.world)) {
+    throw Diverged(fmt::format("the weights are not finite after step {} (its update overflowed)", step_), step_,
+                   step_);
+  }
+  return checkpoints_.save(train_state(), model_, engine_);
+}
 
 void Trainer::finish_checkpoint() { checkpoints_.finish(); }
 
@@ -200,6 +221,7 @@ StepMetrics Trainer::train_step() {
   const int world = groups_.world->size();
   const int64_t global_batch = int64_t(cfg_.train.micro_batch_size) * cfg_.train.grad_accum_steps * world;
   ++step_;
+  dist::set_watchdog_step(step_);
 
   // Every target of a synthetic sample is a real token, so the global batch holds
   // global_batch * seq_len targets.
@@ -221,12 +243,20 @@ StepMetrics Trainer::train_step() {
   // The objective, as transformers' MixtralForCausalLM reports it: cross-entropy plus the
   // weighted router losses (just the cross-entropy for Llama).
   const double loss = ce_loss + (mc.is_moe() ? mc.router_aux_loss_coef * *aux_loss + mc.router_z_loss_coef * *z_loss : 0.0);
-  FSDP_CHECK(std::isfinite(loss), "loss is {} at step {}: stopping (lower optim.lr or check the data{})", loss, step_,
-             cfg_.train.dtype == DType::F16 ? "; float16 activations may overflow: try bfloat16" : "");
+  // Every rank sees the same all-reduced loss and norm, so every rank stops alike.
+  if (!std::isfinite(loss)) {
+    throw Diverged(fmt::format("loss is {} at step {}{}", std::isnan(loss) ? "nan" : fmt::format("{}", loss), step_,
+                               cfg_.train.dtype == DType::F16 ? " (float16 activations may overflow: try bfloat16)" : ""),
+                   step_, step_ - 1);
+  }
 
-  // The norm of the scaled gradients: not finite when float16 overflowed (every rank sees
-  // the same all-reduced value, so every rank skips alike).
+  // The norm of the scaled gradients: not finite when float16 overflowed (then the step is
+  // skipped); with any other dtype the weights behind it are diverged.
   const double scaled_norm = engine_.grad_norm();
+  if (!std::isfinite(scaled_norm) && !scaler_.enabled())
+    throw Diverged(fmt::format("the gradient norm is {} at step {}",
+                               std::isnan(scaled_norm) ? "nan" : fmt::format("{}", scaled_norm), step_),
+                   step_, step_ - 1);
   const bool apply = scaler_.update(!std::isfinite(scaled_norm));
   const double grad_norm = scaled_norm / loss_scale;
   const double lr = schedule_.at(step_);
@@ -298,6 +328,11 @@ void Trainer::log_run_start() const {
                config::to_string(cfg_.fsdp.sharding_strategy), world, groups_.world_info.num_nodes,
                groups_.shard->size(), groups_.replicate->size(), dtype_name(cfg_.fsdp.param_dtype),
                dtype_name(cfg_.fsdp.reduce_dtype), double(engine_.persistent_bytes()) / (1 << 20));
+  if (world > 1) {
+    spdlog::info("fsdp: rank 0's shard group is {}; its replicate group {}",
+                 describe_placement(*groups_.shard, groups_.world_info),
+                 describe_placement(*groups_.replicate, groups_.world_info));
+  }
   if (cfg_.data.source == config::DataSource::Synthetic) {
     spdlog::info("data: synthetic Markov chain (loss floor {:.3f} nats, uniform guess {:.3f})",
                  data::SyntheticSource::entropy_rate(), std::log(double(model_.config().vocab_size)));
@@ -309,7 +344,6 @@ void Trainer::log_run_start() const {
 }
 
 int Trainer::run() {
-  const auto& t = cfg_.train;
   const bool rank0 = groups_.world->rank() == 0;
   std::unique_ptr<MetricsWriter> metrics;
   if (rank0 && cfg_.logging.metrics) {
@@ -321,6 +355,19 @@ int Trainer::run() {
     metrics = std::make_unique<MetricsWriter>(path, /*truncate=*/resumed_from().empty());
   }
   log_run_start();
+  try {
+    return train_loop(metrics.get());
+  } catch (const Diverged& d) {
+    finish_checkpoint();  // a background save of an earlier step commits first
+    const std::string line = handle_divergence(d, config::checkpoint_dir(cfg_), rank0);
+    if (rank0) spdlog::error("{}", line);
+    return kExitError;
+  }
+}
+
+int Trainer::train_loop(MetricsWriter* metrics) {
+  const auto& t = cfg_.train;
+  const bool rank0 = groups_.world->rank() == 0;
   while (step_ < t.max_steps) {
     StepMetrics m = train_step();
     m.max_rss_bytes = max_rss_bytes();

@@ -6,7 +6,11 @@
 #include <sys/resource.h>
 #include <sys/wait.h>
 
+#include <zlib.h>
+
+#include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <fstream>
@@ -16,6 +20,7 @@
 
 #include "fsdp/ckpt/checkpoint_reader.h"
 #include "fsdp/data/indexed_dataset.h"
+#include "fsdp/train/divergence.h"
 #include "fsdp/train/trainer.h"
 #include "../common/local_trainer.h"
 #include "test_util.h"
@@ -345,6 +350,95 @@ TEST(CheckpointBadInput, FullDiskDuringSaveKeepsThePreviousCheckpoint) {
   EXPECT_FALSE(fs::exists(dir + "/checkpoints/step_3.tmp")) << "a failed save cleans up after itself";
   const ckpt::CheckpointReader r(good);
   EXPECT_NO_THROW(r.verify());
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// A NaN among the saved weights of the newest checkpoint, with the manifest's CRC made to
+// match: only the finiteness count of the verifying pass can tell.
+TEST(CheckpointBadInput, NonFiniteWeightsAreSkippedOrRefused) {
+  TwoCheckpoints c("nonfinite");
+  std::string bytes = read_text(c.rank_file());
+  uint64_t header = 0;
+  std::memcpy(&header, bytes.data(), 8);
+  const uint32_t nan_bits = 0x7fc00000u;
+  std::memcpy(bytes.data() + 8 + header + 4 * 100, &nan_bits, 4);  // the 101st float of the data region
+  std::ofstream(c.rank_file(), std::ios::binary | std::ios::trunc) << bytes;
+  const std::string manifest = c.newest() + "/manifest.json";
+  nlohmann::json j = nlohmann::json::parse(std::ifstream(manifest));
+  j["files"][0]["crc32"] = uint32_t(crc32(0, reinterpret_cast<const Bytef*>(bytes.data()), uInt(bytes.size())));
+  std::ofstream(manifest) << j.dump();
+  c.expect_skipped_and_refused("1 weights or optimizer moments are NaN or Inf: it was saved from a diverged run");
+}
+
+// ---- Divergence (train/divergence.h) ---------------------------------------------------------
+
+TEST(CheckpointDivergence, NonFiniteWeightsAreNeverSaved) {
+  const std::string dir = scratch("nan_weights");
+  LocalTrainer t(ckpt_config(dir));
+  t->train_step();
+  t->engine().master(0).set_flat(3, std::nan(""));
+  const std::string msg = error_message([&] { t->save_checkpoint(); });
+  EXPECT_EQ(msg, "the weights are not finite after step 1 (its update overflowed)");
+  EXPECT_FALSE(fs::exists(dir + "/checkpoints/step_1"));
+  EXPECT_FALSE(fs::exists(dir + "/checkpoints/step_1.tmp"));
+}
+
+TEST(CheckpointDivergence, TheCheckpointBehindANonFiniteLossIsMovedAsideAndTheOneBeforeIsNamed) {
+  const std::string dir = scratch("set_aside");
+  {
+    LocalTrainer t(ckpt_config(dir));
+    for (int s = 0; s < 3; ++s) {
+      t->train_step();
+      t->save_checkpoint();
+    }
+  }
+  const std::string ckpts = dir + "/checkpoints";
+  fs::create_directories(ckpts + "/step_3.diverged");  // an earlier run's: kept, the new one gets another name
+  // A NaN loss at step 4 came from the weights after step 3.
+  const std::string line = train::handle_divergence(train::Diverged("loss is nan at step 4", 4, 3), ckpts, true);
+  EXPECT_EQ(line, "loss is nan at step 4: the run diverged; moved checkpoint aside (step_3.diverged-2: it holds the "
+                  "weights that diverged, so resume skips it); the last good checkpoint is " +
+                      ckpts + "/step_2 (step 2), where a rerun resumes: lower optim.lr, keep train.grad_clip on, or "
+                              "check the data before it");
+  EXPECT_FALSE(fs::exists(ckpts + "/step_3"));
+  EXPECT_TRUE(fs::exists(ckpts + "/step_3.diverged-2/manifest.json"));
+  LocalTrainer resumed(ckpt_config(dir));
+  EXPECT_EQ(resumed->step(), 2);
+}
+
+// The finding, with fsdp_train itself: at lr 1e30 step 1's loss is finite but its
+// update leaves weights of ~5e28 (finite), step_1 is saved, and step 2's loss is NaN. Before,
+// every rerun resumed from step_1 and died at step 2 again; now the run exits 1 naming the
+// step and the checkpoint it moved aside, and the rerun starts from step 0.
+TEST(CheckpointDivergence, ADivergingRunDoesNotLeaveACheckpointToResumeInto) {
+  const std::string dir = scratch("diverging_cli");
+  const std::string cmd = std::string(FSDP_TRAIN_BIN) + " train --config " FSDP_SOURCE_DIR "/configs/tiny.yaml" +
+                          " --set data.source=synthetic --set model.num_layers=2 --set train.seq_len=16" +
+                          " --set train.micro_batch_size=2 --set train.eval_every=0 --set train.max_steps=5" +
+                          " --set optim.lr=1e30 --set train.grad_clip=0 --set checkpoint.interval=1" +
+                          " --set run.dir=" + dir;
+  for (const char* run : {"first", "rerun"}) {
+    SCOPED_TRACE(run);
+    const std::string log = dir + "/" + run + ".log";
+    const int rc = std::system((cmd + " > " + log + " 2>&1").c_str());
+    EXPECT_EQ(WEXITSTATUS(rc), 1);
+    const std::string text = read_text(log);
+    EXPECT_EQ(text.find("resumed from"), std::string::npos) << text;
+    EXPECT_NE(text.find("loss is nan at step 2: the run diverged; moved checkpoint aside (step_1.diverged"),
+              std::string::npos)
+        << text;
+    EXPECT_NE(text.find("no checkpoint in " + dir + "/checkpoints predates it, so a rerun starts from step 0"),
+              std::string::npos)
+        << text;
+    EXPECT_EQ(text.find("check `"), std::string::npos) << "no source location in the user's line: " << text;
+  }
+  EXPECT_FALSE(fs::exists(dir + "/checkpoints/step_1"));
+  EXPECT_TRUE(fs::exists(dir + "/checkpoints/step_1.diverged"));
+  EXPECT_TRUE(fs::exists(dir + "/checkpoints/step_1.diverged-2"));
 }
 
 }  // namespace

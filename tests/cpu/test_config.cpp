@@ -58,6 +58,7 @@ TEST(ConfigDefaults, EmptyTextGivesTheDocumentedDefaults) {
   EXPECT_EQ(c.checkpoint.resume, "auto");
   EXPECT_FALSE(c.checkpoint.async);
   EXPECT_EQ(c.fsdp.sharding_strategy, ShardingStrategy::FULL_SHARD);
+  EXPECT_DOUBLE_EQ(c.dist.timeout_s, 600);  // NCCL's default
   EXPECT_EQ(c.logging.level, "info");
   EXPECT_TRUE(c.logging.metrics);
   EXPECT_EQ(c.eval.batches, 10);
@@ -144,6 +145,7 @@ TEST(ConfigFile, EveryKeyIsRead) {
   EXPECT_EQ(c.fsdp.reduce_dtype, DType::BF16);
   EXPECT_EQ(c.fsdp.shard_group_size, 8);
   EXPECT_EQ(c.fsdp.prefetch_limit, 1);
+  EXPECT_EQ(c.dist.timeout_s, 30.5);
   EXPECT_EQ(c.logging.level, "debug");
   EXPECT_FALSE(c.logging.metrics);
   EXPECT_EQ(c.eval.batches, 20);
@@ -187,6 +189,19 @@ TEST(ConfigOverride, EachTypeOfKey) {
   EXPECT_EQ(c.model.num_layers, 2);
   EXPECT_EQ(c.model.rope_theta, 500000.0);
   EXPECT_EQ(c.checkpoint.dir, "");
+}
+
+TEST(ConfigDist, WatchdogTimeoutFromYamlSetAndItsBounds) {
+  EXPECT_EQ(load_config_string("dist:\n  timeout_s: 20\n", "x").dist.timeout_s, 20.0);
+  EXPECT_EQ(load_config_string("", "x", {"dist.timeout_s=0"}).dist.timeout_s, 0.0);  // off
+  EXPECT_EQ(load_config_string("", "x", {"dist.timeout_s=0.5"}).dist.timeout_s, 0.5);
+  EXPECT_EQ(error_of("dist:\n  timeout_s: -1\n"),
+            "configs/x.yaml:2: key 'dist.timeout_s' must be between 0 (off) and 1e6 seconds, got -1");
+  EXPECT_EQ(error_of("dist:\n  timeout_s: 1e7\n"),
+            "configs/x.yaml:2: key 'dist.timeout_s' must be between 0 (off) and 1e6 seconds, got 10000000");
+  EXPECT_EQ(error_of("dist:\n  timeout_s: .nan\n"), "configs/x.yaml:2: key 'dist.timeout_s' expects a number, got '.nan'");
+  EXPECT_EQ(error_of("dist:\n  timeout: 20\n"),
+            "configs/x.yaml:2: unknown key 'dist.timeout' (did you mean 'dist.timeout_s'?)");
 }
 
 TEST(ConfigOverride, BeatsTheFileAndLaterBeatsEarlier) {
@@ -421,7 +436,7 @@ TEST(ConfigDump, EveryKeyInSectionOrder) {
       << text;
   size_t last = 0;
   for (const char* section : {"\nmodel:", "\ndata:", "\ntrain:", "\noptim:", "\ncheckpoint:", "\nfsdp:",
-                              "\nlogging:", "\neval:"}) {
+                              "\ndist:", "\nlogging:", "\neval:"}) {
     const size_t at = text.find(section);
     ASSERT_NE(at, std::string::npos) << section;
     EXPECT_GT(at, last) << section;
@@ -433,7 +448,7 @@ TEST(ConfigDump, EveryKeyInSectionOrder) {
   EXPECT_NE(text.find("  sharding_strategy: FULL_SHARD\n"), std::string::npos);
   EXPECT_NE(text.find("  dtype: float32\n"), std::string::npos);
   const size_t lines = static_cast<size_t>(std::count(text.begin(), text.end(), '\n'));
-  EXPECT_EQ(lines, 9 + 62u);  // 9 sections, 62 keys
+  EXPECT_EQ(lines, 10 + 63u);  // 10 sections, 63 keys
 }
 
 TEST(ConfigDump, HashIsDeterministicAndSeesEveryChange) {

@@ -142,6 +142,11 @@ struct FsdpConfig {
   bool operator==(const FsdpConfig&) const = default;
 };
 
+struct DistConfig {
+  double timeout_s = 600;  // the collective watchdog (dist/watchdog.h); 0 = off
+  bool operator==(const DistConfig&) const = default;
+};
+
 struct LoggingConfig {
   std::string level = "info";  // trace | debug | info | warn | error
   bool metrics = true;         // write <run.dir>/metrics.jsonl
@@ -171,6 +176,7 @@ struct Config {
   OptimConfig optim;
   CheckpointConfig checkpoint;
   FsdpConfig fsdp;
+  DistConfig dist;
   LoggingConfig logging;
   EvalConfig eval;
   KeyOrigins origins;

@@ -23,7 +23,9 @@
 // picks one and restores the shards, AdamW moments, step, token and sample counters, so
 // the resumed run continues the same loss curve bit for bit (with the same world size and
 // strategy; on another world size, within fp32 reduction order). A preemption signal
-// (train/preemption.h) makes run() finish its step, save and return kExitPreempted. Ranks
+// (train/preemption.h) makes run() finish its step, save and return kExitPreempted; a
+// diverged run (train/divergence.h) stops with kExitError and no checkpoint left that would
+// resume into the divergence. Ranks
 // agree on "stop now" and "every background write is done" through the per-step votes
 // (train/step_votes.h), which ride on the loss all-reduce.
 #pragma once
@@ -93,6 +95,8 @@ class Trainer {
   void log_run_start() const;
   // Throws unless the state at step_ is committed to disk (`which` names the save).
   void check_final_checkpoint(const char* which) const;
+  // run()'s steps, evaluations, logging and checkpoints; throws Diverged (divergence.h).
+  int train_loop(MetricsWriter* metrics);
   void log_device() const;
 
   config::Config cfg_;

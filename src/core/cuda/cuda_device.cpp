@@ -10,6 +10,7 @@
 #include "device_errors.h"
 #include "fsdp/core/cuda.h"
 #include "fsdp/core/cuda_check.h"
+#include "fsdp/core/host_wait.h"
 
 namespace fsdp::cuda {
 namespace {
@@ -104,7 +105,7 @@ void copy(const Tensor& src, const Tensor& dst) {
   if (kind == cudaMemcpyDeviceToDevice && src.device() != dst.device()) {
     // Peer copy: order after the source device's work first.
     DeviceGuard src_guard(src.device().index);
-    FSDP_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(current_stream(src.device().index))));
+    wait_for_stream(current_stream(src.device().index));
   }
   FSDP_CUDA_CHECK(cudaMemcpyAsync(dst.data_ptr(), src.data_ptr(), src.nbytes(), kind, stream));
   if (kind != cudaMemcpyDeviceToHost) return;
