@@ -121,6 +121,10 @@ void CheckpointReader::check_model(const model::LlamaConfig& cfg, const std::vec
   same(m.num_kv_heads, cfg.num_kv_heads, "num_kv_heads");
   same(m.num_experts, cfg.num_experts, "num_experts");
   same(m.experts_per_token, cfg.experts_per_token, "experts_per_token");
+  FSDP_CHECK(m.tie_word_embeddings == cfg.tie_word_embeddings,
+             "checkpoint {} holds a model with tie_word_embeddings = {}, but the config asks for {} "
+             "(model.tie_word_embeddings): it is a checkpoint of a different model",
+             dir_, m.tie_word_embeddings, cfg.tie_word_embeddings);
   FSDP_CHECK(manifest_.units.size() == units.size(), "checkpoint {} has {} parameter units, the model {}", dir_,
              manifest_.units.size(), units.size());
   for (size_t u = 0; u < units.size(); ++u) {

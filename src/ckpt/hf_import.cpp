@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fsdp/core/error.h"
+#include "fsdp/model/rope_scaling.h"
 
 namespace fsdp::ckpt {
 
@@ -81,6 +82,53 @@ void read_mixtral_routing(const json& j, const std::string& path, model::LlamaCo
   }
 }
 
+// A number or integer field of rope_scaling, typed as transformers writes it.
+double rope_number(const json& r, const char* key, const std::string& path) {
+  const auto it = r.find(key);
+  FSDP_CHECK(it != r.end() && it->is_number(), "{}: rope_scaling.{} must be a number, got {}", path, key,
+             it == r.end() ? "nothing" : it->dump());
+  return it->get<double>();
+}
+
+// config.json's rope_scaling (transformers 4.x): {"rope_type" (or the older "type"): "linear"
+// | "llama3" | "default", "factor": f, and for llama3 "low_freq_factor", "high_freq_factor",
+// "original_max_position_embeddings"}. Other types are refused by name.
+model::RopeScaling read_rope_scaling(const json& j, const std::string& path) {
+  model::RopeScaling s;
+  const auto it = j.find("rope_scaling");
+  if (it == j.end() || it->is_null()) return s;
+  const json& r = *it;
+  FSDP_CHECK(r.is_object(), "{}: rope_scaling must be an object or null, got {}", path, r.dump());
+  const auto type = r.contains("rope_type") ? r.find("rope_type") : r.find("type");
+  FSDP_CHECK(type != r.end() && type->is_string(), "{}: rope_scaling has no rope_type string", path);
+  const std::string name = type->get<std::string>();
+  if (name == "default") return s;  // transformers' name for unscaled RoPE
+  try {
+    s.type = model::rope_scaling_type(name);
+  } catch (const Error& e) {
+    FSDP_FAIL("{}: {}", path, e.what());
+  }
+  s.factor = rope_number(r, "factor", path);
+  if (s.type == model::RopeScaling::Type::Llama3) {
+    s.low_freq_factor = rope_number(r, "low_freq_factor", path);
+    s.high_freq_factor = rope_number(r, "high_freq_factor", path);
+    const auto orig = r.find("original_max_position_embeddings");
+    FSDP_CHECK(orig != r.end() && orig->is_number_integer(),
+               "{}: rope_scaling.original_max_position_embeddings must be an integer, got {}", path,
+               orig == r.end() ? "nothing" : orig->dump());
+    s.original_max_position = orig->get<int64_t>();
+  }
+  return s;
+}
+
+// tie_word_embeddings: transformers' default is false for Llama and Mixtral.
+bool read_tie_word_embeddings(const json& j, const std::string& path) {
+  const auto it = j.find("tie_word_embeddings");
+  if (it == j.end() || it->is_null()) return false;
+  FSDP_CHECK(it->is_boolean(), "{}: tie_word_embeddings must be true or false, got {}", path, it->dump());
+  return it->get<bool>();
+}
+
 }  // namespace
 
 model::LlamaConfig read_hf_llama_config(const std::string& folder) {
@@ -100,7 +148,6 @@ model::LlamaConfig read_hf_llama_config(const std::string& folder) {
              path, j.value("hidden_act", std::string()));
   FSDP_CHECK(!j.value("attention_bias", false), "{}: attention_bias=true is not supported", path);
   FSDP_CHECK(!j.value("mlp_bias", false), "{}: mlp_bias=true is not supported", path);
-  FSDP_CHECK(!j.contains("rope_scaling") || j["rope_scaling"].is_null(), "{}: rope_scaling is not supported", path);
   model::LlamaConfig c;
   c.vocab_size = required<int64_t>(j, "vocab_size", path);
   c.hidden_size = required<int64_t>(j, "hidden_size", path);
@@ -118,6 +165,12 @@ model::LlamaConfig read_hf_llama_config(const std::string& folder) {
                "{}: head_dim {} differs from hidden_size / num_attention_heads = {}; not supported", path,
                j["head_dim"].get<int64_t>(), c.hidden_size / c.num_heads);
   }
+  c.rope_scaling = read_rope_scaling(j, path);
+  FSDP_CHECK(type != "mixtral" || c.rope_scaling.type == model::RopeScaling::Type::None,
+             "{}: rope_scaling in a Mixtral config is not supported: transformers 4.x's MixtralForCausalLM ignores it, "
+             "so its logits would not be this model's",
+             path);
+  c.tie_word_embeddings = read_tie_word_embeddings(j, path);
   if (type == "mixtral") read_mixtral_routing(j, path, c);
   try {
     c.validate();

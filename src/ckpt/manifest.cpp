@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fsdp/core/error.h"
+#include "fsdp/model/rope_scaling.h"
 
 namespace fsdp {
 namespace model {
@@ -22,6 +23,16 @@ void to_json(nlohmann::json& j, const LlamaConfig& m) {
     j["router_aux_loss_coef"] = m.router_aux_loss_coef;
     j["router_z_loss_coef"] = m.router_z_loss_coef;
   }
+  // Likewise RoPE scaling and tying only when in use.
+  const RopeScaling& r = m.rope_scaling;
+  if (r.type != RopeScaling::Type::None) {
+    j["rope_scaling"] = {{"type", rope_scaling_name(r.type)},
+                         {"factor", r.factor},
+                         {"low_freq_factor", r.low_freq_factor},
+                         {"high_freq_factor", r.high_freq_factor},
+                         {"original_max_position", r.original_max_position}};
+  }
+  if (m.tie_word_embeddings) j["tie_word_embeddings"] = true;
 }
 
 void from_json(const nlohmann::json& j, LlamaConfig& m) {
@@ -38,6 +49,14 @@ void from_json(const nlohmann::json& j, LlamaConfig& m) {
   m.experts_per_token = j.value("experts_per_token", int64_t{0});
   m.router_aux_loss_coef = j.value("router_aux_loss_coef", 0.0);
   m.router_z_loss_coef = j.value("router_z_loss_coef", 0.0);
+  if (const auto r = j.find("rope_scaling"); r != j.end()) {
+    m.rope_scaling.type = rope_scaling_type(r->at("type").get<std::string>());
+    m.rope_scaling.factor = r->at("factor").get<double>();
+    m.rope_scaling.low_freq_factor = r->at("low_freq_factor").get<double>();
+    m.rope_scaling.high_freq_factor = r->at("high_freq_factor").get<double>();
+    m.rope_scaling.original_max_position = r->at("original_max_position").get<int64_t>();
+  }
+  m.tie_word_embeddings = j.value("tie_word_embeddings", false);
 }
 
 }  // namespace model

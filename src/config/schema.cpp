@@ -19,6 +19,7 @@
 
 #include "fsdp/config/config.h"
 #include "fsdp/model/llama_config.h"
+#include "fsdp/model/rope_scaling.h"
 
 namespace fsdp::config {
 namespace {
@@ -218,6 +219,19 @@ auto in_unit_interval() {  // [0, 1): Adam's betas
     return v >= 0 && v < 1 ? "" : fmt::format("must be in [0, 1), got {}", v);
   };
 }
+// The RoPE scaling types the model implements (model/rope_scaling.h); any other type
+// transformers knows is refused by name.
+auto rope_scaling_choice() {
+  return [](const std::string& v) -> std::string {
+    try {
+      model::rope_scaling_type(v);
+      return "";
+    } catch (const fsdp::Error&) {
+      return fmt::format("must be one of none, linear, llama3, got '{}' (dynamic, yarn, longrope and the other "
+                         "transformers types are not implemented)", v);
+    }
+  };
+}
 auto not_empty(std::string_view hint) {
   return [hint](const std::string& v) -> std::string {
     return v.empty() ? fmt::format("must not be empty ({})", hint) : "";
@@ -312,6 +326,21 @@ void add_model_rows(std::vector<detail::Field>& t) {
            "Weight of the load-balancing loss (transformers' load_balancing_loss_func); null = the preset's.", ge(0))
       .add("router_z_loss_coef", &ModelConfig::router_z_loss_coef,
            "Weight of the router z-loss, mean logsumexp(router logits)^2 (ST-MoE); null = the preset's.", ge(0))
+      .add("rope_scaling", &ModelConfig::rope_scaling,
+           "RoPE scaling for a longer context: none, linear (every frequency / factor) or llama3 (Llama 3.1's: "
+           "low frequencies / factor, high ones kept); null = the preset's or config.json's.",
+           rope_scaling_choice())
+      .add("rope_scaling_factor", &ModelConfig::rope_scaling_factor,
+           "RoPE scaling factor (Llama 3.1: 8); null = the preset's or config.json's.", ge(1))
+      .add("rope_low_freq_factor", &ModelConfig::rope_low_freq_factor,
+           "llama3 scaling: wavelengths above original / this are scaled (Llama 3.1: 1); null = the preset's.", gt(0))
+      .add("rope_high_freq_factor", &ModelConfig::rope_high_freq_factor,
+           "llama3 scaling: wavelengths below original / this are kept (Llama 3.1: 4); null = the preset's.", gt(0))
+      .add("rope_original_max_position_embeddings", &ModelConfig::rope_original_max_position_embeddings,
+           "llama3 scaling: the pretraining context (Llama 3.1: 8192); null = the preset's.", gt(0))
+      .add("tie_word_embeddings", &ModelConfig::tie_word_embeddings,
+           "The output head reads the embedding table instead of its own weight (Llama 3.2 1B/3B); null = the "
+           "preset's or config.json's.")
       .add("init_std", &ModelConfig::init_std, "Standard deviation of the random initialisation.", gt(0));
 }
 

@@ -9,6 +9,7 @@
 #include "fsdp/data/shard_manifest.h"
 #include "fsdp/data/synthetic_samples.h"
 #include "fsdp/model/param_init.h"
+#include "fsdp/model/rope_scaling.h"
 #if defined(FSDP_WITH_CUDA)
 #include "fsdp/core/cuda.h"
 #endif
@@ -57,6 +58,22 @@ void check_manifest_vocab(const std::string& dir, int64_t model_vocab) {
              (std::filesystem::path(dir) / "manifest.json").string(), *m->vocab_size, model_vocab);
 }
 
+// model.rope_* over the preset's or config.json's scaling: a type other than none starts
+// from the factors already there (Llama 3.1's for its presets), which single keys override.
+void apply_rope_scaling(const config::ModelConfig& m, model::RopeScaling& s) {
+  if (m.rope_scaling) s.type = model::rope_scaling_type(*m.rope_scaling);
+  if (s.type == model::RopeScaling::Type::None) s = model::RopeScaling{};  // no factors to carry over
+  if (m.rope_scaling_factor) s.factor = *m.rope_scaling_factor;
+  if (m.rope_low_freq_factor) s.low_freq_factor = *m.rope_low_freq_factor;
+  if (m.rope_high_freq_factor) s.high_freq_factor = *m.rope_high_freq_factor;
+  if (m.rope_original_max_position_embeddings) s.original_max_position = *m.rope_original_max_position_embeddings;
+  const bool factors_set = m.rope_scaling_factor || m.rope_low_freq_factor || m.rope_high_freq_factor ||
+                           m.rope_original_max_position_embeddings;
+  FSDP_CHECK(!factors_set || s.type != model::RopeScaling::Type::None,
+             "model.rope_scaling_factor and the other model.rope_* factors need model.rope_scaling: linear or llama3 "
+             "(the model has no RoPE scaling)");
+}
+
 }  // namespace
 
 model::LlamaConfig resolve_model_config(const config::ModelConfig& m) {
@@ -84,6 +101,16 @@ model::LlamaConfig resolve_model_config(const config::ModelConfig& m) {
   // Loss weights are training choices, not the checkpoint's shape: a fine-tune may change them.
   if (m.router_aux_loss_coef) c.router_aux_loss_coef = *m.router_aux_loss_coef;
   if (m.router_z_loss_coef) c.router_z_loss_coef = *m.router_z_loss_coef;
+  // So is RoPE scaling: fine-tuning a model to a longer context with position interpolation
+  // (linear) or Llama 3.1's scaling is what these keys are for.
+  apply_rope_scaling(m, c.rope_scaling);
+  // The head's parameters are the shape, though: a tied folder has no lm_head to load.
+  if (m.tie_word_embeddings) {
+    FSDP_CHECK(!from_hf || *m.tie_word_embeddings == c.tie_word_embeddings,
+               "model.tie_word_embeddings = {} contradicts {}/config.json, which has {}", *m.tie_word_embeddings,
+               m.init_from, c.tie_word_embeddings);
+    c.tie_word_embeddings = *m.tie_word_embeddings;
+  }
   c.validate();
   return c;
 }
