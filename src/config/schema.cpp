@@ -232,6 +232,14 @@ auto rope_scaling_choice() {
     }
   };
 }
+// A shard name prefix: train, val, or any <name> of <name>_00000.idx; never a path.
+auto split_name() {
+  return [](const std::string& v) -> std::string {
+    if (v.empty()) return "must not be empty (val, train, or the <name> of <name>_*.idx shards)";
+    if (v.find('/') != std::string::npos) return fmt::format("must be a shard name, not a path, got '{}'", v);
+    return "";
+  };
+}
 auto not_empty(std::string_view hint) {
   return [hint](const std::string& v) -> std::string {
     return v.empty() ? fmt::format("must not be empty ({})", hint) : "";
@@ -433,7 +441,11 @@ void add_logging_rows(std::vector<detail::Field>& t) {
 
 void add_eval_rows(std::vector<detail::Field>& t) {
   SectionRows(t, "eval", &Config::eval)
-      .add("batches", &EvalConfig::batches, "Validation batches per evaluation.", ge(1));
+      .add("batches", &EvalConfig::batches, "Validation batches per evaluation.", ge(1))
+      .add("split", &EvalConfig::split,
+           "Shards evaluated: <split>_*.idx in data.val_path, or in data.path when that is empty (train = the "
+           "training data itself, for a corpus prepared without --val-fraction).",
+           split_name());
 }
 
 // The sections in the order --help and dump_yaml list them.
@@ -474,7 +486,7 @@ std::span<const Section> sections() {
       {"checkpoint", "Saving and resuming."},
       {"fsdp", "Sharding and mixed precision."},
       {"logging", "Console log and metrics.jsonl."},
-      {"eval", "Evaluation on data.val_path."},
+      {"eval", "Evaluation on data.val_path (or a split of data.path)."},
   };
   return list;
 }

@@ -200,10 +200,14 @@ DataSources make_data_sources(const config::Config& cfg, int64_t vocab, const di
     const std::string val = cfg.data.val_path.empty() ? cfg.data.path : cfg.data.val_path;
     if (val != cfg.data.path) check_manifest_vocab(val, vocab);
     try {
-      d.val = data::open_token_corpus(val, "val", T, vocab);
-    } catch (const Error&) {
-      // Without val shards a run that never evaluates is fine; evaluate() says what is missing.
-      if (cfg.train.eval_every > 0 || !cfg.data.val_path.empty()) throw;
+      d.val = data::open_token_corpus(val, cfg.eval.split, T, vocab);
+    } catch (const Error& e) {
+      d.val_error = fmt::format("{} (evaluation reads the '{}' shards, eval.split: set data.val_path to a folder of "
+                                "{}_*.idx shards, or evaluate another split with eval.split, e.g. `fsdp_train eval "
+                                "--split train`)",
+                                e.what(), cfg.eval.split, cfg.eval.split);
+      // Without val shards a run that never evaluates is fine; evaluate() reports val_error.
+      if (cfg.train.eval_every > 0 || !cfg.data.val_path.empty()) FSDP_FAIL("{}", d.val_error);
     }
   }
   d.train_loader = std::make_unique<data::Loader>(d.train, lo);

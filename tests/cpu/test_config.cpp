@@ -61,6 +61,7 @@ TEST(ConfigDefaults, EmptyTextGivesTheDocumentedDefaults) {
   EXPECT_EQ(c.logging.level, "info");
   EXPECT_TRUE(c.logging.metrics);
   EXPECT_EQ(c.eval.batches, 10);
+  EXPECT_EQ(c.eval.split, "val");
   EXPECT_FALSE(c.model.rope_scaling.has_value());  // the preset's (or config.json's)
   EXPECT_FALSE(c.model.tie_word_embeddings.has_value());
   EXPECT_NO_THROW(validate(Config{}));
@@ -155,6 +156,7 @@ TEST(ConfigFile, EveryKeyIsRead) {
   EXPECT_EQ(c.logging.level, "debug");
   EXPECT_FALSE(c.logging.metrics);
   EXPECT_EQ(c.eval.batches, 20);
+  EXPECT_EQ(c.eval.split, "train");
 }
 
 TEST(ConfigFile, FullFileSetsEveryKeyAwayFromItsDefault) {
@@ -276,6 +278,8 @@ TEST(ConfigErrors, ImpossibleValue) {
             "configs/x.yaml:2: key 'model.rope_scaling_factor' must be >= 1, got 0.5");
   EXPECT_EQ(error_of("model:\n  tie_word_embeddings: maybe\n"),
             "configs/x.yaml:2: key 'model.tie_word_embeddings' expects true or false, got 'maybe'");
+  EXPECT_EQ(error_of("eval:\n  split: data/val\n"),
+            "configs/x.yaml:2: key 'eval.split' must be a shard name, not a path, got 'data/val'");
   EXPECT_EQ(error_of("train:\n  dtype: float8\n"),
             "configs/x.yaml:2: key 'train.dtype' must be one of float32, bfloat16, float16, got 'float8'");
   EXPECT_EQ(error_of("train:\n  device: gpu\n"),
@@ -379,7 +383,7 @@ TEST(ConfigDump, EveryKeyInSectionOrder) {
   EXPECT_NE(text.find("  sharding_strategy: FULL_SHARD\n"), std::string::npos);
   EXPECT_NE(text.find("  dtype: float32\n"), std::string::npos);
   const size_t lines = static_cast<size_t>(std::count(text.begin(), text.end(), '\n'));
-  EXPECT_EQ(lines, 9 + 67u);  // 9 sections, 67 keys
+  EXPECT_EQ(lines, 9 + 68u);  // 9 sections, 68 keys
 }
 
 TEST(ConfigDump, HashIsDeterministicAndSeesEveryChange) {
@@ -406,6 +410,7 @@ TEST(ConfigDump, DescribeKeysListsTypeDefaultAndDoc) {
                       "mixtral_8x7b | llama3_8b | llama3_70b | llama3.1_8b | llama3.1_70b)\n"),
             std::string::npos);
   EXPECT_NE(help.find("  model.rope_scaling = null  (string or null)\n"), std::string::npos);
+  EXPECT_NE(help.find("  eval.split = val  (string)\n"), std::string::npos);
   for (const detail::Field& f : detail::fields()) {
     EXPECT_NE(help.find(fmt::format("  {}.{} = ", f.section, f.key)), std::string::npos) << f.key;
     EXPECT_FALSE(f.doc.empty()) << f.key;

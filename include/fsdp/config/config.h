@@ -153,6 +153,7 @@ struct LoggingConfig {
 
 struct EvalConfig {
   int batches = 10;
+  std::string split = "val";  // the <split>_*.idx shards evaluated (train: the training data)
   bool operator==(const EvalConfig&) const = default;
 };
 
