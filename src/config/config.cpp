@@ -15,6 +15,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "fsdp/config/config.h"
+#include "yaml_text.h"
 
 namespace fsdp::config {
 namespace {
@@ -149,6 +150,9 @@ void read_tree(const YAML::Node& root, const std::string& name, Config& cfg, Ori
 
 // ---- --set section.key=value -------------------------------------------------------------
 void apply_override(const std::string& text, long index, Config& cfg, Origins& origins) {
+  if (const size_t bad = detail::first_unprintable(text); bad != std::string::npos)
+    fail("--set", fmt::format("byte 0x{:02x} at column {} is not printable UTF-8 text",
+                              static_cast<unsigned char>(text[bad]), bad + 1));
   const std::string where = "--set " + text;
   const size_t eq = text.find('=');
   if (eq == std::string::npos) fail(where, "expected section.key=value, e.g. --set train.max_steps=5");
@@ -223,6 +227,12 @@ void validate(const Config& cfg, const Origins& origins, const std::string& name
 
 Config load_config_string(const std::string& yaml_text, const std::string& display_name,
                           const std::vector<std::string>& overrides) {
+  if (const size_t bad = detail::first_unprintable(yaml_text); bad != std::string::npos) {
+    const detail::TextPosition at = detail::position_of(yaml_text, bad);
+    fail(fmt::format("{}:{}", display_name, at.line),
+         fmt::format("byte 0x{:02x} at column {} is not printable UTF-8 text, all a YAML file may hold",
+                     static_cast<unsigned char>(yaml_text[bad]), at.column));
+  }
   YAML::Node root;
   try {
     root = YAML::Load(yaml_text);
