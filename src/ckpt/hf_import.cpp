@@ -131,7 +131,7 @@ bool read_tie_word_embeddings(const json& j, const std::string& path) {
 
 }  // namespace
 
-model::LlamaConfig read_hf_llama_config(const std::string& folder) {
+static model::LlamaConfig parse_hf_llama_config(const std::string& folder) {
   const std::string path = (std::filesystem::path(folder) / "config.json").string();
   std::ifstream in(path);
   FSDP_CHECK(in.good(), "cannot open {} (model.init_from must be a Hugging Face model folder)", path);
@@ -178,6 +178,17 @@ model::LlamaConfig read_hf_llama_config(const std::string& folder) {
     FSDP_FAIL("{}: {}", path, e.what());
   }
   return c;
+}
+
+model::LlamaConfig read_hf_llama_config(const std::string& folder) {
+  // A value of the wrong JSON type (a number where the object or a string belongs, ...)
+  // throws nlohmann's own exception from any line above, which no caller turns into one
+  // line naming the file (found by tests/fuzz/fuzz_hf_config_json.cpp).
+  try {
+    return parse_hf_llama_config(folder);
+  } catch (const json::exception& e) {
+    FSDP_FAIL("{}: a value has the wrong type: {}", (std::filesystem::path(folder) / "config.json").string(), e.what());
+  }
 }
 
 void load_hf_unit(const SafetensorsFolder& folder, const model::UnitLayout& unit, const Tensor& flat, int64_t begin) {

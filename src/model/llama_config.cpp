@@ -1,5 +1,7 @@
 #include "fsdp/model/llama_config.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "fsdp/core/error.h"
@@ -73,6 +75,15 @@ void LlamaConfig::validate() const {
   FSDP_CHECK(router_aux_loss_coef >= 0, "model.router_aux_loss_coef must be >= 0, got {}", router_aux_loss_coef);
   FSDP_CHECK(router_z_loss_coef >= 0, "model.router_z_loss_coef must be >= 0, got {}", router_z_loss_coef);
   validate_rope_scaling(rope_scaling);
+  // Every size below multiplies these in int64: refuse a shape whose parameter count could
+  // overflow before anything does (found by tests/fuzz/fuzz_hf_config_json.cpp). The count
+  // is computed here in double, whose 53 bits are ample to compare with 2^62.
+  const double C = double(hidden_size), F = double(intermediate_size), E = double(std::max<int64_t>(num_experts, 1));
+  const double block = C * double(qkv_dim()) + double(q_dim()) * C + E * 3 * C * F + C * double(num_experts) + 2 * C;
+  const double count = 2 * double(vocab_size) * C + double(num_layers) * block + C;
+  FSDP_CHECK(count < 0x1p62, "model shape too large: about {:.3g} parameters overflow 64-bit sizes (model.vocab_size {}, "
+             "hidden_size {}, intermediate_size {}, num_layers {}, num_experts {})",
+             count, vocab_size, hidden_size, intermediate_size, num_layers, num_experts);
 }
 
 std::string LlamaConfig::summary() const {

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <iterator>
 
+#include "fsdp/ckpt/hf_import.h"
 #include "fsdp/config/config.h"
 #include "test_util.h"
 
@@ -46,6 +47,41 @@ TEST(FuzzRegressions, ConfigThatIsNotPrintableUtf8IsRefusedWithItsLine) {
   const config::Config c = config::load_config_string("run:\n  dir: runs/caf\xc3\xa9-\xe4\xb8\xad-\xf0\x9f\x9a\x80\n", "x");
   EXPECT_EQ(c.run.dir, "runs/caf\xc3\xa9-\xe4\xb8\xad-\xf0\x9f\x9a\x80");
   EXPECT_EQ(config::load_config_string(config::dump_yaml(c), "dumped"), c);
+}
+
+class HfConfigRegressions : public ::testing::Test {
+ protected:
+  // The corpus input as <tmp>/config.json; the error read_hf_llama_config gives for it.
+  std::string error_for(const std::string& name) {
+    fs::create_directories(dir_);
+    std::ofstream(dir_ / "config.json", std::ios::binary) << corpus_input("hf_config_json", name);
+    try {
+      ckpt::read_hf_llama_config(dir_.string());
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  fs::path dir_ = fs::temp_directory_path() / ("fsdp_fuzz_regressions_" + std::to_string(::getpid()));
+};
+
+// nlohmann's type_error escaped read_hf_llama_config (not an fsdp::Error: no file named,
+// and the fuzzer's process aborted) for a document that is not an object, or a key of
+// another JSON type.
+TEST_F(HfConfigRegressions, AValueOfTheWrongJsonTypeNamesTheFile) {
+  for (const char* name : {"crash_not_an_object.json", "crash_model_type_number.json"}) {
+    const std::string e = error_for(name);
+    EXPECT_NE(e.find((dir_ / "config.json").string() + ": a value has the wrong type"), std::string::npos) << name << ": " << e;
+  }
+}
+
+// vocab_size 2^40 and hidden_size 6 x 2^40 passed validation and overflowed int64 in the
+// parameter count (UBSan: signed integer overflow), the first of many sizes built from them.
+TEST_F(HfConfigRegressions, AShapeWhoseParameterCountOverflowsIsRefused) {
+  const std::string e = error_for("crash_parameter_count_overflow.json");
+  EXPECT_NE(e.find("config.json: model shape too large"), std::string::npos) << e;
+  EXPECT_NE(e.find("overflow 64-bit sizes"), std::string::npos) << e;
 }
 
 }  // namespace
