@@ -74,8 +74,11 @@ void CheckpointReader::check_structure() const {
     for (const ManifestPiece& p : u.pieces) {
       FSDP_CHECK(p.file >= 0 && p.file < int(m.files.size()), "{}: unit {} names file #{}, which is not listed", path,
                  u.name, p.file);
-      FSDP_CHECK(p.begin == next && p.extent > 0, "{}: unit {} pieces do not tile its {} elements (gap or overlap at {})",
-                 path, u.name, u.numel, next);
+      // extent <= numel - next: no piece reaches past the unit, and next never overflows
+      // (an extent of 2^63 - 1 did: found by tests/fuzz/fuzz_checkpoint_manifest.cpp).
+      FSDP_CHECK(p.begin == next && p.extent > 0 && p.extent <= u.numel - next,
+                 "{}: unit {} pieces do not tile its {} elements (gap, overlap or overrun at {})", path, u.name,
+                 u.numel, next);
       next += p.extent;
     }
     FSDP_CHECK(next == u.numel, "{}: unit {} pieces cover {} of its {} elements", path, u.name, next, u.numel);

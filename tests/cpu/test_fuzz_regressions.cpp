@@ -7,6 +7,7 @@
 #include <fstream>
 #include <iterator>
 
+#include "fsdp/ckpt/checkpoint_reader.h"
 #include "fsdp/ckpt/hf_import.h"
 #include "fsdp/config/config.h"
 #include "test_util.h"
@@ -82,6 +83,17 @@ TEST_F(HfConfigRegressions, AShapeWhoseParameterCountOverflowsIsRefused) {
   const std::string e = error_for("crash_parameter_count_overflow.json");
   EXPECT_NE(e.find("config.json: model shape too large"), std::string::npos) << e;
   EXPECT_NE(e.find("overflow 64-bit sizes"), std::string::npos) << e;
+}
+
+// A manifest piece of extent 2^63 - 1 followed by another overflowed the tiling check's
+// running offset (UBSan: signed integer overflow in CheckpointReader::check_structure).
+TEST(FuzzRegressions, ManifestPiecesThatOverrunTheUnitAreRefused) {
+  const fs::path dir = fs::temp_directory_path() / ("fsdp_fuzz_manifest_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  std::ofstream(dir / "manifest.json", std::ios::binary) << corpus_input("checkpoint_manifest", "crash_extent_overflow.json");
+  test::expect_error([&] { ckpt::CheckpointReader reader(dir.string()); },
+                     {(dir / "manifest.json").string(), "unit embedding pieces do not tile its 32 elements", "overrun at 0"});
+  fs::remove_all(dir);
 }
 
 }  // namespace
