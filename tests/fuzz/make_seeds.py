@@ -123,6 +123,48 @@ def checkpoint_manifest(fuzzer):
     write("checkpoint_manifest", "two_pieces.json", json.dumps(m, indent=1))
 
 
+# Dictionaries (libFuzzer -dict): the formats' keywords and the integers at the edges of
+# int32/int64/uint64, which random mutation rarely composes but size arithmetic trips on
+# (an extent of 2^63 - 1 overflowed the manifest check until it was found this way).
+EDGE_NUMBERS = ["0", "-1", "1", "2147483647", "2147483648", "4294967296", "9223372036854775807",
+                "-9223372036854775808", "9223372036854775808", "18446744073709551615", "1e308", "-0.0", "0.5"]
+JSON_TOKENS = ["{", "}", "[", "]", ":", ",", "\"", "null", "true", "false"]
+DICT_WORDS = {
+    "hf_config_json": ["model_type", "llama", "mixtral", "vocab_size", "hidden_size", "intermediate_size",
+                       "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
+                       "max_position_embeddings", "rope_theta", "rms_norm_eps", "rope_scaling", "rope_type", "type",
+                       "default", "linear", "llama3", "dynamic", "factor", "low_freq_factor", "high_freq_factor",
+                       "original_max_position_embeddings", "tie_word_embeddings", "hidden_act", "silu",
+                       "attention_bias", "mlp_bias", "num_local_experts", "num_experts_per_tok",
+                       "router_aux_loss_coef", "router_jitter_noise", "sliding_window"],
+    "checkpoint_manifest": ["format", "fsdp_train.checkpoint", "format_version", "state", "step", "tokens_seen",
+                            "samples_seen", "train_seed", "data_seed", "loss_scale", "model", "strategy",
+                            "world_size", "shard_group_size", "files", "name", "bytes", "crc32", "units", "numel",
+                            "pieces", "file", "begin", "extent", "config", "rope_scaling", "tie_word_embeddings",
+                            "rank_00000.safetensors", "embedding", "layers.0", "head"],
+    "safetensors": ["dtype", "shape", "data_offsets", "__metadata__", "F32", "BF16", "F16", "F64", "I64", "I32",
+                    "U8", "I8", "BOOL", "F8_E4M3", "U64"],
+    "prepare_jsonl": ["text", "input_ids"],
+}
+
+
+def dictionaries():
+    d = os.path.join(HERE, "dict")
+    os.makedirs(d, exist_ok=True)
+    schema = read("src/config/schema.cpp").decode()
+    import re
+    yaml_words = sorted(set(re.findall(r'\.add(?:_one_of)?\("([a-z0-9_]+)"', schema)) |
+                        set(re.findall(r'SectionRows\(t, "([a-z]+)"', schema)))
+    words = dict(DICT_WORDS, config_yaml=yaml_words + [": ", "\n  ", "#set ", "null", "true", "~", "&a", "*a",
+                                                       "!!str", "[", "]", "{", "}", "llama3.1_8b", "llama3"])
+    for target, extra in words.items():
+        tokens = extra + EDGE_NUMBERS + (JSON_TOKENS if target != "config_yaml" else [])
+        with open(os.path.join(d, target + ".dict"), "w") as f:
+            f.write(f"# libFuzzer dictionary for fuzz_{target}: written by make_seeds.py\n")
+            for t in tokens:
+                f.write('"' + t.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"\n')
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--manifest-from", metavar="FUZZER", help="build-fuzz/tests/fuzz_checkpoint_manifest")
@@ -138,6 +180,7 @@ def main():
     safetensors()
     megatron_idx()
     prepare_jsonl()
+    dictionaries()
     if args.manifest_from:
         checkpoint_manifest(args.manifest_from)
 

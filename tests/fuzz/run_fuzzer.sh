@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs one libFuzzer target for a bounded time over its committed corpus, as CTest's
-# `fuzz` label does: run_fuzzer.sh FUZZER CORPUS_DIR SECONDS [EXTRA_LIBFUZZER_FLAGS...]
+# Runs one libFuzzer target for a bounded time over its committed corpus (and with its
+# dictionary, tests/fuzz/dict/<what>.dict), as CTest's `fuzz` label does:
+#   run_fuzzer.sh FUZZER CORPUS_DIR SECONDS [EXTRA_LIBFUZZER_FLAGS...]
 #
 # The committed corpus is read, never written: new inputs go to a temporary folder that is
 # removed afterwards. Any crash, leak, sanitizer report, timeout (10 s per input) or
@@ -11,6 +12,8 @@ set -euo pipefail
 fuzzer=$1 corpus=$2 seconds=$3
 shift 3
 name=$(basename "$fuzzer")
+dict="$(dirname "$corpus")/../dict/$(basename "$corpus").dict"  # tests/fuzz/dict/<what>.dict, if any
+[ -f "$dict" ] && set -- -dict="$dict" "$@"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/new" fuzz-artifacts
