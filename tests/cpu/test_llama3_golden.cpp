@@ -86,20 +86,12 @@ TEST_F(Llama3Golden, LogitsLossAndEveryGradientMatchTransformers) {
   EXPECT_LT(std::abs(fwd.sum / double(fwd.tokens) - ref_loss) / std::abs(ref_loss), kGoldenTolerance);
 
   llama.forward_backward(act, params, 1.0 / double(fwd.tokens));
-  int checked = 0;
-  double worst = 0;
-  for (int u = 0; u < int(llama.units().size()); ++u) {
-    const model::UnitLayout& unit = llama.units()[u];
-    for (const auto& p : unit.params) {
-      const double err = test::rel_error(unit.view(params.grads(u), p.name), expected("grad." + p.hf_name));
-      EXPECT_LT(err, kGoldenTolerance) << p.hf_name;
-      worst = std::max(worst, err);
-      ++checked;
-    }
-  }
-  EXPECT_EQ(checked, 1 + 2 * 9 + 1);  // the table, 9 per block, the final norm: no lm_head
+  const GradientCheck grads = expect_every_gradient(llama, params, kGoldenTolerance);
+  EXPECT_EQ(grads.checked, 1 + 2 * 9 + 1);  // the table, 9 per block, the final norm: no lm_head
   RecordProperty("logits_rel_error", fmt::format("{:.2e}", logits_err));
-  RecordProperty("worst_grad_rel_error", fmt::format("{:.2e}", worst));
+  RecordProperty("worst_grad_rel_error", fmt::format("{:.2e}", grads.worst));
+  std::printf("Llama 3 golden: logits %.1e, worst gradient %.1e (tolerance %.0e)\n", logits_err, grads.worst,
+              kGoldenTolerance);
 }
 
 // The table's gradient is the sum of its two uses, as autograd gives a shared weight: the

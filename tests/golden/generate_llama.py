@@ -41,8 +41,9 @@ NORM_STD = 0.1
 MAX_SHARD_SIZE = "100KB"
 
 
-def make_config() -> LlamaConfig:
-    return LlamaConfig(
+def make_config(**overrides) -> LlamaConfig:
+    """The fixture's config; generate_llama3.py overrides the shape, tying and RoPE."""
+    fields = dict(
         vocab_size=96,
         hidden_size=48,
         intermediate_size=88,
@@ -63,6 +64,8 @@ def make_config() -> LlamaConfig:
         attn_implementation="eager",
         torch_dtype="float32",
     )
+    fields.update(overrides)
+    return LlamaConfig(**fields)
 
 
 def make_model(config=None) -> LlamaForCausalLM:

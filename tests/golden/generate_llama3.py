@@ -35,8 +35,9 @@ from safetensors.torch import load_file, save_file
 from transformers import LlamaConfig, LlamaForCausalLM
 from transformers.models.llama import modeling_llama
 
-from generate_llama import (SEED, WEIGHT_STD, exact_float64_llama, float64_inv_freq, forward_backward,
-                            make_inputs, make_model, max_rel_err, one_key_metadata, report)
+import generate_llama
+from generate_llama import (SEED, exact_float64_llama, float64_inv_freq, forward_backward, make_inputs, make_model,
+                            max_rel_err, one_key_metadata, report)
 
 VOCAB = 64
 # Llama 3.1's rope_scaling, with the pretraining context shrunk to this model's scale: with
@@ -49,27 +50,9 @@ LINEAR_SCALING = {"rope_type": "linear", "factor": 4.0}
 
 
 def make_config(rope_scaling) -> LlamaConfig:
-    return LlamaConfig(
-        vocab_size=VOCAB,
-        hidden_size=32,
-        intermediate_size=40,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=16,
-        max_position_embeddings=512,
-        rope_theta=500000.0,
-        rope_scaling=rope_scaling,
-        rms_norm_eps=1e-5,
-        tie_word_embeddings=True,
-        attention_bias=False,
-        mlp_bias=False,
-        hidden_act="silu",
-        initializer_range=WEIGHT_STD,
-        pad_token_id=None,
-        attn_implementation="eager",
-        torch_dtype="float32",
-    )
+    return generate_llama.make_config(vocab_size=VOCAB, hidden_size=32, intermediate_size=40, num_attention_heads=2,
+                                      num_key_value_heads=1, head_dim=16, max_position_embeddings=512,
+                                      rope_theta=500000.0, rope_scaling=rope_scaling, tie_word_embeddings=True)
 
 
 def float64_copy(model, config):
