@@ -1,6 +1,8 @@
 #include "fsdp/ckpt/hf_import.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <type_traits>
 #include <filesystem>
 #include <fstream>
 #include <vector>
@@ -16,9 +18,19 @@ namespace {
 
 using nlohmann::json;
 
+// An integer field: a JSON integer that fits int64. nlohmann converts a float (96.5, or an
+// integer too long for 64 bits, which it parses as 1.1e22) to int64 by a cast, truncating
+// or undefined (found by tests/fuzz/fuzz_hf_config_json.cpp).
+int64_t integer(const json& v, const std::string& key, const std::string& path) {
+  FSDP_CHECK(v.is_number_integer() && (!v.is_number_unsigned() || v.get<uint64_t>() <= uint64_t(INT64_MAX)),
+             "{}: '{}' must be an integer, got {}", path, key, v.dump());
+  return v.get<int64_t>();
+}
+
 template <typename T>
 T required(const json& j, const std::string& key, const std::string& path) {
   FSDP_CHECK(j.contains(key) && !j[key].is_null(), "{}: missing '{}'", path, key);
+  if constexpr (std::is_same_v<T, int64_t>) return integer(j[key], key, path);
   try {
     return j[key].get<T>();
   } catch (const json::exception& e) {
@@ -76,7 +88,7 @@ void read_mixtral_routing(const json& j, const std::string& path, model::LlamaCo
              "{}: router_jitter_noise {} is not supported (0 only: routing here is deterministic)", path,
              j.value("router_jitter_noise", 0.0));
   if (j.contains("sliding_window") && !j["sliding_window"].is_null()) {
-    const int64_t w = j["sliding_window"].get<int64_t>();
+    const int64_t w = integer(j["sliding_window"], "sliding_window", path);
     FSDP_CHECK(w >= c.max_seq_len, "{}: sliding_window {} shorter than max_position_embeddings {} is not supported",
                path, w, c.max_seq_len);
   }
@@ -113,10 +125,8 @@ model::RopeScaling read_rope_scaling(const json& j, const std::string& path) {
     s.low_freq_factor = rope_number(r, "low_freq_factor", path);
     s.high_freq_factor = rope_number(r, "high_freq_factor", path);
     const auto orig = r.find("original_max_position_embeddings");
-    FSDP_CHECK(orig != r.end() && orig->is_number_integer(),
-               "{}: rope_scaling.original_max_position_embeddings must be an integer, got {}", path,
-               orig == r.end() ? "nothing" : orig->dump());
-    s.original_max_position = orig->get<int64_t>();
+    FSDP_CHECK(orig != r.end(), "{}: rope_scaling has no original_max_position_embeddings", path);
+    s.original_max_position = integer(*orig, "rope_scaling.original_max_position_embeddings", path);
   }
   return s;
 }
@@ -155,15 +165,17 @@ static model::LlamaConfig parse_hf_llama_config(const std::string& folder) {
   c.num_layers = required<int64_t>(j, "num_hidden_layers", path);
   c.num_heads = required<int64_t>(j, "num_attention_heads", path);
   c.num_kv_heads = j.contains("num_key_value_heads") && !j["num_key_value_heads"].is_null()
-                       ? j["num_key_value_heads"].get<int64_t>()
+                       ? integer(j["num_key_value_heads"], "num_key_value_heads", path)
                        : c.num_heads;
   c.max_seq_len = required<int64_t>(j, "max_position_embeddings", path);
   c.rope_theta = j.value("rope_theta", 10000.0);
   c.norm_eps = j.value("rms_norm_eps", 1e-6);
   if (j.contains("head_dim") && !j["head_dim"].is_null()) {
-    FSDP_CHECK(j["head_dim"].get<int64_t>() == c.hidden_size / c.num_heads,
-               "{}: head_dim {} differs from hidden_size / num_attention_heads = {}; not supported", path,
-               j["head_dim"].get<int64_t>(), c.hidden_size / c.num_heads);
+    const int64_t head_dim = integer(j["head_dim"], "head_dim", path);
+    // num_heads <= 0 is validate()'s to refuse (below), after which nothing divides by it.
+    FSDP_CHECK(c.num_heads <= 0 || head_dim == c.hidden_size / c.num_heads,
+               "{}: head_dim {} differs from hidden_size / num_attention_heads = {}; not supported", path, head_dim,
+               c.hidden_size / c.num_heads);
   }
   c.rope_scaling = read_rope_scaling(j, path);
   FSDP_CHECK(type != "mixtral" || c.rope_scaling.type == model::RopeScaling::Type::None,

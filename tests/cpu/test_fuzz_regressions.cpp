@@ -85,6 +85,20 @@ TEST_F(HfConfigRegressions, AShapeWhoseParameterCountOverflowsIsRefused) {
   EXPECT_NE(e.find("overflow 64-bit sizes"), std::string::npos) << e;
 }
 
+// An integer field written as 96.5, or too long for 64 bits (nlohmann parses it as a float),
+// was cast to int64: truncated, or undefined (UBSan: 1.1e22 is outside the range of long).
+TEST_F(HfConfigRegressions, IntegerFieldsMustBeIntegersThatFit) {
+  const std::string e = error_for("crash_integer_too_long.json");
+  EXPECT_NE(e.find("config.json: 'vocab_size' must be an integer, got 1.0992147483648512e+22"), std::string::npos) << e;
+}
+
+// num_attention_heads 0 with a head_dim: hidden_size / 0 before validate() refused the zero
+// (UBSan: division by zero; SIGFPE without it).
+TEST_F(HfConfigRegressions, ZeroHeadsAreRefusedBeforeAnythingDividesByThem) {
+  const std::string e = error_for("crash_zero_heads_with_head_dim.json");
+  EXPECT_NE(e.find("config.json: model.num_heads must be > 0, got 0"), std::string::npos) << e;
+}
+
 // A manifest piece of extent 2^63 - 1 followed by another overflowed the tiling check's
 // running offset (UBSan: signed integer overflow in CheckpointReader::check_structure).
 TEST(FuzzRegressions, ManifestPiecesThatOverrunTheUnitAreRefused) {

@@ -161,8 +161,9 @@ def dictionaries():
         tokens = extra + EDGE_NUMBERS + (JSON_TOKENS if target != "config_yaml" else [])
         with open(os.path.join(d, target + ".dict"), "w") as f:
             f.write(f"# libFuzzer dictionary for fuzz_{target}: written by make_seeds.py\n")
-            for t in tokens:
-                f.write('"' + t.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"\n')
+            for t in tokens:  # libFuzzer's escapes: \\, \" and \xAB only
+                f.write('"' + "".join(c if " " <= c <= "~" and c not in '"\\' else
+                                      ("\\" + c if c in '"\\' else f"\\x{ord(c):02x}") for c in t) + '"\n')
 
 
 def main():
