@@ -229,7 +229,7 @@ ParsedLine parse_jsonl_line(std::string_view line, const std::string& text_field
   json j;
   try {
     j = json::parse(line);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for 1e3083 (found by fuzz_prepare_jsonl)
     out.kind = ParsedLine::Kind::kMalformed;
     std::string what = e.what();
     if (const size_t p = what.find("] "); p != std::string::npos) what.erase(0, p + 2);

@@ -10,6 +10,7 @@
 #include "fsdp/ckpt/checkpoint_reader.h"
 #include "fsdp/ckpt/hf_import.h"
 #include "fsdp/config/config.h"
+#include "fsdp/data/text_inputs.h"
 #include "test_util.h"
 
 namespace fsdp {
@@ -97,6 +98,18 @@ TEST_F(HfConfigRegressions, IntegerFieldsMustBeIntegersThatFit) {
 TEST_F(HfConfigRegressions, ZeroHeadsAreRefusedBeforeAnythingDividesByThem) {
   const std::string e = error_for("crash_zero_heads_with_head_dim.json");
   EXPECT_NE(e.find("config.json: model.num_heads must be > 0, got 0"), std::string::npos) << e;
+}
+
+// A JSONL line holding a number past double's range ({"id": 1e3083}) threw nlohmann's
+// out_of_range out of parse_jsonl_line (only parse_error was caught), which prepare turned
+// into a fatal error in nlohmann's words instead of a malformed line it counts and skips.
+TEST(FuzzRegressions, AJsonlNumberOutOfRangeIsAMalformedLine) {
+  const std::string input = corpus_input("prepare_jsonl", "crash_number_overflow.jsonl").substr(1);  // the kind byte
+  const std::string line = input.substr(input.find('\n') + 1, input.find("}\n", input.find('\n')) - input.find('\n'));
+  ASSERT_EQ(line, "{\"id\": 1e3083}");
+  const data::ParsedLine p = data::parse_jsonl_line(line, "text", 32000);
+  EXPECT_EQ(p.kind, data::ParsedLine::Kind::kMalformed);
+  EXPECT_NE(p.error.find("malformed JSON: number overflow parsing '1e3083'"), std::string::npos) << p.error;
 }
 
 // A manifest piece of extent 2^63 - 1 followed by another overflowed the tiling check's
