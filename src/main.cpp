@@ -31,7 +31,7 @@ const char* kUsage =
     "\n"
     "commands:\n"
     "  train --config FILE [--set section.key=value]...   train a model\n"
-    "  eval  --config FILE [--set section.key=value]...   mean loss over eval.batches batches\n"
+    "  eval  --config FILE [--split NAME] [--set ...]     mean loss over eval.batches batches\n"
     "  prepare --tokenizer MODEL --output DIR INPUT...    tokenize text into training shards\n"
     "  generate --checkpoint DIR --tokenizer MODEL --prompt TEXT   continue a prompt with a model\n"
     "  export --checkpoint DIR --output HF_DIR                   write a Hugging Face Llama folder\n"
@@ -44,6 +44,7 @@ struct Args {
   std::string command;
   std::string config_path;
   std::vector<std::string> overrides;
+  std::string split;  // eval --split NAME: eval.split
   bool help = false;
   bool version = false;
 };
@@ -68,6 +69,10 @@ Args parse_args(int argc, char** argv) {
       a.config_path = value("--config");
     } else if (arg.starts_with("--config=")) {
       a.config_path = arg.substr(9);
+    } else if (arg == "--split") {
+      a.split = value("--split");
+    } else if (arg.starts_with("--split=")) {
+      a.split = arg.substr(8);
     } else if (arg == "--set") {
       a.overrides.push_back(value("--set"));
     } else if (arg.starts_with("--set=")) {
@@ -88,14 +93,20 @@ void print_command_help(const std::string& command) {
                 "every step to <run.dir>/metrics.jsonl.\n\n");
   } else {
     std::printf("Evaluates the model (model.init_from, or the seeded initialisation) on eval.batches\n"
-                "validation batches; the last line of output is `eval_loss <value>`.\n\n");
+                "batches of the validation shards (eval.split, default val; --split NAME sets it: --split\n"
+                "train evaluates the training shards); the last line of output is `eval_loss <value>`.\n\n");
   }
   std::printf("%s", fsdp::config::describe_keys().c_str());  // its own "Config keys" header
 }
 
 fsdp::config::Config load(const Args& a) {
   if (a.config_path.empty()) throw UsageError{"fsdp_train " + a.command + ": --config FILE is required"};
-  return fsdp::config::load_config(a.config_path, a.overrides);
+  std::vector<std::string> overrides = a.overrides;
+  if (!a.split.empty()) {
+    if (a.command != "eval") throw UsageError{"--split is an option of fsdp_train eval (train evaluates eval.split)"};
+    overrides.push_back("eval.split=" + a.split);  // after the --set ones: the flag wins
+  }
+  return fsdp::config::load_config(a.config_path, overrides);
 }
 
 // Rank 0 speaks for the job; other ranks report only warnings and errors, prefixed with

@@ -123,8 +123,11 @@ void CheckpointReader::check_structure() const {
     for (const ManifestPiece& p : u.pieces) {
       FSDP_CHECK(p.file >= 0 && p.file < int(m.files.size()), "{}: unit {} names file #{}, which is not listed", path,
                  u.name, p.file);
-      FSDP_CHECK(p.begin == next && p.extent > 0, "{}: unit {} pieces do not tile its {} elements (gap or overlap at {})",
-                 path, u.name, u.numel, next);
+      // extent <= numel - next: no piece reaches past the unit, and next never overflows
+      // (an extent of 2^63 - 1 did: found by tests/fuzz/fuzz_checkpoint_manifest.cpp).
+      FSDP_CHECK(p.begin == next && p.extent > 0 && p.extent <= u.numel - next,
+                 "{}: unit {} pieces do not tile its {} elements (gap, overlap or overrun at {})", path, u.name,
+                 u.numel, next);
       next += p.extent;
     }
     FSDP_CHECK(next == u.numel, "{}: unit {} pieces cover {} of its {} elements", path, u.name, next, u.numel);
@@ -174,6 +177,10 @@ void CheckpointReader::check_model(const model::LlamaConfig& cfg, const std::vec
   same(m.num_kv_heads, cfg.num_kv_heads, "num_kv_heads");
   same(m.num_experts, cfg.num_experts, "num_experts");
   same(m.experts_per_token, cfg.experts_per_token, "experts_per_token");
+  FSDP_CHECK(m.tie_word_embeddings == cfg.tie_word_embeddings,
+             "checkpoint {} holds a model with tie_word_embeddings = {}, but the config asks for {} "
+             "(model.tie_word_embeddings): it is a checkpoint of a different model",
+             dir_, m.tie_word_embeddings, cfg.tie_word_embeddings);
   FSDP_CHECK(manifest_.units.size() == units.size(), "checkpoint {} has {} parameter units, the model {}", dir_,
              manifest_.units.size(), units.size());
   for (size_t u = 0; u < units.size(); ++u) {

@@ -1,6 +1,8 @@
 #include "fsdp/ckpt/hf_import.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <type_traits>
 #include <filesystem>
 #include <limits>
 #include <optional>
@@ -11,6 +13,7 @@
 
 #include "fsdp/core/error.h"
 #include "fsdp/core/regular_file.h"
+#include "fsdp/model/rope_scaling.h"
 
 namespace fsdp::ckpt {
 
@@ -116,9 +119,55 @@ void read_mixtral_routing(const json& j, const std::string& path, model::LlamaCo
   }
 }
 
+// A number or integer field of rope_scaling, typed as transformers writes it.
+double rope_number(const json& r, const char* key, const std::string& path) {
+  const auto it = r.find(key);
+  FSDP_CHECK(it != r.end() && it->is_number(), "{}: rope_scaling.{} must be a number, got {}", path, key,
+             it == r.end() ? "nothing" : it->dump());
+  return it->get<double>();
+}
+
+// config.json's rope_scaling (transformers 4.x): {"rope_type" (or the older "type"): "linear"
+// | "llama3" | "default", "factor": f, and for llama3 "low_freq_factor", "high_freq_factor",
+// "original_max_position_embeddings"}. Other types are refused by name.
+model::RopeScaling read_rope_scaling(const json& j, const std::string& path) {
+  model::RopeScaling s;
+  const auto it = j.find("rope_scaling");
+  if (it == j.end() || it->is_null()) return s;
+  const json& r = *it;
+  FSDP_CHECK(r.is_object(), "{}: rope_scaling must be an object or null, got {}", path, r.dump());
+  const auto type = r.contains("rope_type") ? r.find("rope_type") : r.find("type");
+  FSDP_CHECK(type != r.end() && type->is_string(), "{}: rope_scaling has no rope_type string", path);
+  const std::string name = type->get<std::string>();
+  if (name == "default") return s;  // transformers' name for unscaled RoPE
+  try {
+    s.type = model::rope_scaling_type(name);
+  } catch (const Error& e) {
+    FSDP_FAIL("{}: {}", path, e.what());
+  }
+  s.factor = rope_number(r, "factor", path);
+  if (s.type == model::RopeScaling::Type::Llama3) {
+    s.low_freq_factor = rope_number(r, "low_freq_factor", path);
+    s.high_freq_factor = rope_number(r, "high_freq_factor", path);
+    FSDP_CHECK(r.contains("original_max_position_embeddings"), "{}: rope_scaling has no original_max_position_embeddings",
+               path);
+    s.original_max_position =
+        integer_field(r, "original_max_position_embeddings", path, 1, model::ShapeLimits::max_seq_len);
+  }
+  return s;
+}
+
+// tie_word_embeddings: transformers' default is false for Llama and Mixtral.
+bool read_tie_word_embeddings(const json& j, const std::string& path) {
+  const auto it = j.find("tie_word_embeddings");
+  if (it == j.end() || it->is_null()) return false;
+  FSDP_CHECK(it->is_boolean(), "{}: tie_word_embeddings must be true or false, got {}", path, it->dump());
+  return it->get<bool>();
+}
+
 }  // namespace
 
-model::LlamaConfig read_hf_llama_config(const std::string& folder) {
+static model::LlamaConfig parse_hf_llama_config(const std::string& folder) {
   const std::string path = (std::filesystem::path(folder) / "config.json").string();
   std::error_code ec;
   FSDP_CHECK(std::filesystem::exists(path, ec), "cannot open {} (model.init_from must be a Hugging Face model folder)",
@@ -137,7 +186,6 @@ model::LlamaConfig read_hf_llama_config(const std::string& folder) {
   FSDP_CHECK(act == "silu", "{}: hidden_act '{}' is not supported (silu only)", path, act);
   FSDP_CHECK(!typed_field(j, "attention_bias", path, false), "{}: attention_bias=true is not supported", path);
   FSDP_CHECK(!typed_field(j, "mlp_bias", path, false), "{}: mlp_bias=true is not supported", path);
-  FSDP_CHECK(!j.contains("rope_scaling") || j["rope_scaling"].is_null(), "{}: rope_scaling is not supported", path);
   using L = model::ShapeLimits;
   model::LlamaConfig c;
   c.vocab_size = integer_field(j, "vocab_size", path, 1, L::vocab_size);
@@ -159,6 +207,12 @@ model::LlamaConfig read_hf_llama_config(const std::string& folder) {
                "{}: head_dim {} differs from hidden_size / num_attention_heads = {}; not supported", path, head_dim,
                c.hidden_size / c.num_heads);
   }
+  c.rope_scaling = read_rope_scaling(j, path);
+  FSDP_CHECK(type != "mixtral" || c.rope_scaling.type == model::RopeScaling::Type::None,
+             "{}: rope_scaling in a Mixtral config is not supported: transformers 4.x's MixtralForCausalLM ignores it, "
+             "so its logits would not be this model's",
+             path);
+  c.tie_word_embeddings = read_tie_word_embeddings(j, path);
   if (type == "mixtral") read_mixtral_routing(j, path, c);
   try {
     c.validate();
@@ -166,6 +220,17 @@ model::LlamaConfig read_hf_llama_config(const std::string& folder) {
     FSDP_FAIL("{}: {}", path, e.what());
   }
   return c;
+}
+
+model::LlamaConfig read_hf_llama_config(const std::string& folder) {
+  // A value of the wrong JSON type (a number where the object or a string belongs, ...)
+  // throws nlohmann's own exception from any line above, which no caller turns into one
+  // line naming the file (found by tests/fuzz/fuzz_hf_config_json.cpp).
+  try {
+    return parse_hf_llama_config(folder);
+  } catch (const json::exception& e) {
+    FSDP_FAIL("{}: a value has the wrong type: {}", (std::filesystem::path(folder) / "config.json").string(), e.what());
+  }
 }
 
 void load_hf_unit(const SafetensorsFolder& folder, const model::UnitLayout& unit, const Tensor& flat, int64_t begin) {

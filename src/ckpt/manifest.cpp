@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fsdp/core/error.h"
+#include "fsdp/model/rope_scaling.h"
 
 namespace fsdp {
 namespace {
@@ -62,6 +63,16 @@ void to_json(nlohmann::json& j, const LlamaConfig& m) {
     j["router_aux_loss_coef"] = m.router_aux_loss_coef;
     j["router_z_loss_coef"] = m.router_z_loss_coef;
   }
+  // Likewise RoPE scaling and tying only when in use.
+  const RopeScaling& r = m.rope_scaling;
+  if (r.type != RopeScaling::Type::None) {
+    j["rope_scaling"] = {{"type", rope_scaling_name(r.type)},
+                         {"factor", r.factor},
+                         {"low_freq_factor", r.low_freq_factor},
+                         {"high_freq_factor", r.high_freq_factor},
+                         {"original_max_position", r.original_max_position}};
+  }
+  if (m.tie_word_embeddings) j["tie_word_embeddings"] = true;
 }
 
 void from_json(const nlohmann::json& j, LlamaConfig& m) {
@@ -80,6 +91,19 @@ void from_json(const nlohmann::json& j, LlamaConfig& m) {
     m.experts_per_token = integer_at<int64_t>(j, "experts_per_token", 0, L::num_experts);
   m.router_aux_loss_coef = number_at(j, "router_aux_loss_coef", 0, 0.0);
   m.router_z_loss_coef = number_at(j, "router_z_loss_coef", 0, 0.0);
+  if (const auto r = j.find("rope_scaling"); r != j.end()) {
+    FSDP_CHECK(r->is_object() && r->contains("type") && r->at("type").is_string(),
+               "'rope_scaling' must be an object with a 'type' string, got {}", r->dump());
+    m.rope_scaling.type = rope_scaling_type(r->at("type").get<std::string>());
+    m.rope_scaling.factor = number_at(*r, "factor", 0, 1.0);
+    m.rope_scaling.low_freq_factor = number_at(*r, "low_freq_factor", 0, 1.0);
+    m.rope_scaling.high_freq_factor = number_at(*r, "high_freq_factor", 0, 4.0);
+    m.rope_scaling.original_max_position = integer_at<int64_t>(*r, "original_max_position", 1, L::max_seq_len);
+  }
+  if (const auto t = j.find("tie_word_embeddings"); t != j.end()) {
+    FSDP_CHECK(t->is_boolean(), "'tie_word_embeddings' must be true or false, got {}", t->dump());
+    m.tie_word_embeddings = t->get<bool>();
+  }
   if (const auto p = m.problem()) FSDP_FAIL("model: {}", p->message);
 }
 

@@ -15,6 +15,8 @@
 #include <yaml-cpp/yaml.h>
 
 #include "fsdp/config/config.h"
+#include "fsdp/model/rope_scaling.h"
+#include "yaml_text.h"
 
 namespace fsdp::config {
 namespace {
@@ -149,6 +151,9 @@ void read_tree(const YAML::Node& root, const std::string& name, Config& cfg, Ori
 
 // ---- --set section.key=value -------------------------------------------------------------
 void apply_override(const std::string& text, long index, Config& cfg, Origins& origins) {
+  if (const size_t bad = detail::first_unprintable(text); bad != std::string::npos)
+    fail("--set", fmt::format("byte 0x{:02x} at column {} is not printable UTF-8 text",
+                              static_cast<unsigned char>(text[bad]), bad + 1));
   const std::string where = "--set " + text;
   const size_t eq = text.find('=');
   if (eq == std::string::npos) fail(where, "expected section.key=value, e.g. --set train.max_steps=5");
@@ -267,6 +272,12 @@ void validate(const Config& cfg, const Origins& origins, const std::string& name
 
 Config load_config_string(const std::string& yaml_text, const std::string& display_name,
                           const std::vector<std::string>& overrides) {
+  if (const size_t bad = detail::first_unprintable(yaml_text); bad != std::string::npos) {
+    const detail::TextPosition at = detail::position_of(yaml_text, bad);
+    fail(fmt::format("{}:{}", display_name, at.line),
+         fmt::format("byte 0x{:02x} at column {} is not printable UTF-8 text, all a YAML file may hold",
+                     static_cast<unsigned char>(yaml_text[bad]), at.column));
+  }
   std::vector<YAML::Node> documents;
   try {
     documents = YAML::LoadAll(yaml_text);
@@ -346,6 +357,22 @@ void fail_key(const Config& cfg, std::string_view key, const std::string& what) 
   fail(it != cfg.origins.where.end() ? it->second : cfg.origins.file, fmt::format("key '{}' {}", key, what));
 }
 
+// model.rope_* over the preset's or config.json's scaling: a type other than none starts
+// from the factors already there (Llama 3.1's for its presets), which single keys override.
+static void apply_rope_scaling(const config::ModelConfig& m, model::RopeScaling& s) {
+  if (m.rope_scaling) s.type = model::rope_scaling_type(*m.rope_scaling);
+  if (s.type == model::RopeScaling::Type::None) s = model::RopeScaling{};  // no factors to carry over
+  if (m.rope_scaling_factor) s.factor = *m.rope_scaling_factor;
+  if (m.rope_low_freq_factor) s.low_freq_factor = *m.rope_low_freq_factor;
+  if (m.rope_high_freq_factor) s.high_freq_factor = *m.rope_high_freq_factor;
+  if (m.rope_original_max_position_embeddings) s.original_max_position = *m.rope_original_max_position_embeddings;
+  const bool factors_set = m.rope_scaling_factor || m.rope_low_freq_factor || m.rope_high_freq_factor ||
+                           m.rope_original_max_position_embeddings;
+  FSDP_CHECK(!factors_set || s.type != model::RopeScaling::Type::None,
+             "model.rope_scaling_factor and the other model.rope_* factors need model.rope_scaling: linear or llama3 "
+             "(the model has no RoPE scaling)");
+}
+
 model::LlamaConfig apply_shape_keys(const ModelConfig& m, model::LlamaConfig c) {
   auto set = [](const auto& key, auto& field) {
     if (key) field = *key;
@@ -363,6 +390,11 @@ model::LlamaConfig apply_shape_keys(const ModelConfig& m, model::LlamaConfig c) 
   set(m.experts_per_token, c.experts_per_token);
   set(m.router_aux_loss_coef, c.router_aux_loss_coef);
   set(m.router_z_loss_coef, c.router_z_loss_coef);
+  // RoPE scaling is a training choice, not the folder's shape: fine-tuning a model to a
+  // longer context with position interpolation (linear) or Llama 3.1's scaling is what
+  // these keys are for. Tying is the shape (a tied folder has no lm_head to load).
+  apply_rope_scaling(m, c.rope_scaling);
+  set(m.tie_word_embeddings, c.tie_word_embeddings);
   return c;
 }
 

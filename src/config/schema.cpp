@@ -19,6 +19,7 @@
 
 #include "fsdp/config/config.h"
 #include "fsdp/model/llama_config.h"
+#include "fsdp/model/rope_scaling.h"
 
 namespace fsdp::config {
 namespace {
@@ -223,6 +224,27 @@ auto in_unit_interval() {  // [0, 1): Adam's betas
     return v >= 0 && v < 1 ? "" : fmt::format("must be in [0, 1), got {}", v);
   };
 }
+// The RoPE scaling types the model implements (model/rope_scaling.h); any other type
+// transformers knows is refused by name.
+auto rope_scaling_choice() {
+  return [](const std::string& v) -> std::string {
+    try {
+      model::rope_scaling_type(v);
+      return "";
+    } catch (const fsdp::Error&) {
+      return fmt::format("must be one of none, linear, llama3, got '{}' (dynamic, yarn, longrope and the other "
+                         "transformers types are not implemented)", v);
+    }
+  };
+}
+// A shard name prefix: train, val, or any <name> of <name>_00000.idx; never a path.
+auto split_name() {
+  return [](const std::string& v) -> std::string {
+    if (v.empty()) return "must not be empty (val, train, or the <name> of <name>_*.idx shards)";
+    if (v.find('/') != std::string::npos) return fmt::format("must be a shard name, not a path, got '{}'", v);
+    return "";
+  };
+}
 auto not_empty(std::string_view hint) {
   return [hint](const std::string& v) -> std::string {
     return v.empty() ? fmt::format("must not be empty ({})", hint) : "";
@@ -317,6 +339,21 @@ void add_model_rows(std::vector<detail::Field>& t) {
            "Weight of the load-balancing loss (transformers' load_balancing_loss_func); null = the preset's.", ge(0))
       .add("router_z_loss_coef", &ModelConfig::router_z_loss_coef,
            "Weight of the router z-loss, mean logsumexp(router logits)^2 (ST-MoE); null = the preset's.", ge(0))
+      .add("rope_scaling", &ModelConfig::rope_scaling,
+           "RoPE scaling for a longer context: none, linear (every frequency / factor) or llama3 (Llama 3.1's: "
+           "low frequencies / factor, high ones kept); null = the preset's or config.json's.",
+           rope_scaling_choice())
+      .add("rope_scaling_factor", &ModelConfig::rope_scaling_factor,
+           "RoPE scaling factor (Llama 3.1: 8); null = the preset's or config.json's.", ge(1))
+      .add("rope_low_freq_factor", &ModelConfig::rope_low_freq_factor,
+           "llama3 scaling: wavelengths above original / this are scaled (Llama 3.1: 1); null = the preset's.", gt(0))
+      .add("rope_high_freq_factor", &ModelConfig::rope_high_freq_factor,
+           "llama3 scaling: wavelengths below original / this are kept (Llama 3.1: 4); null = the preset's.", gt(0))
+      .add("rope_original_max_position_embeddings", &ModelConfig::rope_original_max_position_embeddings,
+           "llama3 scaling: the pretraining context (Llama 3.1: 8192); null = the preset's.", gt(0))
+      .add("tie_word_embeddings", &ModelConfig::tie_word_embeddings,
+           "The output head reads the embedding table instead of its own weight (Llama 3.2 1B/3B); null = the "
+           "preset's or config.json's.")
       .add("init_std", &ModelConfig::init_std, "Standard deviation of the random initialisation.", gt(0));
 }
 
@@ -427,7 +464,11 @@ void add_logging_rows(std::vector<detail::Field>& t) {
 
 void add_eval_rows(std::vector<detail::Field>& t) {
   SectionRows(t, "eval", &Config::eval)
-      .add("batches", &EvalConfig::batches, "Validation batches per evaluation.", ge(1));
+      .add("batches", &EvalConfig::batches, "Validation batches per evaluation.", ge(1))
+      .add("split", &EvalConfig::split,
+           "Shards evaluated: <split>_*.idx in data.val_path, or in data.path when that is empty (train = the "
+           "training data itself, for a corpus prepared without --val-fraction).",
+           split_name());
 }
 
 // The sections in the order --help and dump_yaml list them.
@@ -470,7 +511,7 @@ std::span<const Section> sections() {
       {"fsdp", "Sharding and mixed precision."},
       {"dist", "Communication between ranks: the collective watchdog."},
       {"logging", "Console log and metrics.jsonl."},
-      {"eval", "Evaluation on data.val_path."},
+      {"eval", "Evaluation on data.val_path (or a split of data.path)."},
   };
   return list;
 }

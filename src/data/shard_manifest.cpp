@@ -46,21 +46,26 @@ ShardChecksum read_checksum(const nlohmann::json& j, const std::string& shard, c
 
 }  // namespace
 
-void write_shard_manifest(const fs::path& path, const PrepareOptions& o, const Tokenizer& tok, const PrepareResult& r,
-                          const std::vector<nlohmann::json>& inputs) {
+void write_shard_manifest(const fs::path& path, const PrepareOptions& o, const Tokenizer* tok, int64_t vocab_size,
+                          const PrepareResult& r, const std::vector<nlohmann::json>& inputs) {
   using nlohmann::json;
   auto split = [](const PrepareSplit& s) {
     return json{{"shards", s.shards}, {"documents", s.documents}, {"tokens", s.tokens}};
   };
-  std::error_code ec;
-  const fs::path tok_abs = fs::weakly_canonical(fs::absolute(o.tokenizer), ec);
+  json tokenizer = nullptr;  // pre-tokenized input_ids: whose tokenizer is not known here
+  if (tok != nullptr) {
+    std::error_code ec;
+    const fs::path tok_abs = fs::weakly_canonical(fs::absolute(o.tokenizer), ec);
+    tokenizer = {{"path", ec ? o.tokenizer : tok_abs.string()}, {"fnv1a64", tok->content_hash_hex()}};
+  }
+  const auto special = [&](int id) { return tok != nullptr ? json(id) : json(nullptr); };
   const json m = {
       {"format", "megatron-mmap-v1"},
-      {"tokenizer", {{"path", ec ? o.tokenizer : tok_abs.string()}, {"fnv1a64", tok.content_hash_hex()}}},
-      {"vocab_size", tok.vocab_size()},
-      {"bos_id", tok.bos_id()},
-      {"eos_id", tok.eos_id()},
-      {"dtype", tok.vocab_size() <= 65536 ? "uint16" : "int32"},
+      {"tokenizer", tokenizer},
+      {"vocab_size", vocab_size},
+      {"bos_id", special(tok != nullptr ? tok->bos_id() : -1)},
+      {"eos_id", special(tok != nullptr ? tok->eos_id() : -1)},
+      {"dtype", vocab_size <= 65536 ? "uint16" : "int32"},
       {"text_field", o.text_field},
       {"val_fraction", o.val_fraction},
       {"split_seed", o.split_seed},

@@ -39,8 +39,11 @@ constexpr size_t kReadChunk = size_t(1) << 20;
 InputFormat input_format(const std::string& path) {
   const std::string base = strip_compression(path);
   if (ends_with(base, ".txt")) return InputFormat::kText;
-  if (ends_with(base, ".jsonl")) return InputFormat::kJsonl;
-  FSDP_FAIL("input '{}': unknown format (expected .txt or .jsonl, optionally followed by .gz or .zst)", path);
+  // .json too: SageMaker model parallel's shards are JSON Lines named .json.gz.
+  if (ends_with(base, ".jsonl") || ends_with(base, ".json")) return InputFormat::kJsonl;
+  FSDP_FAIL("input '{}': unknown format (expected .txt, .jsonl or .json (JSON Lines), optionally followed by .gz or "
+            ".zst)",
+            path);
 }
 
 // ---- Byte sources ---------------------------------------------------------------------
@@ -269,7 +272,7 @@ ParsedLine parse_jsonl_line(std::string_view line, const std::string& text_field
   json j;
   try {
     j = json::parse(line);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for 1e3083 (found by fuzz_prepare_jsonl)
     out.kind = ParsedLine::Kind::kMalformed;
     std::string what = e.what();
     if (const size_t p = what.find("] "); p != std::string::npos) what.erase(0, p + 2);
@@ -281,7 +284,7 @@ ParsedLine parse_jsonl_line(std::string_view line, const std::string& text_field
     out.error = std::string("malformed line: a JSON ") + j.type_name() + ", not an object";
     return out;
   }
-  if (auto it = j.find(text_field); it != j.end()) {
+  if (auto it = text_field.empty() ? j.end() : j.find(text_field); it != j.end()) {
     if (!it->is_string()) {
       out.kind = ParsedLine::Kind::kInvalid;
       out.error = fmt::format("field '{}' is a {}, not a string", text_field, it->type_name());
@@ -307,7 +310,7 @@ ParsedLine parse_jsonl_line(std::string_view line, const std::string& text_field
       const int64_t id = v.is_number_unsigned() ? int64_t(std::min<uint64_t>(v.get<uint64_t>(), uint64_t(INT64_MAX)))
                                                 : v.get<int64_t>();
       if (id < 0 || id >= vocab_size) {
-        out.error = fmt::format("input_ids[{}] = {} is outside the tokenizer's vocabulary [0, {})", i, id, vocab_size);
+        out.error = fmt::format("input_ids[{}] = {} is outside the vocabulary [0, {})", i, id, vocab_size);
         return out;
       }
       out.tokens.push_back(int32_t(id));
@@ -318,8 +321,14 @@ ParsedLine parse_jsonl_line(std::string_view line, const std::string& text_field
   out.kind = ParsedLine::Kind::kInvalid;
   std::string keys;
   for (auto it = j.begin(); it != j.end(); ++it) keys += (keys.empty() ? "" : ", ") + it.key();
-  out.error = fmt::format("no '{}' field and no 'input_ids' (the object has: {}); --text-field names another field",
-                          text_field, keys.empty() ? "no fields" : keys);
+  if (text_field.empty()) {
+    out.error = fmt::format("no 'input_ids' (the object has: {}); without a tokenizer (--vocab-size) prepare takes "
+                            "only pre-tokenized lines",
+                            keys.empty() ? "no fields" : keys);
+  } else {
+    out.error = fmt::format("no '{}' field and no 'input_ids' (the object has: {}); --text-field names another field",
+                            text_field, keys.empty() ? "no fields" : keys);
+  }
   return out;
 }
 

@@ -14,8 +14,31 @@
 // gradients in fp32, like PyTorch's no_sync) and saves (accum-1) reduce-scatters.
 // All ranks call the same hooks in the same order, so their collectives match one to
 // one, as MPI and NCCL require.
+
+// Note [Units used twice]
+// With tied embeddings the head reads the embedding unit's table (UnitLayout::reads_unit),
+// so a pass uses that unit twice in forward and twice in backward:
+//   forward   embedding, layers.0 .. layers.L-1, head, embedding'
+//   backward  embedding', head, layers.L-1 .. layers.0, embedding
+// (the primed use is the head's). The engine keeps that schedule and counts each unit's
+// uses in the pass (finish() resets the counts), so that
+//   - prefetching follows the schedule: the table's gather for the head overlaps the last
+//     block's forward, and (FULL_SHARD) its gather for the embedding's backward overlaps
+//     the first blocks' backward;
+//   - whatever is used at the end of forward stays gathered into backward (the head, and
+//     the table with it), as the last unit always did;
+//   - after the head's backward use FULL_SHARD frees the table (gathered again at the end),
+//     SHARD_GRAD_OP keeps it until its last use;
+//   - both uses accumulate into the unit's one gradient buffer, which is reduced once, after
+//     the last backward use: the sum of both uses' gradients, which is what autograd gives a
+//     shared parameter, and one master copy and one set of AdamW moments for it.
+// Per micro-batch under FULL_SHARD the V x C table is gathered 3 times and reduced once,
+// where separate embedding and lm_head weights cost 4 gathers and 2 reductions of V x C.
+// The alternative, embedding and head as one unit, would keep the table gathered through
+// every block's forward and backward (it is used at both ends of each), for no less traffic.
 #include "fsdp/fsdp/fsdp_engine.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "fsdp/core/nvtx.h"
@@ -47,6 +70,7 @@ FsdpEngine::FsdpEngine(const std::vector<model::UnitLayout>& units, dist::Proces
   for (const auto& layout : layouts_) grad_total += ::fsdp::shard_range(layout.numel, n, shard_.rank()).size;
   grad_flat_ = Tensor::zeros({grad_total}, DType::F32, dev);
   int64_t grad_offset = 0;
+  build_schedule();
   for (size_t u = 0; u < layouts_.size(); ++u) {
     Unit& x = units_[u];
     x.numel = layouts_[u].numel;
@@ -106,11 +130,49 @@ void FsdpEngine::release(Buffer*& b) {
   b = nullptr;
 }
 
-// ---------------------------------------------------------------- parameters
+// ---------------------------------------------------------------- schedule
 
-bool FsdpEngine::frees_after_forward(int unit) const {
-  return opt_.strategy == ShardingStrategy::FULL_SHARD && unit != num_units() - 1;
+// See Note [Units used twice].
+void FsdpEngine::build_schedule() {
+  const int n = num_units();
+  for (int u = 0; u < n; ++u) {
+    if (u == n - 1) last_unit_position_ = int(forward_order_.size());
+    forward_order_.push_back(u);
+    const int r = layouts_[size_t(u)].reads_unit;
+    if (r < 0) continue;
+    FSDP_CHECK(r < n && r != u, "unit '{}' reads unit {}, which is not another unit of the model",
+               layouts_[size_t(u)].name, r);
+    forward_order_.push_back(r);
+  }
+  backward_order_.assign(forward_order_.rbegin(), forward_order_.rend());
+  forward_positions_.assign(size_t(n), {});
+  backward_positions_.assign(size_t(n), {});
+  for (int i = 0; i < int(forward_order_.size()); ++i) {
+    forward_positions_[size_t(forward_order_[size_t(i)])].push_back(i);
+    backward_positions_[size_t(backward_order_[size_t(i)])].push_back(i);
+  }
+  forward_uses_.assign(size_t(n), 0);
+  backward_uses_.assign(size_t(n), 0);
 }
+
+// A caller that uses a unit more often than the schedule says (hooks driven by hand) is
+// taken to repeat its last use.
+int FsdpEngine::forward_position(int unit) const {
+  const std::vector<int>& p = forward_positions_[size_t(unit)];
+  return p[std::min(size_t(forward_uses_[size_t(unit)]), p.size() - 1)];
+}
+
+int FsdpEngine::backward_position(int unit) const {
+  const std::vector<int>& p = backward_positions_[size_t(unit)];
+  return p[std::min(size_t(backward_uses_[size_t(unit)]), p.size() - 1)];
+}
+
+void FsdpEngine::prefetch(const std::vector<int>& order, int position) {
+  for (int k = 1; k <= opt_.prefetch_limit && position + k < int(order.size()); ++k)
+    issue_gather(order[size_t(position + k)]);
+}
+
+// ---------------------------------------------------------------- parameters
 
 void FsdpEngine::issue_gather(int unit) {
   if (direct_ || unit < 0 || unit >= num_units()) return;
@@ -159,19 +221,23 @@ Tensor FsdpEngine::params(int unit) {
 // unit back, so an nsys timeline shows "layers.3 forward" beside the collectives.
 void FsdpEngine::before_forward(int unit) {
   wait_gather(unit);
-  for (int k = 1; k <= opt_.prefetch_limit; ++k) issue_gather(unit + k);
+  prefetch(forward_order_, forward_position(unit));
   nvtx::push(units_[unit].nvtx_forward.c_str());
 }
 
+// FULL_SHARD frees a unit after forward unless the use is at the end of the pass (the
+// head, and the table a tied head reads), whose backward follows at once.
 void FsdpEngine::after_forward(int unit) {
   nvtx::pop();
-  if (direct_ || !frees_after_forward(unit)) return;
+  const bool at_the_end = forward_position(unit) >= last_unit_position_;
+  ++forward_uses_[size_t(unit)];
+  if (direct_ || opt_.strategy != ShardingStrategy::FULL_SHARD || at_the_end) return;
   release(units_[unit].full);
 }
 
 void FsdpEngine::before_backward(int unit) {
   wait_gather(unit);
-  for (int k = 1; k <= opt_.prefetch_limit; ++k) issue_gather(unit - k);
+  prefetch(backward_order_, backward_position(unit));
   nvtx::push(units_[unit].nvtx_backward.c_str());
 }
 
@@ -198,8 +264,10 @@ Tensor FsdpEngine::grads(int unit) {
 void FsdpEngine::after_backward(int unit) {
   nvtx::pop();
   Unit& x = units_[unit];
-  if (!direct_) release(x.full);  // FULL_SHARD and SHARD_GRAD_OP both reshard here
-  if (!sync_) return;             // no_sync: keep accumulating the full gradient
+  const bool last_use = ++backward_uses_[size_t(unit)] >= int(backward_positions_[size_t(unit)].size());
+  // FULL_SHARD and SHARD_GRAD_OP both reshard here; SHARD_GRAD_OP keeps a unit used again.
+  if (!direct_ && (last_use || opt_.strategy == ShardingStrategy::FULL_SHARD)) release(x.full);
+  if (!sync_ || !last_use) return;  // no_sync, or another use to come: keep accumulating
   reduce_gradient(unit);
 }
 
@@ -241,6 +309,8 @@ void FsdpEngine::complete_reduce(int unit) {
 }
 
 void FsdpEngine::finish() {
+  std::fill(forward_uses_.begin(), forward_uses_.end(), 0);
+  std::fill(backward_uses_.begin(), backward_uses_.end(), 0);
   for (int u = num_units() - 1; u >= 0; --u) complete_reduce(u);
   for (int u = 0; u < num_units(); ++u) {
     Unit& x = units_[u];

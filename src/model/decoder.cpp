@@ -3,8 +3,8 @@
 // LlamaActivations or of a unit's flat buffer, so this file allocates nothing per step.
 #include "fsdp/model/decoder.h"
 
+#include "fsdp/model/rope_scaling.h"
 #include "fsdp/ops/cross_entropy.h"
-#include "fsdp/ops/rope.h"
 
 namespace fsdp::model {
 
@@ -58,13 +58,6 @@ void keep_router_record(const BlockActivations& from, RouterRecord& into) {
   into.tokens = r->tokens;
 }
 
-// The model's RoPE tables: computed on the host (in double, rounded once) and moved once.
-RopeTables device_rope_tables(const LlamaConfig& c, Device device) {
-  RopeTables t = make_rope_tables(c.max_seq_len, c.head_dim(), c.rope_theta, Device::cpu());
-  if (!device.is_cpu()) t = RopeTables{t.cos.to(device), t.sin.to(device)};
-  return t;
-}
-
 LlamaConfig validated(const LlamaConfig& c) {
   c.validate();
   return c;
@@ -78,8 +71,9 @@ Llama::Llama(const LlamaConfig& cfg, DType dtype, Device device)
       device_(device),
       units_(llama_units(cfg_)),
       embedding_(cfg_),
-      head_(cfg_, units_[head_unit(cfg_)]) {
-  const RopeTables rope = device_rope_tables(cfg_, device_);
+      head_(cfg_, units_) {
+  // Computed on the host (in double, rounded once) and moved once.
+  const RopeTables rope = llama_rope_tables(cfg_, cfg_.max_seq_len, device_);
   for (int l = 0; l < int(cfg_.num_layers); ++l) blocks_.emplace_back(cfg_, units_[block_unit(l)], rope);
 }
 
@@ -141,11 +135,11 @@ void Llama::trunk_forward(LlamaActivations& a, ParamProvider& p) {
 
 LossSum Llama::forward(LlamaActivations& a, ParamProvider& p) {
   trunk_forward(a, p);
-  const int h = head_unit(cfg_);
-  p.before_forward(h);
-  head_.forward(a.resid[size_t(cfg_.num_layers)], p.params(h), a.hf, a.rstdf, a.logits);
+  const int h = head_unit(cfg_), w = head_.weight_unit();
+  head_.before_forward(p);
+  head_.forward(a.resid[size_t(cfg_.num_layers)], p.params(h), p.params(w), a.hf, a.rstdf, a.logits);
   cross_entropy_forward(a.logits, a.targets, a.losses);
-  p.after_forward(h);
+  head_.after_forward(p);
   p.finish();
   return loss_sum(a);
 }
@@ -159,16 +153,16 @@ LossSum Llama::forward_backward(LlamaActivations& a, ParamProvider& p, double gr
 // logits buffer receives its own gradient (no second [N, V] tensor). On return
 // a.grads.dres holds dL/d(final hidden state).
 void Llama::head_backward(LlamaActivations& a, ParamProvider& p, double grad_scale) {
-  const int h = head_unit(cfg_);
+  const int h = head_unit(cfg_), w = head_.weight_unit();
   const Tensor& x = a.resid[size_t(cfg_.num_layers)];
-  p.before_forward(h);
-  const Tensor params = p.params(h);
-  head_.forward(x, params, a.hf, a.rstdf, a.logits);
+  head_.before_forward(p);
+  head_.forward(x, p.params(h), p.params(w), a.hf, a.rstdf, a.logits);
   cross_entropy_forward_backward(a.logits, a.targets, a.losses, a.logits, grad_scale);
-  p.after_forward(h);
-  p.before_backward(h);
-  head_.backward(a.logits, x, a.hf, a.rstdf, params, p.grads(h), a.grads.dh, a.grads.dres);
-  p.after_backward(h);
+  head_.after_forward(p);
+  head_.before_backward(p);
+  head_.backward(a.logits, x, a.hf, a.rstdf, UnitBuffers{p.params(h), p.grads(h)},
+                 UnitBuffers{p.params(w), p.grads(w)}, a.grads.dh, a.grads.dres);
+  head_.after_backward(p);
 }
 
 void Llama::enqueue_forward_backward(LlamaActivations& a, ParamProvider& p, double grad_scale,

@@ -1,12 +1,14 @@
 #include "fsdp/model/llama_config.h"
 
 #include <algorithm>
+#include <cmath>
 #include <tuple>
 #include <utility>
 
 #include <fmt/format.h>
 
 #include "fsdp/core/error.h"
+#include "fsdp/model/rope_scaling.h"
 
 namespace fsdp::model {
 
@@ -23,7 +25,8 @@ int64_t mlp_parameters(const LlamaConfig& c, int64_t experts) {
 int64_t parameters(const LlamaConfig& c, int64_t experts) {
   const int64_t C = c.hidden_size;
   const int64_t block = C * c.qkv_dim() + c.q_dim() * C + mlp_parameters(c, experts) + 2 * C;
-  return c.vocab_size * C + c.num_layers * block + C + c.vocab_size * C;
+  const int64_t head = c.tie_word_embeddings ? 0 : c.vocab_size * C;  // a tied head reads the embedding
+  return c.vocab_size * C + c.num_layers * block + C + head;
 }
 
 }  // namespace
@@ -102,6 +105,28 @@ Problem routing_problem(const LlamaConfig& c) {
   return std::nullopt;
 }
 
+Problem rope_problem(const RopeScaling& s) {
+  if (s.type == RopeScaling::Type::None) return std::nullopt;
+  const auto finite = [](double v) { return std::isfinite(v); };
+  if (!(finite(s.factor) && s.factor >= 1))
+    return ShapeProblem{{"rope_scaling_factor"}, fmt::format("model.rope_scaling_factor must be >= 1 for {} scaling, got {}",
+                                                             rope_scaling_name(s.type), s.factor)};
+  if (s.type != RopeScaling::Type::Llama3) return std::nullopt;
+  if (!(finite(s.low_freq_factor) && s.low_freq_factor > 0))
+    return ShapeProblem{{"rope_low_freq_factor"},
+                        fmt::format("model.rope_low_freq_factor must be > 0 for llama3 scaling, got {}", s.low_freq_factor)};
+  if (!(finite(s.high_freq_factor) && s.high_freq_factor > s.low_freq_factor))
+    return ShapeProblem{{"rope_high_freq_factor", "rope_low_freq_factor"},
+                        fmt::format("model.rope_high_freq_factor must be > model.rope_low_freq_factor ({}) for llama3 "
+                                    "scaling, got {}",
+                                    s.low_freq_factor, s.high_freq_factor)};
+  if (s.original_max_position <= 0)
+    return ShapeProblem{{"rope_original_max_position_embeddings"},
+                        fmt::format("model.rope_original_max_position_embeddings must be > 0 for llama3 scaling, got {}",
+                                    s.original_max_position)};
+  return std::nullopt;
+}
+
 // The parameter count in double: every size is bounded, so this cannot overflow, and it
 // bounds every int64 product the model computes.
 double parameters_in_double(const LlamaConfig& c) {
@@ -120,6 +145,7 @@ std::optional<ShapeProblem> LlamaConfig::problem() const {
   if (!(rope_theta > 0)) return ShapeProblem{{"rope_theta"}, fmt::format("model.rope_theta must be > 0, got {}", rope_theta)};
   if (!(norm_eps > 0)) return ShapeProblem{{"norm_eps"}, fmt::format("model.norm_eps must be > 0, got {}", norm_eps)};
   if (Problem p = routing_problem(*this)) return p;
+  if (Problem p = rope_problem(rope_scaling)) return p;
   if (const double n = parameters_in_double(*this); n > ShapeLimits::parameters)
     return ShapeProblem{{"hidden_size", "num_layers", "vocab_size", "intermediate_size"},
                         fmt::format("the model would have {:.3g} parameters, more than the {:.3g} this trainer takes "
@@ -134,11 +160,17 @@ void LlamaConfig::validate() const {
 }
 
 std::string LlamaConfig::summary() const {
+  const RopeScaling& s = rope_scaling;
+  std::string rope;
+  if (s.type == RopeScaling::Type::Linear) rope = fmt::format(" rope_scaling linear x{}", s.factor);
+  if (s.type == RopeScaling::Type::Llama3)
+    rope = fmt::format(" rope_scaling llama3 x{} (low {} high {} original {})", s.factor, s.low_freq_factor,
+                       s.high_freq_factor, s.original_max_position);
   return fmt::format(
-      "vocab {} hidden {} intermediate {} layers {} heads {} kv_heads {} head_dim {} max_seq_len {} rope_theta {} "
-      "norm_eps {}{} ({:.2f}M parameters{})",
+      "vocab {} hidden {} intermediate {} layers {} heads {} kv_heads {} head_dim {} max_seq_len {} rope_theta {}{} "
+      "norm_eps {}{}{} ({:.2f}M parameters{})",
       vocab_size, hidden_size, intermediate_size, num_layers, num_heads, num_kv_heads, head_dim(), max_seq_len,
-      rope_theta, norm_eps,
+      rope_theta, rope, norm_eps, tie_word_embeddings ? " tied embeddings" : "",
       is_moe() ? fmt::format(" experts {} top-{} aux_coef {} z_coef {}", num_experts, experts_per_token,
                              router_aux_loss_coef, router_z_loss_coef)
                : "",
@@ -149,13 +181,18 @@ std::string LlamaConfig::summary() const {
 namespace {
 
 // Published shapes: the config.json files of meta-llama/Llama-2-{7b,13b,70b}-hf,
-// codellama/CodeLlama-7b-hf and mistralai/Mixtral-8x7B-v0.1 (router_aux_loss_coef 0.02
-// there; the transformers class default is 0.001). Fields in LlamaConfig's order: vocab,
-// hidden, intermediate, layers, heads, kv heads, max_seq_len, rope_theta, norm_eps, then
-// for a mixture of experts: experts, experts per token, aux and z loss coefficients.
+// codellama/CodeLlama-7b-hf, meta-llama/Meta-Llama-3-{8B,70B}, meta-llama/Llama-3.1-{8B,70B}
+// and mistralai/Mixtral-8x7B-v0.1 (router_aux_loss_coef 0.02 there; the transformers class
+// default is 0.001). Fields in LlamaConfig's order: vocab, hidden, intermediate, layers,
+// heads, kv heads, max_seq_len, rope_theta, norm_eps, then for a mixture of experts:
+// experts, experts per token, aux and z loss coefficients, then RoPE scaling.
+// Llama 3 and 3.1 differ only in the context: 3.1 stretches the 8192 positions of
+// pretraining to 131072 with llama3 scaling (factor 8, low 1, high 4).
 // tiny_moe is tiny with 8 experts of tiny's MLP width, top-2 (2x tiny's MLP FLOPs per
 // token, 8x its MLP parameters); with experts of half that width (tiny's FLOPs) the demo's
 // validation loss after 300 steps was 3.63, just above dense tiny's 3.61; at this width 3.58.
+constexpr RopeScaling kLlama31Rope{RopeScaling::Type::Llama3, 8.0, 1.0, 4.0, 8192};
+
 constexpr LlamaPreset kPresets[] = {
     {"tiny", {1024, 128, 352, 4, 4, 2, 512, 10000.0, 1e-5}},
     {"tiny_moe", {1024, 128, 352, 4, 4, 2, 512, 10000.0, 1e-5, 8, 2, 0.02, 0.0}},
@@ -164,6 +201,10 @@ constexpr LlamaPreset kPresets[] = {
     {"llama2_70b", {32000, 8192, 28672, 80, 64, 8, 4096, 10000.0, 1e-5}},
     {"codellama_7b", {32016, 4096, 11008, 32, 32, 32, 16384, 1000000.0, 1e-5}},
     {"mixtral_8x7b", {32000, 4096, 14336, 32, 32, 8, 32768, 1000000.0, 1e-5, 8, 2, 0.02, 0.0}},
+    {"llama3_8b", {128256, 4096, 14336, 32, 32, 8, 8192, 500000.0, 1e-5}},
+    {"llama3_70b", {128256, 8192, 28672, 80, 64, 8, 8192, 500000.0, 1e-5}},
+    {"llama3.1_8b", {128256, 4096, 14336, 32, 32, 8, 131072, 500000.0, 1e-5, 0, 0, 0, 0, kLlama31Rope}},
+    {"llama3.1_70b", {128256, 8192, 28672, 80, 64, 8, 131072, 500000.0, 1e-5, 0, 0, 0, 0, kLlama31Rope}},
 };
 
 }  // namespace

@@ -22,20 +22,26 @@ using data::PrepareResult;
 
 const char* prepare_help() {
   return "usage: fsdp_train prepare --tokenizer MODEL --output DIR [options] INPUT...\n"
+         "       fsdp_train prepare --vocab-size N --output DIR [options] INPUT.jsonl...\n"
          "\n"
          "Tokenizes text corpora with a sentencepiece model into Megatron-format token shards\n"
          "(DIR/train_00000.{bin,idx}, ..., DIR/val_00000.{bin,idx}, ...) and DIR/manifest.json.\n"
+         "With --vocab-size instead of a tokenizer it packs corpora already tokenized elsewhere\n"
+         "(JSONL lines of input_ids: Llama 3's tokenizer, SageMaker model parallel's json.gz, ...).\n"
          "\n"
          "inputs (each optionally compressed: .gz or .zst):\n"
          "  FILE.txt    plain text; each paragraph is a document: paragraphs are separated by one\n"
          "              or more blank lines, a paragraph's lines are joined with newlines\n"
-         "  FILE.jsonl  one JSON object per line with the document in a string field (--text-field),\n"
+         "  FILE.jsonl  one JSON object per line (FILE.json too: JSON Lines, as SageMaker model\n"
+         "              parallel's json.gz) with the document in a string field (--text-field),\n"
          "              or already tokenized: an \"input_ids\" array of token ids, taken as is\n"
          "              (no BOS/EOS added; every id must be below the tokenizer's vocab size)\n"
          "Text documents get the tokenizer's BOS before and EOS after, where the model has them.\n"
          "\n"
          "options:\n"
-         "  --tokenizer MODEL       sentencepiece .model file (required)\n"
+         "  --tokenizer MODEL       sentencepiece .model file\n"
+         "  --vocab-size N          instead of --tokenizer: the inputs are pre-tokenized input_ids,\n"
+         "                          each id below N (N > 65536 stores int32 tokens); text is refused\n"
          "  --output DIR            output directory (required); must not exist or be empty\n"
          "  --val-fraction F        fraction of documents sent to the val split, chosen by a\n"
          "                          deterministic hash of each document's index (default 0)\n"
@@ -78,6 +84,11 @@ PrepareOptions parse_prepare_args(int argc, char** argv, bool& help) {
       help = true;
     } else if (arg == "--tokenizer") {
       o.tokenizer = value();
+    } else if (arg == "--vocab-size") {
+      const double v = parse_double(arg, value());
+      if (v < 1 || v > double(int64_t(1) << 31) || v != double(int64_t(v)))
+        throw UsageError{"--vocab-size needs a whole number in [1, 2^31]"};
+      o.vocab_size = int64_t(v);
     } else if (arg == "--output") {
       o.output = value();
     } else if (arg == "--val-fraction") {
@@ -103,7 +114,10 @@ PrepareOptions parse_prepare_args(int argc, char** argv, bool& help) {
     }
   }
   if (help) return o;
-  if (o.tokenizer.empty()) throw UsageError{"--tokenizer MODEL is required"};
+  if (o.tokenizer.empty() && o.vocab_size == 0)
+    throw UsageError{"--tokenizer MODEL is required (or --vocab-size N for pre-tokenized input_ids)"};
+  if (!o.tokenizer.empty() && o.vocab_size != 0)
+    throw UsageError{"--tokenizer and --vocab-size exclude each other (the tokenizer defines the vocabulary)"};
   if (o.output.empty()) throw UsageError{"--output DIR is required"};
   if (o.inputs.empty()) throw UsageError{"no input files given"};
   if (!(o.val_fraction >= 0 && o.val_fraction < 1)) throw UsageError{"--val-fraction must be in [0, 1)"};

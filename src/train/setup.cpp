@@ -60,6 +60,7 @@ void check_manifest_vocab(const std::string& dir, int64_t model_vocab) {
              (std::filesystem::path(dir) / "manifest.json").string(), *m->vocab_size, model_vocab);
 }
 
+
 }  // namespace
 
 namespace {
@@ -91,6 +92,10 @@ std::string first_difference(const model::LlamaConfig& a, const model::LlamaConf
     if (a.*field == b.*field) continue;
     va = fmt::format("{}", a.*field), vb = fmt::format("{}", b.*field);
     return key;
+  }
+  if (a.tie_word_embeddings != b.tie_word_embeddings) {
+    va = a.tie_word_embeddings ? "true" : "false", vb = b.tie_word_embeddings ? "true" : "false";
+    return "tie_word_embeddings";
   }
   return "";
 }
@@ -230,10 +235,14 @@ DataSources make_data_sources(const config::Config& cfg, int64_t vocab, const di
     const std::string val = cfg.data.val_path.empty() ? cfg.data.path : cfg.data.val_path;
     if (val != cfg.data.path) check_manifest_vocab(val, vocab);
     try {
-      d.val = data::open_token_corpus(val, "val", T, vocab, co);
-    } catch (const Error&) {
-      // Without val shards a run that never evaluates is fine; evaluate() says what is missing.
-      if (cfg.train.eval_every > 0 || !cfg.data.val_path.empty()) throw;
+      d.val = data::open_token_corpus(val, cfg.eval.split, T, vocab, co);
+    } catch (const Error& e) {
+      d.val_error = fmt::format("{} (evaluation reads the '{}' shards, eval.split: set data.val_path to a folder of "
+                                "{}_*.idx shards, or evaluate another split with eval.split, e.g. `fsdp_train eval "
+                                "--split train`)",
+                                e.what(), cfg.eval.split, cfg.eval.split);
+      // Without val shards a run that never evaluates is fine; evaluate() reports val_error.
+      if (cfg.train.eval_every > 0 || !cfg.data.val_path.empty()) FSDP_FAIL("{}", d.val_error);
     }
   }
   d.train_loader = std::make_unique<data::Loader>(d.train, lo);

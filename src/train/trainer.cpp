@@ -301,8 +301,7 @@ StepMetrics Trainer::train_step() {
 
 double Trainer::evaluate(int batches) {
   FSDP_CHECK(batches >= 1, "eval.batches must be >= 1, got {}", batches);
-  FSDP_CHECK(data_.val_loader != nullptr, "no validation data: set data.val_path, or prepare {} with --val-fraction",
-             cfg_.data.path);
+  FSDP_CHECK(data_.val_loader != nullptr, "{}", data_.val_error);
   data_.val_loader->seek(0);
   model::LossSum local;
   for (int b = 0; b < batches; ++b) {

@@ -133,6 +133,12 @@ TEST(Checkpoint, ResumeIsBitExactForAMixtureOfExperts) {
                           "exact_moe");
 }
 
+TEST(Checkpoint, ResumeIsBitExactWithTiedEmbeddingsAndRopeScaling) {
+  expect_bit_exact_resume({"model.tie_word_embeddings=true", "model.rope_scaling=linear",
+                           "model.rope_scaling_factor=4", "train.grad_accum_steps=2"},
+                          "exact_tied");
+}
+
 TEST(Checkpoint, ResumeIsBitExactOnTokenShards) {
   // The loader's shuffled position is restored too (a real corpus, not the synthetic chain).
   const std::string data = scratch("shards_data");
@@ -305,6 +311,13 @@ TEST(CheckpointBadInput, DenseCheckpointIntoAMixtureOfExpertsIsOneClearError) {
   const std::string msg =
       error_message([&] { LocalTrainer t(ckpt_config(c.dir, {"model.num_experts=4", "model.experts_per_token=2"})); });
   EXPECT_NE(msg.find("num_experts = 0, but the config asks for 4"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("different model"), std::string::npos) << msg;
+}
+
+TEST(CheckpointBadInput, UntiedCheckpointIntoATiedModelIsOneClearError) {
+  TwoCheckpoints c("untied_to_tied");
+  const std::string msg = error_message([&] { LocalTrainer t(ckpt_config(c.dir, {"model.tie_word_embeddings=true"})); });
+  EXPECT_NE(msg.find("tie_word_embeddings = false, but the config asks for true"), std::string::npos) << msg;
   EXPECT_NE(msg.find("different model"), std::string::npos) << msg;
 }
 

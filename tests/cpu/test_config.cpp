@@ -62,6 +62,9 @@ TEST(ConfigDefaults, EmptyTextGivesTheDocumentedDefaults) {
   EXPECT_EQ(c.logging.level, "info");
   EXPECT_TRUE(c.logging.metrics);
   EXPECT_EQ(c.eval.batches, 10);
+  EXPECT_EQ(c.eval.split, "val");
+  EXPECT_FALSE(c.model.rope_scaling.has_value());  // the preset's (or config.json's)
+  EXPECT_FALSE(c.model.tie_word_embeddings.has_value());
   EXPECT_NO_THROW(validate(Config{}));
 }
 
@@ -103,6 +106,12 @@ TEST(ConfigFile, EveryKeyIsRead) {
   EXPECT_EQ(c.model.experts_per_token, 2);
   EXPECT_EQ(c.model.router_aux_loss_coef, 0.02);
   EXPECT_EQ(c.model.router_z_loss_coef, 0.001);
+  EXPECT_EQ(c.model.rope_scaling, "llama3");
+  EXPECT_EQ(c.model.rope_scaling_factor, 8.0);
+  EXPECT_EQ(c.model.rope_low_freq_factor, 1.5);
+  EXPECT_EQ(c.model.rope_high_freq_factor, 4.5);
+  EXPECT_EQ(c.model.rope_original_max_position_embeddings, 8192);
+  EXPECT_EQ(c.model.tie_word_embeddings, true);
   EXPECT_EQ(c.model.init_std, 0.01);
   EXPECT_EQ(c.data.source, DataSource::Shards);
   EXPECT_EQ(c.data.path, "data/shards/train");
@@ -149,6 +158,7 @@ TEST(ConfigFile, EveryKeyIsRead) {
   EXPECT_EQ(c.logging.level, "debug");
   EXPECT_FALSE(c.logging.metrics);
   EXPECT_EQ(c.eval.batches, 20);
+  EXPECT_EQ(c.eval.split, "train");
 }
 
 TEST(ConfigFile, FullFileSetsEveryKeyAwayFromItsDefault) {
@@ -273,9 +283,18 @@ TEST(ConfigErrors, ImpossibleValue) {
   EXPECT_EQ(error_of("optim:\n  beta2: 1.0\n"), "configs/x.yaml:2: key 'optim.beta2' must be in [0, 1), got 1");
   EXPECT_EQ(error_of("checkpoint:\n  keep_last: 0\n"), "configs/x.yaml:2: key 'checkpoint.keep_last' must be >= 1, got 0");
   EXPECT_EQ(error_of("model:\n  norm_eps: 0\n"), "configs/x.yaml:2: key 'model.norm_eps' must be > 0, got 0");
-  EXPECT_EQ(error_of("model:\n  preset: llama3_8b\n"),
+  EXPECT_EQ(error_of("model:\n  preset: llama3_7b\n"),
             "configs/x.yaml:2: key 'model.preset' must be one of tiny, tiny_moe, llama2_7b, llama2_13b, llama2_70b, "
-            "codellama_7b, mixtral_8x7b, got 'llama3_8b'");
+            "codellama_7b, mixtral_8x7b, llama3_8b, llama3_70b, llama3.1_8b, llama3.1_70b, got 'llama3_7b'");
+  EXPECT_EQ(error_of("model:\n  rope_scaling: yarn\n"),
+            "configs/x.yaml:2: key 'model.rope_scaling' must be one of none, linear, llama3, got 'yarn' (dynamic, "
+            "yarn, longrope and the other transformers types are not implemented)");
+  EXPECT_EQ(error_of("model:\n  rope_scaling_factor: 0.5\n"),
+            "configs/x.yaml:2: key 'model.rope_scaling_factor' must be >= 1, got 0.5");
+  EXPECT_EQ(error_of("model:\n  tie_word_embeddings: maybe\n"),
+            "configs/x.yaml:2: key 'model.tie_word_embeddings' expects true or false, got 'maybe'");
+  EXPECT_EQ(error_of("eval:\n  split: data/val\n"),
+            "configs/x.yaml:2: key 'eval.split' must be a shard name, not a path, got 'data/val'");
   EXPECT_EQ(error_of("train:\n  dtype: float8\n"),
             "configs/x.yaml:2: key 'train.dtype' must be one of float32, bfloat16, float16, got 'float8'");
   EXPECT_EQ(error_of("train:\n  device: gpu\n"),
@@ -448,7 +467,7 @@ TEST(ConfigDump, EveryKeyInSectionOrder) {
   EXPECT_NE(text.find("  sharding_strategy: FULL_SHARD\n"), std::string::npos);
   EXPECT_NE(text.find("  dtype: float32\n"), std::string::npos);
   const size_t lines = static_cast<size_t>(std::count(text.begin(), text.end(), '\n'));
-  EXPECT_EQ(lines, 10 + 63u);  // 10 sections, 63 keys
+  EXPECT_EQ(lines, 10 + 70u);  // 10 sections, 70 keys
 }
 
 TEST(ConfigDump, HashIsDeterministicAndSeesEveryChange) {
@@ -472,8 +491,10 @@ TEST(ConfigDump, DescribeKeysListsTypeDefaultAndDoc) {
   EXPECT_NE(help.find("  optim.schedule = cosine  (cosine | linear | constant)\n"), std::string::npos);
   EXPECT_NE(help.find("  model.hidden_size = null  (integer or null)\n"), std::string::npos);
   EXPECT_NE(help.find("  model.preset = tiny  (tiny | tiny_moe | llama2_7b | llama2_13b | llama2_70b | codellama_7b | "
-                      "mixtral_8x7b)\n"),
+                      "mixtral_8x7b | llama3_8b | llama3_70b | llama3.1_8b | llama3.1_70b)\n"),
             std::string::npos);
+  EXPECT_NE(help.find("  model.rope_scaling = null  (string or null)\n"), std::string::npos);
+  EXPECT_NE(help.find("  eval.split = val  (string)\n"), std::string::npos);
   for (const detail::Field& f : detail::fields()) {
     EXPECT_NE(help.find(fmt::format("  {}.{} = ", f.section, f.key)), std::string::npos) << f.key;
     EXPECT_FALSE(f.doc.empty()) << f.key;

@@ -22,6 +22,7 @@
 #include "fsdp/data/indexed_dataset.h"
 #include "fsdp/data/loader.h"
 #include "fsdp/data/prepare.h"
+#include "fsdp/data/shard_manifest.h"
 #include "fsdp/train/prepare_main.h"
 #include "fsdp/data/tokenizer.h"
 #include "test_util.h"
@@ -414,6 +415,45 @@ TEST_F(Prepare, TheManifestRecordsEveryShardsChecksums) {
   EXPECT_GE(shards, 3);
 }
 
+// Tokens from another tokenizer (Llama 3's 128256-id vocabulary here, as SageMaker model
+// parallel's json.gz shards hold them): --vocab-size instead of a sentencepiece model. Ids
+// past 65535 make int32 shards; every id is checked against the vocabulary; the manifest
+// records the vocabulary and no tokenizer; text has nothing to tokenize it and is refused.
+TEST_F(Prepare, PreTokenizedInputsNeedOnlyAVocabularySize) {
+  const std::vector<std::vector<int32_t>> ids = {{128000, 9906, 1917, 128001}, {128255, 0, 70000}, {42}};
+  std::string s;
+  for (const auto& v : ids) s += nlohmann::json{{"input_ids", v}, {"attention_mask", std::vector<int>(v.size(), 1)}}.dump() + "\n";
+  write_gz(root / "ids3.json.gz", s);  // SMP's naming: JSON Lines in a .json.gz
+  PrepareOptions o = options("ids3_out", {file("ids3.json.gz")});
+  o.tokenizer.clear();
+  o.vocab_size = 128256;
+  fsdp::data::prepare_corpus(o);
+  EXPECT_EQ(read_split(root / "ids3_out", "train"), ids);
+  const auto m = nlohmann::json::parse(read_bytes(root / "ids3_out" / "manifest.json"));
+  EXPECT_EQ(m["vocab_size"], 128256);
+  EXPECT_TRUE(m["tokenizer"].is_null());
+  EXPECT_EQ(m["dtype"], "int32");
+  EXPECT_EQ(fsdp::data::read_shard_manifest((root / "ids3_out").string())->vocab_size, 128256);
+
+  write_bytes(root / "ids3_bad.jsonl", s + "{\"input_ids\": [5, 128256]}\n");
+  o = options("x", {file("ids3_bad.jsonl")});
+  o.tokenizer.clear();
+  o.vocab_size = 128256;
+  expect_failure(o, {"ids3_bad.jsonl:4", "128256", "vocabulary [0, 128256)"});
+  write_bytes(root / "ids3_text.jsonl", s + "{\"text\": \"words, not ids\"}\n");
+  o.inputs = {file("ids3_text.jsonl")};
+  expect_failure(o, {"ids3_text.jsonl:4", "no 'input_ids'", "--vocab-size"});
+  write_bytes(root / "ids3.txt", "a paragraph\n");
+  o.inputs = {file("ids3.txt")};
+  expect_failure(o, {"ids3.txt", "needs a tokenizer"});
+  o.inputs = {file("ids3_bad.jsonl")};
+  o.tokenizer = model;
+  expect_failure(o, {"--tokenizer and --vocab-size exclude each other"});
+  o.tokenizer.clear();
+  o.vocab_size = 0;
+  expect_failure(o, {"--tokenizer", "--vocab-size"});
+}
+
 TEST_F(Prepare, BadInputsFailCleanly) {
   const std::string jsonl = jsonl_of(paras);
   expect_failure(options("x", {file("missing.jsonl")}), {"missing.jsonl", "does not exist"});
@@ -467,6 +507,15 @@ TEST_F(Prepare, CommandLine) {
   EXPECT_EQ(run({"prepare", "--tokenizer", model, "--output", file("cli_out"), "--val-fraction", "x", file("cli.jsonl")}), 2);
   EXPECT_EQ(run({"prepare", "--tokenizer", model, "--output", file("cli_out"), "--bogus", file("cli.jsonl")}), 2);
   EXPECT_EQ(run({"prepare", "--tokenizer", model, "--output", file("cli_out"), file("nope.jsonl")}), 1);
+  EXPECT_EQ(run({"prepare", "--vocab-size", "64.5", "--output", file("cli_out"), file("cli.jsonl")}), 2);
+  EXPECT_EQ(run({"prepare", "--vocab-size", "64", "--tokenizer", model, "--output", file("cli_out"), file("cli.jsonl")}), 2);
+  const std::string usage = testing::internal::GetCapturedStderr();
+  EXPECT_NE(usage.find("--vocab-size N for pre-tokenized input_ids"), std::string::npos) << usage;
+  write_bytes(root / "cli_ids.jsonl", "{\"input_ids\": [1, 2, 3]}\n{\"input_ids\": [63]}\n");
+  testing::internal::CaptureStdout();
+  EXPECT_EQ(run({"prepare", "--vocab-size", "64", "--output", file("cli_ids_out"), file("cli_ids.jsonl")}), 0);
+  EXPECT_NE(testing::internal::GetCapturedStdout().find("train: 2 documents, 4 tokens"), std::string::npos);
+  testing::internal::CaptureStderr();
   testing::internal::GetCapturedStderr();
   testing::internal::CaptureStdout();
   EXPECT_EQ(run({"prepare", "--tokenizer", model, "--output", file("cli_out"), "--workers", "2",

@@ -76,6 +76,14 @@ struct ModelConfig {
   std::optional<int> experts_per_token;
   std::optional<double> router_aux_loss_coef;
   std::optional<double> router_z_loss_coef;
+  // RoPE scaling (transformers' rope_scaling): none | linear | llama3; unset = the preset's
+  // (or config.json's). The factors apply to the type in effect.
+  std::optional<std::string> rope_scaling;
+  std::optional<double> rope_scaling_factor;
+  std::optional<double> rope_low_freq_factor;
+  std::optional<double> rope_high_freq_factor;
+  std::optional<int> rope_original_max_position_embeddings;
+  std::optional<bool> tie_word_embeddings;  // the head reads the embedding table
   double init_std = 0.02;
   bool operator==(const ModelConfig&) const = default;
 };
@@ -155,6 +163,7 @@ struct LoggingConfig {
 
 struct EvalConfig {
   int batches = 10;
+  std::string split = "val";  // the <split>_*.idx shards evaluated (train: the training data)
   bool operator==(const EvalConfig&) const = default;
 };
 

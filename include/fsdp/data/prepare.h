@@ -28,7 +28,11 @@
 namespace fsdp::data {
 
 struct PrepareOptions {
-  std::string tokenizer;            // sentencepiece .model
+  std::string tokenizer;            // sentencepiece .model; or none, with vocab_size:
+  // Without a tokenizer: the vocabulary size of pre-tokenized inputs (JSONL lines of
+  // input_ids from any tokenizer: Llama 3's, SageMaker model parallel's json.gz, ...), every
+  // id checked against it. Text inputs then have nothing to tokenize them and are refused.
+  int64_t vocab_size = 0;
   std::string output;               // DIR; must not exist or be empty unless overwrite
   std::vector<std::string> inputs;  // .txt / .jsonl, optionally .gz / .zst
   double val_fraction = 0.0;        // in [0, 1)

@@ -18,10 +18,11 @@ namespace fsdp::data {
 class Tokenizer;
 
 // Writes the manifest of a finished prepare run to `path` (through path.tmp and a rename):
-// the tokenizer, its vocabulary and special ids, the split, the shards of each split, the
-// per-input statistics `inputs` and the JSONL line counts.
-void write_shard_manifest(const std::filesystem::path& path, const PrepareOptions& o, const Tokenizer& tok,
-                          const PrepareResult& r, const std::vector<nlohmann::json>& inputs);
+// the tokenizer (null for pre-tokenized inputs: `tok` null), the vocabulary and the
+// tokenizer's special ids, the split, the shards of each split, the per-input statistics
+// `inputs` and the JSONL line counts.
+void write_shard_manifest(const std::filesystem::path& path, const PrepareOptions& o, const Tokenizer* tok,
+                          int64_t vocab_size, const PrepareResult& r, const std::vector<nlohmann::json>& inputs);
 
 // What the manifest.json `prepare` writes beside its shards tells a reader: the tokenizer's
 // vocabulary size and the tokenizer's path (absolute when prepare could resolve it), and

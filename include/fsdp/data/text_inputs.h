@@ -2,7 +2,8 @@
 //   .txt    plain UTF-8 text; a document is a paragraph: a run of non-blank lines, ended
 //           by one or more blank (empty or whitespace-only) lines. Its lines are joined
 //           with '\n'; '\r' before a line end is dropped.
-//   .jsonl  one JSON object per line; blank lines are skipped. An object carries either a
+//   .jsonl  one JSON object per line (.json too: SageMaker model parallel's json.gz shards
+//           are JSON Lines); blank lines are skipped. An object carries either a
 //           text field (`text` unless told otherwise) or `input_ids`, an array of token ids
 //           already tokenized (SageMaker model parallel's format), taken as is.
 // Either may end in .gz (zlib) or .zst (zstd), decompressed while streaming.
@@ -84,7 +85,7 @@ struct ParsedLine {
 };
 
 // Parses one JSONL line: the string `text_field`, else `input_ids` (each id in
-// [0, vocab_size)).
+// [0, vocab_size)); an empty text_field takes input_ids only (no tokenizer to encode text).
 ParsedLine parse_jsonl_line(std::string_view line, const std::string& text_field, int64_t vocab_size);
 
 }  // namespace fsdp::data

@@ -14,6 +14,10 @@
 //   finish()            wait for outstanding reduce-scatters, replicate-group
 //                       all-reduce (HYBRID_SHARD), free whatever is still gathered
 //
+// A unit another unit reads (UnitLayout::reads_unit: the tied embedding the head reads) is
+// used twice per pass; its gradient is reduced after its last backward use only (Note
+// [Units used twice] in fsdp_engine.cpp).
+//
 // Strategies: FULL_SHARD, SHARD_GRAD_OP, NO_SHARD (every rank holds everything and
 // gradients are all-reduced, i.e. DDP), HYBRID_SHARD (shard within the shard group,
 // all-reduce shards across the replicate group).
@@ -143,10 +147,20 @@ class FsdpEngine final : public model::ParamProvider {
   void wait_gather(int unit);
   void reduce_gradient(int unit);
   void complete_reduce(int unit);
-  bool frees_after_forward(int unit) const;
+  void build_schedule();
+  int forward_position(int unit) const;   // of the unit's current forward use
+  int backward_position(int unit) const;  // of the unit's current backward use
+  void prefetch(const std::vector<int>& order, int position);
 
   std::vector<model::UnitLayout> layouts_;
   std::vector<Unit> units_;
+  // The units in the order a pass uses them (a unit read by another appears again right
+  // after its reader), backward's being forward's reversed; each unit's positions in both,
+  // its uses so far in this pass (reset by finish), and the head's forward position.
+  std::vector<int> forward_order_, backward_order_;
+  std::vector<std::vector<int>> forward_positions_, backward_positions_;
+  std::vector<int> forward_uses_, backward_uses_;
+  int last_unit_position_ = 0;
   std::vector<std::unique_ptr<Buffer>> pool_;
   dist::Communicator& shard_;
   dist::Communicator& replicate_;
