@@ -7,7 +7,12 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "fsdp/core/trace.h"
 #include "op_profile_events.h"
+#include "trace_recorder.h"
+#if defined(FSDP_WITH_CUDA)
+#include "fsdp/core/cuda.h"
+#endif
 
 namespace fsdp::op_profile {
 namespace {
@@ -80,6 +85,7 @@ Scope::Scope(const char* stub_name, Device device) : name_(stub_name), device_(d
     return;
   }
 #if defined(FSDP_WITH_CUDA)
+  stream_ = cuda::current_stream(device.index);
   Record& r = record();
   std::lock_guard<std::mutex> lock(r.mu);
   detail::cuda_begin(device.index, events_);
@@ -93,7 +99,9 @@ Scope::~Scope() {
   Record& r = record();
   try {
     if (device_.is_cpu()) {
-      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_).count();
+      const auto end = std::chrono::steady_clock::now();
+      const double ms = std::chrono::duration<double, std::milli>(end - start_).count();
+      if (trace::enabled()) trace::complete(op_name(name_), "op", start_, end);
       std::lock_guard<std::mutex> lock(r.mu);
       Totals& t = r.totals[name_];
       ++t.calls;
@@ -104,10 +112,25 @@ Scope::~Scope() {
     std::lock_guard<std::mutex> lock(r.mu);
     detail::cuda_end(device_.index, events_);
     ++r.totals[name_].calls;
-    r.pending.push_back(Pending{name_, device_.index, {events_[0], events_[1]}});
+    if (trace::enabled()) {
+      trace::detail::cuda_adopt_op(name_, device_.index, stream_, events_);
+    } else {
+      r.pending.push_back(Pending{name_, device_.index, {events_[0], events_[1]}});
+    }
 #endif
   } catch (...) {
   }
 }
+
+#if defined(FSDP_WITH_CUDA)
+namespace detail {
+void credit_traced(const char* stub_name, int device, void* const events[2], double ms) {
+  Record& r = record();
+  std::lock_guard<std::mutex> lock(r.mu);
+  r.totals[stub_name].ms += ms;
+  cuda_release(device, events);
+}
+}  // namespace detail
+#endif
 
 }  // namespace fsdp::op_profile

@@ -18,4 +18,9 @@ double cuda_elapsed_ms(int device, void* const events[2]);
 // stream has not reached it yet.
 void cuda_release(int device, void* const events[2]);
 
+// A pair handed to the trace (Scope's end while tracing) comes back here once the trace has
+// read it: its time is added to the op's total and the pair goes back to the pool. Takes
+// the profiler's lock (implemented in src/core/op_profile.cpp).
+void credit_traced(const char* stub_name, int device, void* const events[2], double ms);
+
 }  // namespace fsdp::op_profile::detail

@@ -10,6 +10,7 @@
 #include "device_errors.h"
 #include "fsdp/core/cuda.h"
 #include "fsdp/core/cuda_check.h"
+#include "fsdp/core/trace.h"
 
 namespace fsdp::cuda {
 namespace {
@@ -25,6 +26,7 @@ cudaStream_t compute_stream(int device) {
   if (streams[device] == nullptr) {
     DeviceGuard guard(device);
     FSDP_CUDA_CHECK(cudaStreamCreateWithFlags(&streams[device], cudaStreamNonBlocking));
+    trace::name_stream(device, streams[device], "compute");
   }
   return streams[device];
 }
