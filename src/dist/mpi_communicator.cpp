@@ -14,6 +14,11 @@
 // MPI_COMM_WORLD, set in bootstrap.cpp), and every MPI call goes through FSDP_MPI_CHECK,
 // which throws fsdp::Error naming the call, the group, the ranks and the host.
 //
+// Trace (fsdp/core/trace.h): while one records, each collective is an async span from its
+// issue to the end of its wait (several are in flight at once, so they cannot nest on one
+// track), with its group and byte count, and the time wait() blocks is a span of the
+// waiting thread ("wait all_gather (group 'shard')").
+//
 // Progress: OpenMPI 4.1 progresses non-blocking collectives only inside MPI calls, so on
 // the CPU backend a collective mostly runs inside wait(); issuing early still lets
 // small collectives finish eagerly and keeps the engine's code the same as with NCCL.
@@ -21,12 +26,14 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <array>
 #include <climits>
 #include <cstdint>
 #include <memory>
 #include <string>
 
 #include "detail.h"
+#include "fsdp/core/trace.h"
 #include "fsdp/dist/communicator.h"
 
 namespace fsdp::dist::detail {
@@ -100,6 +107,13 @@ MPI_Op mpi_sum(DType t) {
   return MPI_SUM;
 }
 
+// A pending collective: MPI's request, and its trace span when one is recording.
+struct MpiPending {
+  MPI_Request request = MPI_REQUEST_NULL;
+  Collective op = Collective::AllGather;
+  uint64_t trace_id = 0;
+};
+
 class MpiCommunicator final : public Communicator {
  public:
   // Takes ownership of comm (freed in the destructor while MPI is still up).
@@ -107,6 +121,8 @@ class MpiCommunicator final : public Communicator {
     FSDP_MPI_CHECK(MPI_Comm_rank(comm_, &rank_), name_.c_str(), -1, 0);
     FSDP_MPI_CHECK(MPI_Comm_size(comm_, &size_), name_.c_str(), -1, 0);
     half_mpi();
+    for (int op = 0; op < 4; ++op)
+      wait_names_[size_t(op)] = fmt::format("wait {} (group '{}')", detail::collective_name(Collective(op)), name_);
   }
 
   ~MpiCommunicator() override {
@@ -129,9 +145,9 @@ class MpiCommunicator final : public Communicator {
     const MPI_Datatype t = mpi_type(shard.dtype());
     const int slot = slots_.acquire(*this);
     FSDP_MPI_CHECK(MPI_Iallgather(in_place ? MPI_IN_PLACE : shard.data_ptr(), n, t, full.data_ptr(), n, t, comm_,
-                                  &slots_[slot].handle),
+                                  &slots_[slot].handle.request),
                    name_.c_str(), rank_, size_);
-    return issued(slot, Collective::AllGather, 0, shard.nbytes());
+    return issued(slot, Collective::AllGather, 0, shard);
   }
 
   Request reduce_scatter(const Tensor& full, const Tensor& shard) override {
@@ -140,9 +156,9 @@ class MpiCommunicator final : public Communicator {
     const int n = count("reduce_scatter", shard);
     const int slot = slots_.acquire(*this);
     FSDP_MPI_CHECK(MPI_Ireduce_scatter_block(full.data_ptr(), shard.data_ptr(), n, mpi_type(shard.dtype()),
-                                             mpi_sum(shard.dtype()), comm_, &slots_[slot].handle),
+                                             mpi_sum(shard.dtype()), comm_, &slots_[slot].handle.request),
                    name_.c_str(), rank_, size_);
-    return issued(slot, Collective::ReduceScatter, 0, shard.nbytes());
+    return issued(slot, Collective::ReduceScatter, 0, shard);
   }
 
   Request all_reduce(const Tensor& x) override {
@@ -151,9 +167,9 @@ class MpiCommunicator final : public Communicator {
     const int n = count("all_reduce", x);
     const int slot = slots_.acquire(*this);
     FSDP_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, x.data_ptr(), n, mpi_type(x.dtype()), mpi_sum(x.dtype()), comm_,
-                                  &slots_[slot].handle),
+                                  &slots_[slot].handle.request),
                    name_.c_str(), rank_, size_);
-    return issued(slot, Collective::AllReduce, 0, x.nbytes());
+    return issued(slot, Collective::AllReduce, 0, x);
   }
 
   Request broadcast(const Tensor& x, int root) override {
@@ -161,9 +177,9 @@ class MpiCommunicator final : public Communicator {
     detail::check_device(*this, Collective::Broadcast, x, Device::cpu(), "MPI");
     const int n = count("broadcast", x);
     const int slot = slots_.acquire(*this);
-    FSDP_MPI_CHECK(MPI_Ibcast(x.data_ptr(), n, mpi_type(x.dtype()), root, comm_, &slots_[slot].handle),
+    FSDP_MPI_CHECK(MPI_Ibcast(x.data_ptr(), n, mpi_type(x.dtype()), root, comm_, &slots_[slot].handle.request),
                    name_.c_str(), rank_, size_);
-    return issued(slot, Collective::Broadcast, root, x.nbytes());
+    return issued(slot, Collective::Broadcast, root, x);
   }
 
   void barrier() override { FSDP_MPI_CHECK(MPI_Barrier(comm_), name_.c_str(), rank_, size_); }
@@ -171,10 +187,15 @@ class MpiCommunicator final : public Communicator {
   void wait(Request r) override {
     if (r.id == -1) return;
     // The slot is released even if MPI_Wait fails: the request is gone either way.
-    MPI_Request& req = slots_.take(*this, r).handle;
+    MpiPending& p = slots_.take(*this, r).handle;
     const auto t0 = std::chrono::steady_clock::now();
-    FSDP_MPI_CHECK(MPI_Wait(&req, MPI_STATUS_IGNORE), name_.c_str(), rank_, size_);
+    {
+      const trace::Span span(wait_names_[size_t(p.op)], "wait");
+      FSDP_MPI_CHECK(MPI_Wait(&p.request, MPI_STATUS_IGNORE), name_.c_str(), rank_, size_);
+    }
     stats_.wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (p.trace_id != 0) trace::async_end(p.trace_id, detail::collective_name(p.op), "collective");
+    p.trace_id = 0;
   }
 
  private:
@@ -187,16 +208,26 @@ class MpiCommunicator final : public Communicator {
     return int(t.numel());
   }
 
-  Request issued(int slot, Collective op, int root, uint64_t nbytes) {
+  Request issued(int slot, Collective op, int root, const Tensor& t) {
+    const uint64_t bytes = detail::ring_bytes(op, size_, rank_, root, t.nbytes());
     ++stats_.calls;
-    stats_.bytes_sent += detail::ring_bytes(op, size_, rank_, root, nbytes);
+    stats_.bytes_sent += bytes;
+    MpiPending& p = slots_[slot].handle;
+    p.op = op;
+    p.trace_id = 0;
+    if (trace::enabled()) {
+      p.trace_id = trace::async_begin(detail::collective_name(op), "collective",
+                                      detail::collective_trace_args(*this, op, t, bytes, root));
+      trace::add_bytes_sent(bytes);
+    }
     return slots_.issue(slot);
   }
 
   MPI_Comm comm_;
   std::string name_;
   int rank_ = 0, size_ = 1;
-  detail::RequestSlots<MPI_Request> slots_;
+  detail::RequestSlots<MpiPending> slots_;
+  std::array<std::string, 4> wait_names_;  // made once: a span per wait must not format
 };
 
 }  // namespace

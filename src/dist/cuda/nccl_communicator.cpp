@@ -12,6 +12,10 @@
 // Zero-element collectives complete at once without calling NCCL (every rank has the
 // same sizes, so every rank skips alike).
 //
+// Trace (fsdp/core/trace.h): while one records, each collective is a span of the comm
+// stream's track, timed by events recorded on that stream around the NCCL call, with its
+// group and byte count.
+//
 // Errors: every CUDA and NCCL call is checked; the message names the call, file:line,
 // the group, the rank, the device and the host, with cudaGetErrorString /
 // ncclGetErrorString and NCCL's own last-error text. The destructor's calls are not
@@ -30,12 +34,14 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "../detail.h"
 #include "fsdp/core/cuda.h"
 #include "fsdp/core/cuda_check.h"
 #include "fsdp/core/nvtx.h"
+#include "fsdp/core/trace.h"
 #include "fsdp/dist/nccl.h"
 
 namespace fsdp::dist {
@@ -136,6 +142,9 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
     FSDP_NVTX_RANGE(nvtx_names_[size_t(Collective::AllGather)].c_str());
     const cuda::DeviceGuard guard(device_);
     const int slot = begin();
+    std::optional<trace::StreamSpan> span;
+    if (trace::enabled()) span.emplace(device_, stream_, detail::collective_name(Collective::AllGather), "collective",
+                                       trace_args(Collective::AllGather, shard, 0));
     FSDP_NCCL_CHECK(ncclAllGather(shard.data_ptr(), full.data_ptr(), size_t(shard.numel()), nccl_type(shard.dtype()),
                                   comm_, stream_));
     return issued(slot, Collective::AllGather, 0, shard.nbytes());
@@ -148,6 +157,9 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
     FSDP_NVTX_RANGE(nvtx_names_[size_t(Collective::ReduceScatter)].c_str());
     const cuda::DeviceGuard guard(device_);
     const int slot = begin();
+    std::optional<trace::StreamSpan> span;
+    if (trace::enabled()) span.emplace(device_, stream_, detail::collective_name(Collective::ReduceScatter), "collective",
+                                       trace_args(Collective::ReduceScatter, shard, 0));
     FSDP_NCCL_CHECK(ncclReduceScatter(full.data_ptr(), shard.data_ptr(), size_t(shard.numel()),
                                       nccl_type(shard.dtype()), ncclSum, comm_, stream_));
     return issued(slot, Collective::ReduceScatter, 0, shard.nbytes());
@@ -160,6 +172,9 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
     FSDP_NVTX_RANGE(nvtx_names_[size_t(Collective::AllReduce)].c_str());
     const cuda::DeviceGuard guard(device_);
     const int slot = begin();
+    std::optional<trace::StreamSpan> span;
+    if (trace::enabled()) span.emplace(device_, stream_, detail::collective_name(Collective::AllReduce), "collective",
+                                       trace_args(Collective::AllReduce, x, 0));
     FSDP_NCCL_CHECK(
         ncclAllReduce(x.data_ptr(), x.data_ptr(), size_t(x.numel()), nccl_type(x.dtype()), ncclSum, comm_, stream_));
     return issued(slot, Collective::AllReduce, 0, x.nbytes());
@@ -172,6 +187,9 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
     FSDP_NVTX_RANGE(nvtx_names_[size_t(Collective::Broadcast)].c_str());
     const cuda::DeviceGuard guard(device_);
     const int slot = begin();
+    std::optional<trace::StreamSpan> span;
+    if (trace::enabled()) span.emplace(device_, stream_, detail::collective_name(Collective::Broadcast), "collective",
+                                       trace_args(Collective::Broadcast, x, root));
     FSDP_NCCL_CHECK(
         ncclBroadcast(x.data_ptr(), x.data_ptr(), size_t(x.numel()), nccl_type(x.dtype()), root, comm_, stream_));
     return issued(slot, Collective::Broadcast, root, x.nbytes());
@@ -209,6 +227,7 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
       FSDP_NCCL_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
       owns_stream_ = true;
     }
+    trace::name_stream(device_, stream_, fmt::format("communication (group '{}')", name_));
     for (Slot& s : slots_.all()) {
       FSDP_NCCL_CUDA_CHECK(cudaEventCreateWithFlags(&s.handle.ready, cudaEventDisableTiming));
       FSDP_NCCL_CUDA_CHECK(cudaEventCreateWithFlags(&s.handle.done, cudaEventDisableTiming));
@@ -267,9 +286,15 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
   }
 
   Request counted(Collective op, int root, uint64_t nbytes) {
+    const uint64_t bytes = detail::ring_bytes(op, size_, rank_, root, nbytes);
     ++stats_.calls;
-    stats_.bytes_sent += detail::ring_bytes(op, size_, rank_, root, nbytes);
+    stats_.bytes_sent += bytes;
+    trace::add_bytes_sent(bytes);
     return {};
+  }
+
+  std::string trace_args(Collective op, const Tensor& t, int root) const {
+    return detail::collective_trace_args(*this, op, t, detail::ring_bytes(op, size_, rank_, root, t.nbytes()), root);
   }
 
   Request issued(int slot, Collective op, int root, uint64_t nbytes) {
