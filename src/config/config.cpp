@@ -287,4 +287,9 @@ std::string checkpoint_dir(const Config& cfg) {
   return (std::filesystem::path(cfg.run.dir) / "checkpoints").string();
 }
 
+std::string profile_dir(const Config& cfg) {
+  if (!cfg.logging.profile_dir.empty()) return cfg.logging.profile_dir;
+  return (std::filesystem::path(cfg.run.dir) / "traces").string();
+}
+
 }  // namespace fsdp::config

@@ -5,12 +5,16 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <tuple>
 
 #include <spdlog/spdlog.h>
 
+#include "fsdp/core/memory_category.h"
+#include "fsdp/core/trace.h"
 #include "fsdp/data/synthetic.h"
 #include "fsdp/train/device_peak.h"
 #include "fsdp/train/exit_codes.h"
+#include "fsdp/train/observability.h"
 #include "fsdp/train/preemption.h"
 #if defined(FSDP_WITH_CUDA)
 #include "fsdp/core/cuda.h"
@@ -50,6 +54,7 @@ Trainer::Trainer(const config::Config& cfg, dist::ProcessGroups& groups)
     // One staging row per micro-batch of a step (Trainer::load_micro_batch), and the step's
     // per-token losses gathered on the device for one read-back.
     const int64_t n = int64_t(cfg.train.micro_batch_size) * cfg.train.seq_len, accum = cfg.train.grad_accum_steps;
+    const memory::CategoryScope tag("batch/staging");
     ids_host_ = cuda::pinned_empty({accum, n}, DType::I32);
     targets_host_ = cuda::pinned_empty({accum, n}, DType::I32);
     step_losses_ = Tensor::empty({accum, n}, act_.losses.dtype(), device_);
@@ -127,11 +132,15 @@ void Trainer::log_device() const {
 // row 0 and reads its losses back at once.
 void Trainer::load_micro_batch(data::Loader& loader, int64_t index) {
   if (device_.is_cpu()) {
+    const trace::Span span("data wait", "data");
     loader.next(act_.ids, act_.targets);
     return;
   }
   const Tensor ids = ids_host_.select(0, index), targets = targets_host_.select(0, index);
-  loader.next(ids, targets);
+  {
+    const trace::Span span("data wait", "data");
+    loader.next(ids, targets);
+  }
   act_.ids.copy_(ids);
   act_.targets.copy_(targets);
 }
@@ -141,6 +150,7 @@ StepVotes Trainer::all_reduce_votes(model::LossSum local) {
   mine.loss = local;
   mine.preempted_ranks = preemption_signal() != 0 ? 1 : 0;
   mine.busy_writers = checkpoints_.local_busy() ? 1 : 0;
+  const trace::Span span("loss all-reduce", "step");
   last_votes_ = train::all_reduce_votes(mine, *groups_.world, votes_buf_);
   return last_votes_;
 }
@@ -164,6 +174,7 @@ model::LossSum Trainer::accumulate_gradients(double grad_scale, double router_sc
   if (expert_load_) expert_load_->begin_step();
   model::LossSum local;
   for (int64_t a = 0; a < accum; ++a) {
+    const trace::Span span("micro-batch", "step", "index", a);
     engine_.begin_micro_batch(int(a));
     load_micro_batch(*data_.train_loader, a);
     if (device_.is_cpu()) {
@@ -183,6 +194,7 @@ model::LossSum Trainer::accumulate_gradients(double grad_scale, double router_sc
     }
   }
   if (!device_.is_cpu()) {
+    const trace::Span span("loss read-back", "step");
     const Tensor losses = step_losses_.to(Device::cpu());  // the step's one wait for the loss
     for (int64_t a = 0; a < accum; ++a)
       add_to(local, model::sum_losses(losses.select(0, a), targets_host_.select(0, a)));
@@ -200,6 +212,7 @@ StepMetrics Trainer::train_step() {
   const int world = groups_.world->size();
   const int64_t global_batch = int64_t(cfg_.train.micro_batch_size) * cfg_.train.grad_accum_steps * world;
   ++step_;
+  const trace::Span step_span("step", "step", "step", step_);
 
   // Every target of a synthetic sample is a real token, so the global batch holds
   // global_batch * seq_len targets.
@@ -243,6 +256,7 @@ StepMetrics Trainer::train_step() {
   m.step = step_;
   m.loss = loss;
   if (mc.is_moe()) {
+    const trace::Span span("expert load all-reduce", "step");
     expert_load_->all_reduce(*groups_.world);
     m.expert_load = expert_load_->counts();
     m.expert_imbalance = expert_load_->imbalance();
@@ -262,6 +276,7 @@ StepMetrics Trainer::train_step() {
   m.tokens = step_tokens;
   m.tokens_seen = tokens_seen_;
   m.peak_tensor_bytes = mem.stats().peak_bytes;
+  std::tie(m.peak_mem_group, m.peak_mem_group_bytes) = mem.peak_top_group();
   m.comm_bytes = comm_bytes() - bytes0;
   m.comm_wait_ms = (comm_wait_seconds() - wait0) * 1e3;
   m.world_size = world;
@@ -271,6 +286,7 @@ StepMetrics Trainer::train_step() {
 
 double Trainer::evaluate(int batches) {
   FSDP_CHECK(batches >= 1, "eval.batches must be >= 1, got {}", batches);
+  const trace::Span span("evaluate", "eval");
   FSDP_CHECK(data_.val_loader != nullptr, "no validation data: set data.val_path, or prepare {} with --val-fraction",
              cfg_.data.path);
   data_.val_loader->seek(0);
@@ -321,13 +337,17 @@ int Trainer::run() {
     metrics = std::make_unique<MetricsWriter>(path, /*truncate=*/resumed_from().empty());
   }
   log_run_start();
+  Observability obs(cfg_, groups_, device_, step_ + 1);
   while (step_ < t.max_steps) {
+    obs.before_step(step_ + 1);
     StepMetrics m = train_step();
+    obs.after_train_step(step_);
     m.max_rss_bytes = max_rss_bytes();
     if (t.eval_every > 0 && (step_ % t.eval_every == 0 || step_ == t.max_steps)) m.val_loss = evaluate(cfg_.eval.batches);
     // metrics.jsonl gets every step (resume and equivalence checks compare whole loss
     // curves); the console gets one line per log_every steps. Rank 0 speaks for all.
     if (metrics) metrics->write(m);
+    obs.log_step(m);
     if (rank0 && (step_ % t.log_every == 0 || step_ == 1 || step_ == t.max_steps || m.val_loss)) {
       spdlog::info("{}", format_step_line(m, t.max_steps));
     }
@@ -339,12 +359,15 @@ int Trainer::run() {
                    last_votes_.preempted_ranks, step_, kExitPreempted);
       if (!checkpoints_.saved_at(step_)) save_checkpoint();
       finish_checkpoint();
+      obs.finish(step_);
       return kExitPreempted;
     }
     if (checkpoints_.due(step_)) save_checkpoint();
+    obs.end_step(step_);
   }
   if (!checkpoints_.saved_at(step_)) save_checkpoint();
   finish_checkpoint();
+  obs.finish(step_);
   spdlog::info("done: {} steps, {} tokens", step_, tokens_seen_);
   return kExitOk;
 }

@@ -60,6 +60,12 @@ TEST(ConfigDefaults, EmptyTextGivesTheDocumentedDefaults) {
   EXPECT_EQ(c.fsdp.sharding_strategy, ShardingStrategy::FULL_SHARD);
   EXPECT_EQ(c.logging.level, "info");
   EXPECT_TRUE(c.logging.metrics);
+  EXPECT_EQ(c.logging.profile_wait, 1);
+  EXPECT_EQ(c.logging.profile_warmup, 1);
+  EXPECT_EQ(c.logging.profile_active, 0);
+  EXPECT_EQ(c.logging.memory_snapshot_step, 0);
+  EXPECT_FALSE(c.logging.tensorboard);
+  EXPECT_FALSE(c.logging.strict);
   EXPECT_EQ(c.eval.batches, 10);
   EXPECT_NO_THROW(validate(Config{}));
 }
@@ -75,6 +81,35 @@ TEST(ConfigDefaults, CheckpointDirFollowsRunDir) {
   EXPECT_EQ(checkpoint_dir(c), "runs/a/checkpoints");
   c.checkpoint.dir = "/ckpt";
   EXPECT_EQ(checkpoint_dir(c), "/ckpt");
+}
+
+TEST(ConfigDefaults, ProfileDirFollowsRunDir) {
+  Config c;
+  c.run.dir = "runs/a";
+  EXPECT_EQ(profile_dir(c), "runs/a/traces");
+  c.logging.profile_dir = "/scratch/traces";
+  EXPECT_EQ(profile_dir(c), "/scratch/traces");
+}
+
+TEST(ConfigOverride, ObservabilityKeys) {
+  const Config c = load_config_string("logging:\n  profile_active: 2\n", "x",
+                                      {"logging.profile_wait=4", "logging.profile_warmup=0", "logging.tensorboard=true",
+                                       "logging.memory_snapshot_step=3", "logging.strict=true",
+                                       "logging.profile_dir=/tmp/t"});
+  EXPECT_EQ(c.logging.profile_active, 2);
+  EXPECT_EQ(c.logging.profile_wait, 4);
+  EXPECT_EQ(c.logging.profile_warmup, 0);
+  EXPECT_TRUE(c.logging.tensorboard);
+  EXPECT_EQ(c.logging.memory_snapshot_step, 3);
+  EXPECT_TRUE(c.logging.strict);
+  EXPECT_EQ(c.logging.profile_dir, "/tmp/t");
+  EXPECT_EQ(error_of("logging:\n  profile_active: -1\n"),
+            "configs/x.yaml:2: key 'logging.profile_active' must be >= 0, got -1");
+  EXPECT_EQ(error_of("logging:\n  profile_wait: -2\n"), "configs/x.yaml:2: key 'logging.profile_wait' must be >= 0, got -2");
+  EXPECT_EQ(error_of("logging:\n  memory_snapshot_step: -1\n"),
+            "configs/x.yaml:2: key 'logging.memory_snapshot_step' must be >= 0, got -1");
+  EXPECT_EQ(error_of("logging:\n  tensorboard: yes please\n"),
+            "configs/x.yaml:2: key 'logging.tensorboard' expects true or false, got 'yes please'");
 }
 
 TEST(ConfigDefaults, ChoicesSpellTheirYamlNames) {
@@ -146,6 +181,13 @@ TEST(ConfigFile, EveryKeyIsRead) {
   EXPECT_EQ(c.fsdp.prefetch_limit, 1);
   EXPECT_EQ(c.logging.level, "debug");
   EXPECT_FALSE(c.logging.metrics);
+  EXPECT_EQ(c.logging.profile_wait, 10);
+  EXPECT_EQ(c.logging.profile_warmup, 2);
+  EXPECT_EQ(c.logging.profile_active, 3);
+  EXPECT_EQ(c.logging.profile_dir, "/traces/llama2_7b");
+  EXPECT_EQ(c.logging.memory_snapshot_step, 12);
+  EXPECT_TRUE(c.logging.tensorboard);
+  EXPECT_TRUE(c.logging.strict);
   EXPECT_EQ(c.eval.batches, 20);
 }
 
@@ -364,7 +406,7 @@ TEST(ConfigDump, EveryKeyInSectionOrder) {
   EXPECT_NE(text.find("  sharding_strategy: FULL_SHARD\n"), std::string::npos);
   EXPECT_NE(text.find("  dtype: float32\n"), std::string::npos);
   const size_t lines = static_cast<size_t>(std::count(text.begin(), text.end(), '\n'));
-  EXPECT_EQ(lines, 9 + 61u);  // 9 sections, 61 keys
+  EXPECT_EQ(lines, 9 + 68u);  // 9 sections, 68 keys
 }
 
 TEST(ConfigDump, HashIsDeterministicAndSeesEveryChange) {

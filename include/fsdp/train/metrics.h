@@ -2,7 +2,7 @@
 // JSON object per line in <run.dir>/metrics.jsonl (stable field names: step, loss, lr,
 // grad_norm, tokens_per_sec, and val_loss when evaluated; mfu on a GPU; loss_scale and
 // skipped under float16; ce_loss, aux_loss and, with a z-loss, z_loss for a mixture of
-// experts).
+// experts; peak_mem_category and its bytes, rank 0's).
 #pragma once
 
 #include <cstdint>
@@ -10,6 +10,8 @@
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "fsdp/core/memory_category.h"
 
 namespace fsdp::train {
 
@@ -25,6 +27,10 @@ struct StepMetrics {
   int64_t tokens = 0;           // tokens in this step's global batch
   int64_t tokens_seen = 0;      // since the start of training
   uint64_t peak_tensor_bytes = 0;  // allocator peak since the last step's report
+  // The category group (fsdp/core/memory_category.h) holding the most bytes at the step's
+  // peak of memory in use, and those bytes (Allocator::peak_top_group).
+  memory::Category peak_mem_group = memory::kOther;
+  uint64_t peak_mem_group_bytes = 0;
   uint64_t max_rss_bytes = 0;      // process peak resident set size
   uint64_t comm_bytes = 0;         // bytes this rank sent in collectives during the step
   double comm_wait_ms = 0;         // time this rank spent waiting on collectives
