@@ -42,14 +42,14 @@ Record& record() {
   return r;
 }
 
-std::string op_name(std::string_view stub) {
+}  // namespace
+
+std::string detail::op_name(std::string_view stub) {
   constexpr std::string_view kSuffix = "_stub";
   if (stub.size() > kSuffix.size() && stub.substr(stub.size() - kSuffix.size()) == kSuffix)
     stub.remove_suffix(kSuffix.size());
   return std::string(stub);
 }
-
-}  // namespace
 
 void enable(bool on) { detail::g_enabled.store(on, std::memory_order_relaxed); }
 
@@ -72,7 +72,7 @@ std::vector<OpTime> report() {
   r.pending.clear();
   std::vector<OpTime> rows;
   rows.reserve(r.totals.size());
-  for (const auto& [name, t] : r.totals) rows.push_back(OpTime{op_name(name), t.calls, t.ms});
+  for (const auto& [name, t] : r.totals) rows.push_back(OpTime{detail::op_name(name), t.calls, t.ms});
   std::sort(rows.begin(), rows.end(), [](const OpTime& a, const OpTime& b) {
     return a.total_ms != b.total_ms ? a.total_ms > b.total_ms : a.op < b.op;
   });
@@ -101,7 +101,7 @@ Scope::~Scope() {
     if (device_.is_cpu()) {
       const auto end = std::chrono::steady_clock::now();
       const double ms = std::chrono::duration<double, std::milli>(end - start_).count();
-      if (trace::enabled()) trace::complete(op_name(name_), "op", start_, end);
+      if (trace::enabled()) trace::complete(detail::op_name(name_), "op", start_, end);
       std::lock_guard<std::mutex> lock(r.mu);
       Totals& t = r.totals[name_];
       ++t.calls;
@@ -128,6 +128,18 @@ void credit_traced(const char* stub_name, int device, void* const events[2], dou
   Record& r = record();
   std::lock_guard<std::mutex> lock(r.mu);
   r.totals[stub_name].ms += ms;
+  cuda_release(device, events);
+}
+
+void lend_pair(int device, void* events[2]) {
+  Record& r = record();
+  std::lock_guard<std::mutex> lock(r.mu);
+  cuda_take_pair(device, events);
+}
+
+void return_pair(int device, void* const events[2]) {
+  Record& r = record();
+  std::lock_guard<std::mutex> lock(r.mu);
   cuda_release(device, events);
 }
 }  // namespace detail

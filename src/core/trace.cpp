@@ -34,7 +34,8 @@ struct Recorder {
   std::map<int, std::string> track_names;  // threads and streams
   std::map<int, int> sort_index;           // tracks that set one
   std::map<std::pair<int, void*>, int> stream_tracks;
-  Clock::time_point base = Clock::now();
+  // start()'s time, read by every recording thread without the lock.
+  std::atomic<int64_t> base_ns{0};
   std::atomic<uint64_t> generation{1};
   uint64_t next_async = 1;
   int next_tid = 1;
@@ -101,16 +102,21 @@ void append_metadata(std::string& out, const char* what, int pid, int tid, const
                      value_json);
 }
 
+int64_t ns_of(Clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------- recording
 
 void start(const std::vector<int>& cuda_devices) {
+  if (enabled()) stop();  // a second start() begins afresh
   Recorder& r = rec();
   {
     std::lock_guard<std::mutex> lock(r.mu);
     r.events.clear();
-    r.base = Clock::now();
+    r.base_ns.store(ns_of(Clock::now()));
     r.generation.fetch_add(1);
     r.bytes_sent = 0;
   }
@@ -148,7 +154,7 @@ size_t num_events() {
   return r.events.size();
 }
 
-double to_us(Clock::time_point t) { return std::chrono::duration<double, std::micro>(t - rec().base).count(); }
+double to_us(Clock::time_point t) { return 1e-3 * double(ns_of(t) - rec().base_ns.load()); }
 
 double now_us() { return to_us(Clock::now()); }
 

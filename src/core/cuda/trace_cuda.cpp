@@ -1,8 +1,8 @@
 // The trace recorder's CUDA half (fsdp/core/trace.h, src/core/trace_recorder.h): base
 // events that tie each device's clock to the trace's, device spans (StreamSpan, and the op
 // profiler's event pairs adopted while tracing) waiting to be read, and their placement on
-// stream tracks. Events for StreamSpan come from a pool of this file's own, created in
-// chunks and kept for the process; adopted pairs go back to the op profiler's pool.
+// stream tracks. Every timing event is the op profiler's: StreamSpan borrows its pairs from
+// the op profiler's pool, and every pair goes back there once read.
 #include <cuda_runtime.h>
 
 #include <array>
@@ -23,7 +23,6 @@ namespace detail {
 namespace {
 
 constexpr int kMaxDevices = 64;
-constexpr int kChunk = 64;
 
 struct Pending {
   std::string name, category, args;
@@ -43,7 +42,6 @@ struct State {
   std::mutex mu;  // all of the below
   std::vector<Pending> pending;
   std::array<DeviceClock, kMaxDevices> clocks{};
-  std::array<std::vector<cudaEvent_t>, kMaxDevices> pool;
 };
 
 State& state() {
@@ -54,28 +52,6 @@ State& state() {
 void check_device(int device) {
   FSDP_CHECK(device >= 0 && device < kMaxDevices, "cuda:{} is beyond the {} devices the trace supports", device,
              kMaxDevices);
-}
-
-cudaEvent_t take_locked(State& s, int device) {
-  std::vector<cudaEvent_t>& free = s.pool[size_t(device)];
-  if (free.empty()) {
-    cuda::DeviceGuard guard(device);
-    for (int i = 0; i < kChunk; ++i) {
-      cudaEvent_t e = nullptr;
-      FSDP_CUDA_CHECK(cudaEventCreate(&e));
-      free.push_back(e);
-    }
-  }
-  cudaEvent_t e = free.back();
-  free.pop_back();
-  return e;
-}
-
-std::string op_name(std::string_view stub) {
-  constexpr std::string_view kSuffix = "_stub";
-  if (stub.size() > kSuffix.size() && stub.substr(stub.size() - kSuffix.size()) == kSuffix)
-    stub.remove_suffix(kSuffix.size());
-  return std::string(stub);
 }
 
 float elapsed_ms(cudaEvent_t a, cudaEvent_t b) {
@@ -123,7 +99,6 @@ void cuda_resolve(bool keep) {
     pending.swap(s.pending);
     clocks = s.clocks;
   }
-  std::vector<cudaEvent_t> returned[kMaxDevices];
   for (Pending& p : pending) {
     const cuda::DeviceGuard guard(p.device);
     FSDP_CUDA_CHECK(cudaEventSynchronize(p.events[1]));
@@ -131,21 +106,17 @@ void cuda_resolve(bool keep) {
     const DeviceClock& c = clocks[size_t(p.device)];
     if (keep && c.valid) {
       const double ts = c.base_us + 1e3 * double(elapsed_ms(c.base, p.events[0]));
-      append(Event{'X', p.op_stub != nullptr ? op_name(p.op_stub) : std::move(p.name),
+      append(Event{'X', p.op_stub != nullptr ? op_profile::detail::op_name(p.op_stub) : std::move(p.name),
                    p.op_stub != nullptr ? "op" : std::move(p.category), std::move(p.args), ts, 1e3 * ms,
                    stream_track(p.device, p.stream), 0});
     }
+    void* pair[2] = {p.events[0], p.events[1]};
     if (p.op_stub != nullptr) {
-      void* pair[2] = {p.events[0], p.events[1]};
       op_profile::detail::credit_traced(p.op_stub, p.device, pair, ms);
     } else {
-      returned[p.device].push_back(p.events[0]);
-      returned[p.device].push_back(p.events[1]);
+      op_profile::detail::return_pair(p.device, pair);
     }
   }
-  std::lock_guard<std::mutex> lock(s.mu);
-  for (int d = 0; d < kMaxDevices; ++d)
-    s.pool[size_t(d)].insert(s.pool[size_t(d)].end(), returned[d].begin(), returned[d].end());
 }
 
 }  // namespace detail
@@ -154,12 +125,7 @@ StreamSpan::StreamSpan(int device, void* stream, std::string_view name, std::str
                        std::string args_json) {
   if (!enabled()) return;
   detail::check_device(device);
-  detail::State& s = detail::state();
-  {
-    std::lock_guard<std::mutex> lock(s.mu);
-    events_[0] = detail::take_locked(s, device);
-    events_[1] = detail::take_locked(s, device);
-  }
+  op_profile::detail::lend_pair(device, events_);
   device_ = device;
   stream_ = stream;
   name_ = name;
@@ -175,13 +141,12 @@ StreamSpan::~StreamSpan() {
   const bool recorded =
       cudaEventRecord(static_cast<cudaEvent_t>(events_[1]), static_cast<cudaStream_t>(stream_)) == cudaSuccess;
   try {
-    std::lock_guard<std::mutex> lock(s.mu);
     if (!recorded) {
       (void)cudaGetLastError();
-      s.pool[size_t(device_)].push_back(static_cast<cudaEvent_t>(events_[0]));
-      s.pool[size_t(device_)].push_back(static_cast<cudaEvent_t>(events_[1]));
+      op_profile::detail::return_pair(device_, events_);
       return;
     }
+    std::lock_guard<std::mutex> lock(s.mu);
     detail::Pending p;
     p.name = std::move(name_);
     p.category = std::move(category_);
