@@ -1,7 +1,7 @@
 // TensorBoard event files (fsdp/train/tensorboard.h).
 #include "fsdp/train/tensorboard.h"
 
-#include <unistd.h>
+#include <unistd.h>  // gethostname
 
 #include <cerrno>
 #include <chrono>
@@ -38,16 +38,18 @@ double wall_time() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-// A file name no other run took: events.out.tfevents.<unix seconds>.<host>, with .<pid>
-// added when a run on this host started in the same second.
+// A file name no other run took: events.out.tfevents.<unix seconds>.<host>, with .0001,
+// .0002, ... added when runs in this directory started in the same second (the names still
+// sort in the order the runs started, which is the order TensorBoard reads them in).
 std::string new_file_name(const fs::path& dir) {
   char host[256] = {};
   if (::gethostname(host, sizeof(host) - 1) != 0) std::strcpy(host, "localhost");
   const auto secs = std::chrono::duration_cast<std::chrono::seconds>(
       std::chrono::system_clock::now().time_since_epoch()).count();
-  fs::path p = dir / fmt::format("events.out.tfevents.{}.{}", secs, host);
-  if (fs::exists(p)) p += fmt::format(".{}", ::getpid());
-  return p.string();
+  const std::string base = (dir / fmt::format("events.out.tfevents.{}.{}", secs, host)).string();
+  std::string p = base;
+  for (int k = 1; fs::exists(p); ++k) p = fmt::format("{}.{:04}", base, k);
+  return p;
 }
 
 }  // namespace

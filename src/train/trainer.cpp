@@ -256,7 +256,6 @@ StepMetrics Trainer::train_step() {
   m.step = step_;
   m.loss = loss;
   if (mc.is_moe()) {
-    const trace::Span span("expert load all-reduce", "step");
     expert_load_->all_reduce(*groups_.world);
     m.expert_load = expert_load_->counts();
     m.expert_imbalance = expert_load_->imbalance();

@@ -261,6 +261,15 @@ TEST(Observability, TensorBoardHoldsEveryMetricsScalarAndOneCurveAcrossAResume) 
   fs::remove_all(dir);
 }
 
+TEST(Observability, TensorBoardFilesOfRunsStartedInOneSecondSortInStartOrder) {
+  const fs::path dir = fresh_dir("tb_names");
+  std::vector<std::string> made;
+  for (int i = 0; i < 3; ++i) made.push_back(train::TensorBoardWriter(dir.string(), 1 + i).path());
+  EXPECT_EQ(event_files(dir), made) << "three files, in the order they were opened";
+  for (size_t i = 0; i < made.size(); ++i) EXPECT_EQ(test::decode_event(test::read_tfrecords(made[i])[1]).step, 1 + int(i));
+  fs::remove_all(dir);
+}
+
 TEST(Observability, TensorBoardTagsOfAMixtureOfExperts) {
   train::StepMetrics m;
   m.step = 4;
