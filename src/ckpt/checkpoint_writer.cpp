@@ -28,6 +28,8 @@
 #include "fsdp/ckpt/checkpoint_reader.h"
 #include "fsdp/ckpt/safetensors.h"
 #include "fsdp/core/error.h"
+#include "fsdp/core/memory_category.h"
+#include "fsdp/core/trace.h"
 #include "durable_file.h"
 #include "rank_verdict.h"
 #if defined(FSDP_WITH_CUDA)
@@ -103,6 +105,7 @@ bool CheckpointWriter::local_busy() const { return job_ && !job_->done.load(std:
 
 void CheckpointWriter::write_local(Job& job) {
   const auto t0 = std::chrono::steady_clock::now();
+  const trace::Span span("checkpoint write", "checkpoint", "step", job.step);
   try {
     if (job.writes) {
       std::vector<WriteEntry> entries;
@@ -156,6 +159,8 @@ void CheckpointWriter::start_tmp_dir(int64_t step) {
 // Host copies of the shards in buffers owned here (allocated at the first save, page-locked
 // when the shards are on a GPU so the copy runs at the link's speed).
 void CheckpointWriter::take_snapshot(const std::vector<UnitShard>& shards) {
+  const trace::Span span("checkpoint snapshot", "checkpoint");
+  const memory::CategoryScope tag("checkpoint/snapshot");
   if (snapshot_.size() != shards.size()) snapshot_.assign(shards.size(), UnitShard{});
   for (size_t u = 0; u < shards.size(); ++u) {
     UnitShard& dst = snapshot_[u];
@@ -184,6 +189,7 @@ void CheckpointWriter::take_snapshot(const std::vector<UnitShard>& shards) {
 
 SaveStats CheckpointWriter::save(const CheckpointMeta& meta, const std::vector<UnitShard>& shards) {
   finish();  // a previous asynchronous save commits first
+  const trace::Span span("checkpoint save", "checkpoint", "step", meta.state.step);
   const auto t0 = std::chrono::steady_clock::now();
   FSDP_CHECK(shards.size() == meta.units.size(), "checkpoint: {} shards for {} units", shards.size(),
              meta.units.size());
@@ -211,7 +217,10 @@ SaveStats CheckpointWriter::save(const CheckpointMeta& meta, const std::vector<U
     return s;
   }
   job.stall_seconds = seconds_since(t0);
-  job.thread = std::thread([this, &job] { write_local(job); });
+  job.thread = std::thread([this, &job] {
+    trace::set_thread_name("checkpoint writer");
+    write_local(job);
+  });
   SaveStats s;
   s.step = step;
   s.stall_seconds = job.stall_seconds;
@@ -328,6 +337,7 @@ void CheckpointWriter::prune(const std::string& just_written) const {
 }
 
 SaveStats CheckpointWriter::commit() {
+  const trace::Span span("checkpoint commit", "checkpoint");
   FSDP_CHECK(pending_, "checkpoint commit without a save");
   Job& job = *job_;
   if (job.thread.joinable()) job.thread.join();  // only reached once every rank reported done

@@ -398,4 +398,9 @@ model::LlamaConfig apply_shape_keys(const ModelConfig& m, model::LlamaConfig c) 
   return c;
 }
 
+std::string profile_dir(const Config& cfg) {
+  if (!cfg.logging.profile_dir.empty()) return cfg.logging.profile_dir;
+  return (std::filesystem::path(cfg.run.dir) / "traces").string();
+}
+
 }  // namespace fsdp::config

@@ -459,7 +459,26 @@ void add_dist_rows(std::vector<detail::Field>& t) {
 void add_logging_rows(std::vector<detail::Field>& t) {
   SectionRows(t, "logging", &Config::logging)
       .add_one_of("level", &LoggingConfig::level, "Console log level.", {"trace", "debug", "info", "warn", "error"})
-      .add("metrics", &LoggingConfig::metrics, "Also write every logged step to <run.dir>/metrics.jsonl.");
+      .add("metrics", &LoggingConfig::metrics, "Also write every logged step to <run.dir>/metrics.jsonl.")
+      .add("profile_wait", &LoggingConfig::profile_wait,
+           "Trace schedule (torch.profiler.schedule over global steps): steps before the warmup.", ge(0))
+      .add("profile_warmup", &LoggingConfig::profile_warmup,
+           "Trace schedule: steps recorded and dropped before the active ones (the tracer warms up).", ge(0))
+      .add("profile_active", &LoggingConfig::profile_active,
+           "Trace schedule: steps recorded into <profile_dir>/rank_<r>.trace.json (Chrome trace format, opens in "
+           "Perfetto); 0 = no trace.",
+           ge(0))
+      .add("profile_dir", &LoggingConfig::profile_dir,
+           "Where traces and memory snapshots go; empty = <run.dir>/traces.")
+      .add("memory_snapshot_step", &LoggingConfig::memory_snapshot_step,
+           "Write each rank's live allocations by category at the memory peak of this step "
+           "(<profile_dir>/rank_<r>.memory_step_<N>.json); 0 = never.",
+           ge(0))
+      .add("tensorboard", &LoggingConfig::tensorboard,
+           "Rank 0 writes every metrics.jsonl scalar to <run.dir>/tensorboard/events.out.tfevents.<time>.<host>.")
+      .add("strict", &LoggingConfig::strict,
+           "A trace, memory snapshot or TensorBoard file that cannot be written stops the run (exit 1); false = "
+           "log it once and train on without that output.");
 }
 
 void add_eval_rows(std::vector<detail::Field>& t) {
@@ -510,7 +529,7 @@ std::span<const Section> sections() {
       {"checkpoint", "Saving and resuming."},
       {"fsdp", "Sharding and mixed precision."},
       {"dist", "Communication between ranks: the collective watchdog."},
-      {"logging", "Console log and metrics.jsonl."},
+      {"logging", "Console log, metrics.jsonl, TensorBoard, traces and memory snapshots."},
       {"eval", "Evaluation on data.val_path (or a split of data.path)."},
   };
   return list;

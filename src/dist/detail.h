@@ -35,6 +35,13 @@ void check_device(const Communicator& c, Collective op, const Tensor& t, Device 
 // Bytes this rank sends under the ring algorithm (see communicator.h).
 uint64_t ring_bytes(Collective op, int size, int rank, int root, uint64_t nbytes);
 
+// ---- trace (collective_trace.cpp; fsdp/core/trace.h) ----
+
+// A collective's trace args: group, ranks, the bytes this rank sends (what stats() counts),
+// elements and dtype of the tensor named in communicator.h's formulas, root for a broadcast.
+std::string collective_trace_args(const Communicator& c, Collective op, const Tensor& t, uint64_t bytes_sent,
+                                  int root);
+
 // The message for wait() on an id the communicator does not hold.
 [[noreturn]] void fail_unknown_request(const Communicator& c, Request r);
 // The message for a collective issued while `max_pending` are already in flight;

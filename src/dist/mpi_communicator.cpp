@@ -14,6 +14,11 @@
 // MPI_COMM_WORLD, set in bootstrap.cpp), and every MPI call goes through FSDP_MPI_CHECK,
 // which throws fsdp::Error naming the call, the group, the ranks and the host.
 //
+// Trace (fsdp/core/trace.h): while one records, each collective is an async span from its
+// issue to the end of its wait (several are in flight at once, so they cannot nest on one
+// track), with its group and byte count, and the time wait() blocks is a span of the
+// waiting thread ("wait all_gather (group 'shard')").
+//
 // Progress: OpenMPI 4.1 progresses non-blocking collectives only inside MPI calls, so on
 // the CPU backend a collective mostly runs inside wait(); issuing early still lets
 // small collectives finish eagerly and keeps the engine's code the same as with NCCL.
@@ -25,12 +30,14 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <array>
 #include <climits>
 #include <cstdint>
 #include <memory>
 #include <string>
 
 #include "detail.h"
+#include "fsdp/core/trace.h"
 #include "fsdp/dist/communicator.h"
 #include "fsdp/dist/watchdog.h"
 
@@ -110,6 +117,15 @@ MPI_Op mpi_sum(DType t) {
   return MPI_SUM;
 }
 
+// A collective in flight: MPI's request, what the watchdog calls it (op, seq), and its
+// trace span when one is recording.
+struct MpiPending {
+  MPI_Request request = MPI_REQUEST_NULL;
+  Collective op = Collective::Barrier;
+  uint64_t seq = 0;
+  uint64_t trace_id = 0;
+};
+
 class MpiCommunicator final : public Communicator {
  public:
   // Takes ownership of comm (freed in the destructor while MPI is still up).
@@ -119,6 +135,8 @@ class MpiCommunicator final : public Communicator {
     half_mpi();
     world_ranks_ = translate_world_ranks();
     watch_id_ = detail::watch_group(name_, world_ranks_);
+    for (int op = 0; op < 5; ++op)
+      wait_names_[size_t(op)] = fmt::format("wait {} (group '{}')", detail::collective_name(Collective(op)), name_);
   }
 
   ~MpiCommunicator() override {
@@ -144,7 +162,7 @@ class MpiCommunicator final : public Communicator {
     FSDP_MPI_CHECK(MPI_Iallgather(in_place ? MPI_IN_PLACE : shard.data_ptr(), n, t, full.data_ptr(), n, t, comm_,
                                   &slots_[slot].handle.request),
                    name_.c_str(), rank_, size_);
-    return issued(slot, Collective::AllGather, 0, shard.nbytes());
+    return issued(slot, Collective::AllGather, 0, shard);
   }
 
   Request reduce_scatter(const Tensor& full, const Tensor& shard) override {
@@ -155,7 +173,7 @@ class MpiCommunicator final : public Communicator {
     FSDP_MPI_CHECK(MPI_Ireduce_scatter_block(full.data_ptr(), shard.data_ptr(), n, mpi_type(shard.dtype()),
                                              mpi_sum(shard.dtype()), comm_, &slots_[slot].handle.request),
                    name_.c_str(), rank_, size_);
-    return issued(slot, Collective::ReduceScatter, 0, shard.nbytes());
+    return issued(slot, Collective::ReduceScatter, 0, shard);
   }
 
   Request all_reduce(const Tensor& x) override {
@@ -166,7 +184,7 @@ class MpiCommunicator final : public Communicator {
     FSDP_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, x.data_ptr(), n, mpi_type(x.dtype()), mpi_sum(x.dtype()), comm_,
                                   &slots_[slot].handle.request),
                    name_.c_str(), rank_, size_);
-    return issued(slot, Collective::AllReduce, 0, x.nbytes());
+    return issued(slot, Collective::AllReduce, 0, x);
   }
 
   Request broadcast(const Tensor& x, int root) override {
@@ -176,11 +194,11 @@ class MpiCommunicator final : public Communicator {
     const int slot = slots_.acquire(*this);
     FSDP_MPI_CHECK(MPI_Ibcast(x.data_ptr(), n, mpi_type(x.dtype()), root, comm_, &slots_[slot].handle.request),
                    name_.c_str(), rank_, size_);
-    return issued(slot, Collective::Broadcast, root, x.nbytes());
+    return issued(slot, Collective::Broadcast, root, x);
   }
 
   void barrier() override {
-    Pending p{MPI_REQUEST_NULL, Collective::Barrier, detail::count_collective(watch_id_)};
+    MpiPending p{MPI_REQUEST_NULL, Collective::Barrier, detail::count_collective(watch_id_)};
     FSDP_MPI_CHECK(MPI_Ibarrier(comm_, &p.request), name_.c_str(), rank_, size_);
     complete(p);
   }
@@ -188,10 +206,15 @@ class MpiCommunicator final : public Communicator {
   void wait(Request r) override {
     if (r.id == -1) return;
     // The slot is released even if the wait fails: the request is gone either way.
-    Pending& p = slots_.take(*this, r).handle;
+    MpiPending& p = slots_.take(*this, r).handle;
     const auto t0 = std::chrono::steady_clock::now();
-    complete(p);
+    {
+      const trace::Span span(wait_names_[size_t(p.op)], "wait");
+      complete(p);
+    }
     stats_.wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (p.trace_id != 0) trace::async_end(p.trace_id, detail::collective_name(p.op), "collective");
+    p.trace_id = 0;
   }
 
  private:
@@ -204,24 +227,25 @@ class MpiCommunicator final : public Communicator {
     return int(t.numel());
   }
 
-  // A collective in flight: MPI's request and what the watchdog calls it.
-  struct Pending {
-    MPI_Request request = MPI_REQUEST_NULL;
-    Collective op = Collective::Barrier;
-    uint64_t seq = 0;
-  };
-
-  Request issued(int slot, Collective op, int root, uint64_t nbytes) {
+  Request issued(int slot, Collective op, int root, const Tensor& t) {
+    const uint64_t bytes = detail::ring_bytes(op, size_, rank_, root, t.nbytes());
     ++stats_.calls;
-    stats_.bytes_sent += detail::ring_bytes(op, size_, rank_, root, nbytes);
-    slots_[slot].handle.op = op;
-    slots_[slot].handle.seq = detail::count_collective(watch_id_);
+    stats_.bytes_sent += bytes;
+    MpiPending& p = slots_[slot].handle;
+    p.op = op;
+    p.seq = detail::count_collective(watch_id_);
+    p.trace_id = 0;
+    if (trace::enabled()) {
+      p.trace_id = trace::async_begin(detail::collective_name(op), "collective",
+                                      detail::collective_trace_args(*this, op, t, bytes, root));
+      trace::add_bytes_sent(bytes);
+    }
     return slots_.issue(slot);
   }
 
   // Until p's request has completed: MPI_Wait, or polled under the watchdog's deadline. A
   // failed MPI call is the watchdog's too (a dead peer's connection), then thrown as before.
-  void complete(Pending& p) {
+  void complete(MpiPending& p) {
     if (!detail::watchdog_armed()) {
       FSDP_MPI_CHECK(MPI_Wait(&p.request, MPI_STATUS_IGNORE), name_.c_str(), rank_, size_);
       return;
@@ -255,7 +279,8 @@ class MpiCommunicator final : public Communicator {
   std::string name_;
   int rank_ = 0, size_ = 1;
   int watch_id_ = -1;
-  detail::RequestSlots<Pending> slots_;
+  detail::RequestSlots<MpiPending> slots_;
+  std::array<std::string, 5> wait_names_;  // made once, a name per Collective: a span per wait must not format
 };
 
 }  // namespace

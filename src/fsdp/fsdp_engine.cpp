@@ -36,16 +36,43 @@
 // where separate embedding and lm_head weights cost 4 gathers and 2 reductions of V x C.
 // The alternative, embedding and head as one unit, would keep the table gathered through
 // every block's forward and backward (it is used at both ends of each), for no less traffic.
+
+// Memory categories (fsdp/core/memory_category.h): the shards and moments are "sharded
+// state", gradient shards and full gradients "gradients", gathered units "gathered
+// parameters"; a pool buffer takes the category of its current use and, between uses,
+// "fsdp buffer pool (idle)", an idle cache, so a memory snapshot shows what the pool's
+// buffers hold at its moment rather than what they were first allocated for.
 #include "fsdp/fsdp/fsdp_engine.h"
 
 #include <algorithm>
 #include <cmath>
 
+#include "fsdp/core/memory_category.h"
 #include "fsdp/core/nvtx.h"
 #include "fsdp/fsdp/unit_decay.h"
 #include "fsdp/ops/elementwise.h"
 
 namespace fsdp {
+namespace {
+
+memory::Category sharded_state() {
+  static const memory::Category c = memory::category("sharded state");
+  return c;
+}
+memory::Category gathered_parameters() {
+  static const memory::Category c = memory::category("gathered parameters");
+  return c;
+}
+memory::Category gradients() {
+  static const memory::Category c = memory::category("gradients");
+  return c;
+}
+memory::Category idle_pool() {
+  static const memory::Category c = memory::category("fsdp buffer pool (idle)", /*idle_cache=*/true);
+  return c;
+}
+
+}  // namespace
 
 FsdpEngine::FsdpEngine(const std::vector<model::UnitLayout>& units, dist::ProcessGroups& groups,
                        const FsdpOptions& options)
@@ -60,7 +87,10 @@ FsdpEngine::FsdpEngine(const std::vector<model::UnitLayout>& units, dist::Proces
   FSDP_CHECK(opt_.prefetch_limit >= 0, "fsdp.prefetch_limit must be >= 0, got {}", opt_.prefetch_limit);
   const int n = shard_.size();
   const Device dev = opt_.device;
-  norm_buf_ = Tensor::zeros({1}, DType::F64, dev);
+  {
+    const memory::CategoryScope tag("scratch/grad norm");
+    norm_buf_ = Tensor::zeros({1}, DType::F64, dev);
+  }
   direct_ = n == 1 && opt_.param_dtype == DType::F32 && opt_.reduce_dtype == DType::F32 &&
             opt_.compute_dtype == DType::F32;
   units_.resize(layouts_.size());
@@ -68,7 +98,10 @@ FsdpEngine::FsdpEngine(const std::vector<model::UnitLayout>& units, dist::Proces
   // reduction and, on a GPU, one read-back per step rather than one per unit.
   int64_t grad_total = 0;
   for (const auto& layout : layouts_) grad_total += ::fsdp::shard_range(layout.numel, n, shard_.rank()).size;
-  grad_flat_ = Tensor::zeros({grad_total}, DType::F32, dev);
+  {
+    const memory::CategoryScope tag(gradients());
+    grad_flat_ = Tensor::zeros({grad_total}, DType::F32, dev);
+  }
   int64_t grad_offset = 0;
   build_schedule();
   for (size_t u = 0; u < layouts_.size(); ++u) {
@@ -78,13 +111,17 @@ FsdpEngine::FsdpEngine(const std::vector<model::UnitLayout>& units, dist::Proces
     x.padded = x.shard_range.size * n;
     x.segments = decay_segments(layouts_[u]);
     const int64_t s = x.shard_range.size;
+    const memory::CategoryScope tag(sharded_state());
     x.master = Tensor::zeros({s}, DType::F32, dev);
     x.grad = grad_flat_.narrow(0, grad_offset, s);
     grad_offset += s;
     x.exp_avg = Tensor::zeros({s}, DType::F32, dev);
     x.exp_avg_sq = Tensor::zeros({s}, DType::F32, dev);
     if (opt_.param_dtype != DType::F32) x.shard_cast = Tensor::zeros({s}, opt_.param_dtype, dev);
-    if (opt_.reduce_dtype != DType::F32) x.reduce_recv = Tensor::zeros({s}, opt_.reduce_dtype, dev);
+    if (opt_.reduce_dtype != DType::F32) {
+      const memory::CategoryScope grad_tag(gradients());
+      x.reduce_recv = Tensor::zeros({s}, opt_.reduce_dtype, dev);
+    }
     max_padded_ = std::max(max_padded_, x.padded);
     x.nvtx_forward = layouts_[u].name + " forward";
     x.nvtx_backward = layouts_[u].name + " backward";
@@ -111,15 +148,20 @@ uint64_t FsdpEngine::persistent_bytes() const {
 
 // ---------------------------------------------------------------- buffer pool
 
-FsdpEngine::Buffer* FsdpEngine::acquire(DType dtype) {
+FsdpEngine::Buffer* FsdpEngine::acquire(DType dtype, bool for_gradients) {
+  const memory::Category use = for_gradients ? gradients() : gathered_parameters();
   for (auto& b : pool_) {
     if (!b->in_use && b->t.dtype() == dtype) {
       b->in_use = true;
+      b->t.storage()->set_category(use);
       return b.get();
     }
   }
   pool_.push_back(std::make_unique<Buffer>());
-  pool_.back()->t = Tensor::empty({max_padded_}, dtype, opt_.device);
+  {
+    const memory::CategoryScope tag(use);
+    pool_.back()->t = Tensor::empty({max_padded_}, dtype, opt_.device);
+  }
   pool_.back()->in_use = true;
   return pool_.back().get();
 }
@@ -127,6 +169,7 @@ FsdpEngine::Buffer* FsdpEngine::acquire(DType dtype) {
 void FsdpEngine::release(Buffer*& b) {
   if (b == nullptr) return;
   b->in_use = false;
+  b->t.storage()->set_category(idle_pool());
   b = nullptr;
 }
 
@@ -178,7 +221,7 @@ void FsdpEngine::issue_gather(int unit) {
   if (direct_ || unit < 0 || unit >= num_units()) return;
   Unit& x = units_[unit];
   if (x.full != nullptr || x.gather_pending) return;
-  x.full = acquire(opt_.compute_dtype);
+  x.full = acquire(opt_.compute_dtype, /*for_gradients=*/false);
   const Tensor* shard = &x.master;
   if (opt_.param_dtype != DType::F32) {
     // Once per optimizer step, not per gather (FULL_SHARD gathers twice).
@@ -189,7 +232,7 @@ void FsdpEngine::issue_gather(int unit) {
   if (opt_.param_dtype == opt_.compute_dtype) {
     x.gather_req = shard_.all_gather(*shard, x.full->t.narrow(0, 0, x.padded));
   } else {
-    x.gather_staging = acquire(opt_.param_dtype);
+    x.gather_staging = acquire(opt_.param_dtype, /*for_gradients=*/false);
     x.gather_req = shard_.all_gather(*shard, x.gather_staging->t.narrow(0, 0, x.padded));
   }
   x.gather_pending = true;
@@ -255,7 +298,7 @@ Tensor FsdpEngine::grads(int unit) {
   Unit& x = units_[unit];
   if (direct_) return x.grad.narrow(0, 0, x.numel);
   if (x.full_grad == nullptr) {  // first micro-batch of the step for this unit
-    x.full_grad = acquire(opt_.compute_dtype);
+    x.full_grad = acquire(opt_.compute_dtype, /*for_gradients=*/true);
     fill_(x.full_grad->t.narrow(0, 0, x.padded), 0.0);
   }
   return x.full_grad->t.narrow(0, 0, x.numel);
@@ -282,7 +325,7 @@ void FsdpEngine::reduce_gradient(int unit) {
   }
   Tensor send = x.full_grad->t.narrow(0, 0, x.padded);
   if (opt_.reduce_dtype != opt_.compute_dtype) {
-    x.reduce_send = acquire(opt_.reduce_dtype);
+    x.reduce_send = acquire(opt_.reduce_dtype, /*for_gradients=*/true);
     const Tensor converted = x.reduce_send->t.narrow(0, 0, x.padded);
     cast(send, converted);
     send = converted;

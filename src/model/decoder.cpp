@@ -3,6 +3,7 @@
 // LlamaActivations or of a unit's flat buffer, so this file allocates nothing per step.
 #include "fsdp/model/decoder.h"
 
+#include "fsdp/core/memory_category.h"
 #include "fsdp/model/rope_scaling.h"
 #include "fsdp/ops/cross_entropy.h"
 
@@ -15,13 +16,19 @@ LlamaActivations::LlamaActivations(const LlamaConfig& c, int64_t B, int64_t T, D
   // The buffers' shapes are the block's business (its MLP kind among them): ask one block
   // built on this config's layout. Its RoPE tables are never used.
   const TransformerBlock block(c, llama_units(c)[block_unit(0)], RopeTables{});
-  ids = Tensor::empty({N}, DType::I32, dev);
-  targets = Tensor::empty({N}, DType::I32, dev);
-  for (int64_t l = 0; l <= c.num_layers; ++l) resid.push_back(Tensor::empty({N, C}, dt, dev));
+  {
+    const memory::CategoryScope tag("batch");
+    ids = Tensor::empty({N}, DType::I32, dev);
+    targets = Tensor::empty({N}, DType::I32, dev);
+  }
   FSDP_CHECK(ac.every >= 0, "activation checkpointing every {} blocks: must be >= 0", ac.every);
   bool any = false;
   kept_router.resize(size_t(c.num_layers));
+  // Memory categories (fsdp/core/memory_category.h): what block l saves for its backward,
+  // its input resid[l] included, is "activations/layers.l".
   for (int64_t l = 0; l < c.num_layers; ++l) {
+    const memory::CategoryScope tag(fmt::format("activations/layers.{}", l));
+    resid.push_back(Tensor::empty({N, C}, dt, dev));
     blocks.push_back(ac.checkpointed(l) ? BlockActivations{} : block.make_activations(B, T, dt, dev));
     if (!ac.checkpointed(l)) continue;
     any = true;
@@ -30,11 +37,19 @@ LlamaActivations::LlamaActivations(const LlamaConfig& c, int64_t B, int64_t T, D
       kept_router[size_t(l)].lse_sq_sum = Tensor::empty({1}, stat_dtype(dt), dev);
     }
   }
-  if (any) recompute = block.make_activations(B, T, dt, dev);
-  hf = Tensor::empty({N, C}, dt, dev);
-  rstdf = Tensor::empty({N}, stat_dtype(dt), dev);
-  logits = Tensor::empty({N, c.vocab_size}, dt, dev);
-  losses = Tensor::empty({N}, stat_dtype(dt), dev);
+  {
+    const memory::CategoryScope tag("scratch/activation recompute");
+    if (any) recompute = block.make_activations(B, T, dt, dev);
+  }
+  {
+    const memory::CategoryScope tag("activations/head");
+    resid.push_back(Tensor::empty({N, C}, dt, dev));
+    hf = Tensor::empty({N, C}, dt, dev);
+    rstdf = Tensor::empty({N}, stat_dtype(dt), dev);
+    logits = Tensor::empty({N, c.vocab_size}, dt, dev);
+    losses = Tensor::empty({N}, stat_dtype(dt), dev);
+  }
+  const memory::CategoryScope tag("scratch/backward");
   grads = block.make_grads(N, dt, dev);
 }
 
@@ -73,6 +88,7 @@ Llama::Llama(const LlamaConfig& cfg, DType dtype, Device device)
       embedding_(cfg_),
       head_(cfg_, units_) {
   // Computed on the host (in double, rounded once) and moved once.
+  const memory::CategoryScope tag("constants/rope tables");
   const RopeTables rope = llama_rope_tables(cfg_, cfg_.max_seq_len, device_);
   for (int l = 0; l < int(cfg_.num_layers); ++l) blocks_.emplace_back(cfg_, units_[block_unit(l)], rope);
 }

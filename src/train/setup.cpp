@@ -217,6 +217,7 @@ DataSources make_data_sources(const config::Config& cfg, int64_t vocab, const di
   lo.world = world.size();
   lo.seed = uint64_t(cfg.data.seed);
   lo.num_workers = cfg.data.num_workers;
+  lo.name = "train loader";
   lo.prefetch = cfg.data.prefetch;
   DataSources d;
   if (cfg.data.source == config::DataSource::Synthetic) {
@@ -248,6 +249,7 @@ DataSources make_data_sources(const config::Config& cfg, int64_t vocab, const di
   d.train_loader = std::make_unique<data::Loader>(d.train, lo);
   if (d.val) {
     data::LoaderOptions vo = lo;
+    vo.name = "validation loader";
     vo.accum = 1;
     vo.shuffle = false;  // the same fixed batches at every evaluation
     d.val_loader = std::make_unique<data::Loader>(d.val, vo);

@@ -6,15 +6,19 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <tuple>
 
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
+#include "fsdp/core/memory_category.h"
+#include "fsdp/core/trace.h"
 #include "fsdp/data/synthetic.h"
 #include "fsdp/dist/watchdog.h"
 #include "fsdp/train/device_peak.h"
 #include "fsdp/train/divergence.h"
 #include "fsdp/train/exit_codes.h"
+#include "fsdp/train/observability.h"
 #include "fsdp/train/preemption.h"
 #if defined(FSDP_WITH_CUDA)
 #include "fsdp/core/cuda.h"
@@ -64,6 +68,7 @@ Trainer::Trainer(const config::Config& cfg, dist::ProcessGroups& groups, Trainer
     // One staging row per micro-batch of a step (Trainer::load_micro_batch), and the step's
     // per-token losses gathered on the device for one read-back.
     const int64_t n = int64_t(cfg.train.micro_batch_size) * cfg.train.seq_len, accum = cfg.train.grad_accum_steps;
+    const memory::CategoryScope tag("batch/staging");
     ids_host_ = cuda::pinned_empty({accum, n}, DType::I32);
     targets_host_ = cuda::pinned_empty({accum, n}, DType::I32);
     step_losses_ = Tensor::empty({accum, n}, act_.losses.dtype(), device_);
@@ -148,11 +153,15 @@ void Trainer::log_device() const {
 // row 0 and reads its losses back at once.
 void Trainer::load_micro_batch(data::Loader& loader, int64_t index) {
   if (device_.is_cpu()) {
+    const trace::Span span("data wait", "data");
     loader.next(act_.ids, act_.targets);
     return;
   }
   const Tensor ids = ids_host_.select(0, index), targets = targets_host_.select(0, index);
-  loader.next(ids, targets);
+  {
+    const trace::Span span("data wait", "data");
+    loader.next(ids, targets);
+  }
   act_.ids.copy_(ids);
   act_.targets.copy_(targets);
 }
@@ -162,6 +171,7 @@ StepVotes Trainer::all_reduce_votes(model::LossSum local) {
   mine.loss = local;
   mine.preempted_ranks = preemption_signal() != 0 ? 1 : 0;
   mine.busy_writers = checkpoints_.local_busy() ? 1 : 0;
+  const trace::Span span("loss all-reduce", "step");
   last_votes_ = train::all_reduce_votes(mine, *groups_.world, votes_buf_);
   return last_votes_;
 }
@@ -185,6 +195,7 @@ model::LossSum Trainer::accumulate_gradients(double grad_scale, double router_sc
   if (expert_load_) expert_load_->begin_step();
   model::LossSum local;
   for (int64_t a = 0; a < accum; ++a) {
+    const trace::Span span("micro-batch", "step", "index", a);
     engine_.begin_micro_batch(int(a));
     load_micro_batch(*data_.train_loader, a);
     if (device_.is_cpu()) {
@@ -204,6 +215,7 @@ model::LossSum Trainer::accumulate_gradients(double grad_scale, double router_sc
     }
   }
   if (!device_.is_cpu()) {
+    const trace::Span span("loss read-back", "step");
     const Tensor losses = step_losses_.to(Device::cpu());  // the step's one wait for the loss
     for (int64_t a = 0; a < accum; ++a)
       add_to(local, model::sum_losses(losses.select(0, a), targets_host_.select(0, a)));
@@ -222,6 +234,7 @@ StepMetrics Trainer::train_step() {
   const int64_t global_batch = int64_t(cfg_.train.micro_batch_size) * cfg_.train.grad_accum_steps * world;
   ++step_;
   dist::set_watchdog_step(step_);
+  const trace::Span step_span("step", "step", "step", step_);
 
   // Every target of a synthetic sample is a real token, so the global batch holds
   // global_batch * seq_len targets.
@@ -292,6 +305,7 @@ StepMetrics Trainer::train_step() {
   m.tokens = step_tokens;
   m.tokens_seen = tokens_seen_;
   m.peak_tensor_bytes = mem.stats().peak_bytes;
+  std::tie(m.peak_mem_group, m.peak_mem_group_bytes) = mem.peak_top_group();
   m.comm_bytes = comm_bytes() - bytes0;
   m.comm_wait_ms = (comm_wait_seconds() - wait0) * 1e3;
   m.world_size = world;
@@ -301,6 +315,7 @@ StepMetrics Trainer::train_step() {
 
 double Trainer::evaluate(int batches) {
   FSDP_CHECK(batches >= 1, "eval.batches must be >= 1, got {}", batches);
+  const trace::Span span("evaluate", "eval");
   FSDP_CHECK(data_.val_loader != nullptr, "{}", data_.val_error);
   data_.val_loader->seek(0);
   model::LossSum local;
@@ -367,14 +382,18 @@ int Trainer::run() {
 int Trainer::train_loop(MetricsWriter* metrics) {
   const auto& t = cfg_.train;
   const bool rank0 = groups_.world->rank() == 0;
+  Observability obs(cfg_, groups_, device_, step_ + 1);
   while (step_ < t.max_steps) {
+    obs.before_step(step_ + 1);
     StepMetrics m = train_step();
+    obs.after_train_step(step_);
     m.max_rss_bytes = max_rss_bytes();
     m.run_id = run_id();
     if (t.eval_every > 0 && (step_ % t.eval_every == 0 || step_ == t.max_steps)) m.val_loss = evaluate(cfg_.eval.batches);
     // metrics.jsonl gets every step (resume and equivalence checks compare whole loss
     // curves); the console gets one line per log_every steps. Rank 0 speaks for all.
     if (metrics) metrics->write(m);
+    obs.log_step(m);
     if (rank0 && (step_ % t.log_every == 0 || step_ == 1 || step_ == t.max_steps || m.val_loss)) {
       spdlog::info("{}", format_step_line(m, t.max_steps));
     }
@@ -386,13 +405,16 @@ int Trainer::train_loop(MetricsWriter* metrics) {
                    last_votes_.preempted_ranks, step_, kExitPreempted);
       if (!checkpoints_.saved_at(step_)) save_checkpoint();
       finish_checkpoint();
+      obs.finish(step_);
       check_final_checkpoint("the preemption checkpoint");
       return kExitPreempted;
     }
     if (checkpoints_.due(step_)) save_checkpoint();
+    obs.end_step(step_);
   }
   if (!checkpoints_.saved_at(step_)) save_checkpoint();
   finish_checkpoint();
+  obs.finish(step_);
   check_final_checkpoint("the final checkpoint");
   spdlog::info("done: {} steps, {} tokens", step_, tokens_seen_);
   return kExitOk;

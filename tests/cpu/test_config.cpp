@@ -61,6 +61,12 @@ TEST(ConfigDefaults, EmptyTextGivesTheDocumentedDefaults) {
   EXPECT_DOUBLE_EQ(c.dist.timeout_s, 600);  // NCCL's default
   EXPECT_EQ(c.logging.level, "info");
   EXPECT_TRUE(c.logging.metrics);
+  EXPECT_EQ(c.logging.profile_wait, 1);
+  EXPECT_EQ(c.logging.profile_warmup, 1);
+  EXPECT_EQ(c.logging.profile_active, 0);
+  EXPECT_EQ(c.logging.memory_snapshot_step, 0);
+  EXPECT_FALSE(c.logging.tensorboard);
+  EXPECT_FALSE(c.logging.strict);
   EXPECT_EQ(c.eval.batches, 10);
   EXPECT_EQ(c.eval.split, "val");
   EXPECT_FALSE(c.model.rope_scaling.has_value());  // the preset's (or config.json's)
@@ -79,6 +85,35 @@ TEST(ConfigDefaults, CheckpointDirFollowsRunDir) {
   EXPECT_EQ(checkpoint_dir(c), "runs/a/checkpoints");
   c.checkpoint.dir = "/ckpt";
   EXPECT_EQ(checkpoint_dir(c), "/ckpt");
+}
+
+TEST(ConfigDefaults, ProfileDirFollowsRunDir) {
+  Config c;
+  c.run.dir = "runs/a";
+  EXPECT_EQ(profile_dir(c), "runs/a/traces");
+  c.logging.profile_dir = "/scratch/traces";
+  EXPECT_EQ(profile_dir(c), "/scratch/traces");
+}
+
+TEST(ConfigOverride, ObservabilityKeys) {
+  const Config c = load_config_string("logging:\n  profile_active: 2\n", "x",
+                                      {"logging.profile_wait=4", "logging.profile_warmup=0", "logging.tensorboard=true",
+                                       "logging.memory_snapshot_step=3", "logging.strict=true",
+                                       "logging.profile_dir=/tmp/t"});
+  EXPECT_EQ(c.logging.profile_active, 2);
+  EXPECT_EQ(c.logging.profile_wait, 4);
+  EXPECT_EQ(c.logging.profile_warmup, 0);
+  EXPECT_TRUE(c.logging.tensorboard);
+  EXPECT_EQ(c.logging.memory_snapshot_step, 3);
+  EXPECT_TRUE(c.logging.strict);
+  EXPECT_EQ(c.logging.profile_dir, "/tmp/t");
+  EXPECT_EQ(error_of("logging:\n  profile_active: -1\n"),
+            "configs/x.yaml:2: key 'logging.profile_active' must be >= 0, got -1");
+  EXPECT_EQ(error_of("logging:\n  profile_wait: -2\n"), "configs/x.yaml:2: key 'logging.profile_wait' must be >= 0, got -2");
+  EXPECT_EQ(error_of("logging:\n  memory_snapshot_step: -1\n"),
+            "configs/x.yaml:2: key 'logging.memory_snapshot_step' must be >= 0, got -1");
+  EXPECT_EQ(error_of("logging:\n  tensorboard: yes please\n"),
+            "configs/x.yaml:2: key 'logging.tensorboard' expects true or false, got 'yes please'");
 }
 
 TEST(ConfigDefaults, ChoicesSpellTheirYamlNames) {
@@ -157,6 +192,13 @@ TEST(ConfigFile, EveryKeyIsRead) {
   EXPECT_EQ(c.dist.timeout_s, 30.5);
   EXPECT_EQ(c.logging.level, "debug");
   EXPECT_FALSE(c.logging.metrics);
+  EXPECT_EQ(c.logging.profile_wait, 10);
+  EXPECT_EQ(c.logging.profile_warmup, 2);
+  EXPECT_EQ(c.logging.profile_active, 3);
+  EXPECT_EQ(c.logging.profile_dir, "/traces/llama2_7b");
+  EXPECT_EQ(c.logging.memory_snapshot_step, 12);
+  EXPECT_TRUE(c.logging.tensorboard);
+  EXPECT_TRUE(c.logging.strict);
   EXPECT_EQ(c.eval.batches, 20);
   EXPECT_EQ(c.eval.split, "train");
 }

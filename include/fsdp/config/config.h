@@ -158,6 +158,15 @@ struct DistConfig {
 struct LoggingConfig {
   std::string level = "info";  // trace | debug | info | warn | error
   bool metrics = true;         // write <run.dir>/metrics.jsonl
+  // A trace of global steps (wait, wait + warmup] recorded and dropped, then the next
+  // `active` steps written (torch.profiler.schedule); 0 active steps = no trace.
+  int profile_wait = 1;
+  int profile_warmup = 1;
+  int profile_active = 0;
+  std::string profile_dir;       // "" = <run.dir>/traces, see profile_dir()
+  int memory_snapshot_step = 0;  // 0 = none
+  bool tensorboard = false;      // <run.dir>/tensorboard/events.out.tfevents.* on rank 0
+  bool strict = false;           // an output that cannot be written stops the run
   bool operator==(const LoggingConfig&) const = default;
 };
 
@@ -221,6 +230,8 @@ std::string describe_keys();
 
 // checkpoint.dir, or <run.dir>/checkpoints when it is empty.
 std::string checkpoint_dir(const Config& cfg);
+// logging.profile_dir, or <run.dir>/traces when it is empty.
+std::string profile_dir(const Config& cfg);
 
 // The model shape `base` (a preset, or a model folder's config.json) with the shape keys
 // the config sets (model.vocab_size, ...) written over it. No checks.

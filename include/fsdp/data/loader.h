@@ -65,6 +65,7 @@ struct LoaderOptions {
   bool shuffle = true;
   int num_workers = 1;  // 0: read on the calling thread
   int prefetch = 2;     // micro-batches prepared ahead (0: none)
+  std::string name = "loader";  // its workers' trace tracks: "<name> worker <i>"
 };
 
 class Loader {

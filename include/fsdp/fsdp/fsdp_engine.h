@@ -141,7 +141,8 @@ class FsdpEngine final : public model::ParamProvider {
     bool reduce_pending = false;
     std::string nvtx_forward, nvtx_backward;  // range names, made once ("layers.3 forward")
   };
-  Buffer* acquire(DType dtype);
+  // A free pool buffer (or a new one), counted as gathered parameters or gradients while in use.
+  Buffer* acquire(DType dtype, bool for_gradients);
   void release(Buffer*& b);
   void issue_gather(int unit);
   void wait_gather(int unit);

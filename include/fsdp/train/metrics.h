@@ -2,8 +2,8 @@
 // JSON object per line in <run.dir>/metrics.jsonl (stable field names: step, loss, lr,
 // grad_norm, tokens_per_sec, and val_loss when evaluated; mfu on a GPU; loss_scale and
 // skipped under float16; ce_loss, aux_loss and, with a z-loss, z_loss for a mixture of
-// experts; run_id on every line, so a reader line by line always knows which run a step
-// belongs to, with no header line to skip).
+// experts; peak_mem_category and its bytes, rank 0's; run_id on every line, so a reader line
+// by line always knows which run a step belongs to, with no header line to skip).
 #pragma once
 
 #include <cstdint>
@@ -11,6 +11,8 @@
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "fsdp/core/memory_category.h"
 
 namespace fsdp::train {
 
@@ -26,6 +28,10 @@ struct StepMetrics {
   int64_t tokens = 0;           // tokens in this step's global batch
   int64_t tokens_seen = 0;      // since the start of training
   uint64_t peak_tensor_bytes = 0;  // allocator peak since the last step's report
+  // The category group (fsdp/core/memory_category.h) holding the most bytes at the step's
+  // peak of memory in use, and those bytes (Allocator::peak_top_group).
+  memory::Category peak_mem_group = memory::kOther;
+  uint64_t peak_mem_group_bytes = 0;
   uint64_t max_rss_bytes = 0;      // process peak resident set size
   uint64_t comm_bytes = 0;         // bytes this rank sent in collectives during the step
   double comm_wait_ms = 0;         // time this rank spent waiting on collectives

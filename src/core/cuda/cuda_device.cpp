@@ -11,6 +11,7 @@
 #include "fsdp/core/cuda.h"
 #include "fsdp/core/cuda_check.h"
 #include "fsdp/core/host_wait.h"
+#include "fsdp/core/trace.h"
 
 namespace fsdp::cuda {
 namespace {
@@ -26,6 +27,7 @@ cudaStream_t compute_stream(int device) {
   if (streams[device] == nullptr) {
     DeviceGuard guard(device);
     FSDP_CUDA_CHECK(cudaStreamCreateWithFlags(&streams[device], cudaStreamNonBlocking));
+    trace::name_stream(device, streams[device], "compute");
   }
   return streams[device];
 }

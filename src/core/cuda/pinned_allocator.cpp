@@ -31,6 +31,7 @@ class PinnedAllocator final : public Allocator {
     record_free(nbytes);
   }
   Device device() const override { return Device::cpu(); }
+  std::string name() const override { return "cpu (page-locked)"; }
 };
 
 }  // namespace

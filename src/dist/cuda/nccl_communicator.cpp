@@ -12,6 +12,10 @@
 // Zero-element collectives complete at once without calling NCCL (every rank has the
 // same sizes, so every rank skips alike).
 //
+// Trace (fsdp/core/trace.h): while one records, each collective is a span of the comm
+// stream's track, timed by events recorded on that stream around the NCCL call, with its
+// group and byte count.
+//
 // Errors: every CUDA and NCCL call is checked; the message names the call, file:line,
 // the group, the rank, the device and the host, with cudaGetErrorString /
 // ncclGetErrorString and NCCL's own last-error text. The destructor's calls are not
@@ -41,6 +45,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -49,6 +54,7 @@
 #include "fsdp/core/cuda_check.h"
 #include "fsdp/core/host_wait.h"
 #include "fsdp/core/nvtx.h"
+#include "fsdp/core/trace.h"
 #include "fsdp/dist/nccl.h"
 
 namespace fsdp::dist {
@@ -178,7 +184,7 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
     if (shard.numel() == 0) return counted(Collective::AllGather, 0, 0);
     FSDP_NVTX_RANGE(nvtx_names_[size_t(Collective::AllGather)].c_str());
     const cuda::DeviceGuard guard(device_);
-    return enqueue(Collective::AllGather, 0, shard.nbytes(), [&] {
+    return enqueue(Collective::AllGather, 0, shard, [&] {
       FSDP_NCCL_CHECK(ncclAllGather(shard.data_ptr(), full.data_ptr(), size_t(shard.numel()),
                                     nccl_type(shard.dtype()), comm_, stream_));
     });
@@ -190,7 +196,7 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
     if (shard.numel() == 0) return counted(Collective::ReduceScatter, 0, 0);
     FSDP_NVTX_RANGE(nvtx_names_[size_t(Collective::ReduceScatter)].c_str());
     const cuda::DeviceGuard guard(device_);
-    return enqueue(Collective::ReduceScatter, 0, shard.nbytes(), [&] {
+    return enqueue(Collective::ReduceScatter, 0, shard, [&] {
       FSDP_NCCL_CHECK(ncclReduceScatter(full.data_ptr(), shard.data_ptr(), size_t(shard.numel()),
                                         nccl_type(shard.dtype()), ncclSum, comm_, stream_));
     });
@@ -202,7 +208,7 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
     if (x.numel() == 0) return counted(Collective::AllReduce, 0, 0);
     FSDP_NVTX_RANGE(nvtx_names_[size_t(Collective::AllReduce)].c_str());
     const cuda::DeviceGuard guard(device_);
-    return enqueue(Collective::AllReduce, 0, x.nbytes(), [&] {
+    return enqueue(Collective::AllReduce, 0, x, [&] {
       FSDP_NCCL_CHECK(
           ncclAllReduce(x.data_ptr(), x.data_ptr(), size_t(x.numel()), nccl_type(x.dtype()), ncclSum, comm_, stream_));
     });
@@ -214,7 +220,7 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
     if (x.numel() == 0) return counted(Collective::Broadcast, root, 0);
     FSDP_NVTX_RANGE(nvtx_names_[size_t(Collective::Broadcast)].c_str());
     const cuda::DeviceGuard guard(device_);
-    return enqueue(Collective::Broadcast, root, x.nbytes(), [&] {
+    return enqueue(Collective::Broadcast, root, x, [&] {
       FSDP_NCCL_CHECK(
           ncclBroadcast(x.data_ptr(), x.data_ptr(), size_t(x.numel()), nccl_type(x.dtype()), root, comm_, stream_));
     });
@@ -283,6 +289,7 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
       FSDP_NCCL_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
       owns_stream_ = true;
     }
+    trace::name_stream(device_, stream_, fmt::format("communication (group '{}')", name_));
     for (Slot& s : slots_.all()) {
       FSDP_NCCL_CUDA_CHECK(cudaEventCreateWithFlags(&s.handle.ready, cudaEventDisableTiming));
       FSDP_NCCL_CUDA_CHECK(cudaEventCreateWithFlags(&s.handle.done, cudaEventDisableTiming));
@@ -354,18 +361,22 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
   // The stream the caller's work on this device goes to (Note [CUDA current stream]).
   cudaStream_t compute_stream() const { return static_cast<cudaStream_t>(cuda::current_stream(device_)); }
 
-  // One collective: a slot, its in-flight record, the NCCL call (`call`; a failed one leaves
-  // no record behind), and the slot's `done` event.
+  // One collective on `t` (what this rank sends): a slot, its in-flight record, the NCCL
+  // call (`call`; a failed one leaves no record behind) inside its trace span on the comm
+  // stream, and the slot's `done` event.
   template <typename Call>
-  Request enqueue(Collective op, int root, uint64_t nbytes, Call&& call) {
+  Request enqueue(Collective op, int root, const Tensor& t, Call&& call) {
     const int slot = begin(op);
     try {
+      std::optional<trace::StreamSpan> span;
+      if (trace::enabled())
+        span.emplace(device_, stream_, detail::collective_name(op), "collective", trace_args(op, t, root));
       call();
     } catch (...) {
       untrack();
       throw;
     }
-    return issued(slot, op, root, nbytes);
+    return issued(slot, op, root, t.nbytes());
   }
 
   // A free slot, with the comm stream ordered after the caller's stream, and the
@@ -390,9 +401,15 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
   }
 
   Request counted(Collective op, int root, uint64_t nbytes) {
+    const uint64_t bytes = detail::ring_bytes(op, size_, rank_, root, nbytes);
     ++stats_.calls;
-    stats_.bytes_sent += detail::ring_bytes(op, size_, rank_, root, nbytes);
+    stats_.bytes_sent += bytes;
+    trace::add_bytes_sent(bytes);
     return {};
+  }
+
+  std::string trace_args(Collective op, const Tensor& t, int root) const {
+    return detail::collective_trace_args(*this, op, t, detail::ring_bytes(op, size_, rank_, root, t.nbytes()), root);
   }
 
   Request issued(int slot, Collective op, int root, uint64_t nbytes) {
