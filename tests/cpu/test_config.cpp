@@ -122,8 +122,11 @@ TEST(ConfigFile, EveryKeyIsRead) {
   EXPECT_TRUE(c.train.tf32);
   EXPECT_EQ(c.train.fp16_init_scale, 1024.0);
   EXPECT_EQ(c.train.fp16_growth_interval, 100);
-  EXPECT_EQ(c.train.activation_checkpointing, "full");
+  EXPECT_EQ(c.train.activation_checkpointing, "selective");
   EXPECT_EQ(c.train.activation_checkpointing_every, 2);
+  EXPECT_TRUE(c.train.activation_offload);
+  EXPECT_EQ(c.train.activation_offload_horizon, 3);
+  EXPECT_TRUE(c.train.allow_oversubscribe);
   EXPECT_EQ(c.optim.lr, 1.5e-4);
   EXPECT_EQ(c.optim.min_lr, 0.0);
   EXPECT_EQ(c.optim.warmup_steps, 2000);
@@ -364,7 +367,7 @@ TEST(ConfigDump, EveryKeyInSectionOrder) {
   EXPECT_NE(text.find("  sharding_strategy: FULL_SHARD\n"), std::string::npos);
   EXPECT_NE(text.find("  dtype: float32\n"), std::string::npos);
   const size_t lines = static_cast<size_t>(std::count(text.begin(), text.end(), '\n'));
-  EXPECT_EQ(lines, 9 + 61u);  // 9 sections, 61 keys
+  EXPECT_EQ(lines, 9 + 64u);  // 9 sections, 64 keys
 }
 
 TEST(ConfigDump, HashIsDeterministicAndSeesEveryChange) {
