@@ -2,8 +2,6 @@
 // the CUDA backend's; see fsdp/core/copy_stream.h.
 #include "fsdp/core/copy_stream.h"
 
-#include <cstdlib>
-
 #include "copy_stream_impl.h"
 #include "fsdp/core/error.h"
 
@@ -12,27 +10,8 @@ namespace {
 
 // Host memory the offloaded activations wait in on the CPU backend: a heap of its own, so
 // that allocator_for(cpu), which stands for the CPU "device", does not count it.
-class HostArena final : public Allocator {
- public:
-  void* allocate(size_t nbytes) override {
-    if (nbytes == 0) return nullptr;
-    constexpr size_t kAlign = 64;
-    void* p = std::aligned_alloc(kAlign, (nbytes + kAlign - 1) / kAlign * kAlign);
-    FSDP_CHECK(p != nullptr, "out of host memory allocating {} bytes for offloaded activations ({} held)", nbytes,
-               stats().current_bytes);
-    record_alloc(nbytes);
-    return p;
-  }
-  void deallocate(void* p, size_t nbytes) override {
-    if (p == nullptr) return;
-    std::free(p);
-    record_free(nbytes);
-  }
-  Device device() const override { return Device::cpu(); }
-};
-
-HostArena& host_arena() {
-  static HostArena* arena = new HostArena();  // outlives every tensor
+Allocator& host_arena() {
+  static Allocator* arena = new_host_allocator().release();  // outlives every tensor
   return *arena;
 }
 

@@ -13,31 +13,8 @@ namespace fsdp::cuda {
 namespace {
 
 // Page-locked host memory for offloaded activations, counted apart from pinned_empty's.
-class PinnedArena final : public Allocator {
- public:
-  void* allocate(size_t nbytes) override {
-    if (nbytes == 0) return nullptr;
-    void* p = nullptr;
-    const cudaError_t err = cudaMallocHost(&p, nbytes);
-    if (err != cudaSuccess) {
-      (void)cudaGetLastError();
-      FSDP_FAIL("cudaMallocHost of {} bytes of page-locked host memory for offloaded activations failed: {} ({} "
-                "bytes held)",
-                nbytes, cudaGetErrorString(err), stats().current_bytes);
-    }
-    record_alloc(nbytes);
-    return p;
-  }
-  void deallocate(void* p, size_t nbytes) override {
-    if (p == nullptr) return;
-    (void)cudaFreeHost(p);
-    record_free(nbytes);
-  }
-  Device device() const override { return Device::cpu(); }
-};
-
-PinnedArena& pinned_arena() {
-  static PinnedArena* arena = new PinnedArena();  // outlives every tensor
+Allocator& pinned_arena() {
+  static Allocator* arena = new_pinned_allocator().release();  // outlives every tensor
   return *arena;
 }
 
