@@ -14,6 +14,7 @@
 #include "fsdp/train/export_main.h"
 #include "fsdp/train/generate_main.h"
 #include "fsdp/train/launch_checks.h"
+#include "fsdp/train/plan_main.h"
 #include "fsdp/train/preemption.h"
 #include "fsdp/train/prepare_main.h"
 #include "fsdp/train/trainer.h"
@@ -33,6 +34,7 @@ const char* kUsage =
     "  prepare --tokenizer MODEL --output DIR INPUT...    tokenize text into training shards\n"
     "  generate --checkpoint DIR --tokenizer MODEL --prompt TEXT   continue a prompt with a model\n"
     "  export --checkpoint DIR --output HF_DIR                   write a Hugging Face Llama folder\n"
+    "  plan  --config FILE [--ranks N] [--device-memory SIZE]    memory per rank, the largest micro-batch that fits\n"
     "\n"
     "options:\n"
     "  --help       this text (with a command: its options and every config key)\n"
@@ -116,6 +118,7 @@ int main(int argc, char** argv) {
   if (argc >= 2 && std::string(argv[1]) == "prepare") return fsdp::train::prepare_main(argc - 1, argv + 1);
   if (argc >= 2 && std::string(argv[1]) == "generate") return fsdp::train::generate_main(argc - 1, argv + 1);
   if (argc >= 2 && std::string(argv[1]) == "export") return fsdp::train::export_main(argc - 1, argv + 1);
+  if (argc >= 2 && std::string(argv[1]) == "plan") return fsdp::train::plan_main(argc - 1, argv + 1);
   Args args;
   try {
     args = parse_args(argc, argv);

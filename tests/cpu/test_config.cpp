@@ -293,6 +293,32 @@ TEST(ConfigErrors, RulesOverTwoKeysBlameTheOneSetLast) {
             "configs/x.yaml:2: key 'data.source' is 'shards', which needs data.path (the folder of token shards)");
 }
 
+TEST(ConfigErrors, ActivationCheckpointingAndOffloadRules) {
+  EXPECT_EQ(error_of("train:\n  activation_checkpointing_every: 0\n"),
+            "configs/x.yaml:2: key 'train.activation_checkpointing_every' must be >= 1, got 0");
+  EXPECT_EQ(error_of("train:\n  activation_checkpointing_every: -2\n"),
+            "configs/x.yaml:2: key 'train.activation_checkpointing_every' must be >= 1, got -2");
+  EXPECT_EQ(error_of("train:\n  activation_checkpointing: partial\n"),
+            "configs/x.yaml:2: key 'train.activation_checkpointing' must be one of none, full, selective, got 'partial'");
+  // Above the layer count: the preset's (tiny has 4), or an override's, set before or after.
+  EXPECT_EQ(error_of("train:\n  activation_checkpointing_every: 5\n"),
+            "configs/x.yaml:2: key 'train.activation_checkpointing_every' must be at most the model's 4 layers, got 5");
+  EXPECT_EQ(error_of("train:\n  activation_checkpointing_every: 3\n", {"model.num_layers=2"}),
+            "--set model.num_layers=2: key 'model.num_layers' must be at least train.activation_checkpointing_every "
+            "(3), got 2");
+  EXPECT_EQ(error_of("model:\n  preset: llama2_7b\ntrain:\n  activation_checkpointing_every: 32\n"), "no error");
+  EXPECT_EQ(error_of("train:\n  activation_offload: true\n"),
+            "configs/x.yaml:2: key 'train.activation_offload' is true, which needs train.activation_checkpointing "
+            "full or selective (offloading moves what a checkpointed block keeps), got none");
+  EXPECT_EQ(error_of("train:\n  activation_offload: true\n", {"train.activation_checkpointing=none"}),
+            "--set train.activation_checkpointing=none: key 'train.activation_checkpointing' is none, but "
+            "train.activation_offload is true: offloading moves what a checkpointed block keeps; set full or "
+            "selective, or train.activation_offload: false");
+  EXPECT_EQ(error_of("train:\n  activation_offload: true\n  activation_checkpointing: selective\n"), "no error");
+  EXPECT_EQ(error_of("train:\n  activation_offload_horizon: 0\n"),
+            "configs/x.yaml:2: key 'train.activation_offload_horizon' must be >= 1, got 0");
+}
+
 TEST(ConfigErrors, ValidateOnAConfigBuiltInCode) {
   Config c;
   c.optim.lr = -1;
