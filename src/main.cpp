@@ -16,6 +16,7 @@
 #include "fsdp/train/generate_main.h"
 #include "fsdp/train/launch_checks.h"
 #include "fsdp/train/output_dirs.h"
+#include "fsdp/train/plan_main.h"
 #include "fsdp/train/preemption.h"
 #include "fsdp/train/prepare_main.h"
 #include "fsdp/train/trace_merge_main.h"
@@ -37,6 +38,7 @@ const char* kUsage =
     "  generate --checkpoint DIR --tokenizer MODEL --prompt TEXT   continue a prompt with a model\n"
     "  export --checkpoint DIR --output HF_DIR                   write a Hugging Face Llama folder\n"
     "  trace-merge DIR [--output FILE]                    merge a run's per-rank traces into one\n"
+    "  plan  --config FILE [--ranks N] [--device-memory SIZE]    memory per rank, the largest micro-batch that fits\n"
     "\n"
     "options:\n"
     "  --help       this text (with a command: its options and every config key)\n"
@@ -132,6 +134,7 @@ int main(int argc, char** argv) {
   if (argc >= 2 && std::string(argv[1]) == "generate") return fsdp::train::generate_main(argc - 1, argv + 1);
   if (argc >= 2 && std::string(argv[1]) == "export") return fsdp::train::export_main(argc - 1, argv + 1);
   if (argc >= 2 && std::string(argv[1]) == "trace-merge") return fsdp::train::trace_merge_main(argc - 1, argv + 1);
+  if (argc >= 2 && std::string(argv[1]) == "plan") return fsdp::train::plan_main(argc - 1, argv + 1);
   Args args;
   try {
     args = parse_args(argc, argv);

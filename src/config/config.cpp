@@ -15,6 +15,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "fsdp/config/config.h"
+#include "fsdp/model/llama_config.h"
 #include "fsdp/model/rope_scaling.h"
 #include "yaml_text.h"
 
@@ -219,6 +220,17 @@ void validate_shape(const Config& cfg, const OriginOf& origin) {
 }
 
 // ---- The one validation pass ---------------------------------------------------------------
+// The model's layer count when the config alone decides it: the override, else the preset's
+// (none with model.init_from, whose config.json decides; none for an unknown preset, which
+// its own row reports).
+std::optional<int64_t> known_layers(const ModelConfig& m) {
+  if (m.num_layers) return *m.num_layers;
+  if (!m.init_from.empty()) return std::nullopt;
+  for (const auto& p : model::llama_presets())
+    if (p.name == m.preset) return p.config.num_layers;
+  return std::nullopt;
+}
+
 void validate(const Config& cfg, const Origins& origins, const std::string& name) {
   auto origin = [&](const std::string& key) {
     const auto it = origins.find(key);
@@ -261,6 +273,22 @@ void validate(const Config& cfg, const Origins& origins, const std::string& name
   if (o.min_lr > o.lr)
     conflict("optim.min_lr", fmt::format("must be <= optim.lr ({}), got {}", o.lr, o.min_lr), "optim.lr",
              fmt::format("must be >= optim.min_lr ({}), got {}", o.min_lr, o.lr));
+  const TrainConfig& t = cfg.train;
+  if (t.activation_offload && t.activation_checkpointing == "none")
+    conflict("train.activation_offload",
+             "is true, which needs train.activation_checkpointing full or selective (offloading moves what a "
+             "checkpointed block keeps), got none",
+             "train.activation_checkpointing",
+             "is none, but train.activation_offload is true: offloading moves what a checkpointed block keeps; set "
+             "full or selective, or train.activation_offload: false");
+  // The layer count is known here unless it comes from model.init_from's config.json
+  // (then train/setup.cpp checks it once the folder is read).
+  if (const std::optional<int64_t> layers = known_layers(m); layers && t.activation_checkpointing_every > *layers)
+    conflict("train.activation_checkpointing_every",
+             fmt::format("must be at most the model's {} layers, got {}", *layers, t.activation_checkpointing_every),
+             "model.num_layers",
+             fmt::format("must be at least train.activation_checkpointing_every ({}), got {}",
+                         t.activation_checkpointing_every, *layers));
   if (cfg.data.source == DataSource::Shards && cfg.data.path.empty())
     conflict("data.source", "is 'shards', which needs data.path (the folder of token shards)", "data.path",
              "must not be empty when data.source is 'shards'");

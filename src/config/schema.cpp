@@ -398,10 +398,24 @@ void add_train_rows(std::vector<detail::Field>& t) {
            "float16 only: clean steps before the loss scale doubles.", ge(1))
       .add_one_of("activation_checkpointing", &TrainConfig::activation_checkpointing,
                   "full = a checkpointed block keeps only its input and runs its forward again in backward "
-                  "(same bits, less memory, about one more forward of compute); none = keep every activation.",
-                  {"none", "full"})
+                  "(same bits, about one more forward of compute); selective = it also keeps its GEMM and "
+                  "attention outputs and recomputes only norms, SwiGLU and MoE gathers (less saved, little "
+                  "compute); none = keep every activation.",
+                  {"none", "full", "selective"})
       .add("activation_checkpointing_every", &TrainConfig::activation_checkpointing_every,
-           "With full: checkpoint every Nth block (blocks 0, N, 2N, ...); 1 = every block.", ge(1));
+           "With full or selective: checkpoint every Nth block (blocks 0, N, 2N, ...); 1 = every block; at most "
+           "the model's layers.",
+           ge(1))
+      .add("activation_offload", &TrainConfig::activation_offload,
+           "Move what each checkpointed block keeps to host memory (page-locked on a GPU) during the forward and "
+           "back before its backward, on a copy stream; needs activation_checkpointing.")
+      .add("activation_offload_horizon", &TrainConfig::activation_offload_horizon,
+           "With activation_offload: checkpointed blocks fetched back ahead of the backward (SMP's "
+           "activation_loading_horizon); the device holds max(horizon + 1, 3) blocks' kept tensors.",
+           ge(1))
+      .add("allow_oversubscribe", &TrainConfig::allow_oversubscribe,
+           "Train even when the memory plan (`fsdp_train plan`) says a rank's peak exceeds its device memory; "
+           "otherwise such a run is refused at start-up with the plan's table (exit 2).");
 }
 
 void add_optim_rows(std::vector<detail::Field>& t) {

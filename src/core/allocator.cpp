@@ -164,6 +164,8 @@ Registry& registry() {
 
 }  // namespace
 
+std::unique_ptr<Allocator> new_host_allocator() { return std::make_unique<CpuAllocator>(); }
+
 void register_allocator(DeviceType type, Allocator* (*factory)(int)) {
   FSDP_CHECK(type == DeviceType::CUDA, "only a CUDA allocator can be registered");
   std::lock_guard<std::mutex> lock(registry().mu);

@@ -6,8 +6,11 @@
 //              backward runs immediately (PyTorch FSDP's root is likewise not resharded).
 //   backward:  before_backward re-gathers if released and prefetches the units backward
 //              needs next (lower indices); after_backward, on the micro-batch that
-//              synchronises, issues the reduce-scatter and releases the parameters. The
-//              reduce-scatter completes in finish(), so it overlaps the remaining backward.
+//              synchronises, issues the reduce-scatter and releases the parameters, then
+//              completes the previous unit's reduce-scatter, which overlapped this unit's
+//              backward: one reduce-scatter in flight, so at most two unsharded gradients
+//              (the one computing and the one reducing) exist at once, as in PyTorch FSDP,
+//              not one per unit. finish() completes the last.
 // Gradient accumulation (FSDP's no_sync): on the other micro-batches the full gradient
 // buffer of every unit is kept and accumulated into; only the last micro-batch reduces.
 // That costs one unsharded gradient per unit between micro-batches (the whole model's
@@ -138,6 +141,12 @@ FsdpEngine::~FsdpEngine() {
     } catch (...) {
     }
   }
+}
+
+uint64_t FsdpEngine::buffer_bytes() const {
+  uint64_t b = 0;
+  for (const auto& buffer : pool_) b += buffer->t.nbytes();
+  return b;
 }
 
 uint64_t FsdpEngine::persistent_bytes() const {
@@ -312,6 +321,8 @@ void FsdpEngine::after_backward(int unit) {
   if (!direct_ && (last_use || opt_.strategy == ShardingStrategy::FULL_SHARD)) release(x.full);
   if (!sync_ || !last_use) return;  // no_sync, or another use to come: keep accumulating
   reduce_gradient(unit);
+  // Backward runs from the last unit down: the one above has been reducing meanwhile.
+  if (unit + 1 < num_units()) complete_reduce(unit + 1);
 }
 
 void FsdpEngine::reduce_gradient(int unit) {

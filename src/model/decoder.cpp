@@ -4,74 +4,13 @@
 #include "fsdp/model/decoder.h"
 
 #include "fsdp/core/memory_category.h"
+#include "fsdp/model/activation_offload.h"
 #include "fsdp/model/rope_scaling.h"
 #include "fsdp/ops/cross_entropy.h"
 
 namespace fsdp::model {
 
-LlamaActivations::LlamaActivations(const LlamaConfig& c, int64_t B, int64_t T, DType dt, Device dev,
-                                   ActivationCheckpointing ac)
-    : batch(B), seq_len(T), checkpointing(ac) {
-  const int64_t N = B * T, C = c.hidden_size;
-  // The buffers' shapes are the block's business (its MLP kind among them): ask one block
-  // built on this config's layout. Its RoPE tables are never used.
-  const TransformerBlock block(c, llama_units(c)[block_unit(0)], RopeTables{});
-  {
-    const memory::CategoryScope tag("batch");
-    ids = Tensor::empty({N}, DType::I32, dev);
-    targets = Tensor::empty({N}, DType::I32, dev);
-  }
-  FSDP_CHECK(ac.every >= 0, "activation checkpointing every {} blocks: must be >= 0", ac.every);
-  bool any = false;
-  kept_router.resize(size_t(c.num_layers));
-  // Memory categories (fsdp/core/memory_category.h): what block l saves for its backward,
-  // its input resid[l] included, is "activations/layers.l".
-  for (int64_t l = 0; l < c.num_layers; ++l) {
-    const memory::CategoryScope tag(fmt::format("activations/layers.{}", l));
-    resid.push_back(Tensor::empty({N, C}, dt, dev));
-    blocks.push_back(ac.checkpointed(l) ? BlockActivations{} : block.make_activations(B, T, dt, dev));
-    if (!ac.checkpointed(l)) continue;
-    any = true;
-    if (c.is_moe()) {
-      kept_router[size_t(l)].prob_sum = Tensor::empty({c.num_experts}, stat_dtype(dt), dev);
-      kept_router[size_t(l)].lse_sq_sum = Tensor::empty({1}, stat_dtype(dt), dev);
-    }
-  }
-  {
-    const memory::CategoryScope tag("scratch/activation recompute");
-    if (any) recompute = block.make_activations(B, T, dt, dev);
-  }
-  {
-    const memory::CategoryScope tag("activations/head");
-    resid.push_back(Tensor::empty({N, C}, dt, dev));
-    hf = Tensor::empty({N, C}, dt, dev);
-    rstdf = Tensor::empty({N}, stat_dtype(dt), dev);
-    logits = Tensor::empty({N, c.vocab_size}, dt, dev);
-    losses = Tensor::empty({N}, stat_dtype(dt), dev);
-  }
-  const memory::CategoryScope tag("scratch/backward");
-  grads = block.make_grads(N, dt, dev);
-}
-
-BlockActivations& LlamaActivations::saved(int64_t l) {
-  return checkpointing.checkpointed(l) ? recompute : blocks[size_t(l)];
-}
-
-const BlockActivations& LlamaActivations::saved(int64_t l) const {
-  return checkpointing.checkpointed(l) ? recompute : blocks[size_t(l)];
-}
-
 namespace {
-
-// A checkpointed MoE block's routing statistics, copied out of the shared scratch.
-void keep_router_record(const BlockActivations& from, RouterRecord& into) {
-  const RouterRecord* r = from.mlp->router();
-  if (r == nullptr) return;
-  into.prob_sum.copy_(r->prob_sum);
-  into.lse_sq_sum.copy_(r->lse_sq_sum);
-  into.count = r->count;
-  into.tokens = r->tokens;
-}
 
 LlamaConfig validated(const LlamaConfig& c) {
   c.validate();
@@ -122,8 +61,7 @@ LossSum Llama::loss_sum(const LlamaActivations& a) const {
 
 std::vector<const RouterRecord*> Llama::router_records(const LlamaActivations& a) const {
   std::vector<const RouterRecord*> records;
-  for (int64_t l = 0; l < int64_t(a.blocks.size()); ++l)
-    records.push_back(a.checkpointing.checkpointed(l) ? &a.kept_router[size_t(l)] : a.blocks[size_t(l)].mlp->router());
+  for (const BlockActivations& b : a.blocks) records.push_back(b.mlp->router());
   return records;
 }
 
@@ -134,23 +72,27 @@ RouterLosses Llama::router_losses(const LlamaActivations& a) const {
 
 // Embedding and blocks: the part of the forward pass both entry points share. On return
 // a.resid[L] holds the final hidden state and the head has not run.
-void Llama::trunk_forward(LlamaActivations& a, ParamProvider& p) {
+void Llama::trunk_forward(LlamaActivations& a, ParamProvider& p, bool for_backward) {
   FSDP_CHECK(a.seq_len <= cfg_.max_seq_len, "sequence length {} exceeds model.max_seq_len {}", a.seq_len,
              cfg_.max_seq_len);
+  ActivationOffload* off = a.offload.get();
+  const ActivationCheckpointing& ac = a.checkpointing;
   p.before_forward(embedding_unit());
+  if (off) off->before_write(0);  // block 0 is always checkpointed
   embedding_.forward(a.ids, p.params(embedding_unit()), a.resid[0]);
   p.after_forward(embedding_unit());
   for (int l = 0; l < int(cfg_.num_layers); ++l) {
     p.before_forward(block_unit(l));
-    blocks_[size_t(l)].forward(a.resid[size_t(l)], p.params(block_unit(l)), a.saved(l), a.resid[size_t(l) + 1],
-                               a.batch, a.seq_len);
-    if (a.checkpointing.checkpointed(l) && cfg_.is_moe()) keep_router_record(a.recompute, a.kept_router[size_t(l)]);
+    if (off && l + 1 < cfg_.num_layers && ac.checkpointed(l + 1)) off->before_write(l + 1);
+    blocks_[size_t(l)].forward(a.resid[size_t(l)], p.params(block_unit(l)), a.blocks[size_t(l)],
+                               a.resid[size_t(l) + 1], a.batch, a.seq_len);
+    if (off && for_backward && ac.checkpointed(l)) off->stash(l);
     p.after_forward(block_unit(l));
   }
 }
 
 LossSum Llama::forward(LlamaActivations& a, ParamProvider& p) {
-  trunk_forward(a, p);
+  trunk_forward(a, p, /*for_backward=*/false);
   const int h = head_unit(cfg_), w = head_.weight_unit();
   head_.before_forward(p);
   head_.forward(a.resid[size_t(cfg_.num_layers)], p.params(h), p.params(w), a.hf, a.rstdf, a.logits);
@@ -181,25 +123,36 @@ void Llama::head_backward(LlamaActivations& a, ParamProvider& p, double grad_sca
   head_.after_backward(p);
 }
 
+// The blocks' backward, last to first; a checkpointed block's activations are recomputed
+// first (after its offloaded tensors are back), while its unit is gathered for backward.
+void Llama::blocks_backward(LlamaActivations& a, ParamProvider& p) {
+  ActivationOffload* off = a.offload.get();
+  const ActivationCheckpointing& ac = a.checkpointing;
+  for (int l = int(cfg_.num_layers) - 1; l >= 0; --l) {
+    p.before_backward(block_unit(l));
+    const Tensor params = p.params(block_unit(l));
+    BlockActivations& saved = a.blocks[size_t(l)];
+    if (ac.checkpointed(l)) {
+      if (off) off->fetch(l);
+      blocks_[size_t(l)].recompute(a.resid[size_t(l)], params, saved, a.recompute_output(l), ac.mode, a.batch,
+                                   a.seq_len);
+    }
+    blocks_[size_t(l)].backward(a.resid[size_t(l)], saved, params, p.grads(block_unit(l)), a.grads, a.batch,
+                                a.seq_len);
+    if (off && ac.checkpointed(l)) off->release(l);
+    p.after_backward(block_unit(l));
+  }
+}
+
 void Llama::enqueue_forward_backward(LlamaActivations& a, ParamProvider& p, double grad_scale,
                                      double router_scale) {
-  trunk_forward(a, p);
+  trunk_forward(a, p, /*for_backward=*/true);
   // The router losses' gradient is known once every layer has routed: the same for every
   // layer's backward (the loss-scale factor of grad_scale is the caller's to include).
   if (cfg_.is_moe()) router_loss_grad(cfg_, router_records(a), router_scale, a.grads.mlp->router_loss);
+  if (a.offload) a.offload->begin_backward();  // the last blocks come back while the head runs
   head_backward(a, p, grad_scale);
-  for (int l = int(cfg_.num_layers) - 1; l >= 0; --l) {
-    p.before_backward(block_unit(l));
-    if (a.checkpointing.checkpointed(l)) {
-      // The forward again, now that the unit is gathered for backward: the same inputs and
-      // parameters give the same activations (and the same block output, written again).
-      blocks_[size_t(l)].forward(a.resid[size_t(l)], p.params(block_unit(l)), a.recompute, a.resid[size_t(l) + 1],
-                                 a.batch, a.seq_len);
-    }
-    blocks_[size_t(l)].backward(a.resid[size_t(l)], a.saved(l), p.params(block_unit(l)),
-                                p.grads(block_unit(l)), a.grads, a.batch, a.seq_len);
-    p.after_backward(block_unit(l));
-  }
+  blocks_backward(a, p);
   p.before_backward(embedding_unit());
   embedding_.backward(a.ids, a.grads.dres, p.grads(embedding_unit()));
   p.after_backward(embedding_unit());

@@ -143,6 +143,11 @@ model::LlamaConfig training_model_config(const config::Config& cfg) {
                      fmt::format("{} exceeds the model's max_seq_len {}{}", cfg.train.seq_len, m.max_seq_len,
                                  cfg.model.init_from.empty() ? "" : " (max_position_embeddings of model.init_from)"));
   }
+  // config::validate checked this against the preset; a model.init_from folder decides here.
+  if (cfg.train.activation_checkpointing_every > m.num_layers)
+    config::fail_key(cfg, "train.activation_checkpointing_every",
+                     fmt::format("must be at most the model's {} layers ({}/config.json), got {}", m.num_layers,
+                                 cfg.model.init_from, cfg.train.activation_checkpointing_every));
   return m;
 }
 
@@ -263,7 +268,14 @@ optim::LrSchedule lr_schedule(const config::Config& cfg) {
 }
 
 model::ActivationCheckpointing activation_checkpointing(const config::TrainConfig& t) {
-  return model::ActivationCheckpointing{t.activation_checkpointing == "full" ? t.activation_checkpointing_every : 0};
+  model::ActivationCheckpointing ac;
+  ac.mode = t.activation_checkpointing == "full"        ? model::Recompute::Full
+            : t.activation_checkpointing == "selective" ? model::Recompute::Selective
+                                                        : model::Recompute::None;
+  ac.every = t.activation_checkpointing_every;
+  ac.offload = t.activation_offload;
+  ac.offload_horizon = t.activation_offload_horizon;
+  return ac;
 }
 
 optim::AdamWConfig adamw_config(const config::Config& cfg) {

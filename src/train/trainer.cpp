@@ -18,6 +18,7 @@
 #include "fsdp/train/device_peak.h"
 #include "fsdp/train/divergence.h"
 #include "fsdp/train/exit_codes.h"
+#include "fsdp/train/memory_check.h"
 #include "fsdp/train/observability.h"
 #include "fsdp/train/preemption.h"
 #if defined(FSDP_WITH_CUDA)
@@ -50,6 +51,7 @@ Trainer::Trainer(const config::Config& cfg, dist::ProcessGroups& groups, Trainer
     : cfg_(cfg),
       groups_(groups),
       device_(resolve_device(cfg, groups.world_info)),
+      memory_plan_(check_memory(cfg, groups.world_info, device_)),
       engine_groups_(engine_groups(groups, device_)),
       model_(training_model_config(cfg), cfg.train.dtype, device_),
       engine_(model_.units(), engine_groups_, fsdp_options(cfg, device_)),

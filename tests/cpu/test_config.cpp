@@ -167,8 +167,11 @@ TEST(ConfigFile, EveryKeyIsRead) {
   EXPECT_TRUE(c.train.tf32);
   EXPECT_EQ(c.train.fp16_init_scale, 1024.0);
   EXPECT_EQ(c.train.fp16_growth_interval, 100);
-  EXPECT_EQ(c.train.activation_checkpointing, "full");
+  EXPECT_EQ(c.train.activation_checkpointing, "selective");
   EXPECT_EQ(c.train.activation_checkpointing_every, 2);
+  EXPECT_TRUE(c.train.activation_offload);
+  EXPECT_EQ(c.train.activation_offload_horizon, 3);
+  EXPECT_TRUE(c.train.allow_oversubscribe);
   EXPECT_EQ(c.optim.lr, 1.5e-4);
   EXPECT_EQ(c.optim.min_lr, 0.0);
   EXPECT_EQ(c.optim.warmup_steps, 2000);
@@ -435,6 +438,32 @@ TEST(ConfigErrors, OriginsAreKeptForErrorsFoundLater) {
   EXPECT_EQ(c, load_config_string("train:\n  device: cuda\n  max_steps: 5\n  seq_len: 64\n", "y.yaml"));
 }
 
+TEST(ConfigErrors, ActivationCheckpointingAndOffloadRules) {
+  EXPECT_EQ(error_of("train:\n  activation_checkpointing_every: 0\n"),
+            "configs/x.yaml:2: key 'train.activation_checkpointing_every' must be >= 1, got 0");
+  EXPECT_EQ(error_of("train:\n  activation_checkpointing_every: -2\n"),
+            "configs/x.yaml:2: key 'train.activation_checkpointing_every' must be >= 1, got -2");
+  EXPECT_EQ(error_of("train:\n  activation_checkpointing: partial\n"),
+            "configs/x.yaml:2: key 'train.activation_checkpointing' must be one of none, full, selective, got 'partial'");
+  // Above the layer count: the preset's (tiny has 4), or an override's, set before or after.
+  EXPECT_EQ(error_of("train:\n  activation_checkpointing_every: 5\n"),
+            "configs/x.yaml:2: key 'train.activation_checkpointing_every' must be at most the model's 4 layers, got 5");
+  EXPECT_EQ(error_of("train:\n  activation_checkpointing_every: 3\n", {"model.num_layers=2"}),
+            "--set model.num_layers=2: key 'model.num_layers' must be at least train.activation_checkpointing_every "
+            "(3), got 2");
+  EXPECT_EQ(error_of("model:\n  preset: llama2_7b\ntrain:\n  activation_checkpointing_every: 32\n"), "no error");
+  EXPECT_EQ(error_of("train:\n  activation_offload: true\n"),
+            "configs/x.yaml:2: key 'train.activation_offload' is true, which needs train.activation_checkpointing "
+            "full or selective (offloading moves what a checkpointed block keeps), got none");
+  EXPECT_EQ(error_of("train:\n  activation_offload: true\n", {"train.activation_checkpointing=none"}),
+            "--set train.activation_checkpointing=none: key 'train.activation_checkpointing' is none, but "
+            "train.activation_offload is true: offloading moves what a checkpointed block keeps; set full or "
+            "selective, or train.activation_offload: false");
+  EXPECT_EQ(error_of("train:\n  activation_offload: true\n  activation_checkpointing: selective\n"), "no error");
+  EXPECT_EQ(error_of("train:\n  activation_offload_horizon: 0\n"),
+            "configs/x.yaml:2: key 'train.activation_offload_horizon' must be >= 1, got 0");
+}
+
 TEST(ConfigErrors, ValidateOnAConfigBuiltInCode) {
   Config c;
   c.optim.lr = -1;
@@ -509,7 +538,7 @@ TEST(ConfigDump, EveryKeyInSectionOrder) {
   EXPECT_NE(text.find("  sharding_strategy: FULL_SHARD\n"), std::string::npos);
   EXPECT_NE(text.find("  dtype: float32\n"), std::string::npos);
   const size_t lines = static_cast<size_t>(std::count(text.begin(), text.end(), '\n'));
-  EXPECT_EQ(lines, 10 + 70u);  // 10 sections, 70 keys
+  EXPECT_EQ(lines, 10 + 73u);  // 10 sections, 73 keys
 }
 
 TEST(ConfigDump, HashIsDeterministicAndSeesEveryChange) {

@@ -112,8 +112,11 @@ struct TrainConfig {
   bool tf32 = false;            // float32 GEMMs may use TF32 tensor cores
   double fp16_init_scale = 65536.0;  // dynamic loss scaling (dtype float16), torch.amp.GradScaler's defaults
   int fp16_growth_interval = 2000;
-  std::string activation_checkpointing = "none";  // none | full (model/decoder.h)
-  int activation_checkpointing_every = 1;         // full: blocks l with l % every == 0
+  std::string activation_checkpointing = "none";  // none | full | selective (model/activations.h)
+  int activation_checkpointing_every = 1;         // blocks l with l % every == 0
+  bool activation_offload = false;                // kept tensors of checkpointed blocks wait on the host
+  int activation_offload_horizon = 2;             // blocks fetched back ahead of the backward
+  bool allow_oversubscribe = false;               // train even when the memory plan says it cannot fit
   bool operator==(const TrainConfig&) const = default;
 };
 

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <utility>
@@ -91,6 +92,9 @@ class Allocator {
 // The allocator for a device. CPU always exists; CUDA exists once a CUDA backend has
 // registered one, otherwise this throws a clear error naming the device.
 Allocator& allocator_for(Device d);
+// Another host allocator like allocator_for(cpu), counting only its own bytes (the
+// offloaded activations' arena, apart from the CPU backend's "device" memory).
+std::unique_ptr<Allocator> new_host_allocator();
 void register_allocator(DeviceType type, Allocator* (*factory)(int index));
 
 }  // namespace fsdp

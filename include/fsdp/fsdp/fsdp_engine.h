@@ -8,9 +8,9 @@
 //                       backward follows at once); SHARD_GRAD_OP keeps them for backward
 //   before_backward(u)  re-gather u if it was freed, prefetch the unit backward needs next
 //   after_backward(u)   on the last micro-batch of a step, reduce-scatter u's gradient
-//                       (asynchronously: the previous unit's backward overlaps it) and
-//                       free u's full parameters; on earlier micro-batches keep the full
-//                       gradient and accumulate (FSDP's no_sync)
+//                       (asynchronously: the next unit's backward overlaps it), free u's
+//                       full parameters and complete unit u+1's reduce-scatter; on earlier
+//                       micro-batches keep the full gradient and accumulate (FSDP's no_sync)
 //   finish()            wait for outstanding reduce-scatters, replicate-group
 //                       all-reduce (HYBRID_SHARD), free whatever is still gathered
 //
@@ -112,6 +112,9 @@ class FsdpEngine final : public model::ParamProvider {
   const Tensor& exp_avg_sq(int unit) const { return units_[unit].exp_avg_sq; }
   // Bytes of persistent sharded state (master + grad + two moments) on this rank.
   uint64_t persistent_bytes() const;
+  // Bytes of the reusable gathered buffers (parameters, unsharded gradients, staging),
+  // which the pool never gives back: what the memory plan's engine_memory predicts.
+  uint64_t buffer_bytes() const;
   // A whole unit's fp32 parameters gathered on every rank (tests, export): a collective.
   Tensor gather_full(int unit);
 

@@ -43,6 +43,7 @@
 #include "fsdp/train/metrics.h"
 #include "fsdp/train/setup.h"
 #include "fsdp/train/expert_load.h"
+#include "fsdp/train/memory_plan.h"
 #include "fsdp/train/step_votes.h"
 
 namespace fsdp::train {
@@ -77,6 +78,8 @@ class Trainer {
   FsdpEngine& engine() { return engine_; }
   Device device() const { return device_; }
   const optim::DynamicLossScaler& loss_scaler() const { return scaler_; }
+  // The start-up memory plan of this rank (what `fsdp_train plan` prints).
+  const MemoryPlan& memory_plan() const { return memory_plan_; }
   const config::Config& config() const { return cfg_; }
 
  private:
@@ -102,6 +105,7 @@ class Trainer {
   config::Config cfg_;
   dist::ProcessGroups& groups_;   // host groups (MPI or local): world, checkpoints
   Device device_;
+  MemoryPlan memory_plan_;  // checked before anything below allocates (memory_check.h)
   dist::ProcessGroups engine_groups_;  // the engine's: groups_, with NCCL shard/replicate on a GPU
   model::Llama model_;
   FsdpEngine engine_;

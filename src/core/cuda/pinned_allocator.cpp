@@ -36,6 +36,8 @@ class PinnedAllocator final : public Allocator {
 
 }  // namespace
 
+std::unique_ptr<Allocator> new_pinned_allocator() { return std::make_unique<PinnedAllocator>(); }
+
 Tensor pinned_empty(const Dims& sizes, DType dtype) {
   static PinnedAllocator* allocator = new PinnedAllocator();  // outlives every tensor (never destroyed)
   return Tensor::empty(sizes, dtype, *allocator);

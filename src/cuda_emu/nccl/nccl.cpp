@@ -222,6 +222,7 @@ ncclResult_t prologue(Call* c, const char* call, ncclComm_t comm, size_t count, 
   std::string why;
   const int d = stream_device(stream, &why);
   if (d < 0) return fail(ncclInvalidArgument, std::string(call) + ": stream is " + why);
+  drain(stream);  // the stream's queued copies come first (Note [Deferred copies])
   if (d != comm->device)
     return fail(ncclInvalidArgument, std::string(call) + ": stream " + str(stream) + " belongs to cuda:" +
                                          std::to_string(d) + " but the communicator to cuda:" +
