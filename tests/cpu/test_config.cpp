@@ -538,7 +538,7 @@ TEST(ConfigDump, EveryKeyInSectionOrder) {
   EXPECT_NE(text.find("  sharding_strategy: FULL_SHARD\n"), std::string::npos);
   EXPECT_NE(text.find("  dtype: float32\n"), std::string::npos);
   const size_t lines = static_cast<size_t>(std::count(text.begin(), text.end(), '\n'));
-  EXPECT_EQ(lines, 10 + 73u);  // 10 sections, 73 keys
+  EXPECT_EQ(lines, 10 + 80u);  // 10 sections, 80 keys
 }
 
 TEST(ConfigDump, HashIsDeterministicAndSeesEveryChange) {
