@@ -91,8 +91,10 @@ void SafetensorsFolder::open_from_index(const std::string& index_path) {
     FSDP_CHECK(shard.is_string(), "{}: weight_map entry for tensor {} is not a file name", index_path, tensor);
     const auto shard_name = shard.get<std::string>();
     if (shards.count(shard_name) == 0) {
+      // A named copy: clang before 16 cannot capture a structured binding.
+      const std::string& tensor_name = tensor;
       const fs::path shard_path = inside_folder(dir_, shard_name, [&] {
-        return fmt::format("{}: weight_map entry for tensor {} ('{}')", index_path, tensor, shard_name);
+        return fmt::format("{}: weight_map entry for tensor {} ('{}')", index_path, tensor_name, shard_name);
       });
       std::error_code ec;
       FSDP_CHECK(fs::exists(shard_path, ec), "shard {} named in {} (for tensor {}) does not exist",

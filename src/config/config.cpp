@@ -306,20 +306,25 @@ Config load_config_string(const std::string& yaml_text, const std::string& displ
          fmt::format("byte 0x{:02x} at column {} is not printable UTF-8 text, all a YAML file may hold",
                      static_cast<unsigned char>(yaml_text[bad]), at.column));
   }
-  std::vector<YAML::Node> documents;
-  try {
-    documents = YAML::LoadAll(yaml_text);
-  } catch (const YAML::Exception& e) {
-    fail(at_line(display_name, e.mark), fmt::format("invalid YAML: {}", e.msg));
-  }
   // A second document after '---' would otherwise be ignored without a word.
-  for (size_t d = 1; d < documents.size(); ++d) {
-    if (documents[d].IsNull()) continue;  // a trailing '---' holds nothing
-    fail(at_line(display_name, documents[d].Mark()),
+  if (const size_t line = detail::document_content_line(yaml_text, 2); line != 0) {
+    fail(fmt::format("{}:{}", display_name, line),
          "a second YAML document (after '---'): a config is one document; merge the two, or put the second in a "
          "file of its own");
   }
-  const YAML::Node root = documents.empty() ? YAML::Node() : documents.front();
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml_text);
+  } catch (const YAML::Exception& e) {
+    fail(at_line(display_name, e.mark), fmt::format("invalid YAML: {}", e.msg));
+  }
+  // yaml-cpp 0.7 returns no document, without an error, for text that starts with a stray
+  // flow separator (',') at the top level: the whole file would silently be the defaults.
+  if (root.IsNull()) {
+    if (const size_t line = detail::document_content_line(yaml_text, 1); line != 0)
+      fail(fmt::format("{}:{}", display_name, line),
+           "invalid YAML: no document could be read from here on (a ',' outside [ ] or { }?)");
+  }
   Config cfg;
   Origins origins;
   read_tree(root, display_name, cfg, origins);

@@ -1,4 +1,4 @@
-// YAML 1.2's printable UTF-8; see yaml_text.h.
+// YAML 1.2's printable UTF-8 and its document markers; see yaml_text.h.
 #include "yaml_text.h"
 
 #include <algorithm>
@@ -41,6 +41,46 @@ TextPosition position_of(std::string_view text, size_t offset) {
   const size_t newline = before.rfind('\n');
   return {1 + size_t(std::count(before.begin(), before.end(), '\n')),
           offset - (newline == std::string_view::npos ? 0 : newline + 1) + 1};
+}
+
+namespace {
+
+// Whether `line` is a document marker; `rest` gets what follows the marker on its line.
+bool document_marker(std::string_view line, std::string_view& rest) {
+  if (line.size() < 3 || (line.substr(0, 3) != "---" && line.substr(0, 3) != "...")) return false;
+  if (line.size() > 3 && line[3] != ' ' && line[3] != '\t' && line[3] != '\r') return false;
+  rest = line.substr(3);
+  return true;
+}
+
+// Whether a line holds document content: not blank, not only a comment, not a directive.
+bool has_content(std::string_view line) {
+  const size_t first = line.find_first_not_of(" \t\r");
+  return first != std::string_view::npos && line[first] != '#' && line[first] != '%';
+}
+
+}  // namespace
+
+size_t document_content_line(std::string_view text, int n) {
+  int documents_with_content = 0;
+  bool current_has_content = false;
+  size_t line_no = 0;
+  for (size_t begin = 0; begin <= text.size();) {
+    size_t end = text.find('\n', begin);
+    if (end == std::string_view::npos) end = text.size();
+    std::string_view line = text.substr(begin, end - begin);
+    ++line_no;
+    if (std::string_view rest; document_marker(line, rest)) {
+      current_has_content = false;  // a new document starts here
+      line = rest;
+    }
+    if (has_content(line) && !current_has_content) {
+      current_has_content = true;
+      if (++documents_with_content == n) return line_no;
+    }
+    begin = end + 1;
+  }
+  return 0;
 }
 
 }  // namespace fsdp::config::detail

@@ -22,4 +22,13 @@ struct TextPosition {
 };
 TextPosition position_of(std::string_view text, size_t offset);
 
+// The 1-based line where the n-th YAML document's content begins (n = 1: the first line
+// that is not blank, a comment or a directive), or 0 when the text holds fewer documents with
+// content. Documents are separated by marker lines: "---" or
+// "..." at the start of a line, followed by a space, a tab or the line's end (YAML 1.2,
+// c-forbidden: such a line ends any scalar, so no quoting or indentation hides it). Found
+// on the text because yaml-cpp 0.7's LoadAll never returns for some inputs (a stray ',' at
+// the top level: found by tests/fuzz/fuzz_config_yaml.cpp).
+size_t document_content_line(std::string_view text, int n);
+
 }  // namespace fsdp::config::detail

@@ -417,6 +417,11 @@ TEST(ConfigErrors, ASecondYamlDocumentIsRefused) {
             "the second in a file of its own");
   EXPECT_EQ(error_of("---\ntrain:\n  max_steps: 5\n"), "no error");
   EXPECT_EQ(error_of("train:\n  max_steps: 5\n---\n"), "no error");  // a trailing '---' holds nothing
+  EXPECT_EQ(error_of("# a comment\n---\ntrain:\n  max_steps: 5\n--- \n# only a comment\n"), "no error");
+  EXPECT_EQ(error_of("train:\n  max_steps: 5\n...\ntrain:\n  max_steps: 7\n").substr(0, 17), "configs/x.yaml:4:");
+  EXPECT_EQ(error_of("--- {train: {max_steps: 5}}\n--- {train: {max_steps: 6}}\n").substr(0, 17), "configs/x.yaml:2:");
+  // Not markers: indented, or followed by other characters.
+  EXPECT_EQ(error_of("run:\n  dir: \"a\n  --- b\"\ntrain:\n  max_steps: 5\n"), "no error");
 }
 
 // Errors found after loading (the GPU a rank sees, a model folder's context) still name

@@ -3,6 +3,7 @@
 // also replayed whole by the fuzz_*_replay tests; these say what each input must produce.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -31,6 +32,17 @@ std::string config_error(const std::string& text, const std::vector<std::string>
     return e.what();
   }
   return "";
+}
+
+// yaml-cpp 0.7's LoadAll (which the loader used to find a second document) never returned
+// for a stray ',' at the top level; its Load returns at once, but with no document and no
+// error, which would have made the whole file the defaults.
+TEST(FuzzRegressions, AStrayTopLevelCommaIsRefusedInsteadOfHanging) {
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(config_error(corpus_input("config_yaml", "crash_loadall_stray_comma.yaml")),
+            "fuzz.yaml:2: invalid YAML: no document could be read from here on (a ',' outside [ ] or { }?)");
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0);
+  EXPECT_EQ(config_error("# only comments\n\n"), "") << "an empty config is all defaults";
 }
 
 // yaml-cpp took invalid UTF-8 into a scalar and dump_yaml wrote it back as U+FFFD, so the
