@@ -3,6 +3,7 @@
 // LlamaActivations or of a unit's flat buffer, so this file allocates nothing per step.
 #include "fsdp/model/decoder.h"
 
+#include "fsdp/core/random.h"
 #include "fsdp/ops/cross_entropy.h"
 #include "fsdp/ops/rope.h"
 
@@ -70,17 +71,42 @@ LlamaConfig validated(const LlamaConfig& c) {
   return c;
 }
 
+// Dense frozen weights are stored in the compute dtype.
+PeftSpec in_dtype(PeftSpec p, DType dtype) {
+  p.frozen_dtype = dtype;
+  return p;
+}
+
+// The purpose word of LoRA's dropout stream (random.h: every stream is (seed, purpose, ...)).
+constexpr uint64_t kLoraDropoutPurpose = 0x10a4d40u;
+
 }  // namespace
 
-Llama::Llama(const LlamaConfig& cfg, DType dtype, Device device)
+Llama::Llama(const LlamaConfig& cfg, DType dtype, Device device, const PeftSpec& peft, uint64_t dropout_seed)
     : cfg_(validated(cfg)),
       dtype_(dtype),
       device_(device),
-      units_(llama_units(cfg_)),
-      embedding_(cfg_),
+      peft_(in_dtype(peft, dtype)),
+      dropout_key_(mix_key(dropout_seed, kLoraDropoutPurpose)),
+      units_(lora_units(cfg_, peft_)),
+      embedding_(units_[embedding_unit()]),
       head_(cfg_, units_[head_unit(cfg_)]) {
   const RopeTables rope = device_rope_tables(cfg_, device_);
   for (int l = 0; l < int(cfg_.num_layers); ++l) blocks_.emplace_back(cfg_, units_[block_unit(l)], rope);
+  for (const UnitLayout& u : units_)
+    for (const FrozenSlot& f : u.frozen) needs_scratch_ = needs_scratch_ || f.format == FrozenFormat::Nf4;
+  needs_scratch_ = needs_scratch_ || peft_.lora.enabled;
+}
+
+LinearScratch* Llama::scratch_for(const LlamaActivations& a, bool training) {
+  if (!needs_scratch_) return nullptr;
+  // Rows a Linear sees: a micro-batch's tokens (an expert gets at most every token once).
+  const int64_t rows = a.batch * a.seq_len;
+  if (scratch_.rows < rows) scratch_ = make_linear_scratch(units_, rows, dtype_, device_);
+  scratch_.training = training;
+  scratch_.dropout_key = dropout_key_;
+  scratch_.first_row = a.first_sample * a.seq_len;
+  return &scratch_;
 }
 
 LossSum sum_losses(const Tensor& losses, const Tensor& targets) {
@@ -124,26 +150,29 @@ RouterLosses Llama::router_losses(const LlamaActivations& a) const {
 
 // Embedding and blocks: the part of the forward pass both entry points share. On return
 // a.resid[L] holds the final hidden state and the head has not run.
+// The scratch (scratch_for) must be set up for the pass before.
 void Llama::trunk_forward(LlamaActivations& a, ParamProvider& p) {
   FSDP_CHECK(a.seq_len <= cfg_.max_seq_len, "sequence length {} exceeds model.max_seq_len {}", a.seq_len,
              cfg_.max_seq_len);
+  LinearScratch* scratch = needs_scratch_ ? &scratch_ : nullptr;
   p.before_forward(embedding_unit());
-  embedding_.forward(a.ids, p.params(embedding_unit()), a.resid[0]);
+  embedding_.forward(a.ids, p.forward_view(embedding_unit()), a.resid[0]);
   p.after_forward(embedding_unit());
   for (int l = 0; l < int(cfg_.num_layers); ++l) {
     p.before_forward(block_unit(l));
-    blocks_[size_t(l)].forward(a.resid[size_t(l)], p.params(block_unit(l)), a.saved(l), a.resid[size_t(l) + 1],
-                               a.batch, a.seq_len);
+    blocks_[size_t(l)].forward(a.resid[size_t(l)], p.forward_view(block_unit(l), scratch), a.saved(l),
+                               a.resid[size_t(l) + 1], a.batch, a.seq_len);
     if (a.checkpointing.checkpointed(l) && cfg_.is_moe()) keep_router_record(a.recompute, a.kept_router[size_t(l)]);
     p.after_forward(block_unit(l));
   }
 }
 
 LossSum Llama::forward(LlamaActivations& a, ParamProvider& p) {
+  LinearScratch* scratch = scratch_for(a, /*training=*/false);
   trunk_forward(a, p);
   const int h = head_unit(cfg_);
   p.before_forward(h);
-  head_.forward(a.resid[size_t(cfg_.num_layers)], p.params(h), a.hf, a.rstdf, a.logits);
+  head_.forward(a.resid[size_t(cfg_.num_layers)], p.forward_view(h, scratch), a.hf, a.rstdf, a.logits);
   cross_entropy_forward(a.logits, a.targets, a.losses);
   p.after_forward(h);
   p.finish();
@@ -160,19 +189,20 @@ LossSum Llama::forward_backward(LlamaActivations& a, ParamProvider& p, double gr
 // a.grads.dres holds dL/d(final hidden state).
 void Llama::head_backward(LlamaActivations& a, ParamProvider& p, double grad_scale) {
   const int h = head_unit(cfg_);
+  LinearScratch* scratch = needs_scratch_ ? &scratch_ : nullptr;
   const Tensor& x = a.resid[size_t(cfg_.num_layers)];
   p.before_forward(h);
-  const Tensor params = p.params(h);
-  head_.forward(x, params, a.hf, a.rstdf, a.logits);
+  head_.forward(x, p.forward_view(h, scratch), a.hf, a.rstdf, a.logits);
   cross_entropy_forward_backward(a.logits, a.targets, a.losses, a.logits, grad_scale);
   p.after_forward(h);
   p.before_backward(h);
-  head_.backward(a.logits, x, a.hf, a.rstdf, params, p.grads(h), a.grads.dh, a.grads.dres);
+  head_.backward(a.logits, x, a.hf, a.rstdf, p.backward_view(h, scratch), a.grads.dh, a.grads.dres);
   p.after_backward(h);
 }
 
 void Llama::enqueue_forward_backward(LlamaActivations& a, ParamProvider& p, double grad_scale,
                                      double router_scale) {
+  LinearScratch* scratch = scratch_for(a, /*training=*/true);
   trunk_forward(a, p);
   // The router losses' gradient is known once every layer has routed: the same for every
   // layer's backward (the loss-scale factor of grad_scale is the caller's to include).
@@ -183,15 +213,17 @@ void Llama::enqueue_forward_backward(LlamaActivations& a, ParamProvider& p, doub
     if (a.checkpointing.checkpointed(l)) {
       // The forward again, now that the unit is gathered for backward: the same inputs and
       // parameters give the same activations (and the same block output, written again).
-      blocks_[size_t(l)].forward(a.resid[size_t(l)], p.params(block_unit(l)), a.recompute, a.resid[size_t(l) + 1],
-                                 a.batch, a.seq_len);
+      blocks_[size_t(l)].forward(a.resid[size_t(l)], p.forward_view(block_unit(l), scratch), a.recompute,
+                                 a.resid[size_t(l) + 1], a.batch, a.seq_len);
     }
-    blocks_[size_t(l)].backward(a.resid[size_t(l)], a.saved(l), p.params(block_unit(l)),
-                                p.grads(block_unit(l)), a.grads, a.batch, a.seq_len);
+    blocks_[size_t(l)].backward(a.resid[size_t(l)], a.saved(l), p.backward_view(block_unit(l), scratch), a.grads,
+                                a.batch, a.seq_len);
     p.after_backward(block_unit(l));
   }
+  // A frozen table needs no gradient: the embedding's backward is skipped entirely (its
+  // unit is still handed back, so FSDP's hooks stay paired).
   p.before_backward(embedding_unit());
-  embedding_.backward(a.ids, a.grads.dres, p.grads(embedding_unit()));
+  if (!embedding_.frozen()) embedding_.backward(a.ids, a.grads.dres, p.backward_view(embedding_unit()));
   p.after_backward(embedding_unit());
   p.finish();
   // The losses are read by the caller, after all of this is enqueued: on a device the host

@@ -14,21 +14,22 @@
 #include "fsdp/model/linear.h"
 #include "fsdp/model/llama_config.h"
 #include "fsdp/model/param_units.h"
+#include "fsdp/model/unit_params.h"
 
 namespace fsdp::model {
 
 class TokenEmbedding {
  public:
-  explicit TokenEmbedding(const LlamaConfig& cfg) : vocab_(cfg.vocab_size), hidden_(cfg.hidden_size) {}
-  // The [V, C] table inside the embedding unit's flat buffer (parameters or gradients).
-  Tensor table(const Tensor& flat) const;
+  // Resolves the table in the embedding unit's layout (trainable, or frozen under LoRA).
+  explicit TokenEmbedding(const UnitLayout& embedding) : table_(embedding, "tok_embeddings") {}
   // out[n] = table[ids[n]]; ids [N] int32, out [N, C].
-  void forward(const Tensor& ids, const Tensor& params, const Tensor& out) const;
-  // table gradient += scatter of dout by ids.
-  void backward(const Tensor& ids, const Tensor& dout, const Tensor& grads) const;
+  void forward(const Tensor& ids, const UnitParams& p, const Tensor& out) const;
+  // table gradient += scatter of dout by ids (nothing when the table is frozen).
+  void backward(const Tensor& ids, const Tensor& dout, const UnitParams& p) const;
+  bool frozen() const { return table_.frozen(); }
 
  private:
-  int64_t vocab_ = 0, hidden_ = 0;
+  ParamRef table_;
 };
 
 class OutputHead {
@@ -36,17 +37,16 @@ class OutputHead {
   // Resolves norm and lm_head in the head unit's layout.
   OutputHead(const LlamaConfig& cfg, const UnitLayout& head);
   // hf = rmsnorm(x) (rstd saved), logits = hf @ Wlm^T. x: [rows, C] (rows may be strided).
-  void forward(const Tensor& x, const Tensor& params, const Tensor& hf, const Tensor& rstd,
+  void forward(const Tensor& x, const UnitParams& p, const Tensor& hf, const Tensor& rstd,
                const Tensor& logits) const;
-  // From dlogits (in the logits buffer): Wlm and norm gradients added into `grads`,
-  // dx = dL/dx overwritten; dh is [rows, C] scratch.
-  void backward(const Tensor& dlogits, const Tensor& x, const Tensor& hf, const Tensor& rstd, const Tensor& params,
-                const Tensor& grads, const Tensor& dh, const Tensor& dx) const;
+  // From dlogits (in the logits buffer): Wlm and norm gradients added into p.grads (when
+  // they train), dx = dL/dx overwritten; dh is [rows, C] scratch.
+  void backward(const Tensor& dlogits, const Tensor& x, const Tensor& hf, const Tensor& rstd, const UnitParams& p,
+                const Tensor& dh, const Tensor& dx) const;
 
  private:
-  int64_t hidden_ = 0;
   double eps_ = 0;
-  int64_t norm_ = 0;  // offset of the final norm in the head unit
+  ParamRef norm_;  // the final norm
   Linear lm_head_;
 };
 

@@ -31,14 +31,14 @@ class DenseSwiGLU final : public MlpSublayer {
 
   std::unique_ptr<MlpSaved> make_saved(int64_t rows, DType dtype, Device device) const override;
   std::unique_ptr<MlpGrads> make_grads(int64_t rows, DType dtype, Device device) const override;
-  void forward(const Tensor& x, const Tensor& params, MlpSaved& saved, const Tensor& out) const override;
-  void backward(const Tensor& x, const MlpSaved& saved, const Tensor& params, const Tensor& grads,
-                const Tensor& dres, const Tensor& dh, MlpGrads& g) const override;
+  void forward(const Tensor& x, const UnitParams& p, MlpSaved& saved, const Tensor& out) const override;
+  void backward(const Tensor& x, const MlpSaved& saved, const UnitParams& p, const Tensor& dres, const Tensor& dh,
+                MlpGrads& g) const override;
 
  private:
   int64_t hidden_ = 0, ffn_ = 0;  // C, F
   double eps_ = 0;
-  int64_t norm_ = 0;              // offset of mlp_norm in the unit
+  ParamRef norm_;                 // mlp_norm
   Linear gate_up_, down_;
 };
 

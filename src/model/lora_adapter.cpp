@@ -1,0 +1,115 @@
+// A LoRA adapter's forward and backward over the op set; see lora_adapter.h for the math.
+#include "fsdp/model/lora_adapter.h"
+
+#include <algorithm>
+
+#include "fsdp/core/error.h"
+#include "fsdp/core/random.h"
+#include "fsdp/ops/dropout.h"
+#include "fsdp/ops/matmul.h"
+
+namespace fsdp::model {
+
+namespace {
+
+// FNV-1a of a name: a stable number for an adapter's dropout stream.
+uint64_t name_hash(const std::string& s) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (const char c : s) h = (h ^ uint64_t(static_cast<unsigned char>(c))) * 0x100000001b3ull;
+  return h;
+}
+
+// The first rows x cols elements of a flat scratch as a contiguous matrix.
+Tensor rows_of(const Tensor& flat, int64_t rows, int64_t cols) {
+  return flat.narrow(0, 0, rows * cols).reshape({rows, cols});
+}
+
+}  // namespace
+
+LinearScratch make_linear_scratch(const std::vector<UnitLayout>& units, int64_t rows, DType dtype, Device device) {
+  int64_t nf4 = 0, in = 0, rank = 0;
+  for (const UnitLayout& u : units) {
+    // A fused NF4 Linear dequantizes its parts side by side: bound it by the unit's NF4
+    // elements, which cover every Linear of the unit.
+    int64_t unit_nf4 = 0;
+    for (const FrozenSlot& f : u.frozen)
+      if (f.format == FrozenFormat::Nf4) unit_nf4 += f.numel;
+    nf4 = std::max(nf4, unit_nf4);
+    for (const ParamSlot& s : u.params) {
+      if (!s.name.ends_with(".lora_A")) continue;
+      rank = std::max(rank, s.shape[0]);
+      in = std::max(in, s.shape[1]);
+    }
+  }
+  LinearScratch s;
+  s.rows = rows;
+  if (nf4 > 0) s.weight = Tensor::empty({nf4}, dtype, device);
+  if (rank > 0) {
+    s.xd = Tensor::empty({rows * in}, dtype, device);
+    s.dxd = Tensor::empty({rows * in}, dtype, device);
+    s.u = Tensor::empty({rows * rank}, dtype, device);
+    s.du = Tensor::empty({rows * rank}, dtype, device);
+  }
+  return s;
+}
+
+LoraAdapter::LoraAdapter(const UnitLayout& unit, const std::string& base) {
+  const ParamSlot& a = unit.slot(base + ".lora_A");
+  const ParamSlot& b = unit.slot(base + ".lora_B");
+  a_ = a.offset;
+  b_ = b.offset;
+  rank_ = a.shape[0];
+  in_ = a.shape[1];
+  out_ = b.shape[0];
+  FSDP_CHECK(b.shape[1] == rank_, "{}: lora_B is {}, lora_A {}", base, b.shape.str(), a.shape.str());
+  scale_ = unit.lora_scale;
+  dropout_ = unit.lora_dropout;
+  stream_ = name_hash(a.name);
+}
+
+Tensor LoraAdapter::adapter_input(const Tensor& x, LinearScratch& s, int64_t row0) const {
+  if (!s.training || dropout_ == 0) return x;
+  const Tensor xd = rows_of(s.xd, x.size(0), in_);
+  dropout_forward(x, xd, dropout_, mix_key(s.dropout_key, stream_), s.first_row + row0);
+  return xd;
+}
+
+void LoraAdapter::forward(const Tensor& x, const UnitParams& p, const Tensor& y, int64_t row0) const {
+  FSDP_CHECK(p.scratch != nullptr && x.size(0) <= p.scratch->rows, "LoRA over {} rows without a scratch for them",
+             x.size(0));
+  LinearScratch& s = *p.scratch;
+  const int64_t n = x.size(0);
+  const Tensor A = p.params.narrow(0, a_, rank_ * in_).reshape({rank_, in_});
+  const Tensor B = p.params.narrow(0, b_, out_ * rank_).reshape({out_, rank_});
+  const Tensor u = rows_of(s.u, n, rank_);
+  matmul(adapter_input(x, s, row0), A, u, false, true);
+  matmul(u, B, y, false, true, scale_, 1.0);
+}
+
+void LoraAdapter::backward(const Tensor& dy, const Tensor& x, const UnitParams& p, const Tensor& dx,
+                           int64_t row0) const {
+  FSDP_CHECK(p.scratch != nullptr && x.size(0) <= p.scratch->rows, "LoRA over {} rows without a scratch for them",
+             x.size(0));
+  LinearScratch& s = *p.scratch;
+  const int64_t n = x.size(0);
+  const Tensor A = p.params.narrow(0, a_, rank_ * in_).reshape({rank_, in_});
+  const Tensor B = p.params.narrow(0, b_, out_ * rank_).reshape({out_, rank_});
+  const Tensor dA = p.grads.narrow(0, a_, rank_ * in_).reshape({rank_, in_});
+  const Tensor dB = p.grads.narrow(0, b_, out_ * rank_).reshape({out_, rank_});
+  const Tensor xin = adapter_input(x, s, row0);
+  const Tensor u = rows_of(s.u, n, rank_), du = rows_of(s.du, n, rank_);
+  matmul(xin, A, u, false, true);
+  matmul(dy, u, dB, true, false, scale_, 1.0);
+  matmul(dy, B, du, false, false, scale_, 0.0);
+  matmul(du, xin, dA, true, false, 1.0, 1.0);
+  if (!s.training || dropout_ == 0) {
+    matmul(du, A, dx, false, false, 1.0, 1.0);
+    return;
+  }
+  const Tensor dxd = rows_of(s.dxd, n, in_);
+  matmul(du, A, dxd, false, false);
+  dropout_backward(dxd, dx, dropout_, mix_key(s.dropout_key, stream_), s.first_row + row0,
+                   /*accumulate=*/true);
+}
+
+}  // namespace fsdp::model
