@@ -13,9 +13,11 @@
 // That costs one unsharded gradient per unit between micro-batches (the whole model's
 // gradients in fp32, like PyTorch's no_sync) and saves (accum-1) reduce-scatters.
 // All ranks call the same hooks in the same order, so their collectives match one to
-// one, as MPI and NCCL require.
+// one, as MPI and NCCL require. A unit's frozen bytes (frozen_shards.h) are gathered and
+// released beside its trainable buffer, hook for hook; they have no gradient to reduce.
 #include "fsdp/fsdp/fsdp_engine.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "fsdp/core/nvtx.h"
@@ -24,9 +26,27 @@
 
 namespace fsdp {
 
+namespace {
+
+// Elements of the largest padded trainable unit: every float buffer of the pool holds one.
+int64_t max_padded_numel(const std::vector<model::UnitLayout>& units, int n) {
+  int64_t m = 0;
+  for (const auto& u : units)
+    if (u.numel > 0) m = std::max(m, padded_numel(u.numel, n));
+  return m;
+}
+
+}  // namespace
+
 FsdpEngine::FsdpEngine(const std::vector<model::UnitLayout>& units, dist::ProcessGroups& groups,
                        const FsdpOptions& options)
-    : layouts_(units), shard_(*groups.shard), replicate_(*groups.replicate), opt_(options) {
+    : layouts_(units),
+      shard_(*groups.shard),
+      replicate_(*groups.replicate),
+      opt_(options),
+      pool_(options.device, max_padded_numel(units, groups.shard->size()),
+            FrozenShards::max_padded_bytes(units, groups.shard->size())),
+      frozen_(units, *groups.shard, pool_, options.device) {
   auto floating = [](DType t) { return t == DType::F32 || t == DType::BF16 || t == DType::F16; };
   FSDP_CHECK(floating(opt_.param_dtype), "fsdp.param_dtype must be float32, bfloat16 or float16, got {}",
              dtype_name(opt_.param_dtype));
@@ -43,14 +63,16 @@ FsdpEngine::FsdpEngine(const std::vector<model::UnitLayout>& units, dist::Proces
   units_.resize(layouts_.size());
   // Every unit's gradient shard is a slice of one flat buffer, so the gradient norm is one
   // reduction and, on a GPU, one read-back per step rather than one per unit.
+  // A unit with nothing to train (every parameter frozen) gets empty shards.
+  auto range_of = [&](int64_t numel) { return numel == 0 ? ShardRange{} : ::fsdp::shard_range(numel, n, shard_.rank()); };
   int64_t grad_total = 0;
-  for (const auto& layout : layouts_) grad_total += ::fsdp::shard_range(layout.numel, n, shard_.rank()).size;
+  for (const auto& layout : layouts_) grad_total += range_of(layout.numel).size;
   grad_flat_ = Tensor::zeros({grad_total}, DType::F32, dev);
   int64_t grad_offset = 0;
   for (size_t u = 0; u < layouts_.size(); ++u) {
     Unit& x = units_[u];
     x.numel = layouts_[u].numel;
-    x.shard_range = ::fsdp::shard_range(x.numel, n, shard_.rank());
+    x.shard_range = range_of(x.numel);
     x.padded = x.shard_range.size * n;
     x.segments = decay_segments(layouts_[u]);
     const int64_t s = x.shard_range.size;
@@ -61,7 +83,6 @@ FsdpEngine::FsdpEngine(const std::vector<model::UnitLayout>& units, dist::Proces
     x.exp_avg_sq = Tensor::zeros({s}, DType::F32, dev);
     if (opt_.param_dtype != DType::F32) x.shard_cast = Tensor::zeros({s}, opt_.param_dtype, dev);
     if (opt_.reduce_dtype != DType::F32) x.reduce_recv = Tensor::zeros({s}, opt_.reduce_dtype, dev);
-    max_padded_ = std::max(max_padded_, x.padded);
     x.nvtx_forward = layouts_[u].name + " forward";
     x.nvtx_backward = layouts_[u].name + " backward";
   }
@@ -82,28 +103,7 @@ FsdpEngine::~FsdpEngine() {
 uint64_t FsdpEngine::persistent_bytes() const {
   uint64_t b = 0;
   for (const Unit& x : units_) b += x.master.nbytes() + x.grad.nbytes() + x.exp_avg.nbytes() + x.exp_avg_sq.nbytes();
-  return b;
-}
-
-// ---------------------------------------------------------------- buffer pool
-
-FsdpEngine::Buffer* FsdpEngine::acquire(DType dtype) {
-  for (auto& b : pool_) {
-    if (!b->in_use && b->t.dtype() == dtype) {
-      b->in_use = true;
-      return b.get();
-    }
-  }
-  pool_.push_back(std::make_unique<Buffer>());
-  pool_.back()->t = Tensor::empty({max_padded_}, dtype, opt_.device);
-  pool_.back()->in_use = true;
-  return pool_.back().get();
-}
-
-void FsdpEngine::release(Buffer*& b) {
-  if (b == nullptr) return;
-  b->in_use = false;
-  b = nullptr;
+  return b + frozen_.persistent_bytes();
 }
 
 // ---------------------------------------------------------------- parameters
@@ -113,10 +113,11 @@ bool FsdpEngine::frees_after_forward(int unit) const {
 }
 
 void FsdpEngine::issue_gather(int unit) {
-  if (direct_ || unit < 0 || unit >= num_units()) return;
+  if (unit < 0 || unit >= num_units()) return;
+  frozen_.issue_gather(unit);
   Unit& x = units_[unit];
-  if (x.full != nullptr || x.gather_pending) return;
-  x.full = acquire(opt_.compute_dtype);
+  if (direct_ || x.numel == 0 || x.full != nullptr || x.gather_pending) return;
+  x.full = pool_.acquire(opt_.compute_dtype);
   const Tensor* shard = &x.master;
   if (opt_.param_dtype != DType::F32) {
     // Once per optimizer step, not per gather (FULL_SHARD gathers twice).
@@ -127,28 +128,30 @@ void FsdpEngine::issue_gather(int unit) {
   if (opt_.param_dtype == opt_.compute_dtype) {
     x.gather_req = shard_.all_gather(*shard, x.full->t.narrow(0, 0, x.padded));
   } else {
-    x.gather_staging = acquire(opt_.param_dtype);
+    x.gather_staging = pool_.acquire(opt_.param_dtype);
     x.gather_req = shard_.all_gather(*shard, x.gather_staging->t.narrow(0, 0, x.padded));
   }
   x.gather_pending = true;
 }
 
 void FsdpEngine::wait_gather(int unit) {
-  if (direct_) return;
+  frozen_.wait_gather(unit);
   Unit& x = units_[unit];
+  if (direct_ || x.numel == 0) return;
   if (x.full == nullptr && !x.gather_pending) issue_gather(unit);
   if (!x.gather_pending) return;
   shard_.wait(x.gather_req);
   x.gather_pending = false;
   if (x.gather_staging != nullptr) {
     cast(x.gather_staging->t.narrow(0, 0, x.padded), x.full->t.narrow(0, 0, x.padded));
-    release(x.gather_staging);
+    pool_.release(x.gather_staging);
   }
 }
 
 Tensor FsdpEngine::params(int unit) {
   Unit& x = units_[unit];
   if (direct_) return x.master.narrow(0, 0, x.numel);
+  if (x.numel == 0) return Tensor::empty({0}, opt_.compute_dtype, opt_.device);
   FSDP_CHECK(x.full != nullptr && !x.gather_pending, "unit {} ('{}') used before it was gathered", unit,
              layouts_[unit].name);
   return x.full->t.narrow(0, 0, x.numel);
@@ -165,8 +168,9 @@ void FsdpEngine::before_forward(int unit) {
 
 void FsdpEngine::after_forward(int unit) {
   nvtx::pop();
-  if (direct_ || !frees_after_forward(unit)) return;
-  release(units_[unit].full);
+  if (!frees_after_forward(unit)) return;
+  frozen_.release(unit);
+  if (!direct_) pool_.release(units_[unit].full);
 }
 
 void FsdpEngine::before_backward(int unit) {
@@ -188,8 +192,9 @@ void FsdpEngine::begin_micro_batch(int index) { sync_ = index == accum_steps_ - 
 Tensor FsdpEngine::grads(int unit) {
   Unit& x = units_[unit];
   if (direct_) return x.grad.narrow(0, 0, x.numel);
+  if (x.numel == 0) return Tensor::empty({0}, opt_.compute_dtype, opt_.device);
   if (x.full_grad == nullptr) {  // first micro-batch of the step for this unit
-    x.full_grad = acquire(opt_.compute_dtype);
+    x.full_grad = pool_.acquire(opt_.compute_dtype);
     fill_(x.full_grad->t.narrow(0, 0, x.padded), 0.0);
   }
   return x.full_grad->t.narrow(0, 0, x.numel);
@@ -198,8 +203,9 @@ Tensor FsdpEngine::grads(int unit) {
 void FsdpEngine::after_backward(int unit) {
   nvtx::pop();
   Unit& x = units_[unit];
-  if (!direct_) release(x.full);  // FULL_SHARD and SHARD_GRAD_OP both reshard here
-  if (!sync_) return;             // no_sync: keep accumulating the full gradient
+  frozen_.release(unit);
+  if (!direct_) pool_.release(x.full);  // FULL_SHARD and SHARD_GRAD_OP both reshard here
+  if (!sync_ || x.numel == 0) return;   // no_sync: keep accumulating; frozen-only: nothing to reduce
   reduce_gradient(unit);
 }
 
@@ -214,7 +220,7 @@ void FsdpEngine::reduce_gradient(int unit) {
   }
   Tensor send = x.full_grad->t.narrow(0, 0, x.padded);
   if (opt_.reduce_dtype != opt_.compute_dtype) {
-    x.reduce_send = acquire(opt_.reduce_dtype);
+    x.reduce_send = pool_.acquire(opt_.reduce_dtype);
     const Tensor converted = x.reduce_send->t.narrow(0, 0, x.padded);
     cast(send, converted);
     send = converted;
@@ -236,8 +242,8 @@ void FsdpEngine::complete_reduce(int unit) {
   const Tensor& shard = opt_.reduce_dtype == DType::F32 ? x.grad : x.reduce_recv;
   if (replicate_.size() > 1) replicate_.wait(replicate_.all_reduce(shard));  // HYBRID_SHARD, NO_SHARD
   if (opt_.reduce_dtype != DType::F32) cast(x.reduce_recv, x.grad);
-  release(x.reduce_send);
-  release(x.full_grad);
+  pool_.release(x.reduce_send);
+  pool_.release(x.full_grad);
 }
 
 void FsdpEngine::finish() {
@@ -245,8 +251,9 @@ void FsdpEngine::finish() {
   for (int u = 0; u < num_units(); ++u) {
     Unit& x = units_[u];
     if (x.gather_pending) wait_gather(u);  // a prefetch nobody used (forward-only pass)
-    release(x.full);
+    pool_.release(x.full);
   }
+  frozen_.finish();
 }
 
 // ---------------------------------------------------------------- optimizer
@@ -265,6 +272,7 @@ void FsdpEngine::optimizer_step(const optim::AdamWConfig& cfg, double lr, int64_
   FSDP_NVTX_RANGE("optimizer step (AdamW on the shards)");
   for (Unit& x : units_) {
     x.shard_cast_stale = true;
+    if (x.numel == 0) continue;
     optim::adamw_step_range(x.segments, x.shard_range.begin, x.master, x.grad, x.exp_avg, x.exp_avg_sq, cfg, lr, step,
                             grad_scale);
   }
@@ -272,6 +280,7 @@ void FsdpEngine::optimizer_step(const optim::AdamWConfig& cfg, double lr, int64_
 
 Tensor FsdpEngine::gather_full(int unit) {
   Unit& x = units_[unit];
+  if (x.numel == 0) return Tensor::empty({0}, DType::F32, opt_.device);
   Tensor full = Tensor::empty({x.padded}, DType::F32, opt_.device);
   shard_.wait(shard_.all_gather(x.master, full));
   return full.narrow(0, 0, x.numel);
