@@ -127,6 +127,35 @@ std::string read_value(const YAML::Node& n, std::string& out) {
   return "";
 }
 
+// A list of names: a YAML sequence of scalars, or one scalar holding one name or several
+// separated by commas (what --set lora.targets=q_proj,v_proj gives).
+std::string read_value(const YAML::Node& n, std::vector<std::string>& out) {
+  std::vector<std::string> v;
+  auto add = [&](const std::string& text) {
+    for (size_t p = 0;;) {
+      const size_t q = text.find(',', p);
+      std::string item = text.substr(p, q == std::string::npos ? std::string::npos : q - p);
+      item.erase(0, item.find_first_not_of(' '));
+      item.erase(item.find_last_not_of(' ') + 1);
+      if (!item.empty()) v.push_back(item);
+      if (q == std::string::npos) break;
+      p = q + 1;
+    }
+  };
+  if (n.IsScalar()) {
+    add(n.Scalar());
+  } else if (n.IsSequence()) {
+    for (const auto& e : n) {
+      if (!e.IsScalar()) return "expects a list of names, got an entry that is " + shown(e);
+      add(e.Scalar());
+    }
+  } else if (!n.IsNull()) {
+    return "expects a list of names, got " + shown(n);
+  }
+  out = std::move(v);
+  return "";
+}
+
 template <Choice E>
 std::string read_value(const YAML::Node& n, E& out) {
   if (n.IsScalar()) {
@@ -165,6 +194,11 @@ std::string write_value(const std::string& v) {
   e << v;
   return e.c_str();
 }
+std::string write_value(const std::vector<std::string>& v) {
+  std::string out = "[";
+  for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + write_value(v[i]);
+  return out + "]";
+}
 template <Choice E>
 std::string write_value(E v) {
   return std::string(name_of(v));
@@ -193,6 +227,7 @@ std::string type_name() {
   else if constexpr (std::is_same_v<T, double>) return "number";
   else if constexpr (std::is_same_v<T, bool>) return "bool";
   else if constexpr (std::is_same_v<T, std::string>) return "string";
+  else if constexpr (std::is_same_v<T, std::vector<std::string>>) return "list of names";
   else return choice_list<T>(" | ");
 }
 
@@ -312,7 +347,32 @@ void add_model_rows(std::vector<detail::Field>& t) {
            "Weight of the load-balancing loss (transformers' load_balancing_loss_func); null = the preset's.", ge(0))
       .add("router_z_loss_coef", &ModelConfig::router_z_loss_coef,
            "Weight of the router z-loss, mean logsumexp(router logits)^2 (ST-MoE); null = the preset's.", ge(0))
-      .add("init_std", &ModelConfig::init_std, "Standard deviation of the random initialisation.", gt(0));
+      .add("init_std", &ModelConfig::init_std, "Standard deviation of the random initialisation.", gt(0))
+      .add_one_of("quantization", &ModelConfig::quantization,
+                  "nf4 = store the frozen base's block matrices as bitsandbytes NF4 (4-bit NormalFloat, blocks of 64, "
+                  "double-quantized absmax: QLoRA); needs lora.enabled. none = dense.",
+                  {"none", "nf4"});
+}
+
+void add_lora_rows(std::vector<detail::Field>& t) {
+  SectionRows(t, "lora", &Config::lora)
+      .add("enabled", &LoraConfig::enabled,
+           "Fine-tune LoRA adapters on a frozen base: only the adapters train, are reduced and are checkpointed.")
+      .add("rank", &LoraConfig::rank, "The adapters' rank r (PEFT's r).", ge(1))
+      .add("alpha", &LoraConfig::alpha, "lora_alpha: the update is scaled by alpha / r (alpha / sqrt(r) with rslora).",
+           gt(0))
+      .add("dropout", &LoraConfig::dropout, "Dropout on the adapters' input (lora_dropout), in [0, 1).",
+           [](const double& v) -> std::string {
+             return v >= 0 && v < 1 ? "" : fmt::format("must be in [0, 1), got {}", v);
+           })
+      .add("targets", &LoraConfig::targets,
+           "Modules that get adapters: q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj (Mixtral: gate, "
+           "w1, w2, w3), or all-linear; a YAML list or comma-separated.",
+           [](const std::vector<std::string>& v) -> std::string { return v.empty() ? "must name at least one module" : ""; })
+      .add("rslora", &LoraConfig::rslora, "Rank-stabilised LoRA: scale alpha / sqrt(r) instead of alpha / r.")
+      .add("init_from", &LoraConfig::init_from,
+           "A PEFT adapter folder (adapter_config.json + adapter_model.safetensors) to continue from; empty = A "
+           "Kaiming-uniform, B zeros (PEFT's initialisation).");
 }
 
 void add_data_rows(std::vector<detail::Field>& t) {
@@ -412,6 +472,7 @@ std::vector<detail::Field> build_table() {
   std::vector<detail::Field> t;
   add_run_rows(t);
   add_model_rows(t);
+  add_lora_rows(t);
   add_data_rows(t);
   add_train_rows(t);
   add_optim_rows(t);
@@ -439,6 +500,7 @@ std::span<const Section> sections() {
   static constexpr Section list[] = {
       {"run", "The run directory."},
       {"model", "Architecture: a preset, optional shape overrides, initialisation."},
+      {"lora", "Parameter-efficient fine-tuning: LoRA adapters on a frozen (optionally NF4) base."},
       {"data", "Where training batches come from."},
       {"train", "The training loop."},
       {"optim", "AdamW and the learning-rate schedule."},
