@@ -175,9 +175,12 @@ void FsdpEngine::after_forward(int unit) {
 
 void FsdpEngine::before_backward(int unit) {
   wait_gather(unit);
-  for (int k = 1; k <= opt_.prefetch_limit; ++k) issue_gather(unit - k);
+  for (int k = 1; k <= opt_.prefetch_limit; ++k)
+    if (unit - k >= 0 && !units_[unit - k].skips_backward) issue_gather(unit - k);
   nvtx::push(units_[unit].nvtx_backward.c_str());
 }
+
+void FsdpEngine::skip_backward(int unit) { units_[unit].skips_backward = true; }
 
 // ---------------------------------------------------------------- gradients
 
@@ -247,6 +250,7 @@ void FsdpEngine::complete_reduce(int unit) {
 }
 
 void FsdpEngine::finish() {
+  for (Unit& x : units_) x.skips_backward = false;
   for (int u = num_units() - 1; u >= 0; --u) complete_reduce(u);
   for (int u = 0; u < num_units(); ++u) {
     Unit& x = units_[u];

@@ -207,6 +207,7 @@ void Llama::enqueue_forward_backward(LlamaActivations& a, ParamProvider& p, doub
   // The router losses' gradient is known once every layer has routed: the same for every
   // layer's backward (the loss-scale factor of grad_scale is the caller's to include).
   if (cfg_.is_moe()) router_loss_grad(cfg_, router_records(a), router_scale, a.grads.mlp->router_loss);
+  if (embedding_.frozen()) p.skip_backward(embedding_unit());
   head_backward(a, p, grad_scale);
   for (int l = int(cfg_.num_layers) - 1; l >= 0; --l) {
     p.before_backward(block_unit(l));
@@ -220,11 +221,13 @@ void Llama::enqueue_forward_backward(LlamaActivations& a, ParamProvider& p, doub
                                 a.batch, a.seq_len);
     p.after_backward(block_unit(l));
   }
-  // A frozen table needs no gradient: the embedding's backward is skipped entirely (its
-  // unit is still handed back, so FSDP's hooks stay paired).
-  p.before_backward(embedding_unit());
-  if (!embedding_.frozen()) embedding_.backward(a.ids, a.grads.dres, p.backward_view(embedding_unit()));
-  p.after_backward(embedding_unit());
+  // A frozen table needs no gradient and nothing below it needs one: its backward, and its
+  // gather for backward, are skipped (skip_backward was said before the backward began).
+  if (!embedding_.frozen()) {
+    p.before_backward(embedding_unit());
+    embedding_.backward(a.ids, a.grads.dres, p.backward_view(embedding_unit()));
+    p.after_backward(embedding_unit());
+  }
   p.finish();
   // The losses are read by the caller, after all of this is enqueued: on a device the host
   // waits once, for the whole pass, instead of stalling the backward behind a read-back.

@@ -17,6 +17,7 @@
 //                       (asynchronously: the previous unit's backward overlaps it) and
 //                       free u's full parameters; on earlier micro-batches keep the full
 //                       gradient and accumulate (FSDP's no_sync)
+//   skip_backward(u)    u's backward will not run this pass: backward prefetching passes it
 //   finish()            wait for outstanding reduce-scatters, replicate-group
 //                       all-reduce (HYBRID_SHARD), free whatever is still gathered
 //
@@ -112,6 +113,7 @@ class FsdpEngine final : public model::ParamProvider {
   void after_forward(int unit) override;
   void before_backward(int unit) override;
   void after_backward(int unit) override;
+  void skip_backward(int unit) override;
   void finish() override;
 
   int num_units() const { return int(units_.size()); }
@@ -151,6 +153,7 @@ class FsdpEngine final : public model::ParamProvider {
     dist::Request reduce_req;
     bool reduce_pending = false;
     std::string nvtx_forward, nvtx_backward;  // range names, made once ("layers.3 forward")
+    bool skips_backward = false;               // this pass runs no backward for it (skip_backward)
   };
   void issue_gather(int unit);
   void wait_gather(int unit);

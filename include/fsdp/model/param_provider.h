@@ -25,6 +25,9 @@ class ParamProvider {
   virtual void after_forward(int /*unit*/) {}
   virtual void before_backward(int /*unit*/) {}
   virtual void after_backward(int /*unit*/) {}
+  // Said before a backward pass: unit u's backward will not run in it (a frozen embedding
+  // has nothing to compute), so nothing should be gathered for it.
+  virtual void skip_backward(int /*unit*/) {}
   // End of a forward (or forward + backward) pass: nothing may stay in flight.
   virtual void finish() {}
 
