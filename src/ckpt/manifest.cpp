@@ -69,6 +69,17 @@ void from_json(const json& j, TrainState& s) {
   s.skipped_steps = j.value("skipped_steps", int64_t{0});
 }
 
+void to_json(json& j, const BaseReference& b) {
+  j = {{"path", b.path}, {"quantization", b.quantization}, {"crc32", b.crc32}, {"bytes", b.bytes}};
+}
+
+void from_json(const json& j, BaseReference& b) {
+  b.path = j.at("path").get<std::string>();
+  b.quantization = j.at("quantization").get<std::string>();
+  b.crc32 = j.at("crc32").get<uint32_t>();
+  b.bytes = j.at("bytes").get<uint64_t>();
+}
+
 void to_json(json& j, const ManifestFile& f) { j = {{"name", f.name}, {"bytes", f.bytes}, {"crc32", f.crc32}}; }
 
 void from_json(const json& j, ManifestFile& f) {
@@ -104,6 +115,7 @@ void to_json(json& j, const Manifest& m) {
        {"files", m.files},
        {"units", m.units},
        {"config", m.config_yaml}};
+  if (m.base) j["base"] = *m.base;  // only a LoRA run has one
 }
 
 void from_json(const json& j, Manifest& m) {
@@ -116,6 +128,7 @@ void from_json(const json& j, Manifest& m) {
   m.config_yaml = j.value("config", std::string());
   m.files = j.at("files").get<std::vector<ManifestFile>>();
   m.units = j.at("units").get<std::vector<ManifestUnit>>();
+  if (j.contains("base")) m.base = j.at("base").get<BaseReference>();
 }
 
 namespace {

@@ -9,6 +9,7 @@
 #include <spdlog/spdlog.h>
 
 #include "fsdp/data/synthetic.h"
+#include "fsdp/train/base_model.h"
 #include "fsdp/train/device_peak.h"
 #include "fsdp/train/exit_codes.h"
 #include "fsdp/train/preemption.h"
@@ -33,7 +34,8 @@ Trainer::Trainer(const config::Config& cfg, dist::ProcessGroups& groups)
       groups_(groups),
       device_(resolve_device(cfg, groups.world_info)),
       engine_groups_(engine_groups(groups, device_)),
-      model_(training_model_config(cfg), cfg.train.dtype, device_),
+      model_(training_model_config(cfg), cfg.train.dtype, device_, peft_spec(cfg, training_model_config(cfg)),
+             uint64_t(cfg.train.seed)),
       engine_(model_.units(), engine_groups_, fsdp_options(cfg, device_)),
       act_(model_.config(), cfg.train.micro_batch_size, cfg.train.seq_len, cfg.train.dtype, device_,
            activation_checkpointing(cfg.train)),
@@ -57,9 +59,17 @@ Trainer::Trainer(const config::Config& cfg, dist::ProcessGroups& groups)
   }
 #endif
   data_ = make_data_sources(cfg, model_.config().vocab_size, *groups.world);
+  // A LoRA run's frozen base is never in a checkpoint: it loads from its source every
+  // time, and a checkpoint records which one it was (a resume on another base is refused).
+  if (cfg.lora.enabled) {
+    init_frozen_base(cfg, model_, engine_);
+    checkpoints_.set_base(base_reference(cfg, engine_, *groups.shard));
+  }
   // Each rank fills only its own shards: from a checkpoint, the files or the seeded generator.
   if (const std::string path = checkpoints_.resume_point(); !path.empty()) {
     restore(path);
+  } else if (cfg.lora.enabled) {
+    init_adapters(cfg, model_, engine_);
   } else {
     init_parameters(cfg, model_.units(), engine_);
   }
@@ -163,9 +173,13 @@ model::LossSum Trainer::accumulate_gradients(double grad_scale, double router_sc
   engine_.begin_step(int(accum));
   if (expert_load_) expert_load_->begin_step();
   model::LossSum local;
+  const int64_t world = groups_.world->size(), micro = cfg_.train.micro_batch_size;
   for (int64_t a = 0; a < accum; ++a) {
     engine_.begin_micro_batch(int(a));
     load_micro_batch(*data_.train_loader, a);
+    // Where this micro-batch's samples sit in the global order (the loader's rule): LoRA's
+    // dropout masks follow the samples, not the rank that happens to hold them.
+    act_.first_sample = samples_seen_ + (a * world + groups_.world->rank()) * micro;
     if (device_.is_cpu()) {
       add_to(local, model_.forward_backward(act_, engine_, grad_scale, router_scale));
       if (expert_load_) expert_load_->add(model_, act_);
@@ -285,6 +299,20 @@ double Trainer::evaluate(int batches) {
   return total.sum / double(total.tokens);
 }
 
+void Trainer::log_lora() const {
+  const model::PeftSpec& p = model_.peft();
+  int64_t trainable = 0;
+  for (const auto& u : model_.units()) trainable += u.numel;
+  const int64_t total = model_.config().num_parameters();
+  spdlog::info("lora: r {} alpha {} ({}scale {:.4g}), dropout {}, on {}: {} trainable parameters ({:.3f}% of {}); "
+               "the base is frozen{} ({:.1f} MiB of frozen shards on this rank, from {})",
+               p.lora.rank, p.lora.alpha, p.lora.rslora ? "rslora, " : "", p.lora.scale(), p.lora.dropout,
+               fmt::join(p.lora.targets, ", "), trainable, 100.0 * double(trainable) / double(total), total,
+               p.quantization == model::Quantization::Nf4 ? " in NF4" : "",
+               double(engine_.frozen_bytes()) / (1 << 20),
+               cfg_.model.init_from.empty() ? std::string("the seeded initialiser") : cfg_.model.init_from);
+}
+
 void Trainer::log_run_start() const {
   const auto& t = cfg_.train;
   spdlog::info("model: {}", model_.config().summary());
@@ -298,6 +326,7 @@ void Trainer::log_run_start() const {
                config::to_string(cfg_.fsdp.sharding_strategy), world, groups_.world_info.num_nodes,
                groups_.shard->size(), groups_.replicate->size(), dtype_name(cfg_.fsdp.param_dtype),
                dtype_name(cfg_.fsdp.reduce_dtype), double(engine_.persistent_bytes()) / (1 << 20));
+  if (cfg_.lora.enabled) log_lora();
   if (cfg_.data.source == config::DataSource::Synthetic) {
     spdlog::info("data: synthetic Markov chain (loss floor {:.3f} nats, uniform guess {:.3f})",
                  data::SyntheticSource::entropy_rate(), std::log(double(model_.config().vocab_size)));

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,7 @@ struct CheckpointMeta {
   std::string strategy;      // "FULL_SHARD", ...
   int shard_group_size = 1;  // of the run that saved
   std::string config_yaml;   // the effective config
+  std::optional<BaseReference> base;  // a LoRA run: its frozen base (not saved, referenced)
 };
 
 // Timings of one save, for the log line.

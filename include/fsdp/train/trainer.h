@@ -85,6 +85,7 @@ class Trainer {
   // staging buffers when the model is on a GPU).
   void load_micro_batch(data::Loader& loader, int64_t index);
   void log_run_start() const;
+  void log_lora() const;
   void log_device() const;
 
   config::Config cfg_;
