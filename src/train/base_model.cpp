@@ -63,21 +63,29 @@ model::PeftSpec peft_spec(const config::Config& cfg, const model::LlamaConfig& m
   return p;
 }
 
-void init_frozen_base(const config::Config& cfg, const model::Llama& model, FsdpEngine& engine) {
-  if (!cfg.lora.enabled) return;
-  const std::vector<model::UnitLayout>& units = model.units();
-  if (!cfg.model.init_from.empty()) {
-    const ckpt::SafetensorsFolder folder(cfg.model.init_from);
-    ckpt::HfFrozenSource source(folder);
-    engine.init_frozen([&](int u, int64_t begin, const Tensor& host) {
-      model::fill_frozen_bytes(units[size_t(u)], host, begin, source);
-    });
+BaseSource::BaseSource(const config::Config& cfg, const model::LlamaConfig& model_cfg)
+    : seed_(uint64_t(cfg.train.seed)), init_std_(cfg.model.init_std) {
+  if (!cfg.model.init_from.empty()) folder_ = std::make_unique<ckpt::SafetensorsFolder>(cfg.model.init_from);
+  else plain_ = model::llama_units(model_cfg);
+}
+
+BaseSource::~BaseSource() = default;
+
+void BaseSource::fill(const model::UnitLayout& unit, int u, const Tensor& host, int64_t begin) {
+  if (folder_) {
+    ckpt::HfFrozenSource source(*folder_);
+    model::fill_frozen_bytes(unit, host, begin, source);
     return;
   }
-  const std::vector<model::UnitLayout> plain = model::llama_units(model.config());
+  SeededFrozenSource source(plain_[size_t(u)], u, seed_, init_std_);
+  model::fill_frozen_bytes(unit, host, begin, source);
+}
+
+void init_frozen_base(const config::Config& cfg, const model::Llama& model, FsdpEngine& engine) {
+  if (!cfg.lora.enabled) return;
+  BaseSource base(cfg, model.config());
   engine.init_frozen([&](int u, int64_t begin, const Tensor& host) {
-    SeededFrozenSource source(plain[size_t(u)], u, uint64_t(cfg.train.seed), cfg.model.init_std);
-    model::fill_frozen_bytes(units[size_t(u)], host, begin, source);
+    base.fill(model.units()[size_t(u)], u, host, begin);
   });
 }
 

@@ -16,7 +16,11 @@
 //                      CRC-32 of every frozen byte, the same on any number of ranks
 #pragma once
 
+#include <memory>
+#include <vector>
+
 #include "fsdp/ckpt/manifest.h"
+#include "fsdp/ckpt/safetensors.h"
 #include "fsdp/config/config.h"
 #include "fsdp/dist/communicator.h"
 #include "fsdp/fsdp/fsdp_engine.h"
@@ -26,6 +30,22 @@
 namespace fsdp::train {
 
 model::PeftSpec peft_spec(const config::Config& cfg, const model::LlamaConfig& model_cfg);
+
+// The frozen base the config names, as the bytes of any range of a unit's frozen buffer:
+// model.init_from's folder (plain or bitsandbytes), or the seeded initialiser.
+class BaseSource {
+ public:
+  BaseSource(const config::Config& cfg, const model::LlamaConfig& model_cfg);
+  ~BaseSource();
+  // Bytes [begin, begin + host.numel()) of unit u's frozen buffer (`unit`: lora_units' layout).
+  void fill(const model::UnitLayout& unit, int u, const Tensor& host, int64_t begin);
+
+ private:
+  std::unique_ptr<ckpt::SafetensorsFolder> folder_;
+  std::vector<model::UnitLayout> plain_;
+  uint64_t seed_ = 0;
+  double init_std_ = 0;
+};
 
 void init_frozen_base(const config::Config& cfg, const model::Llama& model, FsdpEngine& engine);
 void init_adapters(const config::Config& cfg, const model::Llama& model, FsdpEngine& engine);
