@@ -10,6 +10,7 @@
 // `train` (exit 2, nothing run).
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -83,32 +84,68 @@ TEST_F(LoraCli, TrainExportsAdapterThatLoadsBack) {
   EXPECT_EQ(checked, 2);
 }
 
+// Our logits on the golden batch: the LoRA model on the base with an adapter folder, and
+// the plain model on a merged folder.
+Tensor lora_logits(const std::string& base, const std::string& adapter) {
+  const test::GoldenModel g(base);
+  model::Llama lora(g.cfg, DType::F32, Device::cpu(), test::fixture_peft(false, false));
+  auto params = test::lora_params(lora, base, adapter);
+  model::LlamaActivations a(g.cfg, g.B, g.T, DType::F32, Device::cpu());
+  a.ids.copy_(g.ids);
+  a.targets.copy_(g.targets);
+  lora.forward(a, *params);
+  return a.logits.clone();
+}
+
+Tensor plain_logits(const std::string& folder, const test::GoldenModel& g) {
+  model::Llama plain(ckpt::read_hf_llama_config(folder));
+  model::LocalParams params(plain.units());
+  const ckpt::SafetensorsFolder f(folder);
+  for (int u = 0; u < params.num_units(); ++u) ckpt::load_hf_unit(f, plain.units()[size_t(u)], params.params(u));
+  model::LlamaActivations a(g.cfg, g.B, g.T, DType::F32, Device::cpu());
+  a.ids.copy_(g.ids);
+  a.targets.copy_(g.targets);
+  plain.forward(a, params);
+  return a.logits.clone();
+}
+
 TEST_F(LoraCli, MergedExportComputesTheLoraModel) {
   ASSERT_EQ(trained.code, 0) << trained.out;
   const std::string adapter = (root / "adapter_for_merge").string(), merged = (root / "merged").string();
   ASSERT_EQ(run("export --checkpoint " + checkpoint() + " --output " + adapter + " --adapter", "ea").code, 0);
   const auto r = run("export --checkpoint " + checkpoint() + " --output " + merged + " --merge --dtype float32", "em");
   ASSERT_EQ(r.code, 0) << r.out;
-  const test::GoldenModel g(base);
-  // Unmerged: the LoRA model on the base with the exported adapter.
-  model::Llama lora(g.cfg, DType::F32, Device::cpu(), test::fixture_peft(false, false));
-  auto lp = test::lora_params(lora, base, adapter);
-  model::LlamaActivations a(g.cfg, g.B, g.T, DType::F32, Device::cpu());
-  a.ids.copy_(g.ids);
-  a.targets.copy_(g.targets);
-  lora.forward(a, *lp);
-  // Merged: the plain model on the merged folder.
-  model::Llama plain(ckpt::read_hf_llama_config(merged));
-  model::LocalParams pp(plain.units());
-  const ckpt::SafetensorsFolder mf(merged);
-  for (int u = 0; u < pp.num_units(); ++u) ckpt::load_hf_unit(mf, plain.units()[size_t(u)], pp.params(u));
-  model::LlamaActivations b(g.cfg, g.B, g.T, DType::F32, Device::cpu());
-  b.ids.copy_(g.ids);
-  b.targets.copy_(g.targets);
-  plain.forward(b, pp);
-  const double err = test::rel_error(b.logits, a.logits);
+  const double err = test::rel_error(plain_logits(merged, test::GoldenModel(base)), lora_logits(base, adapter));
   EXPECT_LT(err, 1e-5);
   std::printf("merged export vs unmerged adapters: logits %.1e\n", err);
+
+  // PEFT and transformers load these very exports (tests/golden/lora_export, recorded by
+  // check_peft.py, which runs this test with FSDP_LORA_EXPORT_OUT set to copy them out):
+  // PeftModel.from_pretrained(base, adapter) and from_pretrained(merged) give our logits.
+  if (const char* out = std::getenv("FSDP_LORA_EXPORT_OUT")) {
+    fs::copy(adapter, fs::path(out) / "adapter", fs::copy_options::recursive);
+    fs::copy(merged, fs::path(out) / "merged", fs::copy_options::recursive);
+    const Tensor ours = lora_logits(base, adapter), merged_ours = plain_logits(merged, test::GoldenModel(base));
+    ckpt::write_safetensors((fs::path(out) / "ours.safetensors").string(),
+                            {{"lora_logits", "F32", {ours.numel()}, ours.data_ptr(), ours.nbytes()},
+                             {"merged_logits", "F32", {merged_ours.numel()}, merged_ours.data_ptr(), merged_ours.nbytes()}});
+    return;
+  }
+  const ckpt::SafetensorsFile ref(test::source_path("tests/golden/lora_export/expected.safetensors"));
+  const double peft_err = test::rel_error(lora_logits(base, adapter), test::expected_tensor(ref, "peft_logits"));
+  const double hf_err = test::rel_error(plain_logits(merged, test::GoldenModel(base)),
+                                        test::expected_tensor(ref, "merged_logits"));
+  EXPECT_LT(peft_err, 1e-5);
+  EXPECT_LT(hf_err, 1e-5);
+  // The adapter PEFT loaded is the one exported now (the training is deterministic).
+  const ckpt::SafetensorsFolder exported(adapter);
+  for (const std::string& name : exported.names()) {
+    const std::vector<float> want = ckpt::read_as_f32(ref.entry("peft." + name));
+    const std::vector<float> got = ckpt::read_as_f32(exported.entry(name));
+    EXPECT_EQ(got, want) << name;
+  }
+  std::printf("PeftModel.from_pretrained on our adapter vs our LoRA model: logits %.1e; from_pretrained on our merged "
+              "export vs our merged model: %.1e\n", peft_err, hf_err);
 }
 
 TEST_F(LoraCli, GenerateFromCheckpointAdapterAndMergeAgree) {
