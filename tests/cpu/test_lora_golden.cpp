@@ -66,6 +66,47 @@ TEST_F(LoraGolden, MatchesPeftWithRslora) {
   check_case(test::source_path("tests/golden/lora_tiny/r4_alpha8_rslora"), true);
 }
 
+// Mixtral (tests/golden/mixtral_lora_tiny, PEFT on transformers' MixtralForCausalLM in
+// float32): all-linear adapts the router (block_sparse_moe.gate, [4, 48]: r = 4 is its
+// width) and every expert's w1, w2, w3; the objective is the cross-entropy plus 0.02 x the
+// load-balancing loss, as MixtralForCausalLM returns it. Float32 on both sides (the
+// router's softmax is float32 in transformers whatever the dtype), so the bound is the
+// same 1e-5.
+TEST(MixtralLoraGolden, MatchesPeftOnRouterAndExperts) {
+  const std::string base = test::source_path("tests/golden/mixtral_tiny");
+  const std::string adapter = test::source_path("tests/golden/mixtral_lora_tiny/r4_alpha8");
+  const model::LlamaConfig cfg = ckpt::read_hf_llama_config(base);
+  model::Llama llama(cfg, DType::F32, Device::cpu(), test::fixture_peft(false, false));
+  auto params = test::lora_params(llama, base, adapter);
+  const ckpt::SafetensorsFile ref(adapter + "/expected.safetensors");
+  const test::GoldenBatch batch = test::golden_batch(ref);
+  model::LlamaActivations act(cfg, batch.B, batch.T, DType::F32, Device::cpu());
+  act.ids.copy_(batch.ids);
+  act.targets.copy_(batch.targets);
+  const model::LossSum fwd = llama.forward(act, *params);
+  const double logits_err = test::rel_error(act.logits, test::expected_tensor(ref, "logits"));
+  const double loss = fwd.sum / double(fwd.tokens) + cfg.router_aux_loss_coef * fwd.router_aux;
+  const double want = test::expected_tensor(ref, "loss").get_flat(0);
+  EXPECT_LT(logits_err, kTolerance);
+  EXPECT_LT(std::abs(loss - want) / want, kTolerance);
+  llama.forward_backward(act, *params, 1.0 / double(fwd.tokens), 1.0);
+  double worst = 0;
+  int checked = 0;
+  for (int u = 0; u < int(llama.units().size()); ++u) {
+    const model::UnitLayout& unit = llama.units()[size_t(u)];
+    for (const model::ParamSlot& p : unit.params) {
+      const double err =
+          test::rel_error(unit.view(params->grads(u), p.name), test::expected_tensor(ref, "grad." + p.hf_name));
+      EXPECT_LT(err, kTolerance) << p.hf_name;
+      worst = std::max(worst, err);
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 2 * (4 + 1 + 3 * 4) * 2);  // 2 layers x (q, k, v, o, router, 3 per expert) x (A, B)
+  std::printf("Mixtral LoRA golden: logits %.1e, loss %.1e, worst adapter gradient %.1e (tolerance %.0e)\n",
+              logits_err, std::abs(loss - want) / want, worst, kTolerance);
+}
+
 // PEFT's initialisation (B zeros) leaves the model exactly the base: the same logits as the
 // plain model on the same weights, bit for bit.
 TEST_F(LoraGolden, FreshAdaptersLeaveTheBaseUnchanged) {

@@ -149,13 +149,18 @@ def bnb_config():
     )
 
 
-def load_base(quantized):
+BASES = {
+    "llama": BASE,
+    "nf4": f"{GOLDEN}/llama_nf4_bnb",
+    "mixtral": f"{GOLDEN}/mixtral_tiny",
+}
+
+
+def load_base(kind):
     kwargs = dict(dtype=torch.float32, attn_implementation="eager")
-    if quantized:
-        return transformers.AutoModelForCausalLM.from_pretrained(
-            f"{GOLDEN}/llama_nf4_bnb", device_map="cpu", **kwargs
-        )
-    return transformers.AutoModelForCausalLM.from_pretrained(BASE, **kwargs)
+    if kind == "nf4":
+        kwargs["device_map"] = "cpu"
+    return transformers.AutoModelForCausalLM.from_pretrained(BASES[kind], **kwargs)
 
 
 def bnb_model_fixture():
@@ -178,10 +183,12 @@ def bnb_model_fixture():
 
 
 LORA_CASES = {
-    # name: (use_rslora, quantized base)
-    "lora_tiny/r4_alpha8": (False, False),
-    "lora_tiny/r4_alpha8_rslora": (True, False),
-    "qlora_tiny/r4_alpha8": (False, True),
+    # name: (use_rslora, base)
+    "lora_tiny/r4_alpha8": (False, "llama"),
+    "lora_tiny/r4_alpha8_rslora": (True, "llama"),
+    "qlora_tiny/r4_alpha8": (False, "nf4"),
+    # Mixtral: all-linear adapts the router (block_sparse_moe.gate) and every expert's w1, w2, w3.
+    "mixtral_lora_tiny/r4_alpha8": (False, "mixtral"),
 }
 
 
@@ -200,10 +207,10 @@ def peft_name(param_name):
     return param_name.replace(".default", "")
 
 
-def lora_fixture(case, rslora, quantized):
+def lora_fixture(case, rslora, kind):
     out = f"{GOLDEN}/{case}"
     shutil.rmtree(out, ignore_errors=True)
-    base = load_base(quantized)
+    base = load_base(kind)
     cfg = peft.LoraConfig(
         r=4, lora_alpha=8, lora_dropout=0.0, target_modules="all-linear", use_rslora=rslora, task_type="CAUSAL_LM"
     )
@@ -211,9 +218,10 @@ def lora_fixture(case, rslora, quantized):
     randomize_adapters(model, SEED + 7)
     model.save_pretrained(out)
     os.remove(f"{out}/README.md")  # PEFT's model-card template, not part of the adapter
-    # The reference: float64 for the dense base (transformers' own float32 casts in RMSNorm
-    # and RoPE stay in), float32 for the 4-bit base (bitsandbytes computes in float32).
-    if not quantized:
+    # The reference: float64 for the dense Llama (transformers' own float32 casts in RMSNorm
+    # and RoPE stay in), float32 for the 4-bit base (bitsandbytes computes in float32) and for
+    # Mixtral (its router's softmax is float32 whatever the model's dtype).
+    if kind == "llama":
         model = model.double()
     ids, labels = golden_batch()
     r = model(input_ids=ids, labels=labels)
@@ -231,9 +239,9 @@ def lora_fixture(case, rslora, quantized):
         tensors,
         f"{out}/expected.safetensors",
         metadata=metadata(
-            base=f"{GOLDEN}/llama_nf4_bnb" if quantized else BASE,
+            base=BASES[kind],
             lora="r=4, lora_alpha=8, all-linear, dropout 0, use_rslora=%s, A and B ~ %g N(0,1)" % (rslora, ADAPTER_STD),
-            precision="float32" if quantized else "float64",
+            precision="float64" if kind == "llama" else "float32",
         ),
     )
     return float(r.loss)
@@ -243,8 +251,8 @@ def main():
     assert os.environ.get("PYTHONHASHSEED") == "0", "run with PYTHONHASHSEED=0 (see the docstring)"
     torch.set_num_threads(1)  # reductions in one fixed order
     report = {"nf4": nf4_fixture(), "bnb_loss": bnb_model_fixture()}
-    for case, (rslora, quantized) in LORA_CASES.items():
-        report[case] = lora_fixture(case, rslora, quantized)
+    for case, (rslora, kind) in LORA_CASES.items():
+        report[case] = lora_fixture(case, rslora, kind)
     print(json.dumps(report, indent=1))
 
 

@@ -97,6 +97,14 @@ TEST(LoraEquivalence, ShardGradOpWithDropoutAndAccumulation) {
 }
 TEST(LoraEquivalence, NoShard) { expect_equivalent(kLora, "NO_SHARD", 1); }
 TEST(LoraEquivalence, HybridShardWithRslora) { expect_equivalent(with(kLora, {"lora.rslora=true"}), "HYBRID_SHARD", 1); }
+// Mixtral: adapters on the router and every expert, NF4 experts (dropout 0: an expert's
+// rows are numbered in expert-sorted order, which depends on the micro-batch's routing).
+TEST(QloraEquivalence, MixtureOfExpertsFullShard) {
+  expect_equivalent({"lora.enabled=true", "lora.rank=4", "lora.alpha=8", "lora.targets=all-linear",
+                     "model.quantization=nf4", "model.num_experts=4", "model.experts_per_token=2",
+                     "model.router_aux_loss_coef=0.02"},
+                    "FULL_SHARD", 1);
+}
 TEST(QloraEquivalence, FullShardWithAccumulation) { expect_equivalent(kQlora, "FULL_SHARD", 2); }
 TEST(QloraEquivalence, ShardGradOpWithDropout) {
   expect_equivalent(with(kQlora, {"lora.dropout=0.2"}), "SHARD_GRAD_OP", 1);
