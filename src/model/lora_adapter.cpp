@@ -74,40 +74,42 @@ Tensor LoraAdapter::adapter_input(const Tensor& x, LinearScratch& s, int64_t row
   return xd;
 }
 
+// A [r, in] and B [out, r] inside a unit's trainable buffer (its parameters or gradients).
+LoraAdapter::Pair LoraAdapter::pair(const Tensor& flat) const {
+  return Pair{flat.narrow(0, a_, rank_ * in_).reshape({rank_, in_}), flat.narrow(0, b_, out_ * rank_).reshape({out_, rank_})};
+}
+
+LinearScratch& LoraAdapter::scratch(const UnitParams& p, int64_t rows) const {
+  FSDP_CHECK(p.scratch != nullptr && rows <= p.scratch->rows, "LoRA over {} rows without a scratch for them", rows);
+  return *p.scratch;
+}
+
 void LoraAdapter::forward(const Tensor& x, const UnitParams& p, const Tensor& y, int64_t row0) const {
-  FSDP_CHECK(p.scratch != nullptr && x.size(0) <= p.scratch->rows, "LoRA over {} rows without a scratch for them",
-             x.size(0));
-  LinearScratch& s = *p.scratch;
   const int64_t n = x.size(0);
-  const Tensor A = p.params.narrow(0, a_, rank_ * in_).reshape({rank_, in_});
-  const Tensor B = p.params.narrow(0, b_, out_ * rank_).reshape({out_, rank_});
+  LinearScratch& s = scratch(p, n);
+  const Pair w = pair(p.params);
   const Tensor u = rows_of(s.u, n, rank_);
-  matmul(adapter_input(x, s, row0), A, u, false, true);
-  matmul(u, B, y, false, true, scale_, 1.0);
+  matmul(adapter_input(x, s, row0), w.A, u, false, true);
+  matmul(u, w.B, y, false, true, scale_, 1.0);
 }
 
 void LoraAdapter::backward(const Tensor& dy, const Tensor& x, const UnitParams& p, const Tensor& dx,
                            int64_t row0) const {
-  FSDP_CHECK(p.scratch != nullptr && x.size(0) <= p.scratch->rows, "LoRA over {} rows without a scratch for them",
-             x.size(0));
-  LinearScratch& s = *p.scratch;
   const int64_t n = x.size(0);
-  const Tensor A = p.params.narrow(0, a_, rank_ * in_).reshape({rank_, in_});
-  const Tensor B = p.params.narrow(0, b_, out_ * rank_).reshape({out_, rank_});
-  const Tensor dA = p.grads.narrow(0, a_, rank_ * in_).reshape({rank_, in_});
-  const Tensor dB = p.grads.narrow(0, b_, out_ * rank_).reshape({out_, rank_});
+  LinearScratch& s = scratch(p, n);
+  const Pair w = pair(p.params), g = pair(p.grads);
   const Tensor xin = adapter_input(x, s, row0);
   const Tensor u = rows_of(s.u, n, rank_), du = rows_of(s.du, n, rank_);
-  matmul(xin, A, u, false, true);
-  matmul(dy, u, dB, true, false, scale_, 1.0);
-  matmul(dy, B, du, false, false, scale_, 0.0);
-  matmul(du, xin, dA, true, false, 1.0, 1.0);
+  matmul(xin, w.A, u, false, true);
+  matmul(dy, u, g.B, true, false, scale_, 1.0);
+  matmul(dy, w.B, du, false, false, scale_, 0.0);
+  matmul(du, xin, g.A, true, false, 1.0, 1.0);
   if (!s.training || dropout_ == 0) {
-    matmul(du, A, dx, false, false, 1.0, 1.0);
+    matmul(du, w.A, dx, false, false, 1.0, 1.0);
     return;
   }
   const Tensor dxd = rows_of(s.dxd, n, in_);
-  matmul(du, A, dxd, false, false);
+  matmul(du, w.A, dxd, false, false);
   dropout_backward(dxd, dx, dropout_, mix_key(s.dropout_key, stream_), s.first_row + row0,
                    /*accumulate=*/true);
 }

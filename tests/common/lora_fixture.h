@@ -4,6 +4,7 @@
 // into the trainable buffers, the golden batch into the activations.
 #pragma once
 
+#include <algorithm>
 #include <memory>
 #include <string>
 
@@ -14,6 +15,7 @@
 #include "fsdp/model/frozen_bytes.h"
 #include "fsdp/model/local_params.h"
 #include "golden_fixture.h"
+#include "../cpu/test_util.h"
 
 namespace fsdp::test {
 
@@ -55,6 +57,23 @@ inline std::unique_ptr<model::LocalParams> lora_params(const model::Llama& llama
     if (out->frozen(u).defined()) out->frozen(u).copy_(host.frozen(u));
   }
   return out;
+}
+
+// Every adapter gradient in `params` (after a forward_backward) against `ref`'s
+// grad.<PEFT name>, each within `tolerance`; returns the worst error and counts them.
+inline double expect_adapter_gradients(const model::Llama& llama, model::LocalParams& params,
+                                       const ckpt::SafetensorsFile& ref, double tolerance, int* count = nullptr) {
+  double worst = 0;
+  for (int u = 0; u < int(llama.units().size()); ++u) {
+    const model::UnitLayout& unit = llama.units()[size_t(u)];
+    for (const model::ParamSlot& p : unit.params) {
+      const double err = rel_error(unit.view(params.grads(u), p.name), expected_tensor(ref, "grad." + p.hf_name));
+      EXPECT_LT(err, tolerance) << p.hf_name;
+      worst = std::max(worst, err);
+      if (count != nullptr) ++*count;
+    }
+  }
+  return worst;
 }
 
 }  // namespace fsdp::test

@@ -43,17 +43,8 @@ class LoraGolden : public test::GoldenModelTest {
 
     const model::LossSum fb = llama.forward_backward(act, *params, 1.0 / double(fwd.tokens));
     EXPECT_EQ(fb.sum, fwd.sum);  // dropout 0: the training forward is the evaluation forward
-    double worst = 0;
     int checked = 0;
-    for (int u = 0; u < int(llama.units().size()); ++u) {
-      const model::UnitLayout& unit = llama.units()[size_t(u)];
-      for (const model::ParamSlot& p : unit.params) {
-        const double err = test::rel_error(unit.view(params->grads(u), p.name), test::expected_tensor(ref, "grad." + p.hf_name));
-        EXPECT_LT(err, kTolerance) << p.hf_name;
-        worst = std::max(worst, err);
-        ++checked;
-      }
-    }
+    const double worst = test::expect_adapter_gradients(llama, *params, ref, kTolerance, &checked);
     EXPECT_EQ(checked, 2 * 7 * 2);  // 2 layers x 7 linear layers x (A, B)
     std::printf("LoRA golden (%s): logits %.1e, loss %.1e, worst gradient %.1e (tolerance %.0e)\n",
                 rslora ? "rslora" : "alpha/r", logits_err, loss_err, worst, kTolerance);
@@ -90,18 +81,8 @@ TEST(MixtralLoraGolden, MatchesPeftOnRouterAndExperts) {
   EXPECT_LT(logits_err, kTolerance);
   EXPECT_LT(std::abs(loss - want) / want, kTolerance);
   llama.forward_backward(act, *params, 1.0 / double(fwd.tokens), 1.0);
-  double worst = 0;
   int checked = 0;
-  for (int u = 0; u < int(llama.units().size()); ++u) {
-    const model::UnitLayout& unit = llama.units()[size_t(u)];
-    for (const model::ParamSlot& p : unit.params) {
-      const double err =
-          test::rel_error(unit.view(params->grads(u), p.name), test::expected_tensor(ref, "grad." + p.hf_name));
-      EXPECT_LT(err, kTolerance) << p.hf_name;
-      worst = std::max(worst, err);
-      ++checked;
-    }
-  }
+  const double worst = test::expect_adapter_gradients(llama, *params, ref, kTolerance, &checked);
   EXPECT_EQ(checked, 2 * (4 + 1 + 3 * 4) * 2);  // 2 layers x (q, k, v, o, router, 3 per expert) x (A, B)
   std::printf("Mixtral LoRA golden: logits %.1e, loss %.1e, worst adapter gradient %.1e (tolerance %.0e)\n",
               logits_err, std::abs(loss - want) / want, worst, kTolerance);

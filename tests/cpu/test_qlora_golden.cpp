@@ -66,15 +66,7 @@ TEST_F(QloraGolden, PeftAdapterOnTheFourBitBaseMatches) {
   const double logits_err = test::rel_error(act.logits, test::expected_tensor(ref, "logits"));
   EXPECT_LT(logits_err, kTolerance);
   llama.forward_backward(act, *params, 1.0 / double(fwd.tokens));
-  double worst = 0;
-  for (int u = 0; u < int(llama.units().size()); ++u) {
-    const model::UnitLayout& unit = llama.units()[size_t(u)];
-    for (const model::ParamSlot& p : unit.params) {
-      const double err = test::rel_error(unit.view(params->grads(u), p.name), test::expected_tensor(ref, "grad." + p.hf_name));
-      EXPECT_LT(err, kTolerance) << p.hf_name;
-      worst = std::max(worst, err);
-    }
-  }
+  const double worst = test::expect_adapter_gradients(llama, *params, ref, kTolerance);
   std::printf("QLoRA golden: logits %.1e, worst adapter gradient %.1e (tolerance %.0e)\n", logits_err, worst,
               kTolerance);
 }

@@ -54,6 +54,11 @@ class LoraAdapter {
   void backward(const Tensor& dy, const Tensor& x, const UnitParams& p, const Tensor& dx, int64_t row0) const;
 
  private:
+  struct Pair {
+    Tensor A, B;
+  };
+  Pair pair(const Tensor& flat) const;
+  LinearScratch& scratch(const UnitParams& p, int64_t rows) const;
   // x, or d(x) written into the scratch.
   Tensor adapter_input(const Tensor& x, LinearScratch& s, int64_t row0) const;
 
