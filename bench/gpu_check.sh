@@ -4,7 +4,8 @@
 # device (ctest: every label; the `gpu` tests are the emulated suite's CUDA tests, unchanged,
 # on real hardware), and print a short table: tests passed / failed / skipped per label, and
 # the device. Then the training-step benchmark on the GPU (gpu_step_bench: ms/step,
-# tokens/s, MFU, peak memory per case; its per-op tables go to the log), fsdp_train with
+# tokens/s, MFU, peak memory per case; its per-op tables go to the log), activation
+# checkpointing's step time and memory per mode (ac_bench --device cuda), fsdp_train with
 # FULL_SHARD over every GPU here when there are several (NCCL inside the step; its last
 # metrics line; GPU_FSDP_STEP=0 skips it), and the roofline bound those numbers are to be
 # read against.
@@ -12,7 +13,7 @@
 #   bash bench/gpu_check.sh                  # build into build-gpu/, run everything
 #   GPU_BUILD_DIR=/tmp/b bash bench/gpu_check.sh -R Nccl   # extra arguments go to ctest
 #   GPU_STEP_BENCH_ARGS="--case llama-1.1b --steps 20" bash bench/gpu_check.sh
-#   GPU_STEP_BENCH=0 bash bench/gpu_check.sh # tests only
+#   GPU_STEP_BENCH=0 GPU_AC_BENCH=0 bash bench/gpu_check.sh   # tests only
 #
 # Exit status: 0 when every test ran and passed, the `gpu` tests really ran on the device
 # (not skipped) and gpu_step_bench ran every case; 1 when any failed or were skipped on the
@@ -86,6 +87,16 @@ if [ "${GPU_STEP_BENCH:-1}" != 0 ]; then
   [ "$bench_rc" -eq 0 ] || status=1
 fi
 
+# ---- activation checkpointing on the GPU: step time and memory per mode (ac_bench) ----
+ac_out="$logs/ac_bench.txt"
+ac_rc=skipped
+if [ "${GPU_AC_BENCH:-1}" != 0 ]; then
+  echo "gpu_check: ac_bench --device cuda ..."
+  ac_rc=0
+  "$build/bench/ac_bench" --device cuda >"$ac_out" 2>&1 || ac_rc=$?
+  [ "$ac_rc" -eq 0 ] || status=1
+fi
+
 # ---- FSDP across every GPU here: NCCL inside the step (the tests use tiny models) ----
 fsdp_out="$logs/fsdp_train.txt"
 fsdp_rc=skipped
@@ -127,6 +138,13 @@ else
   # Each case's title and its summary row (the line under the "case ms/step ..." header).
   awk '/^== / { print "  " $0 } /^case +ms\/step/ { getline; print "  " $0 } /failed:/ { print "  " $0 }' "$bench_out"
   [ "$bench_rc" -eq 0 ] || echo "gpu_check: gpu_step_bench failed (see $bench_out)"
+fi
+echo
+if [ "$ac_rc" = skipped ]; then
+  echo "ac_bench: not run (GPU_AC_BENCH=0)"
+else
+  echo "ac_bench, activation checkpointing per mode against none (exit $ac_rc; $ac_out):"
+  sed 's/^/  /' "$ac_out"
 fi
 echo
 if [ "$fsdp_rc" = skipped ]; then

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "cpu_step_cases.h"
 #include "fsdp/config/config.h"
 #include "fsdp/train/trainer.h"
 
@@ -32,32 +33,17 @@ double sgemm_peak_gflops(int n) {
   return best;
 }
 
-struct Case {
-  std::string name;
-  std::vector<std::string> overrides;
-};
-
 }  // namespace
 
 int main(int argc, char** argv) {
   const int steps = argc > 1 ? std::stoi(argv[1]) : 5;
   const double peak = sgemm_peak_gflops(2048);
   std::printf("sgemm peak (2048^3, this process): %.1f GFLOP/s\n\n", peak);
-  const std::vector<Case> cases = {
-      {"tiny (1.0M params, seq 128, 16x128 tokens/step)",
-       {"model.preset=tiny", "train.seq_len=128", "train.micro_batch_size=16"}},
-      {"llama-50M (58M params, seq 512, 4x512 tokens/step)",
-       {"model.preset=tiny", "model.vocab_size=32000", "model.hidden_size=512", "model.intermediate_size=1408",
-        "model.num_layers=8", "model.num_heads=8", "model.num_kv_heads=8", "train.seq_len=512",
-        "train.micro_batch_size=4"}},
-  };
   std::printf("%-52s %12s %12s %10s %12s\n", "model", "ms/step", "tokens/s", "GFLOP/s", "of sgemm peak");
-  for (const Case& c : cases) {
-    std::vector<std::string> o = c.overrides;
-    o.push_back("logging.metrics=false");
-    o.push_back("train.max_steps=1000");
+  for (const bench::StepCase& c : bench::cpu_step_cases()) {
     auto groups = fsdp::dist::local_process_groups();
-    fsdp::train::Trainer trainer(fsdp::config::load_config_string("", "step_bench", o), groups);
+    const auto cfg = fsdp::config::load_config_string("", "step_bench", bench::bench_overrides(c));
+    fsdp::train::Trainer trainer(cfg, groups);
     for (int i = 0; i < 2; ++i) trainer.train_step();
     double ms = 0, tok = 0, gf = 0;
     for (int i = 0; i < steps; ++i) {

@@ -14,6 +14,7 @@ packages=(
   libopenblas-openmp-dev libopenblas0-openmp # BLAS, OpenMP build: see bench/README.md
   libgtest-dev libgmock-dev  # tests
   zlib1g-dev libzstd-dev     # compressed corpora
+  clang libclang-rt-dev libomp-dev  # the fuzz targets (libFuzzer, ASan, UBSan; OpenMP for clang): tests/fuzz
 )
 
 missing=()

@@ -5,7 +5,9 @@
 # Two builds: build/ (the product; its CUDA backend compiled by nvcc when the toolkit is
 # there) and build-emu/ (EMU_BUILD_DIR), the CUDA backend built for the CPU emulator with
 # AddressSanitizer, where the CUDA tests (label emulated-gpu) run every kernel without a
-# GPU (tests/README.md). FSDP_TEST_EMULATION=0 skips the second.
+# GPU (tests/README.md). FSDP_TEST_EMULATION=0 skips the second. A third, build-fuzz/
+# (FUZZ_BUILD_DIR), builds the libFuzzer targets with clang, ASan and UBSan and runs each for
+# FSDP_FUZZ_SECONDS (label fuzz; tests/README.md, "Fuzzing"); FSDP_TEST_FUZZ=0 skips it.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 status=0
@@ -26,5 +28,11 @@ if [ "${FSDP_TEST_EMULATION:-1}" != 0 ]; then
   (cd "$emu" && ctest --output-on-failure -j"$(nproc)" -L emulated-gpu "$@") || status=$?
   (cd "$emu" && FSDP_EMU_SCHEDULE=reverse ctest --output-on-failure -j"$(nproc)" -L emulated-gpu \
     -E '^(cuda_fsdp_np|gpu_step_bench_smoke)' "$@") || status=$?
+fi
+if [ "${FSDP_TEST_FUZZ:-1}" != 0 ]; then
+  fuzz="${FUZZ_BUILD_DIR:-$root/build-fuzz}"
+  CC=clang CXX=clang++ BUILD_DIR="$fuzz" BUILD_TARGET=fsdp_fuzzers bash "$root/scripts/build.sh" \
+    -DFSDP_FUZZ=ON -DFSDP_CUDA=OFF -DFSDP_BENCH=OFF ${FSDP_FUZZ_SECONDS:+-DFSDP_FUZZ_SECONDS=$FSDP_FUZZ_SECONDS}
+  (cd "$fuzz" && ctest --output-on-failure -j"$(nproc)" -L fuzz "$@") || status=$?
 fi
 exit "$status"

@@ -9,13 +9,17 @@
 #include "fsdp/config/config.h"
 #include "fsdp/core/error.h"
 #include "fsdp/dist/communicator.h"
+#include "fsdp/dist/watchdog.h"
 #include "fsdp/train/exit_codes.h"
 #include "fsdp/train/error_report.h"
 #include "fsdp/train/export_main.h"
 #include "fsdp/train/generate_main.h"
 #include "fsdp/train/launch_checks.h"
+#include "fsdp/train/output_dirs.h"
+#include "fsdp/train/plan_main.h"
 #include "fsdp/train/preemption.h"
 #include "fsdp/train/prepare_main.h"
+#include "fsdp/train/trace_merge_main.h"
 #include "fsdp/train/trainer.h"
 
 namespace {
@@ -29,10 +33,12 @@ const char* kUsage =
     "\n"
     "commands:\n"
     "  train --config FILE [--set section.key=value]...   train a model\n"
-    "  eval  --config FILE [--set section.key=value]...   mean loss over eval.batches batches\n"
+    "  eval  --config FILE [--split NAME] [--set ...]     mean loss over eval.batches batches\n"
     "  prepare --tokenizer MODEL --output DIR INPUT...    tokenize text into training shards\n"
     "  generate --checkpoint DIR --tokenizer MODEL --prompt TEXT   continue a prompt with a model\n"
     "  export --checkpoint DIR --output HF_DIR                   write a Hugging Face Llama folder\n"
+    "  trace-merge DIR [--output FILE]                    merge a run's per-rank traces into one\n"
+    "  plan  --config FILE [--ranks N] [--device-memory SIZE]    memory per rank, the largest micro-batch that fits\n"
     "\n"
     "options:\n"
     "  --help       this text (with a command: its options and every config key)\n"
@@ -42,6 +48,7 @@ struct Args {
   std::string command;
   std::string config_path;
   std::vector<std::string> overrides;
+  std::string split;  // eval --split NAME: eval.split
   bool help = false;
   bool version = false;
 };
@@ -66,6 +73,10 @@ Args parse_args(int argc, char** argv) {
       a.config_path = value("--config");
     } else if (arg.starts_with("--config=")) {
       a.config_path = arg.substr(9);
+    } else if (arg == "--split") {
+      a.split = value("--split");
+    } else if (arg.starts_with("--split=")) {
+      a.split = arg.substr(8);
     } else if (arg == "--set") {
       a.overrides.push_back(value("--set"));
     } else if (arg.starts_with("--set=")) {
@@ -86,14 +97,20 @@ void print_command_help(const std::string& command) {
                 "every step to <run.dir>/metrics.jsonl.\n\n");
   } else {
     std::printf("Evaluates the model (model.init_from, or the seeded initialisation) on eval.batches\n"
-                "validation batches; the last line of output is `eval_loss <value>`.\n\n");
+                "batches of the validation shards (eval.split, default val; --split NAME sets it: --split\n"
+                "train evaluates the training shards); the last line of output is `eval_loss <value>`.\n\n");
   }
   std::printf("%s", fsdp::config::describe_keys().c_str());  // its own "Config keys" header
 }
 
 fsdp::config::Config load(const Args& a) {
   if (a.config_path.empty()) throw UsageError{"fsdp_train " + a.command + ": --config FILE is required"};
-  return fsdp::config::load_config(a.config_path, a.overrides);
+  std::vector<std::string> overrides = a.overrides;
+  if (!a.split.empty()) {
+    if (a.command != "eval") throw UsageError{"--split is an option of fsdp_train eval (train evaluates eval.split)"};
+    overrides.push_back("eval.split=" + a.split);  // after the --set ones: the flag wins
+  }
+  return fsdp::config::load_config(a.config_path, overrides);
 }
 
 // Rank 0 speaks for the job; other ranks report only warnings and errors, prefixed with
@@ -116,6 +133,8 @@ int main(int argc, char** argv) {
   if (argc >= 2 && std::string(argv[1]) == "prepare") return fsdp::train::prepare_main(argc - 1, argv + 1);
   if (argc >= 2 && std::string(argv[1]) == "generate") return fsdp::train::generate_main(argc - 1, argv + 1);
   if (argc >= 2 && std::string(argv[1]) == "export") return fsdp::train::export_main(argc - 1, argv + 1);
+  if (argc >= 2 && std::string(argv[1]) == "trace-merge") return fsdp::train::trace_merge_main(argc - 1, argv + 1);
+  if (argc >= 2 && std::string(argv[1]) == "plan") return fsdp::train::plan_main(argc - 1, argv + 1);
   Args args;
   try {
     args = parse_args(argc, argv);
@@ -155,6 +174,12 @@ int main(int argc, char** argv) {
   fsdp::dist::ProcessGroups groups;
   int code = kExitOk;
   try {
+    // Armed before the first collective (start-up's config check included).
+    fsdp::dist::configure_watchdog({cfg.dist.timeout_s, fsdp::train::kExitPeerFailure,
+                                    [](const fsdp::dist::WatchdogReport& r) {
+                                      spdlog::error("{}", r.line());
+                                      spdlog::default_logger()->flush();
+                                    }});
     try {
       groups = fsdp::dist::init_process_groups(fsdp::train::shard_group_size(cfg));
     } catch (const fsdp::Error& e) {
@@ -168,8 +193,14 @@ int main(int argc, char** argv) {
                  fsdp::config::dump_yaml(cfg));
     // Before the trainer: a signal during start-up (resume, init) still means "checkpoint
     // at the first step boundary and exit", not death.
-    if (args.command == "train") fsdp::train::install_preemption_handlers();
-    fsdp::train::Trainer trainer(cfg, groups);
+    if (args.command == "train") {
+      fsdp::train::install_preemption_handlers();
+      // Outputs that cannot be written fail now, not at the first save after the whole run.
+      fsdp::train::check_output_dirs(cfg, *groups.world);
+    }
+    fsdp::train::Trainer trainer(cfg, groups,
+                                 args.command == "train" ? fsdp::train::TrainerPurpose::Train
+                                                         : fsdp::train::TrainerPurpose::Evaluate);
     if (args.command == "train") {
       code = trainer.run();
     } else {

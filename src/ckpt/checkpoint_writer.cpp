@@ -28,6 +28,8 @@
 #include "fsdp/ckpt/checkpoint_reader.h"
 #include "fsdp/ckpt/safetensors.h"
 #include "fsdp/core/error.h"
+#include "fsdp/core/memory_category.h"
+#include "fsdp/core/trace.h"
 #include "durable_file.h"
 #include "rank_verdict.h"
 #if defined(FSDP_WITH_CUDA)
@@ -103,6 +105,7 @@ bool CheckpointWriter::local_busy() const { return job_ && !job_->done.load(std:
 
 void CheckpointWriter::write_local(Job& job) {
   const auto t0 = std::chrono::steady_clock::now();
+  const trace::Span span("checkpoint write", "checkpoint", "step", job.step);
   try {
     if (job.writes) {
       std::vector<WriteEntry> entries;
@@ -156,6 +159,8 @@ void CheckpointWriter::start_tmp_dir(int64_t step) {
 // Host copies of the shards in buffers owned here (allocated at the first save, page-locked
 // when the shards are on a GPU so the copy runs at the link's speed).
 void CheckpointWriter::take_snapshot(const std::vector<UnitShard>& shards) {
+  const trace::Span span("checkpoint snapshot", "checkpoint");
+  const memory::CategoryScope tag("checkpoint/snapshot");
   if (snapshot_.size() != shards.size()) snapshot_.assign(shards.size(), UnitShard{});
   for (size_t u = 0; u < shards.size(); ++u) {
     UnitShard& dst = snapshot_[u];
@@ -184,6 +189,7 @@ void CheckpointWriter::take_snapshot(const std::vector<UnitShard>& shards) {
 
 SaveStats CheckpointWriter::save(const CheckpointMeta& meta, const std::vector<UnitShard>& shards) {
   finish();  // a previous asynchronous save commits first
+  const trace::Span span("checkpoint save", "checkpoint", "step", meta.state.step);
   const auto t0 = std::chrono::steady_clock::now();
   FSDP_CHECK(shards.size() == meta.units.size(), "checkpoint: {} shards for {} units", shards.size(),
              meta.units.size());
@@ -211,7 +217,10 @@ SaveStats CheckpointWriter::save(const CheckpointMeta& meta, const std::vector<U
     return s;
   }
   job.stall_seconds = seconds_since(t0);
-  job.thread = std::thread([this, &job] { write_local(job); });
+  job.thread = std::thread([this, &job] {
+    trace::set_thread_name("checkpoint writer");
+    write_local(job);
+  });
   SaveStats s;
   s.step = step;
   s.stall_seconds = job.stall_seconds;
@@ -256,6 +265,7 @@ Manifest CheckpointWriter::build_manifest(const Job& job, const std::vector<Rank
   m.world_size = int(status.size());
   m.shard_group_size = job.meta.shard_group_size;
   m.config_yaml = job.meta.config_yaml;
+  m.run_id = job.meta.run_id;
   m.base = job.meta.base;
   for (const model::UnitLayout& u : job.meta.units) m.units.push_back(ManifestUnit{u.name, u.numel, {}});
   for (int i = 0; i < int(status.size()); ++i) {
@@ -301,11 +311,22 @@ void CheckpointWriter::abandon(const Job& job, const std::string& local_error, c
             job.step, fmt::join(failed_ranks, ", "));
 }
 
-// Rank 0: complete checkpoints beyond keep_last, and leftovers of crashed saves.
-void CheckpointWriter::prune() const {
+// Rank 0: complete checkpoints beyond keep_last, and leftovers of crashed saves. The one
+// just written always stays, whatever steps the others have (a directory holding a higher
+// step than this run's would otherwise make rotation delete the new checkpoint at once;
+// Note [Run ownership] in train/run_ownership.h keeps other runs out, this is the backstop).
+void CheckpointWriter::prune(const std::string& just_written) const {
   const auto complete = list_checkpoints(opt_.dir);
   if (opt_.keep_last > 0) {
-    for (size_t i = size_t(opt_.keep_last); i < complete.size(); ++i) remove_checkpoint_dir(complete[i]);
+    int kept = 1;  // just_written
+    for (const std::string& path : complete) {
+      if (fs::path(path) == fs::path(just_written)) continue;
+      if (kept < opt_.keep_last) {
+        ++kept;
+        continue;
+      }
+      remove_checkpoint_dir(path);
+    }
   }
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(opt_.dir, ec)) {
@@ -317,6 +338,7 @@ void CheckpointWriter::prune() const {
 }
 
 SaveStats CheckpointWriter::commit() {
+  const trace::Span span("checkpoint commit", "checkpoint");
   FSDP_CHECK(pending_, "checkpoint commit without a save");
   Job& job = *job_;
   if (job.thread.joinable()) job.thread.join();  // only reached once every rank reported done
@@ -340,7 +362,7 @@ SaveStats CheckpointWriter::commit() {
   }
   // Only rank 0 publishes: if that failed, rank 0 is the one every rank names.
   if (detail::count_failures(!error.empty(), world) != 0) abandon(job, error, {0});
-  if (world.rank() == 0) prune();
+  if (world.rank() == 0) prune(job.final_dir.string());
   SaveStats s;
   s.step = job.step;
   s.stall_seconds = job.stall_seconds;

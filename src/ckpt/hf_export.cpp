@@ -18,6 +18,7 @@
 
 #include "fsdp/ckpt/safetensors.h"
 #include "fsdp/core/error.h"
+#include "fsdp/model/rope_scaling.h"
 #include "durable_file.h"
 #include "export_folder.h"
 
@@ -78,6 +79,18 @@ json tokenizer_config(const TokenizerFiles& t, const model::LlamaConfig& cfg) {
           {"sp_model_kwargs", json::object()}};
 }
 
+// transformers' rope_scaling object (null without scaling), as Llama 3.1's config.json has it.
+json rope_scaling_json(const model::RopeScaling& s) {
+  if (s.type == model::RopeScaling::Type::None) return nullptr;
+  json r = {{"rope_type", model::rope_scaling_name(s.type)}, {"factor", s.factor}};
+  if (s.type == model::RopeScaling::Type::Llama3) {
+    r["low_freq_factor"] = s.low_freq_factor;
+    r["high_freq_factor"] = s.high_freq_factor;
+    r["original_max_position_embeddings"] = s.original_max_position;
+  }
+  return r;
+}
+
 json config_json(const model::LlamaConfig& cfg, const char* torch_dtype, std::optional<int64_t> bos,
                  std::optional<int64_t> eos) {
   json j = {{"architectures", {"LlamaForCausalLM"}},
@@ -92,16 +105,20 @@ json config_json(const model::LlamaConfig& cfg, const char* torch_dtype, std::op
             {"max_position_embeddings", cfg.max_seq_len},
             {"rms_norm_eps", cfg.norm_eps},
             {"rope_theta", cfg.rope_theta},
-            {"rope_scaling", nullptr},
+            {"rope_scaling", rope_scaling_json(cfg.rope_scaling)},
             {"hidden_act", "silu"},
             {"attention_bias", false},
             {"attention_dropout", 0.0},
             {"mlp_bias", false},
-            {"tie_word_embeddings", false},
+            {"tie_word_embeddings", cfg.tie_word_embeddings},
             {"pretraining_tp", 1},
             {"use_cache", true},
             {"torch_dtype", torch_dtype}};
   if (cfg.is_moe()) {
+    FSDP_CHECK(cfg.rope_scaling.type == model::RopeScaling::Type::None,
+               "write_hf_llama: a mixture of experts with {} RoPE scaling has no Hugging Face form: transformers "
+               "4.x's MixtralForCausalLM ignores rope_scaling",
+               model::rope_scaling_name(cfg.rope_scaling.type));
     // transformers 4.x's MixtralConfig: the per-expert weight names this writer uses.
     j["architectures"] = {"MixtralForCausalLM"};
     j["model_type"] = "mixtral";

@@ -1,13 +1,19 @@
 #include "fsdp/ckpt/hf_import.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <type_traits>
 #include <filesystem>
-#include <fstream>
+#include <limits>
+#include <optional>
+#include <type_traits>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "fsdp/core/error.h"
+#include "fsdp/core/regular_file.h"
+#include "fsdp/model/rope_scaling.h"
 
 namespace fsdp::ckpt {
 
@@ -15,14 +21,45 @@ namespace {
 
 using nlohmann::json;
 
-template <typename T>
-T required(const json& j, const std::string& key, const std::string& path) {
-  FSDP_CHECK(j.contains(key) && !j[key].is_null(), "{}: missing '{}'", path, key);
-  try {
-    return j[key].get<T>();
-  } catch (const json::exception& e) {
-    FSDP_FAIL("{}: '{}' has the wrong type ({})", path, key, e.what());
+// config.json is read as strictly as the YAML config: every field the model uses must
+// have its JSON type (an integer is a JSON integer: 96.5 is refused, not truncated) and lie
+// in its range before any arithmetic runs on it (num_attention_heads 0 once divided by
+// zero). Errors name the file and the key.
+std::string json_kind(const json& v) {
+  if (v.is_number_float()) return fmt::format("the number {}", v.dump());
+  if (v.is_string()) return fmt::format("the string {}", v.dump());
+  return std::string(v.is_array() ? "a list" : v.is_object() ? "an object" : v.type_name());
+}
+
+int64_t integer_field(const json& j, const std::string& key, const std::string& path, int64_t lo, int64_t hi,
+                      std::optional<int64_t> fallback = std::nullopt) {
+  if (!j.contains(key) || j[key].is_null()) {
+    FSDP_CHECK(fallback.has_value(), "{}: missing '{}'", path, key);
+    return *fallback;
   }
+  const json& v = j[key];
+  FSDP_CHECK(v.is_number_integer(), "{}: '{}' must be an integer, got {}", path, key, json_kind(v));
+  const bool too_big = v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(hi);
+  const int64_t x = too_big ? hi : v.get<int64_t>();
+  FSDP_CHECK(!too_big && x >= lo && x <= hi, "{}: '{}' must be in [{}, {}], got {}", path, key, lo, hi, v.dump());
+  return x;
+}
+
+double number_field(const json& j, const std::string& key, const std::string& path, double fallback) {
+  if (!j.contains(key) || j[key].is_null()) return fallback;
+  const json& v = j[key];
+  FSDP_CHECK(v.is_number(), "{}: '{}' must be a number, got {}", path, key, json_kind(v));
+  return v.get<double>();
+}
+
+template <typename T>
+T typed_field(const json& j, const std::string& key, const std::string& path, T fallback) {
+  if (!j.contains(key) || j[key].is_null()) return fallback;
+  const json& v = j[key];
+  const bool ok = std::is_same_v<T, bool> ? v.is_boolean() : v.is_string();
+  FSDP_CHECK(ok, "{}: '{}' must be {}, got {}", path, key, std::is_same_v<T, bool> ? "true or false" : "a string",
+             json_kind(v));
+  return v.get<T>();
 }
 
 std::string shape_string(const std::vector<int64_t>& s) {
@@ -73,56 +110,114 @@ namespace {
 // router_aux_loss_coef is 0.001; Mixtral-8x7B's config.json says 0.02, so a missing key
 // takes the class default, as transformers would.
 void read_mixtral_routing(const json& j, const std::string& path, model::LlamaConfig& c) {
-  c.num_experts = required<int64_t>(j, "num_local_experts", path);
-  c.experts_per_token = required<int64_t>(j, "num_experts_per_tok", path);
-  c.router_aux_loss_coef = j.value("router_aux_loss_coef", 0.001);
-  FSDP_CHECK(j.value("router_jitter_noise", 0.0) == 0.0,
-             "{}: router_jitter_noise {} is not supported (0 only: routing here is deterministic)", path,
-             j.value("router_jitter_noise", 0.0));
+  using L = model::ShapeLimits;
+  c.num_experts = integer_field(j, "num_local_experts", path, 1, L::num_experts);
+  c.experts_per_token = integer_field(j, "num_experts_per_tok", path, 1, c.num_experts);
+  c.router_aux_loss_coef = number_field(j, "router_aux_loss_coef", path, 0.001);
+  const double jitter = number_field(j, "router_jitter_noise", path, 0.0);
+  FSDP_CHECK(jitter == 0.0, "{}: router_jitter_noise {} is not supported (0 only: routing here is deterministic)",
+             path, jitter);
   if (j.contains("sliding_window") && !j["sliding_window"].is_null()) {
-    const int64_t w = j["sliding_window"].get<int64_t>();
+    const int64_t w = integer_field(j, "sliding_window", path, 1, std::numeric_limits<int64_t>::max());
     FSDP_CHECK(w >= c.max_seq_len, "{}: sliding_window {} shorter than max_position_embeddings {} is not supported",
                path, w, c.max_seq_len);
   }
 }
 
+// A number or integer field of rope_scaling, typed as transformers writes it.
+double rope_number(const json& r, const char* key, const std::string& path) {
+  const auto it = r.find(key);
+  FSDP_CHECK(it != r.end() && it->is_number(), "{}: rope_scaling.{} must be a number, got {}", path, key,
+             it == r.end() ? "nothing" : it->dump());
+  return it->get<double>();
+}
+
+// config.json's rope_scaling (transformers 4.x): {"rope_type" (or the older "type"): "linear"
+// | "llama3" | "default", "factor": f, and for llama3 "low_freq_factor", "high_freq_factor",
+// "original_max_position_embeddings"}. Other types are refused by name.
+model::RopeScaling read_rope_scaling(const json& j, const std::string& path) {
+  model::RopeScaling s;
+  const auto it = j.find("rope_scaling");
+  if (it == j.end() || it->is_null()) return s;
+  const json& r = *it;
+  FSDP_CHECK(r.is_object(), "{}: rope_scaling must be an object or null, got {}", path, r.dump());
+  const auto type = r.contains("rope_type") ? r.find("rope_type") : r.find("type");
+  FSDP_CHECK(type != r.end() && type->is_string(), "{}: rope_scaling has no rope_type string", path);
+  const std::string name = type->get<std::string>();
+  if (name == "default") return s;  // transformers' name for unscaled RoPE
+  try {
+    s.type = model::rope_scaling_type(name);
+  } catch (const Error& e) {
+    FSDP_FAIL("{}: {}", path, e.what());
+  }
+  s.factor = rope_number(r, "factor", path);
+  if (s.type == model::RopeScaling::Type::Llama3) {
+    s.low_freq_factor = rope_number(r, "low_freq_factor", path);
+    s.high_freq_factor = rope_number(r, "high_freq_factor", path);
+    FSDP_CHECK(r.contains("original_max_position_embeddings"), "{}: rope_scaling has no original_max_position_embeddings",
+               path);
+    s.original_max_position =
+        integer_field(r, "original_max_position_embeddings", path, 1, model::ShapeLimits::max_seq_len);
+  }
+  return s;
+}
+
+// tie_word_embeddings: transformers' default is false for Llama and Mixtral.
+bool read_tie_word_embeddings(const json& j, const std::string& path) {
+  const auto it = j.find("tie_word_embeddings");
+  if (it == j.end() || it->is_null()) return false;
+  FSDP_CHECK(it->is_boolean(), "{}: tie_word_embeddings must be true or false, got {}", path, it->dump());
+  return it->get<bool>();
+}
+
 }  // namespace
 
-model::LlamaConfig read_hf_llama_config(const std::string& folder) {
+static model::LlamaConfig parse_hf_llama_config(const std::string& folder) {
   const std::string path = (std::filesystem::path(folder) / "config.json").string();
-  std::ifstream in(path);
-  FSDP_CHECK(in.good(), "cannot open {} (model.init_from must be a Hugging Face model folder)", path);
+  std::error_code ec;
+  FSDP_CHECK(std::filesystem::exists(path, ec), "cannot open {} (model.init_from must be a Hugging Face model folder)",
+             path);
   json j;
   try {
-    j = json::parse(in);
+    j = json::parse(read_regular_file(path));
   } catch (const json::exception& e) {
     FSDP_FAIL("{}: not valid JSON: {}", path, e.what());
   }
-  const std::string type = j.value("model_type", std::string("llama"));
+  FSDP_CHECK(j.is_object(), "{}: expected a JSON object of model settings, got {}", path, json_kind(j));
+  const std::string type = typed_field<std::string>(j, "model_type", path, "llama");
   FSDP_CHECK(type == "llama" || type == "mixtral", "{}: model_type '{}' is not supported (expected llama or mixtral)",
              path, type);
-  FSDP_CHECK(j.value("hidden_act", std::string("silu")) == "silu", "{}: hidden_act '{}' is not supported (silu only)",
-             path, j.value("hidden_act", std::string()));
-  FSDP_CHECK(!j.value("attention_bias", false), "{}: attention_bias=true is not supported", path);
-  FSDP_CHECK(!j.value("mlp_bias", false), "{}: mlp_bias=true is not supported", path);
-  FSDP_CHECK(!j.contains("rope_scaling") || j["rope_scaling"].is_null(), "{}: rope_scaling is not supported", path);
+  const std::string act = typed_field<std::string>(j, "hidden_act", path, "silu");
+  FSDP_CHECK(act == "silu", "{}: hidden_act '{}' is not supported (silu only)", path, act);
+  FSDP_CHECK(!typed_field(j, "attention_bias", path, false), "{}: attention_bias=true is not supported", path);
+  FSDP_CHECK(!typed_field(j, "mlp_bias", path, false), "{}: mlp_bias=true is not supported", path);
+  using L = model::ShapeLimits;
   model::LlamaConfig c;
-  c.vocab_size = required<int64_t>(j, "vocab_size", path);
-  c.hidden_size = required<int64_t>(j, "hidden_size", path);
-  c.intermediate_size = required<int64_t>(j, "intermediate_size", path);
-  c.num_layers = required<int64_t>(j, "num_hidden_layers", path);
-  c.num_heads = required<int64_t>(j, "num_attention_heads", path);
-  c.num_kv_heads = j.contains("num_key_value_heads") && !j["num_key_value_heads"].is_null()
-                       ? j["num_key_value_heads"].get<int64_t>()
-                       : c.num_heads;
-  c.max_seq_len = required<int64_t>(j, "max_position_embeddings", path);
-  c.rope_theta = j.value("rope_theta", 10000.0);
-  c.norm_eps = j.value("rms_norm_eps", 1e-6);
+  c.vocab_size = integer_field(j, "vocab_size", path, 1, L::vocab_size);
+  c.hidden_size = integer_field(j, "hidden_size", path, 1, L::hidden_size);
+  c.intermediate_size = integer_field(j, "intermediate_size", path, 1, L::intermediate_size);
+  c.num_layers = integer_field(j, "num_hidden_layers", path, 1, L::num_layers);
+  c.num_heads = integer_field(j, "num_attention_heads", path, 1, L::num_heads);
+  c.num_kv_heads = integer_field(j, "num_key_value_heads", path, 1, L::num_heads, c.num_heads);
+  c.max_seq_len = integer_field(j, "max_position_embeddings", path, 1, L::max_seq_len);
+  c.rope_theta = number_field(j, "rope_theta", path, 10000.0);
+  c.norm_eps = number_field(j, "rms_norm_eps", path, 1e-6);
+  FSDP_CHECK(c.hidden_size % c.num_heads == 0, "{}: hidden_size {} is not divisible by num_attention_heads {}", path,
+             c.hidden_size, c.num_heads);
+  FSDP_CHECK(c.num_heads % c.num_kv_heads == 0, "{}: num_attention_heads {} is not divisible by num_key_value_heads {}",
+             path, c.num_heads, c.num_kv_heads);
   if (j.contains("head_dim") && !j["head_dim"].is_null()) {
-    FSDP_CHECK(j["head_dim"].get<int64_t>() == c.hidden_size / c.num_heads,
-               "{}: head_dim {} differs from hidden_size / num_attention_heads = {}; not supported", path,
-               j["head_dim"].get<int64_t>(), c.hidden_size / c.num_heads);
+    const int64_t head_dim = integer_field(j, "head_dim", path, 1, L::hidden_size);
+    FSDP_CHECK(head_dim == c.hidden_size / c.num_heads,
+               "{}: head_dim {} differs from hidden_size / num_attention_heads = {}; not supported", path, head_dim,
+               c.hidden_size / c.num_heads);
   }
+  c.rope_scaling = read_rope_scaling(j, path);
+  FSDP_CHECK(type != "mixtral" || c.rope_scaling.type == model::RopeScaling::Type::None,
+             "{}: rope_scaling in a Mixtral config is not supported: transformers 4.x's MixtralForCausalLM ignores it, "
+             "so its logits would not be this model's",
+             path);
+  c.tie_word_embeddings = read_tie_word_embeddings(j, path);
   if (type == "mixtral") read_mixtral_routing(j, path, c);
   try {
     c.validate();
@@ -130,6 +225,17 @@ model::LlamaConfig read_hf_llama_config(const std::string& folder) {
     FSDP_FAIL("{}: {}", path, e.what());
   }
   return c;
+}
+
+model::LlamaConfig read_hf_llama_config(const std::string& folder) {
+  // A value of the wrong JSON type (a number where the object or a string belongs, ...)
+  // throws nlohmann's own exception from any line above, which no caller turns into one
+  // line naming the file (found by tests/fuzz/fuzz_hf_config_json.cpp).
+  try {
+    return parse_hf_llama_config(folder);
+  } catch (const json::exception& e) {
+    FSDP_FAIL("{}: a value has the wrong type: {}", (std::filesystem::path(folder) / "config.json").string(), e.what());
+  }
 }
 
 void load_hf_unit(const SafetensorsFolder& folder, const model::UnitLayout& unit, const Tensor& flat, int64_t begin) {

@@ -1,13 +1,54 @@
 // manifest.json written and read side by side: each struct's to_json and from_json sit
 // together (nlohmann's ADL hooks), so adding a field is one edit in one place. Keys are
 // written sorted (nlohmann::json is an ordered map by key), as they always were.
+//
+// Note [Manifest schema]
+// A manifest is read as strictly as a config: resume trusts it to say where every element
+// lives, so a CRC-valid manifest that is malformed (world_size 0, strategy FOO, step 2^62,
+// bytes 1e30, a file name with a '/') must fail to parse, which makes the checkpoint
+// "broken": resume: auto skips it for the previous one, as for a CRC mismatch. Integers
+// must be JSON integers in range (nlohmann would silently truncate 1e30 or 2.5), every
+// model size within model::ShapeLimits, and the counts must agree with each other: the
+// rank files are one per rank of a shard group (FULL_SHARD and SHARD_GRAD_OP: the world,
+// HYBRID_SHARD: shard_group_size, NO_SHARD: one), a step is at most INT32_MAX (train.max_steps
+// is an int), every step consumed at least one sample and every sample at least one token.
 #include "fsdp/ckpt/manifest.h"
+
+#include <cstdint>
+#include <limits>
 
 #include <nlohmann/json.hpp>
 
 #include "fsdp/core/error.h"
+#include "fsdp/model/rope_scaling.h"
 
 namespace fsdp {
+namespace {
+
+// j.at(key) as an integer in [lo, hi]; anything else is an fsdp::Error naming the key
+// (parse_manifest adds the file).
+template <typename T>
+T integer_at(const nlohmann::json& j, const char* key, T lo, T hi) {
+  const nlohmann::json& v = j.at(key);
+  FSDP_CHECK(v.is_number_integer(), "'{}' must be an integer, got {}", key, v.dump());
+  using Wide = __int128;  // holds every int64 and uint64 value: one comparison for both signs
+  const Wide x = v.is_number_unsigned() ? Wide(v.get<uint64_t>()) : Wide(v.get<int64_t>());
+  FSDP_CHECK(x >= Wide(lo) && x <= Wide(hi), "'{}' must be in [{}, {}], got {}", key, lo, hi, v.dump());
+  return v.get<T>();
+}
+
+double number_at(const nlohmann::json& j, const char* key, double lo, double fallback) {
+  if (!j.contains(key)) return fallback;
+  const nlohmann::json& v = j.at(key);
+  FSDP_CHECK(v.is_number() && v.get<double>() >= lo, "'{}' must be a number >= {}, got {}", key, lo, v.dump());
+  return v.get<double>();
+}
+
+constexpr int64_t kMaxInt64 = std::numeric_limits<int64_t>::max();
+constexpr int kMaxWorld = 1 << 20;
+
+}  // namespace
+
 namespace model {
 
 // In the model's namespace for ADL. Routing keys only for a mixture of experts, so a dense
@@ -22,22 +63,48 @@ void to_json(nlohmann::json& j, const LlamaConfig& m) {
     j["router_aux_loss_coef"] = m.router_aux_loss_coef;
     j["router_z_loss_coef"] = m.router_z_loss_coef;
   }
+  // Likewise RoPE scaling and tying only when in use.
+  const RopeScaling& r = m.rope_scaling;
+  if (r.type != RopeScaling::Type::None) {
+    j["rope_scaling"] = {{"type", rope_scaling_name(r.type)},
+                         {"factor", r.factor},
+                         {"low_freq_factor", r.low_freq_factor},
+                         {"high_freq_factor", r.high_freq_factor},
+                         {"original_max_position", r.original_max_position}};
+  }
+  if (m.tie_word_embeddings) j["tie_word_embeddings"] = true;
 }
 
 void from_json(const nlohmann::json& j, LlamaConfig& m) {
-  m.vocab_size = j.at("vocab_size").get<int64_t>();
-  m.hidden_size = j.at("hidden_size").get<int64_t>();
-  m.intermediate_size = j.at("intermediate_size").get<int64_t>();
-  m.num_layers = j.at("num_layers").get<int64_t>();
-  m.num_heads = j.at("num_heads").get<int64_t>();
-  m.num_kv_heads = j.at("num_kv_heads").get<int64_t>();
-  m.max_seq_len = j.at("max_seq_len").get<int64_t>();
-  m.rope_theta = j.at("rope_theta").get<double>();
-  m.norm_eps = j.at("norm_eps").get<double>();
-  m.num_experts = j.value("num_experts", int64_t{0});
-  m.experts_per_token = j.value("experts_per_token", int64_t{0});
-  m.router_aux_loss_coef = j.value("router_aux_loss_coef", 0.0);
-  m.router_z_loss_coef = j.value("router_z_loss_coef", 0.0);
+  using L = ShapeLimits;
+  m.vocab_size = integer_at<int64_t>(j, "vocab_size", 1, L::vocab_size);
+  m.hidden_size = integer_at<int64_t>(j, "hidden_size", 1, L::hidden_size);
+  m.intermediate_size = integer_at<int64_t>(j, "intermediate_size", 1, L::intermediate_size);
+  m.num_layers = integer_at<int64_t>(j, "num_layers", 1, L::num_layers);
+  m.num_heads = integer_at<int64_t>(j, "num_heads", 1, L::num_heads);
+  m.num_kv_heads = integer_at<int64_t>(j, "num_kv_heads", 1, L::num_heads);
+  m.max_seq_len = integer_at<int64_t>(j, "max_seq_len", 1, L::max_seq_len);
+  m.rope_theta = number_at(j, "rope_theta", 0, -1);
+  m.norm_eps = number_at(j, "norm_eps", 0, -1);
+  if (j.contains("num_experts")) m.num_experts = integer_at<int64_t>(j, "num_experts", 0, L::num_experts);
+  if (j.contains("experts_per_token"))
+    m.experts_per_token = integer_at<int64_t>(j, "experts_per_token", 0, L::num_experts);
+  m.router_aux_loss_coef = number_at(j, "router_aux_loss_coef", 0, 0.0);
+  m.router_z_loss_coef = number_at(j, "router_z_loss_coef", 0, 0.0);
+  if (const auto r = j.find("rope_scaling"); r != j.end()) {
+    FSDP_CHECK(r->is_object() && r->contains("type") && r->at("type").is_string(),
+               "'rope_scaling' must be an object with a 'type' string, got {}", r->dump());
+    m.rope_scaling.type = rope_scaling_type(r->at("type").get<std::string>());
+    m.rope_scaling.factor = number_at(*r, "factor", 0, 1.0);
+    m.rope_scaling.low_freq_factor = number_at(*r, "low_freq_factor", 0, 1.0);
+    m.rope_scaling.high_freq_factor = number_at(*r, "high_freq_factor", 0, 4.0);
+    m.rope_scaling.original_max_position = integer_at<int64_t>(*r, "original_max_position", 1, L::max_seq_len);
+  }
+  if (const auto t = j.find("tie_word_embeddings"); t != j.end()) {
+    FSDP_CHECK(t->is_boolean(), "'tie_word_embeddings' must be true or false, got {}", t->dump());
+    m.tie_word_embeddings = t->get<bool>();
+  }
+  if (const auto p = m.problem()) FSDP_FAIL("model: {}", p->message);
 }
 
 }  // namespace model
@@ -58,15 +125,15 @@ void to_json(json& j, const TrainState& s) {
 }
 
 void from_json(const json& j, TrainState& s) {
-  s.step = j.at("step").get<int64_t>();
-  s.tokens_seen = j.at("tokens_seen").get<int64_t>();
-  s.samples_seen = j.at("samples_seen").get<int64_t>();
-  s.train_seed = j.at("train_seed").get<uint64_t>();
-  s.data_seed = j.at("data_seed").get<uint64_t>();
+  s.step = integer_at<int64_t>(j, "step", 0, std::numeric_limits<int32_t>::max());
+  s.samples_seen = integer_at<int64_t>(j, "samples_seen", s.step, kMaxInt64);
+  s.tokens_seen = integer_at<int64_t>(j, "tokens_seen", s.samples_seen, kMaxInt64);
+  s.train_seed = integer_at<uint64_t>(j, "train_seed", 0, std::numeric_limits<uint64_t>::max());
+  s.data_seed = integer_at<uint64_t>(j, "data_seed", 0, std::numeric_limits<uint64_t>::max());
   // Absent from manifests written before float16 loss scaling existed.
-  s.loss_scale = j.value("loss_scale", 0.0);
-  s.loss_scale_good_steps = j.value("loss_scale_good_steps", int64_t{0});
-  s.skipped_steps = j.value("skipped_steps", int64_t{0});
+  s.loss_scale = number_at(j, "loss_scale", 0, 0.0);
+  if (j.contains("loss_scale_good_steps")) s.loss_scale_good_steps = integer_at<int64_t>(j, "loss_scale_good_steps", 0, s.step);
+  if (j.contains("skipped_steps")) s.skipped_steps = integer_at<int64_t>(j, "skipped_steps", 0, s.step);
 }
 
 void to_json(json& j, const BaseReference& b) {
@@ -84,29 +151,33 @@ void to_json(json& j, const ManifestFile& f) { j = {{"name", f.name}, {"bytes", 
 
 void from_json(const json& j, ManifestFile& f) {
   f.name = j.at("name").get<std::string>();
-  f.bytes = j.at("bytes").get<uint64_t>();
-  f.crc32 = j.at("crc32").get<uint32_t>();
+  // A plain name in the checkpoint directory: a manifest must not send the reader elsewhere.
+  FSDP_CHECK(!f.name.empty() && f.name.find('/') == std::string::npos && f.name != "." && f.name != "..",
+             "file name '{}' is not a plain file name", f.name);
+  f.bytes = integer_at<uint64_t>(j, "bytes", 0, uint64_t(1) << 53);  // RankWriteStatus carries it in a double
+  f.crc32 = integer_at<uint32_t>(j, "crc32", 0, std::numeric_limits<uint32_t>::max());
 }
 
 void to_json(json& j, const ManifestPiece& p) { j = {{"file", p.file}, {"begin", p.begin}, {"extent", p.extent}}; }
 
 void from_json(const json& j, ManifestPiece& p) {
-  p.file = j.at("file").get<int>();
-  p.begin = j.at("begin").get<int64_t>();
-  p.extent = j.at("extent").get<int64_t>();
+  p.file = integer_at<int>(j, "file", 0, kMaxWorld);
+  p.begin = integer_at<int64_t>(j, "begin", 0, kMaxInt64);
+  p.extent = integer_at<int64_t>(j, "extent", 0, kMaxInt64);
 }
 
 void to_json(json& j, const ManifestUnit& u) { j = {{"name", u.name}, {"numel", u.numel}, {"pieces", u.pieces}}; }
 
 void from_json(const json& j, ManifestUnit& u) {
   u.name = j.at("name").get<std::string>();
-  u.numel = j.at("numel").get<int64_t>();
+  u.numel = integer_at<int64_t>(j, "numel", 0, kMaxInt64);
   u.pieces = j.at("pieces").get<std::vector<ManifestPiece>>();
 }
 
 void to_json(json& j, const Manifest& m) {
   j = {{"format", kCheckpointFormat},
        {"format_version", m.format_version},
+       {"run_id", m.run_id},
        {"state", m.state},
        {"model", m.model},
        {"strategy", m.strategy},
@@ -118,15 +189,36 @@ void to_json(json& j, const Manifest& m) {
   if (m.base) j["base"] = *m.base;  // only a LoRA run has one
 }
 
+// The strategies config::to_string spells (fsdp/sharding_strategy.h; ckpt sits below fsdp).
+bool known_strategy(const std::string& s) {
+  return s == "FULL_SHARD" || s == "SHARD_GRAD_OP" || s == "NO_SHARD" || s == "HYBRID_SHARD";
+}
+
 void from_json(const json& j, Manifest& m) {
   m.format_version = j.at("format_version").get<int>();
+  m.run_id = j.value("run_id", std::string());
+  FSDP_CHECK(m.run_id.empty() || is_valid_run_id(m.run_id), "run_id '{}' is not a run id", m.run_id);
   m.state = j.at("state").get<TrainState>();
   m.model = j.at("model").get<model::LlamaConfig>();
   m.strategy = j.at("strategy").get<std::string>();
-  m.world_size = j.at("world_size").get<int>();
-  m.shard_group_size = j.at("shard_group_size").get<int>();
+  FSDP_CHECK(known_strategy(m.strategy), "strategy '{}' is not one of FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD",
+             m.strategy);
+  m.world_size = integer_at<int>(j, "world_size", 1, kMaxWorld);
+  m.shard_group_size = integer_at<int>(j, "shard_group_size", 1, m.world_size);
+  FSDP_CHECK(m.world_size % m.shard_group_size == 0, "shard_group_size {} does not divide world_size {}",
+             m.shard_group_size, m.world_size);
+  const bool whole_world = m.strategy == "FULL_SHARD" || m.strategy == "SHARD_GRAD_OP";
+  FSDP_CHECK(!whole_world || m.shard_group_size == m.world_size,
+             "strategy {} shards over the whole world, but shard_group_size {} differs from world_size {}",
+             m.strategy, m.shard_group_size, m.world_size);
+  FSDP_CHECK(m.strategy != "NO_SHARD" || m.shard_group_size == 1, "strategy NO_SHARD with shard_group_size {}",
+             m.shard_group_size);
   m.config_yaml = j.value("config", std::string());
   m.files = j.at("files").get<std::vector<ManifestFile>>();
+  // One file per rank of a shard group: replicas are not written twice (checkpoint_writer.h).
+  FSDP_CHECK(int(m.files.size()) == m.shard_group_size,
+             "{} rank files listed, but a {} checkpoint of {} rank(s) (shard group {}) has {}", m.files.size(),
+             m.strategy, m.world_size, m.shard_group_size, m.shard_group_size);
   m.units = j.at("units").get<std::vector<ManifestUnit>>();
   if (j.contains("base")) m.base = j.at("base").get<BaseReference>();
 }
@@ -161,7 +253,19 @@ Manifest parse_manifest(const std::string& text, const std::string& path) {
     return j.get<Manifest>();
   } catch (const json::exception& e) {
     FSDP_FAIL("{}: malformed manifest: {}", path, e.what());
+  } catch (const Error& e) {
+    FSDP_FAIL("{}: malformed manifest: {}", path, e.what());
   }
+}
+
+bool is_valid_run_id(const std::string& id) {
+  if (id.empty() || id.size() > 64) return false;
+  for (const char c : id) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+                    c == '_' || c == '-';
+    if (!ok) return false;
+  }
+  return true;
 }
 
 bool is_manifest_text(const std::string& text) {

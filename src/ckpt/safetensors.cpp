@@ -23,6 +23,7 @@
 #include <zlib.h>
 
 #include "fsdp/core/error.h"
+#include "fsdp/core/regular_file.h"
 #include "durable_file.h"
 
 namespace fsdp::ckpt {
@@ -153,11 +154,9 @@ std::vector<int64_t> read_as_i64(const TensorEntry& e) {
 // ---- SafetensorsFile ------------------------------------------------------------------
 
 SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
-  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  FSDP_CHECK(fd.get() >= 0, "cannot open safetensors file {}: {}", path, std::strerror(errno));
+  Fd fd(open_regular_file(path));  // a FIFO in a model folder must not hang the importer
   struct stat st {};
   FSDP_CHECK(::fstat(fd.get(), &st) == 0, "cannot stat {}: {}", path, std::strerror(errno));
-  FSDP_CHECK(S_ISREG(st.st_mode), "{} is not a regular file", path);
   const auto file_size = static_cast<uint64_t>(st.st_size);
   FSDP_CHECK(file_size >= 8, "{} is truncated: {} bytes, less than the 8-byte header length", path, file_size);
 
@@ -303,95 +302,6 @@ const TensorEntry& SafetensorsFile::entry(const std::string& name) const {
   FSDP_CHECK(it != entries_.end(), "tensor {} not found in {} ({} tensors)", name, path_, entries_.size());
   return it->second;
 }
-
-// ---- SafetensorsFolder ----------------------------------------------------------------
-
-SafetensorsFolder::SafetensorsFolder(const std::string& dir) : dir_(dir) {
-  std::error_code ec;
-  FSDP_CHECK(fs::is_directory(dir, ec), "model folder {} does not exist or is not a directory", dir);
-  const fs::path index = fs::path(dir) / "model.safetensors.index.json";
-  const fs::path single = fs::path(dir) / "model.safetensors";
-  if (fs::exists(index, ec)) {
-    open_from_index(index.string());
-  } else if (fs::exists(single, ec)) {
-    open_all({single.string()});
-  } else {
-    std::vector<std::string> paths;
-    for (const auto& item : fs::directory_iterator(dir)) {
-      if (item.is_regular_file() && item.path().extension() == ".safetensors") paths.push_back(item.path().string());
-    }
-    FSDP_CHECK(!paths.empty(), "model folder {} has no model.safetensors.index.json and no *.safetensors file", dir);
-    std::sort(paths.begin(), paths.end());
-    open_all(paths);
-  }
-}
-
-void SafetensorsFolder::open_from_index(const std::string& index_path) {
-  std::ifstream in(index_path);
-  FSDP_CHECK(in.good(), "cannot open {}: {}", index_path, std::strerror(errno));
-  json index;
-  try {
-    index = json::parse(in);
-  } catch (const json::exception& e) {
-    FSDP_FAIL("{} is not valid JSON: {}", index_path, e.what());
-  }
-  FSDP_CHECK(index.is_object() && index.contains("weight_map") && index["weight_map"].is_object(),
-             "{} has no \"weight_map\" object", index_path);
-  const json& weight_map = index["weight_map"];
-
-  std::map<std::string, const SafetensorsFile*> shards;  // shard file name -> opened file
-  for (const auto& [tensor, shard] : weight_map.items()) {
-    FSDP_CHECK(shard.is_string(), "{}: weight_map entry for tensor {} is not a file name", index_path, tensor);
-    const auto shard_name = shard.get<std::string>();
-    if (shards.count(shard_name) == 0) {
-      const fs::path shard_path = fs::path(dir_) / shard_name;
-      std::error_code ec;
-      FSDP_CHECK(fs::exists(shard_path, ec), "shard {} named in {} (for tensor {}) does not exist",
-                 shard_path.string(), index_path, tensor);
-      files_.push_back(std::make_unique<SafetensorsFile>(shard_path.string()));
-      shards[shard_name] = files_.back().get();
-    }
-    const SafetensorsFile* file = shards[shard_name];
-    FSDP_CHECK(file->contains(tensor), "{} places tensor {} in {}, which does not contain it", index_path, tensor,
-               file->path());
-    where_[tensor] = file;
-  }
-}
-
-void SafetensorsFolder::open_all(const std::vector<std::string>& paths) {
-  for (const auto& path : paths) {
-    files_.push_back(std::make_unique<SafetensorsFile>(path));
-    const SafetensorsFile* file = files_.back().get();
-    for (const auto& name : file->names()) {
-      const auto [it, inserted] = where_.emplace(name, file);
-      FSDP_CHECK(inserted, "model folder {}: tensor {} is in both {} and {}", dir_, name, it->second->path(),
-                 file->path());
-    }
-  }
-}
-
-std::vector<std::string> SafetensorsFolder::files() const {
-  std::vector<std::string> out;
-  for (const auto& f : files_) out.push_back(f->path());
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
-std::vector<std::string> SafetensorsFolder::names() const {
-  std::vector<std::string> out;
-  out.reserve(where_.size());
-  for (const auto& [name, file] : where_) out.push_back(name);
-  return out;
-}
-
-const SafetensorsFile& SafetensorsFolder::file_of(const std::string& name) const {
-  const auto it = where_.find(name);
-  FSDP_CHECK(it != where_.end(), "tensor {} not found in model folder {} ({} tensors in {} files)", name, dir_,
-             where_.size(), files_.size());
-  return *it->second;
-}
-
-const TensorEntry& SafetensorsFolder::entry(const std::string& name) const { return file_of(name).entry(name); }
 
 // ---- Writer ---------------------------------------------------------------------------
 

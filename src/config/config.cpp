@@ -15,6 +15,9 @@
 #include <yaml-cpp/yaml.h>
 
 #include "fsdp/config/config.h"
+#include "fsdp/model/llama_config.h"
+#include "fsdp/model/rope_scaling.h"
+#include "yaml_text.h"
 
 namespace fsdp::config {
 namespace {
@@ -149,6 +152,9 @@ void read_tree(const YAML::Node& root, const std::string& name, Config& cfg, Ori
 
 // ---- --set section.key=value -------------------------------------------------------------
 void apply_override(const std::string& text, long index, Config& cfg, Origins& origins) {
+  if (const size_t bad = detail::first_unprintable(text); bad != std::string::npos)
+    fail("--set", fmt::format("byte 0x{:02x} at column {} is not printable UTF-8 text",
+                              static_cast<unsigned char>(text[bad]), bad + 1));
   const std::string where = "--set " + text;
   const size_t eq = text.find('=');
   if (eq == std::string::npos) fail(where, "expected section.key=value, e.g. --set train.max_steps=5");
@@ -171,7 +177,60 @@ void apply_override(const std::string& text, long index, Config& cfg, Origins& o
   origins[path] = Origin{where, kOverrideRank + index};
 }
 
+// ---- Rules over the device and the resolved model shape ------------------------------------
+// A float16 or bfloat16 compute dtype on the CPU. What the build and the machine can do
+// (a CUDA backend, a visible GPU) is checked at start-up instead (train/setup.cpp's
+// resolve_device, through fail_key), so that a GPU config still loads on a login node.
+template <class Conflict>
+void validate_device(const Config& cfg, const Conflict& conflict) {
+  const TrainConfig& t = cfg.train;
+  if (t.device == "cpu" && t.dtype != DType::F32)
+    conflict("train.dtype",
+             fmt::format("is {}, which needs train.device cuda: the CPU computes in float32 (fsdp.param_dtype: "
+                         "bfloat16 still halves the all-gathers)",
+                         dtype_name(t.dtype)),
+             "train.device", fmt::format("is cpu, but train.dtype {} needs a GPU", dtype_name(t.dtype)));
+}
+
+// Without a model folder the shape is the preset with the keys on top, known now: every
+// rule of the model (heads dividing the width, sizes within their bounds, ...) and
+// train.seq_len within the context are config errors, blamed on the key set last.
+template <class OriginOf>
+void validate_shape(const Config& cfg, const OriginOf& origin) {
+  if (!cfg.model.init_from.empty()) return;
+  const model::LlamaConfig shape = apply_shape_keys(cfg.model, model::llama_preset(cfg.model.preset));
+  auto last_set = [&](const std::vector<std::string>& keys) {
+    std::string best = keys.front();
+    for (const std::string& k : keys)
+      if (origin(k).rank > origin(best).rank) best = k;
+    return best;
+  };
+  const std::string preset = fmt::format(" (model.preset {} with the model keys set)", cfg.model.preset);
+  if (const auto p = shape.problem()) {
+    std::vector<std::string> keys;
+    for (std::string_view k : p->keys) keys.push_back(fmt::format("model.{}", k));
+    const std::string key = last_set(keys);
+    fail(origin(key).where, fmt::format("key '{}': {}{}", key, p->message, preset));
+  }
+  if (cfg.train.seq_len > shape.max_seq_len) {
+    const std::string key = last_set({"train.seq_len", "model.max_seq_len"});
+    fail(origin(key).where, fmt::format("key '{}': train.seq_len {} exceeds the model's max_seq_len {}{}", key,
+                                        cfg.train.seq_len, shape.max_seq_len, preset));
+  }
+}
+
 // ---- The one validation pass ---------------------------------------------------------------
+// The model's layer count when the config alone decides it: the override, else the preset's
+// (none with model.init_from, whose config.json decides; none for an unknown preset, which
+// its own row reports).
+std::optional<int64_t> known_layers(const ModelConfig& m) {
+  if (m.num_layers) return *m.num_layers;
+  if (!m.init_from.empty()) return std::nullopt;
+  for (const auto& p : model::llama_presets())
+    if (p.name == m.preset) return p.config.num_layers;
+  return std::nullopt;
+}
+
 void validate(const Config& cfg, const Origins& origins, const std::string& name) {
   auto origin = [&](const std::string& key) {
     const auto it = origins.find(key);
@@ -220,26 +279,60 @@ void validate(const Config& cfg, const Origins& origins, const std::string& name
              "lora.enabled", fmt::format("must be true when model.quantization is '{}'", m.quantization));
   if (!cfg.lora.init_from.empty() && !cfg.lora.enabled)
     conflict("lora.init_from", "needs lora.enabled: true", "lora.enabled", "must be true when lora.init_from is set");
+  const TrainConfig& t = cfg.train;
+  if (t.activation_offload && t.activation_checkpointing == "none")
+    conflict("train.activation_offload",
+             "is true, which needs train.activation_checkpointing full or selective (offloading moves what a "
+             "checkpointed block keeps), got none",
+             "train.activation_checkpointing",
+             "is none, but train.activation_offload is true: offloading moves what a checkpointed block keeps; set "
+             "full or selective, or train.activation_offload: false");
+  // The layer count is known here unless it comes from model.init_from's config.json
+  // (then train/setup.cpp checks it once the folder is read).
+  if (const std::optional<int64_t> layers = known_layers(m); layers && t.activation_checkpointing_every > *layers)
+    conflict("train.activation_checkpointing_every",
+             fmt::format("must be at most the model's {} layers, got {}", *layers, t.activation_checkpointing_every),
+             "model.num_layers",
+             fmt::format("must be at least train.activation_checkpointing_every ({}), got {}",
+                         t.activation_checkpointing_every, *layers));
   if (cfg.data.source == DataSource::Shards && cfg.data.path.empty())
     conflict("data.source", "is 'shards', which needs data.path (the folder of token shards)", "data.path",
              "must not be empty when data.source is 'shards'");
+  validate_device(cfg, conflict);
+  validate_shape(cfg, origin);
 }
 
 }  // namespace
 
 Config load_config_string(const std::string& yaml_text, const std::string& display_name,
                           const std::vector<std::string>& overrides) {
-  YAML::Node root;
+  if (const size_t bad = detail::first_unprintable(yaml_text); bad != std::string::npos) {
+    const detail::TextPosition at = detail::position_of(yaml_text, bad);
+    fail(fmt::format("{}:{}", display_name, at.line),
+         fmt::format("byte 0x{:02x} at column {} is not printable UTF-8 text, all a YAML file may hold",
+                     static_cast<unsigned char>(yaml_text[bad]), at.column));
+  }
+  std::vector<YAML::Node> documents;
   try {
-    root = YAML::Load(yaml_text);
+    documents = YAML::LoadAll(yaml_text);
   } catch (const YAML::Exception& e) {
     fail(at_line(display_name, e.mark), fmt::format("invalid YAML: {}", e.msg));
   }
+  // A second document after '---' would otherwise be ignored without a word.
+  for (size_t d = 1; d < documents.size(); ++d) {
+    if (documents[d].IsNull()) continue;  // a trailing '---' holds nothing
+    fail(at_line(display_name, documents[d].Mark()),
+         "a second YAML document (after '---'): a config is one document; merge the two, or put the second in a "
+         "file of its own");
+  }
+  const YAML::Node root = documents.empty() ? YAML::Node() : documents.front();
   Config cfg;
   Origins origins;
   read_tree(root, display_name, cfg, origins);
   for (size_t i = 0; i < overrides.size(); ++i) apply_override(overrides[i], static_cast<long>(i), cfg, origins);
   validate(cfg, origins, display_name);
+  cfg.origins.file = display_name;
+  for (const auto& [key, o] : origins) cfg.origins.where[key] = o.where;
   return cfg;
 }
 
@@ -291,6 +384,57 @@ std::string describe_keys() {
 std::string checkpoint_dir(const Config& cfg) {
   if (!cfg.checkpoint.dir.empty()) return cfg.checkpoint.dir;
   return (std::filesystem::path(cfg.run.dir) / "checkpoints").string();
+}
+
+void fail_key(const Config& cfg, std::string_view key, const std::string& what) {
+  const auto it = cfg.origins.where.find(key);
+  fail(it != cfg.origins.where.end() ? it->second : cfg.origins.file, fmt::format("key '{}' {}", key, what));
+}
+
+// model.rope_* over the preset's or config.json's scaling: a type other than none starts
+// from the factors already there (Llama 3.1's for its presets), which single keys override.
+static void apply_rope_scaling(const config::ModelConfig& m, model::RopeScaling& s) {
+  if (m.rope_scaling) s.type = model::rope_scaling_type(*m.rope_scaling);
+  if (s.type == model::RopeScaling::Type::None) s = model::RopeScaling{};  // no factors to carry over
+  if (m.rope_scaling_factor) s.factor = *m.rope_scaling_factor;
+  if (m.rope_low_freq_factor) s.low_freq_factor = *m.rope_low_freq_factor;
+  if (m.rope_high_freq_factor) s.high_freq_factor = *m.rope_high_freq_factor;
+  if (m.rope_original_max_position_embeddings) s.original_max_position = *m.rope_original_max_position_embeddings;
+  const bool factors_set = m.rope_scaling_factor || m.rope_low_freq_factor || m.rope_high_freq_factor ||
+                           m.rope_original_max_position_embeddings;
+  FSDP_CHECK(!factors_set || s.type != model::RopeScaling::Type::None,
+             "model.rope_scaling_factor and the other model.rope_* factors need model.rope_scaling: linear or llama3 "
+             "(the model has no RoPE scaling)");
+}
+
+model::LlamaConfig apply_shape_keys(const ModelConfig& m, model::LlamaConfig c) {
+  auto set = [](const auto& key, auto& field) {
+    if (key) field = *key;
+  };
+  set(m.vocab_size, c.vocab_size);
+  set(m.hidden_size, c.hidden_size);
+  set(m.intermediate_size, c.intermediate_size);
+  set(m.num_layers, c.num_layers);
+  set(m.num_heads, c.num_heads);
+  set(m.num_kv_heads, c.num_kv_heads);
+  set(m.max_seq_len, c.max_seq_len);
+  set(m.rope_theta, c.rope_theta);
+  set(m.norm_eps, c.norm_eps);
+  set(m.num_experts, c.num_experts);
+  set(m.experts_per_token, c.experts_per_token);
+  set(m.router_aux_loss_coef, c.router_aux_loss_coef);
+  set(m.router_z_loss_coef, c.router_z_loss_coef);
+  // RoPE scaling is a training choice, not the folder's shape: fine-tuning a model to a
+  // longer context with position interpolation (linear) or Llama 3.1's scaling is what
+  // these keys are for. Tying is the shape (a tied folder has no lm_head to load).
+  apply_rope_scaling(m, c.rope_scaling);
+  set(m.tie_word_embeddings, c.tie_word_embeddings);
+  return c;
+}
+
+std::string profile_dir(const Config& cfg) {
+  if (!cfg.logging.profile_dir.empty()) return cfg.logging.profile_dir;
+  return (std::filesystem::path(cfg.run.dir) / "traces").string();
 }
 
 }  // namespace fsdp::config

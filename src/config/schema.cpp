@@ -19,6 +19,7 @@
 
 #include "fsdp/config/config.h"
 #include "fsdp/model/llama_config.h"
+#include "fsdp/model/rope_scaling.h"
 
 namespace fsdp::config {
 namespace {
@@ -248,9 +249,35 @@ auto ge(double lo) {
     return v >= lo ? "" : fmt::format("must be >= {}, got {}", lo, show(v));
   };
 }
+auto in_range(double lo, double hi) {
+  return [lo, hi](const auto& v) -> std::string {
+    return v >= lo && v <= hi ? "" : fmt::format("must be in [{}, {}], got {}", lo, hi, show(v));
+  };
+}
 auto in_unit_interval() {  // [0, 1): Adam's betas
   return [](const double& v) -> std::string {
     return v >= 0 && v < 1 ? "" : fmt::format("must be in [0, 1), got {}", v);
+  };
+}
+// The RoPE scaling types the model implements (model/rope_scaling.h); any other type
+// transformers knows is refused by name.
+auto rope_scaling_choice() {
+  return [](const std::string& v) -> std::string {
+    try {
+      model::rope_scaling_type(v);
+      return "";
+    } catch (const fsdp::Error&) {
+      return fmt::format("must be one of none, linear, llama3, got '{}' (dynamic, yarn, longrope and the other "
+                         "transformers types are not implemented)", v);
+    }
+  };
+}
+// A shard name prefix: train, val, or any <name> of <name>_00000.idx; never a path.
+auto split_name() {
+  return [](const std::string& v) -> std::string {
+    if (v.empty()) return "must not be empty (val, train, or the <name> of <name>_*.idx shards)";
+    if (v.find('/') != std::string::npos) return fmt::format("must be a shard name, not a path, got '{}'", v);
+    return "";
   };
 }
 auto not_empty(std::string_view hint) {
@@ -347,6 +374,21 @@ void add_model_rows(std::vector<detail::Field>& t) {
            "Weight of the load-balancing loss (transformers' load_balancing_loss_func); null = the preset's.", ge(0))
       .add("router_z_loss_coef", &ModelConfig::router_z_loss_coef,
            "Weight of the router z-loss, mean logsumexp(router logits)^2 (ST-MoE); null = the preset's.", ge(0))
+      .add("rope_scaling", &ModelConfig::rope_scaling,
+           "RoPE scaling for a longer context: none, linear (every frequency / factor) or llama3 (Llama 3.1's: "
+           "low frequencies / factor, high ones kept); null = the preset's or config.json's.",
+           rope_scaling_choice())
+      .add("rope_scaling_factor", &ModelConfig::rope_scaling_factor,
+           "RoPE scaling factor (Llama 3.1: 8); null = the preset's or config.json's.", ge(1))
+      .add("rope_low_freq_factor", &ModelConfig::rope_low_freq_factor,
+           "llama3 scaling: wavelengths above original / this are scaled (Llama 3.1: 1); null = the preset's.", gt(0))
+      .add("rope_high_freq_factor", &ModelConfig::rope_high_freq_factor,
+           "llama3 scaling: wavelengths below original / this are kept (Llama 3.1: 4); null = the preset's.", gt(0))
+      .add("rope_original_max_position_embeddings", &ModelConfig::rope_original_max_position_embeddings,
+           "llama3 scaling: the pretraining context (Llama 3.1: 8192); null = the preset's.", gt(0))
+      .add("tie_word_embeddings", &ModelConfig::tie_word_embeddings,
+           "The output head reads the embedding table instead of its own weight (Llama 3.2 1B/3B); null = the "
+           "preset's or config.json's.")
       .add("init_std", &ModelConfig::init_std, "Standard deviation of the random initialisation.", gt(0))
       .add_one_of("quantization", &ModelConfig::quantization,
                   "nf4 = store the frozen base's block matrices as bitsandbytes NF4 (4-bit NormalFloat, blocks of 64, "
@@ -380,8 +422,12 @@ void add_data_rows(std::vector<detail::Field>& t) {
       .add("source", &DataConfig::source, "Where batches come from: a seeded synthetic Markov chain, or token shards at data.path.")
       .add("path", &DataConfig::path, "Directory of token shards from `fsdp_train prepare` (train_*.bin/.idx), or a Megatron shard prefix; required when source is shards.")
       .add("val_path", &DataConfig::val_path, "Directory or prefix of validation shards; empty = the val_* shards in data.path.")
-      .add("num_workers", &DataConfig::num_workers, "Loader threads; 0 = load on the training thread.", ge(0))
-      .add("prefetch", &DataConfig::prefetch, "Micro-batches the loader prepares ahead of the step; 0 = none.", ge(0))
+      // Bounds far above any use (torch's DataLoader prefetches 2 per worker): each prefetch
+      // slot holds a micro-batch, each worker is a thread, allocated at start.
+      .add("num_workers", &DataConfig::num_workers, "Loader threads; 0 = load on the training thread.",
+           in_range(0, 256))
+      .add("prefetch", &DataConfig::prefetch, "Micro-batches the loader prepares ahead of the step; 0 = none.",
+           in_range(0, 1024))
       .add("seed", &DataConfig::seed, "Seed of the data order (shuffling, synthetic tokens).", ge(0));
 }
 
@@ -412,10 +458,24 @@ void add_train_rows(std::vector<detail::Field>& t) {
            "float16 only: clean steps before the loss scale doubles.", ge(1))
       .add_one_of("activation_checkpointing", &TrainConfig::activation_checkpointing,
                   "full = a checkpointed block keeps only its input and runs its forward again in backward "
-                  "(same bits, less memory, about one more forward of compute); none = keep every activation.",
-                  {"none", "full"})
+                  "(same bits, about one more forward of compute); selective = it also keeps its GEMM and "
+                  "attention outputs and recomputes only norms, SwiGLU and MoE gathers (less saved, little "
+                  "compute); none = keep every activation.",
+                  {"none", "full", "selective"})
       .add("activation_checkpointing_every", &TrainConfig::activation_checkpointing_every,
-           "With full: checkpoint every Nth block (blocks 0, N, 2N, ...); 1 = every block.", ge(1));
+           "With full or selective: checkpoint every Nth block (blocks 0, N, 2N, ...); 1 = every block; at most "
+           "the model's layers.",
+           ge(1))
+      .add("activation_offload", &TrainConfig::activation_offload,
+           "Move what each checkpointed block keeps to host memory (page-locked on a GPU) during the forward and "
+           "back before its backward, on a copy stream; needs activation_checkpointing.")
+      .add("activation_offload_horizon", &TrainConfig::activation_offload_horizon,
+           "With activation_offload: checkpointed blocks fetched back ahead of the backward (SMP's "
+           "activation_loading_horizon); the device holds max(horizon + 1, 3) blocks' kept tensors.",
+           ge(1))
+      .add("allow_oversubscribe", &TrainConfig::allow_oversubscribe,
+           "Train even when the memory plan (`fsdp_train plan`) says a rank's peak exceeds its device memory; "
+           "otherwise such a run is refused at start-up with the plan's table (exit 2).");
 }
 
 void add_optim_rows(std::vector<detail::Field>& t) {
@@ -441,8 +501,11 @@ void add_checkpoint_rows(std::vector<detail::Field>& t) {
            not_empty("auto, none or a checkpoint path"))
       .add("async", &CheckpointConfig::async, "Write checkpoints in the background while training goes on.")
       .add("stop_on_error", &CheckpointConfig::stop_on_error,
-           "A failed save stops the run (exit 1); false = log the error and keep training. Either way the "
-           "previous checkpoints are untouched.");
+           "A failed save stops the run (exit 1); false = log the error and keep training (a failed final save "
+           "still exits 1). Either way the previous checkpoints are untouched.")
+      .add("overwrite", &CheckpointConfig::overwrite,
+           "A run may start in a checkpoint.dir holding another run's checkpoints: they are moved aside into "
+           "<checkpoint.dir>/replaced-<time>/ (and metrics.jsonl beside itself). false = refuse to start.");
 }
 
 void add_fsdp_rows(std::vector<detail::Field>& t) {
@@ -456,15 +519,49 @@ void add_fsdp_rows(std::vector<detail::Field>& t) {
       .add("prefetch_limit", &FsdpConfig::prefetch_limit, "Units whose all-gather may run ahead of compute.", ge(0));
 }
 
+void add_dist_rows(std::vector<detail::Field>& t) {
+  SectionRows(t, "dist", &Config::dist)
+      .add("timeout_s", &DistConfig::timeout_s,
+           "Seconds a collective may wait for the other ranks (a rank killed, stopped or stuck in I/O) before every "
+           "rank reports who did not arrive and the job exits with code 76 (requeue: resume from the last "
+           "checkpoint); 0 = wait forever.",
+           [](const double& v) -> std::string {
+             return v >= 0 && v <= 1e6 ? "" : fmt::format("must be between 0 (off) and 1e6 seconds, got {}", v);
+           });
+}
+
 void add_logging_rows(std::vector<detail::Field>& t) {
   SectionRows(t, "logging", &Config::logging)
       .add_one_of("level", &LoggingConfig::level, "Console log level.", {"trace", "debug", "info", "warn", "error"})
-      .add("metrics", &LoggingConfig::metrics, "Also write every logged step to <run.dir>/metrics.jsonl.");
+      .add("metrics", &LoggingConfig::metrics, "Also write every logged step to <run.dir>/metrics.jsonl.")
+      .add("profile_wait", &LoggingConfig::profile_wait,
+           "Trace schedule (torch.profiler.schedule over global steps): steps before the warmup.", ge(0))
+      .add("profile_warmup", &LoggingConfig::profile_warmup,
+           "Trace schedule: steps recorded and dropped before the active ones (the tracer warms up).", ge(0))
+      .add("profile_active", &LoggingConfig::profile_active,
+           "Trace schedule: steps recorded into <profile_dir>/rank_<r>.trace.json (Chrome trace format, opens in "
+           "Perfetto); 0 = no trace.",
+           ge(0))
+      .add("profile_dir", &LoggingConfig::profile_dir,
+           "Where traces and memory snapshots go; empty = <run.dir>/traces.")
+      .add("memory_snapshot_step", &LoggingConfig::memory_snapshot_step,
+           "Write each rank's live allocations by category at the memory peak of this step "
+           "(<profile_dir>/rank_<r>.memory_step_<N>.json); 0 = never.",
+           ge(0))
+      .add("tensorboard", &LoggingConfig::tensorboard,
+           "Rank 0 writes every metrics.jsonl scalar to <run.dir>/tensorboard/events.out.tfevents.<time>.<host>.")
+      .add("strict", &LoggingConfig::strict,
+           "A trace, memory snapshot or TensorBoard file that cannot be written stops the run (exit 1); false = "
+           "log it once and train on without that output.");
 }
 
 void add_eval_rows(std::vector<detail::Field>& t) {
   SectionRows(t, "eval", &Config::eval)
-      .add("batches", &EvalConfig::batches, "Validation batches per evaluation.", ge(1));
+      .add("batches", &EvalConfig::batches, "Validation batches per evaluation.", ge(1))
+      .add("split", &EvalConfig::split,
+           "Shards evaluated: <split>_*.idx in data.val_path, or in data.path when that is empty (train = the "
+           "training data itself, for a corpus prepared without --val-fraction).",
+           split_name());
 }
 
 // The sections in the order --help and dump_yaml list them.
@@ -478,6 +575,7 @@ std::vector<detail::Field> build_table() {
   add_optim_rows(t);
   add_checkpoint_rows(t);
   add_fsdp_rows(t);
+  add_dist_rows(t);
   add_logging_rows(t);
   add_eval_rows(t);
   return t;
@@ -506,8 +604,9 @@ std::span<const Section> sections() {
       {"optim", "AdamW and the learning-rate schedule."},
       {"checkpoint", "Saving and resuming."},
       {"fsdp", "Sharding and mixed precision."},
-      {"logging", "Console log and metrics.jsonl."},
-      {"eval", "Evaluation on data.val_path."},
+      {"dist", "Communication between ranks: the collective watchdog."},
+      {"logging", "Console log, metrics.jsonl, TensorBoard, traces and memory snapshots."},
+      {"eval", "Evaluation on data.val_path (or a split of data.path)."},
   };
   return list;
 }

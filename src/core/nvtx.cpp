@@ -23,6 +23,7 @@ thread_local std::vector<std::pair<uint64_t, size_t>> tl_open;
 }  // namespace
 
 void push(const char* name) noexcept {
+  trace_push(name);
   try {
     std::lock_guard<std::mutex> lock(g_mu);
     size_t index = SIZE_MAX;
@@ -39,6 +40,7 @@ void push(const char* name) noexcept {
 }
 
 void pop() noexcept {
+  trace_pop();
   std::lock_guard<std::mutex> lock(g_mu);
   if (tl_open.empty()) return;  // unbalanced: nvtxRangePop ignores it too
   const auto [generation, index] = tl_open.back();

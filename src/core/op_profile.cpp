@@ -7,7 +7,12 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "fsdp/core/trace.h"
 #include "op_profile_events.h"
+#include "trace_recorder.h"
+#if defined(FSDP_WITH_CUDA)
+#include "fsdp/core/cuda.h"
+#endif
 
 namespace fsdp::op_profile {
 namespace {
@@ -37,14 +42,14 @@ Record& record() {
   return r;
 }
 
-std::string op_name(std::string_view stub) {
+}  // namespace
+
+std::string detail::op_name(std::string_view stub) {
   constexpr std::string_view kSuffix = "_stub";
   if (stub.size() > kSuffix.size() && stub.substr(stub.size() - kSuffix.size()) == kSuffix)
     stub.remove_suffix(kSuffix.size());
   return std::string(stub);
 }
-
-}  // namespace
 
 void enable(bool on) { detail::g_enabled.store(on, std::memory_order_relaxed); }
 
@@ -67,7 +72,7 @@ std::vector<OpTime> report() {
   r.pending.clear();
   std::vector<OpTime> rows;
   rows.reserve(r.totals.size());
-  for (const auto& [name, t] : r.totals) rows.push_back(OpTime{op_name(name), t.calls, t.ms});
+  for (const auto& [name, t] : r.totals) rows.push_back(OpTime{detail::op_name(name), t.calls, t.ms});
   std::sort(rows.begin(), rows.end(), [](const OpTime& a, const OpTime& b) {
     return a.total_ms != b.total_ms ? a.total_ms > b.total_ms : a.op < b.op;
   });
@@ -80,6 +85,7 @@ Scope::Scope(const char* stub_name, Device device) : name_(stub_name), device_(d
     return;
   }
 #if defined(FSDP_WITH_CUDA)
+  stream_ = cuda::current_stream(device.index);
   Record& r = record();
   std::lock_guard<std::mutex> lock(r.mu);
   detail::cuda_begin(device.index, events_);
@@ -93,7 +99,9 @@ Scope::~Scope() {
   Record& r = record();
   try {
     if (device_.is_cpu()) {
-      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_).count();
+      const auto end = std::chrono::steady_clock::now();
+      const double ms = std::chrono::duration<double, std::milli>(end - start_).count();
+      if (trace::enabled()) trace::complete(detail::op_name(name_), "op", start_, end);
       std::lock_guard<std::mutex> lock(r.mu);
       Totals& t = r.totals[name_];
       ++t.calls;
@@ -104,10 +112,37 @@ Scope::~Scope() {
     std::lock_guard<std::mutex> lock(r.mu);
     detail::cuda_end(device_.index, events_);
     ++r.totals[name_].calls;
-    r.pending.push_back(Pending{name_, device_.index, {events_[0], events_[1]}});
+    if (trace::enabled()) {
+      trace::detail::cuda_adopt_op(name_, device_.index, stream_, events_);
+    } else {
+      r.pending.push_back(Pending{name_, device_.index, {events_[0], events_[1]}});
+    }
 #endif
   } catch (...) {
   }
 }
+
+#if defined(FSDP_WITH_CUDA)
+namespace detail {
+void credit_traced(const char* stub_name, int device, void* const events[2], double ms) {
+  Record& r = record();
+  std::lock_guard<std::mutex> lock(r.mu);
+  r.totals[stub_name].ms += ms;
+  cuda_release(device, events);
+}
+
+void lend_pair(int device, void* events[2]) {
+  Record& r = record();
+  std::lock_guard<std::mutex> lock(r.mu);
+  cuda_take_pair(device, events);
+}
+
+void return_pair(int device, void* const events[2]) {
+  Record& r = record();
+  std::lock_guard<std::mutex> lock(r.mu);
+  cuda_release(device, events);
+}
+}  // namespace detail
+#endif
 
 }  // namespace fsdp::op_profile

@@ -48,14 +48,20 @@ Dims contiguous_strides(const Dims& sizes) {
 }
 
 // ---------------------------------------------------------------- Storage
-Storage::Storage(size_t nbytes, Device device) : nbytes_(nbytes), device_(device) {
+Storage::Storage(size_t nbytes, Device device)
+    : nbytes_(nbytes), device_(device), category_(memory::current_category()) {
   allocator_ = &allocator_for(device);
-  data_ = allocator_->allocate(nbytes);
+  data_ = allocator_->allocate_as(nbytes, category_);
 }
 
 Storage::Storage(size_t nbytes, Allocator& allocator)
-    : nbytes_(nbytes), device_(allocator.device()), allocator_(&allocator) {
-  data_ = allocator_->allocate(nbytes);
+    : nbytes_(nbytes), device_(allocator.device()), allocator_(&allocator), category_(memory::current_category()) {
+  data_ = allocator_->allocate_as(nbytes, category_);
+}
+
+void Storage::set_category(memory::Category c) {
+  if (allocator_ != nullptr) allocator_->recategorize(nbytes_, category_, c);
+  category_ = c;
 }
 
 std::shared_ptr<Storage> Storage::wrap(void* data, size_t nbytes, Device device) {
@@ -67,7 +73,7 @@ std::shared_ptr<Storage> Storage::wrap(void* data, size_t nbytes, Device device)
 }
 
 Storage::~Storage() {
-  if (allocator_ != nullptr) allocator_->deallocate(data_, nbytes_);
+  if (allocator_ != nullptr) allocator_->deallocate_as(data_, nbytes_, category_);
 }
 
 // ---------------------------------------------------------------- Tensor

@@ -347,6 +347,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
   std::string why;
   const int device = stream_device(stream, &why);
   if (device < 0) return bad(CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatmul on " + why);
+  drain(stream);  // the stream's queued copies come first (Note [Deferred copies])
   if (device != handle->device)
     return bad(CUBLAS_STATUS_INVALID_VALUE, "handle of cuda:" + std::to_string(handle->device) + " used on a stream of cuda:" +
                                                 std::to_string(device));

@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 namespace fsdp_emu {
@@ -34,6 +35,15 @@ int stream_device(cudaStream_t stream, std::string* why);
 bool device_accessible(const void* p, size_t bytes, int device);
 // "device allocation of 64 bytes at 0x..+8 on cuda:0", "host memory (not device-accessible)", ...
 std::string describe_pointer(const void* p);
+
+// Note [Deferred copies] (deferred_copies.cpp): asynchronous copies on a created stream wait
+// in that stream's queue until something orders them.
+bool may_defer(cudaStream_t stream);  // a created stream, and FSDP_EMU_DEFER_COPIES is not 0
+void defer_copy(cudaStream_t stream, void* dst, const void* src, size_t bytes);
+uint64_t stream_mark(cudaStream_t stream);  // the position an event recorded now stands for
+void drain(cudaStream_t stream, uint64_t upto = UINT64_MAX);  // run the stream's copies up to a mark
+void drain_all();
+void drain_touching(const void* base, size_t bytes);  // every queued copy into or out of the range
 
 // The dynamic shared memory a kernel may request: 48 KiB, or what cudaFuncSetAttribute
 // raised it to.

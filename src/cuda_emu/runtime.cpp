@@ -29,6 +29,8 @@ struct CUevent_st {
   unsigned flags;
   bool recorded = false;
   std::chrono::steady_clock::time_point when{};
+  cudaStream_t stream = nullptr;  // where it was last recorded, and the queued copies it
+  uint64_t mark = 0;              // stands after (Note [Deferred copies])
 };
 struct CUmemPoolHandle_st {
   int device;
@@ -247,11 +249,17 @@ cudaError_t copy(void* dst, const void* src, size_t n, cudaMemcpyKind kind, cuda
   if (kind != cudaMemcpyDefault && (want_d != (d == 1) || want_s != (s == 1)))
     return fail(cudaErrorInvalidValue, std::string(call) + "(" + kind_name(kind) + "): destination is " +
                                            describe_locked(dst) + ", source is " + describe_locked(src));
+  if (async && may_defer(stream) && find_alloc(dst) != nullptr && from != nullptr) {
+    defer_copy(stream, dst, src, n);  // Note [Deferred copies]
+    return cudaSuccess;
+  }
+  drain(stream);             // after the stream's queued copies, as the stream orders them
   std::memcpy(dst, src, n);  // overlapping ranges are undefined in CUDA too (ASan reports them)
   return cudaSuccess;
 }
 
 cudaError_t set(void* p, int value, size_t n, cudaStream_t stream, const char* call) {
+  drain(stream);
   std::lock_guard<std::mutex> lock(rt().mu);
   std::string why;
   if (stream_device_locked(stream, &why) < 0) return fail(cudaErrorInvalidResourceHandle, std::string(call) + " on " + why);
@@ -433,6 +441,7 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) 
 
 cudaError_t cudaDeviceSynchronize(void) {
   host_blocks();
+  drain_all();
   return check_device(tl_device);
 }
 
@@ -451,6 +460,7 @@ cudaError_t cudaMalloc(void** ptr, size_t size) {
 }
 
 cudaError_t cudaFree(void* ptr) {
+  drain_all();  // cudaFree synchronises the device
   std::lock_guard<std::mutex> lock(rt().mu);
   return release(ptr, Kind::Device, "cudaFree");
 }
@@ -466,11 +476,13 @@ cudaError_t cudaHostAlloc(void** ptr, size_t size, unsigned int) {
 }
 
 cudaError_t cudaFreeHost(void* ptr) {
+  drain_all();  // as cudaFree
   std::lock_guard<std::mutex> lock(rt().mu);
   return release(ptr, Kind::Pinned, "cudaFreeHost");
 }
 
 cudaError_t cudaMallocAsync(void** ptr, size_t size, cudaStream_t stream) {
+  drain(stream);
   std::lock_guard<std::mutex> lock(rt().mu);
   std::string why;
   const int d = stream_device_locked(stream, &why);
@@ -480,9 +492,13 @@ cudaError_t cudaMallocAsync(void** ptr, size_t size, cudaStream_t stream) {
 }
 
 cudaError_t cudaFreeAsync(void* ptr, cudaStream_t stream) {
+  drain(stream);
   std::lock_guard<std::mutex> lock(rt().mu);
   std::string why;
   if (stream_device_locked(stream, &why) < 0) return fail(cudaErrorInvalidResourceHandle, "cudaFreeAsync on " + why);
+  // Copies other streams still have queued on this memory run first (Note [Deferred copies]).
+  if (const auto it = rt().allocs.find(reinterpret_cast<uintptr_t>(ptr)); it != rt().allocs.end())
+    drain_touching(ptr, it->second.size);
   return release(ptr, Kind::Device, "cudaFreeAsync");
 }
 
@@ -564,6 +580,7 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int flags) 
 cudaError_t cudaStreamCreate(cudaStream_t* stream) { return cudaStreamCreateWithFlags(stream, cudaStreamDefault); }
 
 cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+  drain(stream);
   std::lock_guard<std::mutex> lock(rt().mu);
   if (stream == nullptr || rt().streams.erase(stream) == 0)
     return fail(cudaErrorInvalidResourceHandle, "cudaStreamDestroy of " + hexptr(stream) + ", which is not a live stream");
@@ -575,11 +592,13 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   host_blocks();
   std::string why;
   if (stream_device(stream, &why) < 0) return fail(cudaErrorInvalidResourceHandle, "cudaStreamSynchronize on " + why);
+  drain(stream);
   return cudaSuccess;
 }
 cudaError_t cudaStreamQuery(cudaStream_t stream) {
   std::string why;
   if (stream_device(stream, &why) < 0) return fail(cudaErrorInvalidResourceHandle, "cudaStreamQuery on " + why);
+  drain(stream);  // "done" only once its copies have run
   return cudaSuccess;
 }
 
@@ -593,7 +612,9 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
   std::lock_guard<std::mutex> lock(rt().mu);
   std::string why;
   if (stream_device_locked(stream, &why) < 0) return fail(cudaErrorInvalidResourceHandle, "cudaStreamWaitEvent on " + why);
-  return check_event(event, "cudaStreamWaitEvent");
+  if (const cudaError_t e = check_event(event, "cudaStreamWaitEvent"); e != cudaSuccess) return e;
+  if (event->recorded) drain(event->stream, event->mark);  // what `stream` does next comes after them
+  return cudaSuccess;
 }
 
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int flags) {
@@ -625,17 +646,23 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
                                                     " on a stream of " + dev(d));
   event->recorded = true;
   event->when = std::chrono::steady_clock::now();
+  event->stream = stream;
+  event->mark = stream_mark(stream);
   return cudaSuccess;
 }
 
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   host_blocks();
   std::lock_guard<std::mutex> lock(rt().mu);
-  return check_event(event, "cudaEventSynchronize");
+  if (const cudaError_t e = check_event(event, "cudaEventSynchronize"); e != cudaSuccess) return e;
+  if (event->recorded) drain(event->stream, event->mark);
+  return cudaSuccess;
 }
 cudaError_t cudaEventQuery(cudaEvent_t event) {
   std::lock_guard<std::mutex> lock(rt().mu);
-  return check_event(event, "cudaEventQuery");
+  if (const cudaError_t e = check_event(event, "cudaEventQuery"); e != cudaSuccess) return e;
+  if (event->recorded) drain(event->stream, event->mark);  // "complete" only once they have run
+  return cudaSuccess;
 }
 
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {

@@ -670,6 +670,7 @@ cudaError_t launch_erased(const LaunchSpec& spec) {
                       ", which a kernel on cuda:" + std::to_string(device) + " cannot dereference");
   }
 
+  drain(spec.stream);  // the stream's queued copies come first (Note [Deferred copies])
   std::lock_guard<std::mutex> lock(device_lock());
   Scheduler& s = sched();
   while (s.pool.size() < size_t(threads)) s.pool.push_back(std::make_unique<Fiber>());

@@ -23,7 +23,10 @@
 #include <limits>
 #include <mutex>
 
+#include <zlib.h>
+
 #include "fsdp/core/error.h"
+#include "fsdp/core/regular_file.h"
 
 namespace fsdp::data {
 
@@ -73,6 +76,18 @@ T load(const unsigned char* p) {
 
 std::string errno_text() { return std::strerror(errno); }
 
+// zlib's CRC-32 (the checksum `prepare` records per file), over any length.
+uint32_t crc32_of(const void* data, size_t n, uint32_t crc) {
+  const auto* p = static_cast<const Bytef*>(data);
+  while (n > 0) {
+    const uInt chunk = uInt(std::min<size_t>(n, size_t(1) << 30));
+    crc = uint32_t(::crc32(crc, p, chunk));
+    p += chunk;
+    n -= chunk;
+  }
+  return crc;
+}
+
 // Token `i` of a buffer of `code` tokens, widened to int64.
 int64_t token_at(const unsigned char* p, uint8_t code, int64_t i) {
   switch (code) {
@@ -90,17 +105,13 @@ struct Mapping {
   int64_t size = 0;
 
   void open(const std::string& path) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    FSDP_CHECK(fd >= 0, "{}: cannot open ({})", path, errno_text());
+    // A FIFO planted as a shard would block a plain open(2) forever.
+    const int fd = open_regular_file(path);
     struct stat st {};
     if (::fstat(fd, &st) != 0) {
       const std::string why = errno_text();
       ::close(fd);
       FSDP_FAIL("{}: cannot stat ({})", path, why);
-    }
-    if (!S_ISREG(st.st_mode)) {
-      ::close(fd);
-      FSDP_FAIL("{}: not a regular file", path);
     }
     size = int64_t(st.st_size);
     if (size > 0) {
@@ -129,8 +140,12 @@ void close_synced(std::FILE*& f, const std::string& path) {
   FSDP_CHECK(ok && closed, "{}: cannot write to disk ({})", path, ok ? errno_text() : why);
 }
 
-void write_bytes(std::FILE* f, const void* p, size_t n, const std::string& path) {
+// Writes and folds the bytes into the file's running size and CRC-32 (`sum` may be null).
+void write_bytes(std::FILE* f, const void* p, size_t n, const std::string& path, int64_t* bytes = nullptr,
+                 uint32_t* crc = nullptr) {
   FSDP_CHECK(n == 0 || std::fwrite(p, 1, n, f) == n, "{}: write of {} bytes failed ({})", path, n, errno_text());
+  if (bytes != nullptr) *bytes += int64_t(n);
+  if (crc != nullptr) *crc = crc32_of(p, n, *crc);
 }
 
 // fsync of the directory holding `path`, so the renames themselves survive a crash.
@@ -158,6 +173,7 @@ struct IndexedDatasetWriter::Impl {
   int64_t tokens = 0;
   bool finished = false;
   std::vector<unsigned char> buf;  // one document converted to the on-disk dtype
+  ShardChecksum sum;
 };
 
 IndexedDatasetWriter::IndexedDatasetWriter(std::string prefix, int64_t vocab_size) : impl_(std::make_unique<Impl>()) {
@@ -202,9 +218,9 @@ void IndexedDatasetWriter::add_document(const int32_t* tokens, int64_t count) {
       const uint16_t v = uint16_t(tokens[i]);
       std::memcpy(m.buf.data() + 2 * i, &v, 2);
     }
-    write_bytes(m.bin, m.buf.data(), m.buf.size(), m.bin_tmp);
+    write_bytes(m.bin, m.buf.data(), m.buf.size(), m.bin_tmp, &m.sum.bin_bytes, &m.sum.bin_crc32);
   } else {
-    write_bytes(m.bin, tokens, size_t(count) * 4, m.bin_tmp);
+    write_bytes(m.bin, tokens, size_t(count) * 4, m.bin_tmp, &m.sum.bin_bytes, &m.sum.bin_crc32);
   }
   m.sizes.push_back(int32_t(count));
   m.tokens += count;
@@ -221,12 +237,12 @@ void IndexedDatasetWriter::finish() {
   FSDP_CHECK(idx != nullptr, "{}: cannot create ({})", m.idx_tmp, errno_text());
   try {
     const uint64_t n_docs = n + 1;  // doc_idx = 0, 1, ..., N: one sequence per document
-    write_bytes(idx, kMagic, sizeof(kMagic), m.idx_tmp);
-    write_bytes(idx, &kVersion, 8, m.idx_tmp);
-    write_bytes(idx, &m.code, 1, m.idx_tmp);
-    write_bytes(idx, &n, 8, m.idx_tmp);
-    write_bytes(idx, &n_docs, 8, m.idx_tmp);
-    write_bytes(idx, m.sizes.data(), n * 4, m.idx_tmp);
+    write_bytes(idx, kMagic, sizeof(kMagic), m.idx_tmp, &m.sum.idx_bytes, &m.sum.idx_crc32);
+    write_bytes(idx, &kVersion, 8, m.idx_tmp, &m.sum.idx_bytes, &m.sum.idx_crc32);
+    write_bytes(idx, &m.code, 1, m.idx_tmp, &m.sum.idx_bytes, &m.sum.idx_crc32);
+    write_bytes(idx, &n, 8, m.idx_tmp, &m.sum.idx_bytes, &m.sum.idx_crc32);
+    write_bytes(idx, &n_docs, 8, m.idx_tmp, &m.sum.idx_bytes, &m.sum.idx_crc32);
+    write_bytes(idx, m.sizes.data(), n * 4, m.idx_tmp, &m.sum.idx_bytes, &m.sum.idx_crc32);
     const int64_t elem = token_bytes(m.code);
     std::vector<int64_t> longs(n);
     int64_t ptr = 0;
@@ -234,10 +250,10 @@ void IndexedDatasetWriter::finish() {
       longs[i] = ptr;
       ptr += int64_t(m.sizes[i]) * elem;
     }
-    write_bytes(idx, longs.data(), n * 8, m.idx_tmp);
+    write_bytes(idx, longs.data(), n * 8, m.idx_tmp, &m.sum.idx_bytes, &m.sum.idx_crc32);
     longs.resize(n_docs);
     for (uint64_t i = 0; i < n_docs; ++i) longs[i] = int64_t(i);
-    write_bytes(idx, longs.data(), n_docs * 8, m.idx_tmp);
+    write_bytes(idx, longs.data(), n_docs * 8, m.idx_tmp, &m.sum.idx_bytes, &m.sum.idx_crc32);
   } catch (...) {
     std::fclose(idx);
     throw;
@@ -255,6 +271,10 @@ void IndexedDatasetWriter::finish() {
 
 int64_t IndexedDatasetWriter::num_documents() const { return int64_t(impl_->sizes.size()); }
 int64_t IndexedDatasetWriter::num_tokens() const { return impl_->tokens; }
+const ShardChecksum& IndexedDatasetWriter::checksum() const {
+  FSDP_CHECK(impl_->finished, "{}: checksum() before finish()", impl_->prefix);
+  return impl_->sum;
+}
 
 // ---------------------------------------------------------------------------------------
 // Reader
@@ -373,6 +393,23 @@ void IndexedDataset::read(int64_t doc, int64_t offset, int64_t count, int32_t* o
       }
   }
 }
+
+std::optional<IndexedDataset::TokenAt> IndexedDataset::first_token_outside(int64_t vocab_size) const {
+  const Impl& m = *impl_;
+  for (int64_t doc = 0; doc < m.n; ++doc) {
+    const unsigned char* p = m.bin.data + m.pointer(doc);
+    const int64_t size = m.size(doc);
+    for (int64_t i = 0; i < size; ++i) {
+      const int64_t id = token_at(p, m.code, i);
+      if (id < 0 || id >= vocab_size) [[unlikely]]
+        return TokenAt{doc, i, id, m.pointer(doc) / m.elem + i};
+    }
+  }
+  return std::nullopt;
+}
+
+std::pair<const unsigned char*, int64_t> IndexedDataset::bin_bytes() const { return {impl_->bin.data, impl_->bin.size}; }
+std::pair<const unsigned char*, int64_t> IndexedDataset::idx_bytes() const { return {impl_->idx.data, impl_->idx.size}; }
 
 int32_t IndexedDataset::max_token() const {
   const Impl& m = *impl_;

@@ -23,6 +23,7 @@
 
 #include "fsdp/core/error.h"
 #include "fsdp/core/random.h"
+#include "fsdp/core/trace.h"
 
 namespace fsdp::data {
 namespace {
@@ -132,7 +133,8 @@ struct Loader::Impl {
     }
   }
 
-  void worker_loop() {
+  void worker_loop(int worker) {
+    trace::set_thread_name(fmt::format("{} worker {}", opt.name, worker));
     std::vector<int32_t> window(size_t(opt.seq_len + 1));
     const int64_t ring = int64_t(slots.size());
     std::unique_lock<std::mutex> lock(mutex);
@@ -144,6 +146,7 @@ struct Loader::Impl {
       lock.unlock();
       std::exception_ptr error;
       try {
+        const trace::Span span("load micro-batch", "data", "index", j);
         fill(j, slot.ids.data(), slot.targets.data(), window.data());
       } catch (...) {
         error = std::current_exception();
@@ -165,7 +168,7 @@ struct Loader::Impl {
       s.error = nullptr;
     }
     const int n = std::min(opt.num_workers, opt.prefetch);
-    for (int w = 0; w < n; ++w) workers.emplace_back([this] { worker_loop(); });
+    for (int w = 0; w < n; ++w) workers.emplace_back([this, w] { worker_loop(w); });
   }
 
   void stop() {

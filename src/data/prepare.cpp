@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <cstring>
 #include <cstdio>
 #include <deque>
 #include <exception>
@@ -53,7 +54,8 @@ struct Batch {
 // Reads every input in order on its own thread into a bounded queue of batches.
 class BatchReader {
  public:
-  explicit BatchReader(const std::vector<std::string>& inputs) : inputs_(inputs), thread_([this] { run(); }) {}
+  BatchReader(const std::vector<std::string>& inputs, int64_t max_line_bytes)
+      : inputs_(inputs), max_line_bytes_(max_line_bytes), thread_([this] { run(); }) {}
   ~BatchReader() {
     {
       std::lock_guard lock(mu_);
@@ -91,7 +93,7 @@ class BatchReader {
       Batch batch;
       batch.input = i;
       try {
-        InputReader reader(inputs_[i]);
+        InputReader reader(inputs_[i], max_line_bytes_);
         RawDocument doc;
         size_t bytes = 0;
         while (reader.next(doc)) {
@@ -119,6 +121,7 @@ class BatchReader {
   }
 
   std::vector<std::string> inputs_;
+  int64_t max_line_bytes_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Batch> queue_;
@@ -135,12 +138,20 @@ struct DocResult {
   std::string error;
 };
 
-DocResult process(const RawDocument& doc, InputFormat format, const Tokenizer& tok, const std::string& text_field) {
+// `tok` is null when the inputs are pre-tokenized (--vocab-size): only input_ids lines then.
+DocResult process(const RawDocument& doc, InputFormat format, const Tokenizer* tok, int64_t vocab,
+                  const PrepareOptions& o) {
   DocResult r;
+  if (doc.too_long) {
+    r.kind = DocResult::Kind::kMalformed;
+    r.error = fmt::format("line longer than --max-line-bytes {}: skipped", o.max_line_bytes);
+    return r;
+  }
+  const std::string& text_field = o.text_field;
   std::string_view text = doc.raw;
   ParsedLine parsed;
   if (format == InputFormat::kJsonl) {
-    parsed = parse_jsonl_line(doc.raw, text_field, tok.vocab_size());
+    parsed = parse_jsonl_line(doc.raw, tok != nullptr ? text_field : std::string(), vocab);
     switch (parsed.kind) {
       case ParsedLine::Kind::kMalformed:
         r.kind = DocResult::Kind::kMalformed;
@@ -159,14 +170,14 @@ DocResult process(const RawDocument& doc, InputFormat format, const Tokenizer& t
         break;
     }
   }
-  if (tok.bos_id() >= 0) r.tokens.push_back(tok.bos_id());
+  if (tok->bos_id() >= 0) r.tokens.push_back(tok->bos_id());
   const size_t before = r.tokens.size();
-  tok.encode(text, r.tokens);
+  tok->encode(text, r.tokens);
   if (r.tokens.size() == before) {  // empty or whitespace-only text: no document
     r.tokens.clear();
     return r;
   }
-  if (tok.eos_id() >= 0) r.tokens.push_back(tok.eos_id());
+  if (tok->eos_id() >= 0) r.tokens.push_back(tok->eos_id());
   r.kind = DocResult::Kind::kDocument;
   return r;
 }
@@ -188,7 +199,9 @@ class SplitWriter {
     if (cur_->num_tokens() >= shard_tokens_) finish();
   }
   void finish() {
-    if (cur_) cur_->finish();
+    if (!cur_) return;
+    cur_->finish();
+    stats_.checksums.push_back(cur_->checksum());
     cur_.reset();
   }
 
@@ -211,16 +224,26 @@ struct TmpDirGuard {
 };
 
 void validate(const PrepareOptions& o) {
-  FSDP_CHECK(!o.tokenizer.empty(), "prepare needs a tokenizer model (--tokenizer)");
+  FSDP_CHECK(!o.tokenizer.empty() || o.vocab_size > 0,
+             "prepare needs a tokenizer model (--tokenizer), or the vocabulary size of pre-tokenized input_ids "
+             "(--vocab-size)");
+  FSDP_CHECK(o.tokenizer.empty() || o.vocab_size == 0,
+             "--tokenizer and --vocab-size exclude each other (the tokenizer defines the vocabulary)");
+  FSDP_CHECK(o.vocab_size >= 0 && o.vocab_size <= int64_t(1) << 31,
+             "--vocab-size {} is outside [1, 2^31] (token ids are int32)", o.vocab_size);
   FSDP_CHECK(!o.output.empty(), "prepare needs an output directory (--output)");
   FSDP_CHECK(!o.inputs.empty(), "prepare needs at least one input file");
   FSDP_CHECK(o.val_fraction >= 0 && o.val_fraction < 1, "--val-fraction {} is outside [0, 1)", o.val_fraction);
   FSDP_CHECK(o.max_bad_fraction >= 0 && o.max_bad_fraction <= 1, "--max-bad-fraction {} is outside [0, 1]",
              o.max_bad_fraction);
   FSDP_CHECK(o.workers >= 0, "--workers {} is negative", o.workers);
+  FSDP_CHECK(o.max_line_bytes >= 1, "--max-line-bytes {} must be >= 1", o.max_line_bytes);
   FSDP_CHECK(!o.text_field.empty(), "--text-field is empty");
   for (const std::string& in : o.inputs) {
-    input_format(in);
+    FSDP_CHECK(input_format(in) == InputFormat::kJsonl || !o.tokenizer.empty(),
+               "input '{}' is text, which needs a tokenizer (--tokenizer); with --vocab-size prepare takes only "
+               "pre-tokenized .jsonl inputs (input_ids)",
+               in);
     std::error_code ec;
     FSDP_CHECK(fs::is_regular_file(in, ec), "input '{}' does not exist or is not a file", in);
   }
@@ -260,7 +283,7 @@ struct CorpusPass {
     for (size_t i = 0; i < results.size(); ++i) {
       DocResult& d = results[i];
       const int64_t line = batch.docs[i].line;
-      if (format == InputFormat::kJsonl) r.jsonl_lines += 1;
+      (format == InputFormat::kJsonl ? r.jsonl_lines : r.text_records) += 1;
       switch (d.kind) {
         case DocResult::Kind::kInvalid:
           FSDP_FAIL("{}:{}: {}", path, line, d.error);
@@ -281,6 +304,13 @@ struct CorpusPass {
     }
   }
 
+  // A stop signal: throwing unwinds to prepare_corpus, whose guard removes the temporary
+  // directory (the reader thread is cancelled and joined on the way).
+  void check_stop() const {
+    const int sig = o.stop_signal != nullptr ? o.stop_signal->load() : 0;
+    FSDP_CHECK(sig == 0, "stopped by signal {} ({}): nothing was written", sig, strsignal(sig));
+  }
+
   void end_input(const std::string& path) {
     FSDP_CHECK(input_docs > 0, "input '{}' holds no documents{}", path,
                input_bad > 0 ? fmt::format(" ({} malformed lines, first: {})", input_bad, r.bad_examples.front()) : "");
@@ -290,11 +320,12 @@ struct CorpusPass {
   }
 
   // Reads every input in batches, tokenizes each batch on `workers` threads, tallies it.
-  void run(const Tokenizer& tok, int workers) {
-    BatchReader reader(o.inputs);
+  void run(const Tokenizer* tok, int64_t vocab, int workers) {
+    BatchReader reader(o.inputs, o.max_line_bytes);
     Batch batch;
     std::vector<DocResult> results;
     while (reader.pop(batch)) {
+      check_stop();
       if (batch.error) std::rethrow_exception(batch.error);
       const std::string& path = o.inputs[batch.input];
       const InputFormat format = input_format(path);
@@ -303,7 +334,7 @@ struct CorpusPass {
 #pragma omp parallel for num_threads(workers) schedule(dynamic, 16)
       for (int64_t i = 0; i < n; ++i) {
         try {
-          results[size_t(i)] = process(batch.docs[size_t(i)], format, tok, o.text_field);
+          results[size_t(i)] = process(batch.docs[size_t(i)], format, tok, vocab, o);
         } catch (const std::exception& e) {
           results[size_t(i)].kind = DocResult::Kind::kInvalid;
           results[size_t(i)].error = e.what();
@@ -338,7 +369,8 @@ void publish(const fs::path& tmp, const fs::path& out) {
 PrepareResult prepare_corpus(const PrepareOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
   validate(o);
-  const Tokenizer tok(o.tokenizer);
+  const std::unique_ptr<const Tokenizer> tok = o.tokenizer.empty() ? nullptr : std::make_unique<Tokenizer>(o.tokenizer);
+  const int64_t vocab = tok ? tok->vocab_size() : o.vocab_size;
 
   PrepareResult r;
   const fs::path out = strip_trailing_slashes(o.output);
@@ -351,24 +383,25 @@ PrepareResult prepare_corpus(const PrepareOptions& o) {
   fs::create_directory(tmp.path);
 
   const int workers = o.workers > 0 ? o.workers : int(std::max(1u, std::thread::hardware_concurrency()));
-  const int64_t token_bytes = tok.vocab_size() <= 65536 ? 2 : 4;
+  const int64_t token_bytes = vocab <= 65536 ? 2 : 4;
   const int64_t shard_tokens = o.shard_tokens > 0 ? o.shard_tokens : kShardBytes / token_bytes;
-  SplitWriter train("train", tmp.path, tok.vocab_size(), shard_tokens, r.train);
-  SplitWriter val("val", tmp.path, tok.vocab_size(), shard_tokens, r.val);
+  SplitWriter train("train", tmp.path, vocab, shard_tokens, r.train);
+  SplitWriter val("val", tmp.path, vocab, shard_tokens, r.val);
   CorpusPass pass{o, r, train, val, {}};
-  pass.run(tok, workers);
+  pass.run(tok.get(), vocab, workers);
 
-  if (double(r.bad_lines) > o.max_bad_fraction * double(r.jsonl_lines)) {
+  pass.check_stop();
+  if (double(r.bad_lines) > o.max_bad_fraction * double(r.jsonl_lines + r.text_records)) {
     std::string examples;
     for (const std::string& e : r.bad_examples) examples += "\n  " + e;
-    FSDP_FAIL("{} of {} JSONL lines are malformed, more than --max-bad-fraction {} allows; the first:{}", r.bad_lines,
-              r.jsonl_lines, o.max_bad_fraction, examples);
+    FSDP_FAIL("{} of {} lines are malformed or too long, more than --max-bad-fraction {} allows; the first:{}",
+              r.bad_lines, r.jsonl_lines + r.text_records, o.max_bad_fraction, examples);
   }
   FSDP_CHECK(r.train.documents > 0, "no document went to the train split ({} documents, --val-fraction {})",
              r.val.documents, o.val_fraction);
   train.finish();
   val.finish();
-  write_shard_manifest(tmp.path / "manifest.json", o, tok, r, pass.input_stats);
+  write_shard_manifest(tmp.path / "manifest.json", o, tok.get(), vocab, r, pass.input_stats);
   publish(tmp.path, out);
   tmp.keep = true;
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

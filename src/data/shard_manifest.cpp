@@ -2,38 +2,79 @@
 
 #include <filesystem>
 #include <fstream>
+#include <limits>
 
 #include <nlohmann/json.hpp>
 
 #include "fsdp/core/error.h"
+#include "fsdp/core/regular_file.h"
 #include "fsdp/data/tokenizer.h"
 
 namespace fs = std::filesystem;
 
 namespace fsdp::data {
 
-void write_shard_manifest(const fs::path& path, const PrepareOptions& o, const Tokenizer& tok, const PrepareResult& r,
-                          const std::vector<nlohmann::json>& inputs) {
+namespace {
+
+nlohmann::json checksums(const PrepareResult& r) {
+  nlohmann::json out = nlohmann::json::object();
+  for (const PrepareSplit* split : {&r.train, &r.val}) {
+    for (size_t i = 0; i < split->shards.size() && i < split->checksums.size(); ++i) {
+      const ShardChecksum& c = split->checksums[i];
+      out[split->shards[i]] = {{"bin_bytes", c.bin_bytes}, {"bin_crc32", c.bin_crc32}, {"idx_bytes", c.idx_bytes},
+                               {"idx_crc32", c.idx_crc32}};
+    }
+  }
+  return out;
+}
+
+// A checksum entry, each field an integer in range, or an error naming the shard.
+ShardChecksum read_checksum(const nlohmann::json& j, const std::string& shard, const std::string& path) {
+  ShardChecksum c;
+  auto field = [&](const char* key, int64_t hi) -> int64_t {
+    const bool ok = j.is_object() && j.contains(key) && j[key].is_number_unsigned() && j[key].get<uint64_t>() <= uint64_t(hi);
+    FSDP_CHECK(ok, "{}: shard_checksums of {}: '{}' is missing or not an integer in [0, {}]", path, shard, key, hi);
+    return j[key].get<int64_t>();
+  };
+  constexpr int64_t kMaxCrc = 0xffffffffLL, kMaxBytes = std::numeric_limits<int64_t>::max();
+  c.bin_bytes = field("bin_bytes", kMaxBytes);
+  c.idx_bytes = field("idx_bytes", kMaxBytes);
+  c.bin_crc32 = uint32_t(field("bin_crc32", kMaxCrc));
+  c.idx_crc32 = uint32_t(field("idx_crc32", kMaxCrc));
+  return c;
+}
+
+}  // namespace
+
+void write_shard_manifest(const fs::path& path, const PrepareOptions& o, const Tokenizer* tok, int64_t vocab_size,
+                          const PrepareResult& r, const std::vector<nlohmann::json>& inputs) {
   using nlohmann::json;
   auto split = [](const PrepareSplit& s) {
     return json{{"shards", s.shards}, {"documents", s.documents}, {"tokens", s.tokens}};
   };
-  std::error_code ec;
-  const fs::path tok_abs = fs::weakly_canonical(fs::absolute(o.tokenizer), ec);
+  json tokenizer = nullptr;  // pre-tokenized input_ids: whose tokenizer is not known here
+  if (tok != nullptr) {
+    std::error_code ec;
+    const fs::path tok_abs = fs::weakly_canonical(fs::absolute(o.tokenizer), ec);
+    tokenizer = {{"path", ec ? o.tokenizer : tok_abs.string()}, {"fnv1a64", tok->content_hash_hex()}};
+  }
+  const auto special = [&](int id) { return tok != nullptr ? json(id) : json(nullptr); };
   const json m = {
       {"format", "megatron-mmap-v1"},
-      {"tokenizer", {{"path", ec ? o.tokenizer : tok_abs.string()}, {"fnv1a64", tok.content_hash_hex()}}},
-      {"vocab_size", tok.vocab_size()},
-      {"bos_id", tok.bos_id()},
-      {"eos_id", tok.eos_id()},
-      {"dtype", tok.vocab_size() <= 65536 ? "uint16" : "int32"},
+      {"tokenizer", tokenizer},
+      {"vocab_size", vocab_size},
+      {"bos_id", special(tok != nullptr ? tok->bos_id() : -1)},
+      {"eos_id", special(tok != nullptr ? tok->eos_id() : -1)},
+      {"dtype", vocab_size <= 65536 ? "uint16" : "int32"},
       {"text_field", o.text_field},
       {"val_fraction", o.val_fraction},
       {"split_seed", o.split_seed},
       {"splits", {{"train", split(r.train)}, {"val", split(r.val)}}},
       {"inputs", inputs},
       {"jsonl_lines", r.jsonl_lines},
+      {"text_records", r.text_records},
       {"bad_lines", r.bad_lines},
+      {"shard_checksums", checksums(r)},
   };
   const fs::path tmp = path.string() + ".tmp";
   {
@@ -47,17 +88,27 @@ void write_shard_manifest(const fs::path& path, const PrepareOptions& o, const T
 
 std::optional<ShardManifest> read_shard_manifest(const std::string& dir) {
   const auto path = fs::path(dir) / "manifest.json";
-  if (!fs::exists(path)) return std::nullopt;
-  std::ifstream in(path);
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return std::nullopt;
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(in);
+    j = nlohmann::json::parse(read_regular_file(path.string()));
   } catch (const nlohmann::json::exception& e) {
     FSDP_FAIL("{}: not valid JSON: {}", path.string(), e.what());
   }
+  FSDP_CHECK(j.is_object(), "{}: expected a JSON object, got {}", path.string(), j.type_name());
   ShardManifest m;
-  if (j.contains("vocab_size")) m.vocab_size = j["vocab_size"].get<int64_t>();
-  if (j.contains("tokenizer") && j["tokenizer"].contains("path")) m.tokenizer_path = j["tokenizer"]["path"].get<std::string>();
+  try {
+    if (j.contains("vocab_size")) m.vocab_size = j["vocab_size"].get<int64_t>();
+    if (j.contains("tokenizer") && j["tokenizer"].contains("path"))
+      m.tokenizer_path = j["tokenizer"]["path"].get<std::string>();
+  } catch (const nlohmann::json::exception& e) {
+    FSDP_FAIL("{}: malformed: {}", path.string(), e.what());
+  }
+  if (j.contains("shard_checksums") && j["shard_checksums"].is_object()) {
+    for (const auto& [shard, entry] : j["shard_checksums"].items())
+      m.checksums[shard] = read_checksum(entry, shard, path.string());
+  }
   return m;
 }
 

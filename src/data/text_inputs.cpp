@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -38,8 +39,11 @@ constexpr size_t kReadChunk = size_t(1) << 20;
 InputFormat input_format(const std::string& path) {
   const std::string base = strip_compression(path);
   if (ends_with(base, ".txt")) return InputFormat::kText;
-  if (ends_with(base, ".jsonl")) return InputFormat::kJsonl;
-  FSDP_FAIL("input '{}': unknown format (expected .txt or .jsonl, optionally followed by .gz or .zst)", path);
+  // .json too: SageMaker model parallel's shards are JSON Lines named .json.gz.
+  if (ends_with(base, ".jsonl") || ends_with(base, ".json")) return InputFormat::kJsonl;
+  FSDP_FAIL("input '{}': unknown format (expected .txt, .jsonl or .json (JSON Lines), optionally followed by .gz or "
+            ".zst)",
+            path);
 }
 
 // ---- Byte sources ---------------------------------------------------------------------
@@ -155,7 +159,9 @@ class ZstdSource : public InputReader::Source {
 
 // ---- InputReader ----------------------------------------------------------------------
 
-InputReader::InputReader(const std::string& path) : path_(path), format_(input_format(path)) {
+InputReader::InputReader(const std::string& path, int64_t max_line_bytes)
+    : path_(path), format_(input_format(path)), max_line_bytes_(max_line_bytes) {
+  FSDP_CHECK(max_line_bytes >= 1, "--max-line-bytes must be >= 1, got {}", max_line_bytes);
   if (ends_with(path, ".gz")) source_ = std::make_unique<GzipSource>(path);
   else if (ends_with(path, ".zst")) source_ = std::make_unique<ZstdSource>(path);
   else source_ = std::make_unique<PlainSource>(path);
@@ -163,12 +169,40 @@ InputReader::InputReader(const std::string& path) : path_(path), format_(input_f
 
 InputReader::~InputReader() = default;
 
-bool InputReader::next_line(std::string& line) {
+bool InputReader::fill() {
+  buf_.erase(0, pos_);
+  pos_ = 0;
+  const size_t old = buf_.size();
+  buf_.resize(old + kReadChunk);
+  const size_t n = source_->read(buf_.data() + old, kReadChunk);
+  buf_.resize(old + n);
+  bytes_ += int64_t(n);
+  if (n == 0) eof_ = true;
+  return n > 0;
+}
+
+bool InputReader::next_line(std::string& line, bool* too_long) {
+  *too_long = false;
+  size_t scanned = pos_;  // bytes before it hold no '\n'
   while (true) {
-    const size_t nl = buf_.find('\n', pos_);
-    if (nl != std::string::npos) {
+    const size_t nl = buf_.find('\n', scanned);
+    if (nl != std::string::npos && int64_t(nl - pos_) <= max_line_bytes_) {
       line.assign(buf_, pos_, nl - pos_);
       pos_ = nl + 1;
+      break;
+    }
+    if (nl != std::string::npos || int64_t(buf_.size() - pos_) > max_line_bytes_) {
+      // Over the limit: drop what is buffered and every chunk up to the line's end, so
+      // memory stays bounded by the limit whatever the line's length.
+      *too_long = true;
+      line.clear();
+      size_t end = nl;
+      while (end == std::string::npos) {
+        pos_ = buf_.size();
+        if (!fill()) break;
+        end = buf_.find('\n', pos_);
+      }
+      pos_ = end == std::string::npos ? buf_.size() : end + 1;
       break;
     }
     if (eof_) {
@@ -177,14 +211,9 @@ bool InputReader::next_line(std::string& line) {
       pos_ = buf_.size();
       break;
     }
-    buf_.erase(0, pos_);
-    pos_ = 0;
-    const size_t old = buf_.size();
-    buf_.resize(old + kReadChunk);
-    const size_t n = source_->read(buf_.data() + old, kReadChunk);
-    buf_.resize(old + n);
-    bytes_ += int64_t(n);
-    if (n == 0) eof_ = true;
+    scanned = buf_.size() - pos_;
+    fill();
+    scanned += pos_;  // fill() moved the unread bytes to the front
   }
   if (!line.empty() && line.back() == '\r') line.pop_back();
   if (++line_no_ == 1 && line.starts_with("\xEF\xBB\xBF")) line.erase(0, 3);  // UTF-8 BOM
@@ -193,17 +222,34 @@ bool InputReader::next_line(std::string& line) {
 
 bool InputReader::next(RawDocument& doc) {
   std::string line;
+  bool too_long = false;
   doc.raw.clear();
+  doc.too_long = false;
+  if (pending_too_long_ > 0) {  // a text file's over-long line, after the paragraph it ended
+    doc.line = std::exchange(pending_too_long_, 0);
+    doc.too_long = true;
+    return true;
+  }
   if (format_ == InputFormat::kJsonl) {
-    while (next_line(line)) {
-      if (is_blank(line)) continue;
+    while (next_line(line, &too_long)) {
+      if (!too_long && is_blank(line)) continue;
       doc.line = line_no_;
       doc.raw = std::move(line);
+      doc.too_long = too_long;
       return true;
     }
     return false;
   }
-  while (next_line(line)) {
+  while (next_line(line, &too_long)) {
+    if (too_long) {
+      if (doc.raw.empty()) {
+        doc.line = line_no_;
+        doc.too_long = true;
+        return true;
+      }
+      pending_too_long_ = line_no_;
+      return true;
+    }
     if (is_blank(line)) {
       if (!doc.raw.empty()) return true;
       continue;
@@ -226,7 +272,7 @@ ParsedLine parse_jsonl_line(std::string_view line, const std::string& text_field
   json j;
   try {
     j = json::parse(line);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for 1e3083 (found by fuzz_prepare_jsonl)
     out.kind = ParsedLine::Kind::kMalformed;
     std::string what = e.what();
     if (const size_t p = what.find("] "); p != std::string::npos) what.erase(0, p + 2);
@@ -238,7 +284,7 @@ ParsedLine parse_jsonl_line(std::string_view line, const std::string& text_field
     out.error = std::string("malformed line: a JSON ") + j.type_name() + ", not an object";
     return out;
   }
-  if (auto it = j.find(text_field); it != j.end()) {
+  if (auto it = text_field.empty() ? j.end() : j.find(text_field); it != j.end()) {
     if (!it->is_string()) {
       out.kind = ParsedLine::Kind::kInvalid;
       out.error = fmt::format("field '{}' is a {}, not a string", text_field, it->type_name());
@@ -264,7 +310,7 @@ ParsedLine parse_jsonl_line(std::string_view line, const std::string& text_field
       const int64_t id = v.is_number_unsigned() ? int64_t(std::min<uint64_t>(v.get<uint64_t>(), uint64_t(INT64_MAX)))
                                                 : v.get<int64_t>();
       if (id < 0 || id >= vocab_size) {
-        out.error = fmt::format("input_ids[{}] = {} is outside the tokenizer's vocabulary [0, {})", i, id, vocab_size);
+        out.error = fmt::format("input_ids[{}] = {} is outside the vocabulary [0, {})", i, id, vocab_size);
         return out;
       }
       out.tokens.push_back(int32_t(id));
@@ -275,8 +321,14 @@ ParsedLine parse_jsonl_line(std::string_view line, const std::string& text_field
   out.kind = ParsedLine::Kind::kInvalid;
   std::string keys;
   for (auto it = j.begin(); it != j.end(); ++it) keys += (keys.empty() ? "" : ", ") + it.key();
-  out.error = fmt::format("no '{}' field and no 'input_ids' (the object has: {}); --text-field names another field",
-                          text_field, keys.empty() ? "no fields" : keys);
+  if (text_field.empty()) {
+    out.error = fmt::format("no 'input_ids' (the object has: {}); without a tokenizer (--vocab-size) prepare takes "
+                            "only pre-tokenized lines",
+                            keys.empty() ? "no fields" : keys);
+  } else {
+    out.error = fmt::format("no '{}' field and no 'input_ids' (the object has: {}); --text-field names another field",
+                            text_field, keys.empty() ? "no fields" : keys);
+  }
   return out;
 }
 

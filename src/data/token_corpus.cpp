@@ -15,6 +15,8 @@
 #include "fsdp/core/error.h"
 #include "fsdp/data/indexed_dataset.h"
 #include "fsdp/data/loader.h"
+#include "fsdp/data/shard_check.h"
+#include "fsdp/data/shard_manifest.h"
 
 namespace fsdp::data {
 namespace {
@@ -55,14 +57,43 @@ std::vector<std::string> find_shards(const std::string& path, const std::string&
   return prefixes;
 }
 
+// The shards' checksums from the manifest.json beside them (a directory's, or a shard
+// prefix's parent's); none for shards it does not list or when there is no manifest.
+std::vector<ShardChecker::Shard> checked(const std::string& path, const std::vector<IndexedDataset>& shards,
+                                         const CorpusOptions& o) {
+  std::error_code ec;
+  const std::string dir = fs::is_directory(path, ec) ? path : fs::path(path).parent_path().string();
+  const std::optional<ShardManifest> manifest = read_shard_manifest(dir.empty() ? "." : dir);
+  std::vector<ShardChecker::Shard> out;
+  int64_t without = 0;
+  for (const IndexedDataset& shard : shards) {
+    ShardChecker::Shard s{&shard, std::nullopt};
+    if (manifest) {
+      const auto it = manifest->checksums.find(fs::path(shard.prefix()).filename().string());
+      if (it != manifest->checksums.end()) s.expected = it->second;
+    }
+    without += s.expected ? 0 : 1;
+    out.push_back(s);
+  }
+  if (without > 0 && o.note) {
+    o.note(fmt::format("token shards {}: {} of {} shard(s) have no checksum in a manifest.json (shards from "
+                       "Megatron-LM or NeMo carry none): their bytes are not verified, their token ids are",
+                       path, without, shards.size()));
+  }
+  return out;
+}
+
 class TokenCorpus final : public SampleSource {
  public:
-  TokenCorpus(const std::string& path, const std::string& split, int64_t seq_len, int64_t vocab_size)
+  TokenCorpus(const std::string& path, const std::string& split, int64_t seq_len, int64_t vocab_size,
+              const CorpusOptions& o)
       : seq_len_(seq_len), vocab_(vocab_size) {
     FSDP_CHECK(seq_len >= 1, "seq_len must be >= 1, got {}", seq_len);
     FSDP_CHECK(vocab_size >= 1 && vocab_size <= std::numeric_limits<int32_t>::max(), "vocab_size {} out of range",
                vocab_size);
     for (const std::string& prefix : find_shards(path, split)) shards_.emplace_back(prefix);
+    checker_ = std::make_unique<ShardChecker>(checked(path, shards_, o), vocab_size, o.rank, o.world,
+                                              o.sync_check_bytes);
     int64_t total = 0;
     for (const IndexedDataset& shard : shards_) {
       shard_first_doc_.push_back(int64_t(doc_start_.size()));
@@ -81,6 +112,7 @@ class TokenCorpus final : public SampleSource {
   int64_t seq_len() const override { return seq_len_; }
 
   void read_sample(int64_t index, int32_t* window) const override {
+    checker_->rethrow_failure();  // a background verification's finding stops the run here
     FSDP_CHECK(index >= 0 && index < num_samples_, "sample {} out of range [0, {})", index, num_samples_);
     const int64_t num_docs = int64_t(doc_start_.size()) - 1;
     int64_t t = index * seq_len_;
@@ -113,13 +145,14 @@ class TokenCorpus final : public SampleSource {
   std::vector<IndexedDataset> shards_;
   std::vector<int64_t> shard_first_doc_;  // global index of each shard's first document
   std::vector<int64_t> doc_start_;        // stream offset of each global document, then the total
+  std::unique_ptr<ShardChecker> checker_;  // declared last: destroyed (joined) before the shards
 };
 
 }  // namespace
 
 std::unique_ptr<SampleSource> open_token_corpus(const std::string& path, const std::string& split, int64_t seq_len,
-                                                int64_t vocab_size) {
-  return std::make_unique<TokenCorpus>(path, split, seq_len, vocab_size);
+                                                int64_t vocab_size, const CorpusOptions& options) {
+  return std::make_unique<TokenCorpus>(path, split, seq_len, vocab_size, options);
 }
 
 }  // namespace fsdp::data

@@ -6,6 +6,7 @@
 #include <iterator>
 
 #include "fsdp/core/error.h"
+#include "fsdp/core/regular_file.h"
 
 namespace fsdp::data {
 
@@ -20,10 +21,12 @@ uint64_t fnv1a64(const void* data, size_t size, uint64_t state) {
 
 Tokenizer::Tokenizer(const std::string& model_path)
     : path_(model_path), sp_(std::make_unique<sentencepiece::SentencePieceProcessor>()) {
-  std::ifstream in(model_path, std::ios::binary);
-  if (!in) FSDP_FAIL("cannot open tokenizer model '{}'", model_path);
-  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) FSDP_FAIL("cannot read tokenizer model '{}'", model_path);
+  std::string bytes;
+  try {
+    bytes = read_regular_file(model_path);  // a FIFO must not hang the run
+  } catch (const Error& e) {
+    FSDP_FAIL("tokenizer model: {}", e.what());
+  }
   if (bytes.empty()) FSDP_FAIL("tokenizer model '{}' is empty", model_path);
   hash_ = fnv1a64(bytes.data(), bytes.size());
   const auto status = sp_->LoadFromSerializedProto(bytes);

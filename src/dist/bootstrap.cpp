@@ -90,7 +90,10 @@ void finalize_at_exit() {
   int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
-  if (g_mpi_ours && initialized && !finalized) MPI_Finalize();
+  if (g_mpi_ours && initialized && !finalized) {
+    detail::stop_watchdog();
+    MPI_Finalize();
+  }
 }
 
 // Resolves shard_group_size (0: whole world, -1: one node) to a group size dividing the
@@ -128,6 +131,7 @@ void ensure_mpi(const Launch& launch) {
   // Errors come back as return codes (thrown with context) instead of killing the job
   // from inside the library; communicators created from the world inherit this.
   FSDP_MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN), "world", -1, 0);
+  detail::start_watchdog(MPI_COMM_WORLD);
   int rank = 0, size = 1;
   FSDP_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank), "world", -1, 0);
   FSDP_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size), "world", -1, 0);
@@ -147,6 +151,7 @@ ProcessGroups local_process_groups() {
   ProcessGroups g;
   g.world_info.hostname = host_name_cached();
   g.world_info.launcher = "none";
+  g.world_info.hosts = {g.world_info.hostname};
   g.world = detail::make_local_communicator("world");
   g.shard = detail::make_local_communicator("shard");
   g.replicate = detail::make_local_communicator("replicate");
@@ -170,6 +175,7 @@ ProcessGroups init_process_groups(int shard_group_size) {
   w.size = base.world->size();
   w.hostname = host_name_cached();
   w.launcher = launch.launcher;
+  w.hosts = detail::world_hosts();
 
   // Node layout: MPI's shared-memory split is the node. Its rank 0 (key = world rank) is
   // the node's lowest world rank, its leader; nodes are numbered in leader order. Exact
@@ -238,7 +244,10 @@ void shutdown_distributed() {
   int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
-  if (g_mpi_ours && initialized && !finalized) FSDP_MPI_CHECK(MPI_Finalize(), "world", -1, 0);
+  if (g_mpi_ours && initialized && !finalized) {
+    detail::stop_watchdog();
+    FSDP_MPI_CHECK(MPI_Finalize(), "world", -1, 0);
+  }
 }
 
 void abort_all(int exit_code) {

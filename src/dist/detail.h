@@ -6,16 +6,21 @@
 #include <mpi.h>
 
 #include <array>
+#include <functional>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
 
 #include "fsdp/dist/communicator.h"
 
 namespace fsdp::dist::detail {
 
-enum class Collective { AllGather, ReduceScatter, AllReduce, Broadcast };
-const char* collective_name(Collective op);  // "all_gather", ... (local_communicator.cpp)
+// Barrier last: the NCCL communicator names its ranges by the first four.
+enum class Collective { AllGather, ReduceScatter, AllReduce, Broadcast, Barrier };
+const char* collective_name(Collective op);  // "all_gather", ..., "barrier" (local_communicator.cpp)
 
 // ---- argument checks (local_communicator.cpp) ----
 
@@ -29,6 +34,13 @@ void check_device(const Communicator& c, Collective op, const Tensor& t, Device 
 
 // Bytes this rank sends under the ring algorithm (see communicator.h).
 uint64_t ring_bytes(Collective op, int size, int rank, int root, uint64_t nbytes);
+
+// ---- trace (collective_trace.cpp; fsdp/core/trace.h) ----
+
+// A collective's trace args: group, ranks, the bytes this rank sends (what stats() counts),
+// elements and dtype of the tensor named in communicator.h's formulas, root for a broadcast.
+std::string collective_trace_args(const Communicator& c, Collective op, const Tensor& t, uint64_t bytes_sent,
+                                  int root);
 
 // The message for wait() on an id the communicator does not hold.
 [[noreturn]] void fail_unknown_request(const Communicator& c, Request r);
@@ -94,9 +106,62 @@ class RequestSlots {
   int next_ = 0;
 };
 
+// ---- the watchdog (watchdog.cpp; the user's side is fsdp/dist/watchdog.h) ----
+
+// A non-owning reference to a callable: the wait loop calls it without the heap allocation
+// a std::function of a capturing lambda may make.
+template <typename Sig>
+class FunctionRef;
+template <typename R, typename... A>
+class FunctionRef<R(A...)> {
+ public:
+  template <typename F>
+  FunctionRef(F&& f)  // NOLINT: implicit, like std::function
+      : obj_(const_cast<void*>(static_cast<const void*>(&f))),
+        call_([](void* o, A... a) -> R { return (*static_cast<std::remove_reference_t<F>*>(o))(std::forward<A>(a)...); }) {}
+  R operator()(A... a) const { return call_(obj_, std::forward<A>(a)...); }
+
+ private:
+  void* obj_;
+  R (*call_)(void*, A...);
+};
+
+// Collective over `world` (MPI up): the side communicator and every rank's host name.
+void start_watchdog(MPI_Comm world);
+// Every world rank's host name, as start_watchdog gathered them.
+const std::vector<std::string>& world_hosts();
+// Before MPI_Finalize.
+void stop_watchdog();
+// A communicator's group, by name and its members' world ranks in group-rank order; the id
+// is this process's registration index, the same on every member because communicators are
+// made collectively in program order. Ids stay valid (a destroyed group is only forgotten).
+int watch_group(const std::string& name, std::vector<int> world_ranks);
+void forget_group(int id);
+// Counts a collective issued on the group; returns its 1-based sequence number.
+uint64_t count_collective(int id);
+// Whether waits run under a deadline (a timeout is set and the side communicator exists).
+bool watchdog_armed();
+// Blocks until done() returns true. Armed: polls it, answers the other ranks' questions, and
+// when the deadline passes or another rank's watchdog fired, reports and aborts the job.
+void watched_wait(int id, Collective op, uint64_t seq, FunctionRef<bool()> done);
+// A collective the library reported failed (`what`: its words): reported and aborted like a
+// timeout when armed; returns only when not armed or abort is off (the caller then throws).
+void watched_failure(int id, Collective op, uint64_t seq, const std::string& what);
+// One poll for a wait the watchdog does not run itself (the host waiting for a GPU stream,
+// Note [Host waits]; the emulated NCCL waiting inside a call): the oldest collective still
+// in flight is seq on group id (id -1: none), issued waited_s ago; failure: what the library
+// reports about it (nullptr: nothing). Answers the other ranks, and when the collective is
+// overdue or failed, or another rank's watchdog fired, reports and aborts as watched_wait does
+// (once per collective when abort is off).
+void watched_poll(int id, Collective op, uint64_t seq, double waited_s, const std::string* failure);
+// Called on this rank right before MPI_Abort (the NCCL communicators abort themselves).
+void on_watchdog_abort(const void* key, std::function<void()> fn);
+void forget_watchdog_abort(const void* key);
+
 // ---- factories ----
 
-std::unique_ptr<Communicator> make_local_communicator(std::string name);  // local_communicator.cpp
+// A single-rank group; world_rank: its member's rank in the world (local_communicator.cpp).
+std::unique_ptr<Communicator> make_local_communicator(std::string name, int world_rank = 0);
 // Takes ownership of comm (mpi_communicator.cpp).
 std::unique_ptr<Communicator> make_mpi_communicator(MPI_Comm comm, std::string name);
 // The MPI_Comm behind an MPI communicator; MPI_COMM_NULL for any other backend.
@@ -104,6 +169,8 @@ MPI_Comm mpi_comm_of(const Communicator& c);
 
 // ---- MPI errors (mpi_communicator.cpp) ----
 
+// MPI's words for an error code.
+std::string mpi_error_string(int rc);
 // Throws for a failed MPI call: "<call> failed on group 'shard' (rank 1 of 2, world rank
 // 3 on host n01): <MPI's error string>". group_rank < 0 when no group exists yet.
 [[noreturn]] void mpi_fail(int rc, const char* call, const char* group, int group_rank, int group_size,

@@ -23,6 +23,7 @@ const char* collective_name(Collective op) {
     case Collective::ReduceScatter: return "reduce_scatter";
     case Collective::AllReduce: return "all_reduce";
     case Collective::Broadcast: return "broadcast";
+    case Collective::Barrier: return "barrier";
   }
   return "?";
 }
@@ -107,6 +108,7 @@ uint64_t ring_bytes(Collective op, int size, int rank, int root, uint64_t nbytes
     case Collective::ReduceScatter: return (n - 1) * nbytes;
     case Collective::AllReduce: return 2 * (n - 1) * nbytes / n;
     case Collective::Broadcast: return (rank - root + size) % size == size - 1 ? 0 : nbytes;
+    case Collective::Barrier: return 0;
   }
   return 0;
 }
@@ -143,7 +145,7 @@ void copy_flat(const Tensor& src, const Tensor& dst) {
 
 class LocalCommunicator final : public Communicator {
  public:
-  explicit LocalCommunicator(std::string name) : name_(std::move(name)) {}
+  LocalCommunicator(std::string name, int world_rank) : name_(std::move(name)) { world_ranks_ = {world_rank}; }
 
   int rank() const override { return 0; }
   int size() const override { return 1; }
@@ -182,9 +184,21 @@ class LocalCommunicator final : public Communicator {
 }  // namespace
 
 namespace detail {
-std::unique_ptr<Communicator> make_local_communicator(std::string name) {
-  return std::make_unique<LocalCommunicator>(std::move(name));
+std::unique_ptr<Communicator> make_local_communicator(std::string name, int world_rank) {
+  return std::make_unique<LocalCommunicator>(std::move(name), world_rank);
 }
 }  // namespace detail
+
+std::string describe_world_ranks(const std::vector<int>& ranks) {
+  if (ranks.empty()) return "no ranks";
+  if (ranks.size() == 1) return fmt::format("world rank {}", ranks[0]);
+  bool contiguous = true;
+  for (size_t i = 1; i < ranks.size(); ++i) contiguous = contiguous && ranks[i] == ranks[i - 1] + 1;
+  if (contiguous) return fmt::format("world ranks {}-{}", ranks.front(), ranks.back());
+  std::string s = "world ranks ";
+  for (size_t i = 0; i < ranks.size() && i < 8; ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
+  if (ranks.size() > 8) s += fmt::format(", ... ({} ranks)", ranks.size());
+  return s;
+}
 
 }  // namespace fsdp::dist

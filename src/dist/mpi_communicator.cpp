@@ -14,28 +14,45 @@
 // MPI_COMM_WORLD, set in bootstrap.cpp), and every MPI call goes through FSDP_MPI_CHECK,
 // which throws fsdp::Error naming the call, the group, the ranks and the host.
 //
+// Trace (fsdp/core/trace.h): while one records, each collective is an async span from its
+// issue to the end of its wait (several are in flight at once, so they cannot nest on one
+// track), with its group and byte count, and the time wait() blocks is a span of the
+// waiting thread ("wait all_gather (group 'shard')").
+//
 // Progress: OpenMPI 4.1 progresses non-blocking collectives only inside MPI calls, so on
 // the CPU backend a collective mostly runs inside wait(); issuing early still lets
 // small collectives finish eagerly and keeps the engine's code the same as with NCCL.
+//
+// Deadlines: wait() and barrier() (an MPI_Ibarrier) poll with MPI_Test under the watchdog
+// (fsdp/dist/watchdog.h), which reports and aborts the job when a collective outlives
+// dist.timeout_s or MPI reports it failed; with the watchdog off they are MPI_Wait.
 #include <mpi.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <array>
 #include <climits>
 #include <cstdint>
 #include <memory>
 #include <string>
 
 #include "detail.h"
+#include "fsdp/core/trace.h"
 #include "fsdp/dist/communicator.h"
+#include "fsdp/dist/watchdog.h"
 
 namespace fsdp::dist::detail {
 
-[[noreturn]] void mpi_fail(int rc, const char* call, const char* group, int group_rank, int group_size,
-                           const char* file, int line) {
+std::string mpi_error_string(int rc) {
   char err[MPI_MAX_ERROR_STRING] = {};
   int len = 0;
-  if (MPI_Error_string(rc, err, &len) != MPI_SUCCESS) fmt::format_to_n(err, sizeof(err) - 1, "MPI error {}", rc);
+  if (MPI_Error_string(rc, err, &len) != MPI_SUCCESS) return fmt::format("MPI error {}", rc);
+  return err;
+}
+
+[[noreturn]] void mpi_fail(int rc, const char* call, const char* group, int group_rank, int group_size,
+                           const char* file, int line) {
+  const std::string err = mpi_error_string(rc);
   int world_rank = -1, initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
@@ -101,6 +118,15 @@ MPI_Op mpi_sum(DType t) {
   return MPI_SUM;
 }
 
+// A collective in flight: MPI's request, what the watchdog calls it (op, seq), and its
+// trace span when one is recording.
+struct MpiPending {
+  MPI_Request request = MPI_REQUEST_NULL;
+  Collective op = Collective::Barrier;
+  uint64_t seq = 0;
+  uint64_t trace_id = 0;
+};
+
 class MpiCommunicator final : public Communicator {
  public:
   // Takes ownership of comm (freed in the destructor while MPI is still up).
@@ -108,9 +134,14 @@ class MpiCommunicator final : public Communicator {
     FSDP_MPI_CHECK(MPI_Comm_rank(comm_, &rank_), name_.c_str(), -1, 0);
     FSDP_MPI_CHECK(MPI_Comm_size(comm_, &size_), name_.c_str(), -1, 0);
     half_mpi();
+    world_ranks_ = translate_world_ranks();
+    watch_id_ = detail::watch_group(name_, world_ranks_);
+    for (int op = 0; op < 5; ++op)
+      wait_names_[size_t(op)] = fmt::format("wait {} (group '{}')", detail::collective_name(Collective(op)), name_);
   }
 
   ~MpiCommunicator() override {
+    detail::forget_group(watch_id_);
     int finalized = 1;
     MPI_Finalized(&finalized);
     // Pending collectives cannot be cancelled; MPI completes them before freeing the
@@ -130,9 +161,9 @@ class MpiCommunicator final : public Communicator {
     const MPI_Datatype t = mpi_type(shard.dtype());
     const int slot = slots_.acquire(*this);
     FSDP_MPI_CHECK(MPI_Iallgather(in_place ? MPI_IN_PLACE : shard.data_ptr(), n, t, full.data_ptr(), n, t, comm_,
-                                  &slots_[slot].handle),
+                                  &slots_[slot].handle.request),
                    name_.c_str(), rank_, size_);
-    return issued(slot, Collective::AllGather, 0, shard.nbytes());
+    return issued(slot, Collective::AllGather, 0, shard);
   }
 
   Request reduce_scatter(const Tensor& full, const Tensor& shard) override {
@@ -141,9 +172,9 @@ class MpiCommunicator final : public Communicator {
     const int n = count("reduce_scatter", shard);
     const int slot = slots_.acquire(*this);
     FSDP_MPI_CHECK(MPI_Ireduce_scatter_block(full.data_ptr(), shard.data_ptr(), n, mpi_type(shard.dtype()),
-                                             mpi_sum(shard.dtype()), comm_, &slots_[slot].handle),
+                                             mpi_sum(shard.dtype()), comm_, &slots_[slot].handle.request),
                    name_.c_str(), rank_, size_);
-    return issued(slot, Collective::ReduceScatter, 0, shard.nbytes());
+    return issued(slot, Collective::ReduceScatter, 0, shard);
   }
 
   Request all_reduce(const Tensor& x) override {
@@ -152,9 +183,9 @@ class MpiCommunicator final : public Communicator {
     const int n = count("all_reduce", x);
     const int slot = slots_.acquire(*this);
     FSDP_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, x.data_ptr(), n, mpi_type(x.dtype()), mpi_sum(x.dtype()), comm_,
-                                  &slots_[slot].handle),
+                                  &slots_[slot].handle.request),
                    name_.c_str(), rank_, size_);
-    return issued(slot, Collective::AllReduce, 0, x.nbytes());
+    return issued(slot, Collective::AllReduce, 0, x);
   }
 
   Request broadcast(const Tensor& x, int root) override {
@@ -162,20 +193,29 @@ class MpiCommunicator final : public Communicator {
     detail::check_device(*this, Collective::Broadcast, x, Device::cpu(), "MPI");
     const int n = count("broadcast", x);
     const int slot = slots_.acquire(*this);
-    FSDP_MPI_CHECK(MPI_Ibcast(x.data_ptr(), n, mpi_type(x.dtype()), root, comm_, &slots_[slot].handle),
+    FSDP_MPI_CHECK(MPI_Ibcast(x.data_ptr(), n, mpi_type(x.dtype()), root, comm_, &slots_[slot].handle.request),
                    name_.c_str(), rank_, size_);
-    return issued(slot, Collective::Broadcast, root, x.nbytes());
+    return issued(slot, Collective::Broadcast, root, x);
   }
 
-  void barrier() override { FSDP_MPI_CHECK(MPI_Barrier(comm_), name_.c_str(), rank_, size_); }
+  void barrier() override {
+    MpiPending p{MPI_REQUEST_NULL, Collective::Barrier, detail::count_collective(watch_id_)};
+    FSDP_MPI_CHECK(MPI_Ibarrier(comm_, &p.request), name_.c_str(), rank_, size_);
+    complete(p);
+  }
 
   void wait(Request r) override {
     if (r.id == -1) return;
-    // The slot is released even if MPI_Wait fails: the request is gone either way.
-    MPI_Request& req = slots_.take(*this, r).handle;
+    // The slot is released even if the wait fails: the request is gone either way.
+    MpiPending& p = slots_.take(*this, r).handle;
     const auto t0 = std::chrono::steady_clock::now();
-    FSDP_MPI_CHECK(MPI_Wait(&req, MPI_STATUS_IGNORE), name_.c_str(), rank_, size_);
+    {
+      const trace::Span span(wait_names_[size_t(p.op)], "wait");
+      complete(p);
+    }
     stats_.wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (p.trace_id != 0) trace::async_end(p.trace_id, detail::collective_name(p.op), "collective");
+    p.trace_id = 0;
   }
 
  private:
@@ -188,16 +228,60 @@ class MpiCommunicator final : public Communicator {
     return int(t.numel());
   }
 
-  Request issued(int slot, Collective op, int root, uint64_t nbytes) {
+  Request issued(int slot, Collective op, int root, const Tensor& t) {
+    const uint64_t bytes = detail::ring_bytes(op, size_, rank_, root, t.nbytes());
     ++stats_.calls;
-    stats_.bytes_sent += detail::ring_bytes(op, size_, rank_, root, nbytes);
+    stats_.bytes_sent += bytes;
+    MpiPending& p = slots_[slot].handle;
+    p.op = op;
+    p.seq = detail::count_collective(watch_id_);
+    p.trace_id = 0;
+    if (trace::enabled()) {
+      p.trace_id = trace::async_begin(detail::collective_name(op), "collective",
+                                      detail::collective_trace_args(*this, op, t, bytes, root));
+      trace::add_bytes_sent(bytes);
+    }
     return slots_.issue(slot);
+  }
+
+  // Until p's request has completed: MPI_Wait, or polled under the watchdog's deadline. A
+  // failed MPI call is the watchdog's too (a dead peer's connection), then thrown as before.
+  void complete(MpiPending& p) {
+    if (!detail::watchdog_armed()) {
+      FSDP_MPI_CHECK(MPI_Wait(&p.request, MPI_STATUS_IGNORE), name_.c_str(), rank_, size_);
+      return;
+    }
+    detail::watched_wait(watch_id_, p.op, p.seq, [&] {
+      int flag = 0;
+      const int rc = MPI_Test(&p.request, &flag, MPI_STATUS_IGNORE);
+      if (rc != MPI_SUCCESS) [[unlikely]] {
+        detail::watched_failure(watch_id_, p.op, p.seq, fmt::format("MPI_Test: {}", detail::mpi_error_string(rc)));
+        FSDP_MPI_CHECK(rc, name_.c_str(), rank_, size_);
+      }
+      return flag != 0;
+    });
+  }
+
+  // This group's members as ranks of MPI_COMM_WORLD, in group-rank order.
+  std::vector<int> translate_world_ranks() const {
+    MPI_Group mine = MPI_GROUP_NULL, world = MPI_GROUP_NULL;
+    std::vector<int> ours(static_cast<size_t>(size_)), theirs(static_cast<size_t>(size_), -1);
+    for (int i = 0; i < size_; ++i) ours[size_t(i)] = i;
+    FSDP_MPI_CHECK(MPI_Comm_group(comm_, &mine), name_.c_str(), rank_, size_);
+    FSDP_MPI_CHECK(MPI_Comm_group(MPI_COMM_WORLD, &world), name_.c_str(), rank_, size_);
+    FSDP_MPI_CHECK(MPI_Group_translate_ranks(mine, size_, ours.data(), world, theirs.data()), name_.c_str(), rank_,
+                   size_);
+    MPI_Group_free(&mine);
+    MPI_Group_free(&world);
+    return theirs;
   }
 
   MPI_Comm comm_;
   std::string name_;
   int rank_ = 0, size_ = 1;
-  detail::RequestSlots<MPI_Request> slots_;
+  int watch_id_ = -1;
+  detail::RequestSlots<MpiPending> slots_;
+  std::array<std::string, 5> wait_names_;  // made once, a name per Collective: a span per wait must not format
 };
 
 }  // namespace

@@ -3,12 +3,15 @@
 
 #include <algorithm>
 
+#include "fsdp/fsdp/engine_categories.h"
+
 namespace fsdp {
 
 FrozenShards::FrozenShards(const std::vector<model::UnitLayout>& units, dist::Communicator& shard, BufferPool& pool,
                            Device device)
     : shard_(shard), pool_(pool) {
   const int n = shard_.size();
+  const memory::CategoryScope tag(engine_category::frozen_base());
   units_.resize(units.size());
   for (size_t u = 0; u < units.size(); ++u) {
     Unit& x = units_[u];
@@ -42,7 +45,7 @@ void FrozenShards::issue_gather(int unit) {
   if (unit < 0 || unit >= int(units_.size()) || direct()) return;
   Unit& x = units_[size_t(unit)];
   if (x.bytes == 0 || x.full != nullptr) return;
-  x.full = pool_.acquire(DType::U8);
+  x.full = pool_.acquire(DType::U8, engine_category::gathered_parameters());
   x.request = shard_.all_gather(x.shard, x.full->t.narrow(0, 0, x.padded));
   x.pending = true;
 }

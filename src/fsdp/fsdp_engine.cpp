@@ -6,8 +6,11 @@
 //              backward runs immediately (PyTorch FSDP's root is likewise not resharded).
 //   backward:  before_backward re-gathers if released and prefetches the units backward
 //              needs next (lower indices); after_backward, on the micro-batch that
-//              synchronises, issues the reduce-scatter and releases the parameters. The
-//              reduce-scatter completes in finish(), so it overlaps the remaining backward.
+//              synchronises, issues the reduce-scatter and releases the parameters, then
+//              completes the previous unit's reduce-scatter, which overlapped this unit's
+//              backward: one reduce-scatter in flight, so at most two unsharded gradients
+//              (the one computing and the one reducing) exist at once, as in PyTorch FSDP,
+//              not one per unit. finish() completes the last.
 // Gradient accumulation (FSDP's no_sync): on the other micro-batches the full gradient
 // buffer of every unit is kept and accumulated into; only the last micro-batch reduces.
 // That costs one unsharded gradient per unit between micro-batches (the whole model's
@@ -15,16 +18,50 @@
 // All ranks call the same hooks in the same order, so their collectives match one to
 // one, as MPI and NCCL require. A unit's frozen bytes (frozen_shards.h) are gathered and
 // released beside its trainable buffer, hook for hook; they have no gradient to reduce.
+
+// Note [Units used twice]
+// With tied embeddings the head reads the embedding unit's table (UnitLayout::reads_unit),
+// so a pass uses that unit twice in forward and twice in backward:
+//   forward   embedding, layers.0 .. layers.L-1, head, embedding'
+//   backward  embedding', head, layers.L-1 .. layers.0, embedding
+// (the primed use is the head's). The engine keeps that schedule and counts each unit's
+// uses in the pass (finish() resets the counts), so that
+//   - prefetching follows the schedule: the table's gather for the head overlaps the last
+//     block's forward, and (FULL_SHARD) its gather for the embedding's backward overlaps
+//     the first blocks' backward;
+//   - whatever is used at the end of forward stays gathered into backward (the head, and
+//     the table with it), as the last unit always did;
+//   - after the head's backward use FULL_SHARD frees the table (gathered again at the end),
+//     SHARD_GRAD_OP keeps it until its last use;
+//   - both uses accumulate into the unit's one gradient buffer, which is reduced once, after
+//     the last backward use: the sum of both uses' gradients, which is what autograd gives a
+//     shared parameter, and one master copy and one set of AdamW moments for it.
+// Per micro-batch under FULL_SHARD the V x C table is gathered 3 times and reduced once,
+// where separate embedding and lm_head weights cost 4 gathers and 2 reductions of V x C.
+// The alternative, embedding and head as one unit, would keep the table gathered through
+// every block's forward and backward (it is used at both ends of each), for no less traffic.
+
+// Memory categories (fsdp/core/memory_category.h, engine_categories.h): the shards and
+// moments are "sharded state", the frozen shards "frozen base", gradient shards and full
+// gradients "gradients", gathered units (trainable and frozen) "gathered parameters"; a
+// pool buffer takes the category of its current use and, between uses, "fsdp buffer pool
+// (idle)", an idle cache, so a memory snapshot shows what the pool's buffers hold at its
+// moment rather than what they were first allocated for.
 #include "fsdp/fsdp/fsdp_engine.h"
 
 #include <algorithm>
 #include <cmath>
 
+#include "fsdp/core/memory_category.h"
 #include "fsdp/core/nvtx.h"
+#include "fsdp/fsdp/engine_categories.h"
 #include "fsdp/fsdp/unit_decay.h"
 #include "fsdp/ops/elementwise.h"
 
 namespace fsdp {
+using engine_category::gathered_parameters;
+using engine_category::gradients;
+using engine_category::sharded_state;
 
 namespace {
 
@@ -57,7 +94,10 @@ FsdpEngine::FsdpEngine(const std::vector<model::UnitLayout>& units, dist::Proces
   FSDP_CHECK(opt_.prefetch_limit >= 0, "fsdp.prefetch_limit must be >= 0, got {}", opt_.prefetch_limit);
   const int n = shard_.size();
   const Device dev = opt_.device;
-  norm_buf_ = Tensor::zeros({1}, DType::F64, dev);
+  {
+    const memory::CategoryScope tag("scratch/grad norm");
+    norm_buf_ = Tensor::zeros({1}, DType::F64, dev);
+  }
   direct_ = n == 1 && opt_.param_dtype == DType::F32 && opt_.reduce_dtype == DType::F32 &&
             opt_.compute_dtype == DType::F32;
   units_.resize(layouts_.size());
@@ -67,8 +107,12 @@ FsdpEngine::FsdpEngine(const std::vector<model::UnitLayout>& units, dist::Proces
   auto range_of = [&](int64_t numel) { return numel == 0 ? ShardRange{} : ::fsdp::shard_range(numel, n, shard_.rank()); };
   int64_t grad_total = 0;
   for (const auto& layout : layouts_) grad_total += range_of(layout.numel).size;
-  grad_flat_ = Tensor::zeros({grad_total}, DType::F32, dev);
+  {
+    const memory::CategoryScope tag(gradients());
+    grad_flat_ = Tensor::zeros({grad_total}, DType::F32, dev);
+  }
   int64_t grad_offset = 0;
+  build_schedule();
   for (size_t u = 0; u < layouts_.size(); ++u) {
     Unit& x = units_[u];
     x.numel = layouts_[u].numel;
@@ -76,13 +120,17 @@ FsdpEngine::FsdpEngine(const std::vector<model::UnitLayout>& units, dist::Proces
     x.padded = x.shard_range.size * n;
     x.segments = decay_segments(layouts_[u]);
     const int64_t s = x.shard_range.size;
+    const memory::CategoryScope tag(sharded_state());
     x.master = Tensor::zeros({s}, DType::F32, dev);
     x.grad = grad_flat_.narrow(0, grad_offset, s);
     grad_offset += s;
     x.exp_avg = Tensor::zeros({s}, DType::F32, dev);
     x.exp_avg_sq = Tensor::zeros({s}, DType::F32, dev);
     if (opt_.param_dtype != DType::F32) x.shard_cast = Tensor::zeros({s}, opt_.param_dtype, dev);
-    if (opt_.reduce_dtype != DType::F32) x.reduce_recv = Tensor::zeros({s}, opt_.reduce_dtype, dev);
+    if (opt_.reduce_dtype != DType::F32) {
+      const memory::CategoryScope grad_tag(gradients());
+      x.reduce_recv = Tensor::zeros({s}, opt_.reduce_dtype, dev);
+    }
     x.nvtx_forward = layouts_[u].name + " forward";
     x.nvtx_backward = layouts_[u].name + " backward";
   }
@@ -100,24 +148,67 @@ FsdpEngine::~FsdpEngine() {
   }
 }
 
+uint64_t FsdpEngine::buffer_bytes() const { return pool_.bytes(); }
+
 uint64_t FsdpEngine::persistent_bytes() const {
   uint64_t b = 0;
   for (const Unit& x : units_) b += x.master.nbytes() + x.grad.nbytes() + x.exp_avg.nbytes() + x.exp_avg_sq.nbytes();
   return b + frozen_.persistent_bytes();
 }
 
-// ---------------------------------------------------------------- parameters
+// ---------------------------------------------------------------- schedule
 
-bool FsdpEngine::frees_after_forward(int unit) const {
-  return opt_.strategy == ShardingStrategy::FULL_SHARD && unit != num_units() - 1;
+// See Note [Units used twice].
+void FsdpEngine::build_schedule() {
+  const int n = num_units();
+  for (int u = 0; u < n; ++u) {
+    if (u == n - 1) last_unit_position_ = int(forward_order_.size());
+    forward_order_.push_back(u);
+    const int r = layouts_[size_t(u)].reads_unit;
+    if (r < 0) continue;
+    FSDP_CHECK(r < n && r != u, "unit '{}' reads unit {}, which is not another unit of the model",
+               layouts_[size_t(u)].name, r);
+    forward_order_.push_back(r);
+  }
+  backward_order_.assign(forward_order_.rbegin(), forward_order_.rend());
+  forward_positions_.assign(size_t(n), {});
+  backward_positions_.assign(size_t(n), {});
+  for (int i = 0; i < int(forward_order_.size()); ++i) {
+    forward_positions_[size_t(forward_order_[size_t(i)])].push_back(i);
+    backward_positions_[size_t(backward_order_[size_t(i)])].push_back(i);
+  }
+  forward_uses_.assign(size_t(n), 0);
+  backward_uses_.assign(size_t(n), 0);
 }
+
+// A caller that uses a unit more often than the schedule says (hooks driven by hand) is
+// taken to repeat its last use.
+int FsdpEngine::forward_position(int unit) const {
+  const std::vector<int>& p = forward_positions_[size_t(unit)];
+  return p[std::min(size_t(forward_uses_[size_t(unit)]), p.size() - 1)];
+}
+
+int FsdpEngine::backward_position(int unit) const {
+  const std::vector<int>& p = backward_positions_[size_t(unit)];
+  return p[std::min(size_t(backward_uses_[size_t(unit)]), p.size() - 1)];
+}
+
+// A unit whose backward this pass skips (skip_backward) is passed over in backward.
+void FsdpEngine::prefetch(const std::vector<int>& order, int position, bool backward) {
+  for (int k = 1; k <= opt_.prefetch_limit && position + k < int(order.size()); ++k) {
+    const int u = order[size_t(position + k)];
+    if (!(backward && units_[size_t(u)].skips_backward)) issue_gather(u);
+  }
+}
+
+// ---------------------------------------------------------------- parameters
 
 void FsdpEngine::issue_gather(int unit) {
   if (unit < 0 || unit >= num_units()) return;
   frozen_.issue_gather(unit);
   Unit& x = units_[unit];
   if (direct_ || x.numel == 0 || x.full != nullptr || x.gather_pending) return;
-  x.full = pool_.acquire(opt_.compute_dtype);
+  x.full = pool_.acquire(opt_.compute_dtype, gathered_parameters());
   const Tensor* shard = &x.master;
   if (opt_.param_dtype != DType::F32) {
     // Once per optimizer step, not per gather (FULL_SHARD gathers twice).
@@ -128,7 +219,7 @@ void FsdpEngine::issue_gather(int unit) {
   if (opt_.param_dtype == opt_.compute_dtype) {
     x.gather_req = shard_.all_gather(*shard, x.full->t.narrow(0, 0, x.padded));
   } else {
-    x.gather_staging = pool_.acquire(opt_.param_dtype);
+    x.gather_staging = pool_.acquire(opt_.param_dtype, gathered_parameters());
     x.gather_req = shard_.all_gather(*shard, x.gather_staging->t.narrow(0, 0, x.padded));
   }
   x.gather_pending = true;
@@ -162,21 +253,24 @@ Tensor FsdpEngine::params(int unit) {
 // unit back, so an nsys timeline shows "layers.3 forward" beside the collectives.
 void FsdpEngine::before_forward(int unit) {
   wait_gather(unit);
-  for (int k = 1; k <= opt_.prefetch_limit; ++k) issue_gather(unit + k);
+  prefetch(forward_order_, forward_position(unit), /*backward=*/false);
   nvtx::push(units_[unit].nvtx_forward.c_str());
 }
 
+// FULL_SHARD frees a unit after forward unless the use is at the end of the pass (the
+// head, and the table a tied head reads), whose backward follows at once.
 void FsdpEngine::after_forward(int unit) {
   nvtx::pop();
-  if (!frees_after_forward(unit)) return;
+  const bool at_the_end = forward_position(unit) >= last_unit_position_;
+  ++forward_uses_[size_t(unit)];
+  if (opt_.strategy != ShardingStrategy::FULL_SHARD || at_the_end) return;
   frozen_.release(unit);
   if (!direct_) pool_.release(units_[unit].full);
 }
 
 void FsdpEngine::before_backward(int unit) {
   wait_gather(unit);
-  for (int k = 1; k <= opt_.prefetch_limit; ++k)
-    if (unit - k >= 0 && !units_[unit - k].skips_backward) issue_gather(unit - k);
+  prefetch(backward_order_, backward_position(unit), /*backward=*/true);
   nvtx::push(units_[unit].nvtx_backward.c_str());
 }
 
@@ -197,7 +291,7 @@ Tensor FsdpEngine::grads(int unit) {
   if (direct_) return x.grad.narrow(0, 0, x.numel);
   if (x.numel == 0) return Tensor::empty({0}, opt_.compute_dtype, opt_.device);
   if (x.full_grad == nullptr) {  // first micro-batch of the step for this unit
-    x.full_grad = pool_.acquire(opt_.compute_dtype);
+    x.full_grad = pool_.acquire(opt_.compute_dtype, gradients());
     fill_(x.full_grad->t.narrow(0, 0, x.padded), 0.0);
   }
   return x.full_grad->t.narrow(0, 0, x.numel);
@@ -206,10 +300,17 @@ Tensor FsdpEngine::grads(int unit) {
 void FsdpEngine::after_backward(int unit) {
   nvtx::pop();
   Unit& x = units_[unit];
-  frozen_.release(unit);
-  if (!direct_) pool_.release(x.full);  // FULL_SHARD and SHARD_GRAD_OP both reshard here
-  if (!sync_ || x.numel == 0) return;   // no_sync: keep accumulating; frozen-only: nothing to reduce
-  reduce_gradient(unit);
+  const bool last_use = ++backward_uses_[size_t(unit)] >= int(backward_positions_[size_t(unit)].size());
+  // FULL_SHARD and SHARD_GRAD_OP both reshard here; SHARD_GRAD_OP keeps a unit used again.
+  if (last_use || opt_.strategy == ShardingStrategy::FULL_SHARD) {
+    frozen_.release(unit);
+    if (!direct_) pool_.release(x.full);
+  }
+  if (!sync_ || !last_use) return;  // no_sync, or another use to come: keep accumulating
+  if (x.numel > 0) reduce_gradient(unit);  // a frozen-only unit has nothing to reduce
+  // Backward runs from the last unit down: the ones above have been reducing meanwhile
+  // (the one above, or more when frozen-only units between reduced nothing).
+  for (int above = unit + 1; above < num_units(); ++above) complete_reduce(above);
 }
 
 void FsdpEngine::reduce_gradient(int unit) {
@@ -223,7 +324,7 @@ void FsdpEngine::reduce_gradient(int unit) {
   }
   Tensor send = x.full_grad->t.narrow(0, 0, x.padded);
   if (opt_.reduce_dtype != opt_.compute_dtype) {
-    x.reduce_send = pool_.acquire(opt_.reduce_dtype);
+    x.reduce_send = pool_.acquire(opt_.reduce_dtype, gradients());
     const Tensor converted = x.reduce_send->t.narrow(0, 0, x.padded);
     cast(send, converted);
     send = converted;
@@ -250,6 +351,8 @@ void FsdpEngine::complete_reduce(int unit) {
 }
 
 void FsdpEngine::finish() {
+  std::fill(forward_uses_.begin(), forward_uses_.end(), 0);
+  std::fill(backward_uses_.begin(), backward_uses_.end(), 0);
   for (Unit& x : units_) x.skips_backward = false;
   for (int u = num_units() - 1; u >= 0; --u) complete_reduce(u);
   for (int u = 0; u < num_units(); ++u) {

@@ -11,16 +11,27 @@
 namespace fsdp::model {
 
 AttentionSaved::AttentionSaved(const LlamaConfig& c, int64_t B, int64_t T, DType dt, Device dev, bool with_lse) {
-  const int64_t N = B * T;
-  h1 = Tensor::empty({N, c.hidden_size}, dt, dev);
-  rstd1 = Tensor::empty({N}, stat_dtype(dt), dev);
-  qkv = Tensor::empty({N, c.qkv_dim()}, dt, dev);
-  att = Tensor::empty({N, c.q_dim()}, dt, dev);
-  if (with_lse) lse = Tensor::empty({B, c.num_heads, T}, stat_dtype(dt), dev);
+  bind(c, B, T, dt, allocate_on(dev), with_lse);
 }
 
-AttentionGrads::AttentionGrads(const LlamaConfig& c, int64_t N, DType dt, Device dev)
-    : dqkv(Tensor::empty({N, c.qkv_dim()}, dt, dev)), datt(Tensor::empty({N, c.q_dim()}, dt, dev)) {}
+void AttentionSaved::bind(const LlamaConfig& c, int64_t B, int64_t T, DType dt, const SavedBinder& b, bool with_lse) {
+  const int64_t N = B * T;
+  const DType st = stat_dtype(dt);
+  b(h1, {"attention h1", {N, c.hidden_size}, dt, SavedKind::Cheap});
+  b(rstd1, {"attention rstd1", {N}, st, SavedKind::Cheap});
+  b(qkv, {"attention qkv", {N, c.qkv_dim()}, dt, SavedKind::Expensive});
+  b(att, {"attention att", {N, c.q_dim()}, dt, SavedKind::Expensive});
+  if (with_lse) b(lse, {"attention lse", {B, c.num_heads, T}, st, SavedKind::Expensive});
+}
+
+AttentionGrads::AttentionGrads(const LlamaConfig& c, int64_t N, DType dt, Device dev) {
+  bind(c, N, dt, allocate_on(dev));
+}
+
+void AttentionGrads::bind(const LlamaConfig& c, int64_t N, DType dt, const SavedBinder& b) {
+  b(dqkv, {"attention dqkv", {N, c.qkv_dim()}, dt, SavedKind::Cheap});
+  b(datt, {"attention datt", {N, c.q_dim()}, dt, SavedKind::Cheap});
+}
 
 AttentionSublayer::AttentionSublayer(const LlamaConfig& cfg, const UnitLayout& block, RopeTables rope)
     : cfg_(cfg),
@@ -56,6 +67,10 @@ void AttentionSublayer::forward(const Tensor& x, const UnitParams& p, AttentionS
   attention_forward(heads.q, heads.k, heads.v, s.att.reshape({B, T, cfg_.num_heads, cfg_.head_dim()}), s.lse);
   cast(x, out);  // out = x + att @ Wo^T, the residual add folded into the GEMM's beta
   o_.forward(s.att, p, out, /*accumulate=*/true);
+}
+
+void AttentionSublayer::recompute_cheap(const Tensor& x, const UnitParams& p, AttentionSaved& s) const {
+  rmsnorm_forward(x, norm_.value(p), s.h1, s.rstd1, cfg_.norm_eps);
 }
 
 void AttentionSublayer::backward(const Tensor& x, const AttentionSaved& s, const UnitParams& p, const Tensor& dres,

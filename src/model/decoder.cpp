@@ -3,68 +3,15 @@
 // LlamaActivations or of a unit's flat buffer, so this file allocates nothing per step.
 #include "fsdp/model/decoder.h"
 
+#include "fsdp/core/memory_category.h"
 #include "fsdp/core/random.h"
+#include "fsdp/model/activation_offload.h"
+#include "fsdp/model/rope_scaling.h"
 #include "fsdp/ops/cross_entropy.h"
-#include "fsdp/ops/rope.h"
 
 namespace fsdp::model {
 
-LlamaActivations::LlamaActivations(const LlamaConfig& c, int64_t B, int64_t T, DType dt, Device dev,
-                                   ActivationCheckpointing ac)
-    : batch(B), seq_len(T), checkpointing(ac) {
-  const int64_t N = B * T, C = c.hidden_size;
-  // The buffers' shapes are the block's business (its MLP kind among them): ask one block
-  // built on this config's layout. Its RoPE tables are never used.
-  const TransformerBlock block(c, llama_units(c)[block_unit(0)], RopeTables{});
-  ids = Tensor::empty({N}, DType::I32, dev);
-  targets = Tensor::empty({N}, DType::I32, dev);
-  for (int64_t l = 0; l <= c.num_layers; ++l) resid.push_back(Tensor::empty({N, C}, dt, dev));
-  FSDP_CHECK(ac.every >= 0, "activation checkpointing every {} blocks: must be >= 0", ac.every);
-  bool any = false;
-  kept_router.resize(size_t(c.num_layers));
-  for (int64_t l = 0; l < c.num_layers; ++l) {
-    blocks.push_back(ac.checkpointed(l) ? BlockActivations{} : block.make_activations(B, T, dt, dev));
-    if (!ac.checkpointed(l)) continue;
-    any = true;
-    if (c.is_moe()) {
-      kept_router[size_t(l)].prob_sum = Tensor::empty({c.num_experts}, stat_dtype(dt), dev);
-      kept_router[size_t(l)].lse_sq_sum = Tensor::empty({1}, stat_dtype(dt), dev);
-    }
-  }
-  if (any) recompute = block.make_activations(B, T, dt, dev);
-  hf = Tensor::empty({N, C}, dt, dev);
-  rstdf = Tensor::empty({N}, stat_dtype(dt), dev);
-  logits = Tensor::empty({N, c.vocab_size}, dt, dev);
-  losses = Tensor::empty({N}, stat_dtype(dt), dev);
-  grads = block.make_grads(N, dt, dev);
-}
-
-BlockActivations& LlamaActivations::saved(int64_t l) {
-  return checkpointing.checkpointed(l) ? recompute : blocks[size_t(l)];
-}
-
-const BlockActivations& LlamaActivations::saved(int64_t l) const {
-  return checkpointing.checkpointed(l) ? recompute : blocks[size_t(l)];
-}
-
 namespace {
-
-// A checkpointed MoE block's routing statistics, copied out of the shared scratch.
-void keep_router_record(const BlockActivations& from, RouterRecord& into) {
-  const RouterRecord* r = from.mlp->router();
-  if (r == nullptr) return;
-  into.prob_sum.copy_(r->prob_sum);
-  into.lse_sq_sum.copy_(r->lse_sq_sum);
-  into.count = r->count;
-  into.tokens = r->tokens;
-}
-
-// The model's RoPE tables: computed on the host (in double, rounded once) and moved once.
-RopeTables device_rope_tables(const LlamaConfig& c, Device device) {
-  RopeTables t = make_rope_tables(c.max_seq_len, c.head_dim(), c.rope_theta, Device::cpu());
-  if (!device.is_cpu()) t = RopeTables{t.cos.to(device), t.sin.to(device)};
-  return t;
-}
 
 LlamaConfig validated(const LlamaConfig& c) {
   c.validate();
@@ -90,8 +37,10 @@ Llama::Llama(const LlamaConfig& cfg, DType dtype, Device device, const PeftSpec&
       dropout_key_(mix_key(dropout_seed, kLoraDropoutPurpose)),
       units_(lora_units(cfg_, peft_)),
       embedding_(units_[embedding_unit()]),
-      head_(cfg_, units_[head_unit(cfg_)]) {
-  const RopeTables rope = device_rope_tables(cfg_, device_);
+      head_(cfg_, units_) {
+  // Computed on the host (in double, rounded once) and moved once.
+  const memory::CategoryScope tag("constants/rope tables");
+  const RopeTables rope = llama_rope_tables(cfg_, cfg_.max_seq_len, device_);
   for (int l = 0; l < int(cfg_.num_layers); ++l) blocks_.emplace_back(cfg_, units_[block_unit(l)], rope);
   for (const UnitLayout& u : units_)
     for (const FrozenSlot& f : u.frozen) needs_scratch_ = needs_scratch_ || f.format == FrozenFormat::Nf4;
@@ -138,8 +87,7 @@ LossSum Llama::loss_sum(const LlamaActivations& a) const {
 
 std::vector<const RouterRecord*> Llama::router_records(const LlamaActivations& a) const {
   std::vector<const RouterRecord*> records;
-  for (int64_t l = 0; l < int64_t(a.blocks.size()); ++l)
-    records.push_back(a.checkpointing.checkpointed(l) ? &a.kept_router[size_t(l)] : a.blocks[size_t(l)].mlp->router());
+  for (const BlockActivations& b : a.blocks) records.push_back(b.mlp->router());
   return records;
 }
 
@@ -151,30 +99,35 @@ RouterLosses Llama::router_losses(const LlamaActivations& a) const {
 // Embedding and blocks: the part of the forward pass both entry points share. On return
 // a.resid[L] holds the final hidden state and the head has not run.
 // The scratch (scratch_for) must be set up for the pass before.
-void Llama::trunk_forward(LlamaActivations& a, ParamProvider& p) {
+void Llama::trunk_forward(LlamaActivations& a, ParamProvider& p, bool for_backward) {
   FSDP_CHECK(a.seq_len <= cfg_.max_seq_len, "sequence length {} exceeds model.max_seq_len {}", a.seq_len,
              cfg_.max_seq_len);
   LinearScratch* scratch = needs_scratch_ ? &scratch_ : nullptr;
+  ActivationOffload* off = a.offload.get();
+  const ActivationCheckpointing& ac = a.checkpointing;
   p.before_forward(embedding_unit());
+  if (off) off->before_write(0);  // block 0 is always checkpointed
   embedding_.forward(a.ids, p.forward_view(embedding_unit()), a.resid[0]);
   p.after_forward(embedding_unit());
   for (int l = 0; l < int(cfg_.num_layers); ++l) {
     p.before_forward(block_unit(l));
-    blocks_[size_t(l)].forward(a.resid[size_t(l)], p.forward_view(block_unit(l), scratch), a.saved(l),
+    if (off && l + 1 < cfg_.num_layers && ac.checkpointed(l + 1)) off->before_write(l + 1);
+    blocks_[size_t(l)].forward(a.resid[size_t(l)], p.forward_view(block_unit(l), scratch), a.blocks[size_t(l)],
                                a.resid[size_t(l) + 1], a.batch, a.seq_len);
-    if (a.checkpointing.checkpointed(l) && cfg_.is_moe()) keep_router_record(a.recompute, a.kept_router[size_t(l)]);
+    if (off && for_backward && ac.checkpointed(l)) off->stash(l);
     p.after_forward(block_unit(l));
   }
 }
 
 LossSum Llama::forward(LlamaActivations& a, ParamProvider& p) {
   LinearScratch* scratch = scratch_for(a, /*training=*/false);
-  trunk_forward(a, p);
-  const int h = head_unit(cfg_);
-  p.before_forward(h);
-  head_.forward(a.resid[size_t(cfg_.num_layers)], p.forward_view(h, scratch), a.hf, a.rstdf, a.logits);
+  trunk_forward(a, p, /*for_backward=*/false);
+  const int h = head_unit(cfg_), w = head_.weight_unit();
+  head_.before_forward(p);
+  head_.forward(a.resid[size_t(cfg_.num_layers)], p.forward_view(h, scratch), p.forward_view(w, scratch), a.hf,
+                a.rstdf, a.logits);
   cross_entropy_forward(a.logits, a.targets, a.losses);
-  p.after_forward(h);
+  head_.after_forward(p);
   p.finish();
   return loss_sum(a);
 }
@@ -188,42 +141,60 @@ LossSum Llama::forward_backward(LlamaActivations& a, ParamProvider& p, double gr
 // logits buffer receives its own gradient (no second [N, V] tensor). On return
 // a.grads.dres holds dL/d(final hidden state).
 void Llama::head_backward(LlamaActivations& a, ParamProvider& p, double grad_scale) {
-  const int h = head_unit(cfg_);
+  const int h = head_unit(cfg_), w = head_.weight_unit();
   LinearScratch* scratch = needs_scratch_ ? &scratch_ : nullptr;
   const Tensor& x = a.resid[size_t(cfg_.num_layers)];
-  p.before_forward(h);
-  head_.forward(x, p.forward_view(h, scratch), a.hf, a.rstdf, a.logits);
+  head_.before_forward(p);
+  head_.forward(x, p.forward_view(h, scratch), p.forward_view(w, scratch), a.hf, a.rstdf, a.logits);
   cross_entropy_forward_backward(a.logits, a.targets, a.losses, a.logits, grad_scale);
-  p.after_forward(h);
-  p.before_backward(h);
-  head_.backward(a.logits, x, a.hf, a.rstdf, p.backward_view(h, scratch), a.grads.dh, a.grads.dres);
-  p.after_backward(h);
+  head_.after_forward(p);
+  head_.before_backward(p);
+  head_.backward(a.logits, x, a.hf, a.rstdf, p.backward_view(h, scratch), p.backward_view(w, scratch), a.grads.dh,
+                 a.grads.dres);
+  head_.after_backward(p);
+}
+
+// The blocks' backward, last to first; a checkpointed block's activations are recomputed
+// first (after its offloaded tensors are back), while its unit is gathered for backward.
+// LoRA keeps nothing of its own between forward and backward (lora_adapter.h: u and the
+// dropped-out input are recomputed from the Linear's input, which the block saved), so
+// recompute and offloading cover adapters through the blocks' own saved tensors.
+void Llama::blocks_backward(LlamaActivations& a, ParamProvider& p) {
+  LinearScratch* scratch = needs_scratch_ ? &scratch_ : nullptr;
+  ActivationOffload* off = a.offload.get();
+  const ActivationCheckpointing& ac = a.checkpointing;
+  for (int l = int(cfg_.num_layers) - 1; l >= 0; --l) {
+    p.before_backward(block_unit(l));
+    const UnitParams params = p.backward_view(block_unit(l), scratch);
+    BlockActivations& saved = a.blocks[size_t(l)];
+    if (ac.checkpointed(l)) {
+      if (off) off->fetch(l);
+      blocks_[size_t(l)].recompute(a.resid[size_t(l)], params, saved, a.recompute_output(l), ac.mode, a.batch,
+                                   a.seq_len);
+    }
+    blocks_[size_t(l)].backward(a.resid[size_t(l)], saved, params, a.grads, a.batch, a.seq_len);
+    if (off && ac.checkpointed(l)) off->release(l);
+    p.after_backward(block_unit(l));
+  }
 }
 
 void Llama::enqueue_forward_backward(LlamaActivations& a, ParamProvider& p, double grad_scale,
                                      double router_scale) {
-  LinearScratch* scratch = scratch_for(a, /*training=*/true);
-  trunk_forward(a, p);
+  scratch_for(a, /*training=*/true);
+  trunk_forward(a, p, /*for_backward=*/true);
   // The router losses' gradient is known once every layer has routed: the same for every
   // layer's backward (the loss-scale factor of grad_scale is the caller's to include).
   if (cfg_.is_moe()) router_loss_grad(cfg_, router_records(a), router_scale, a.grads.mlp->router_loss);
-  if (embedding_.frozen()) p.skip_backward(embedding_unit());
-  head_backward(a, p, grad_scale);
-  for (int l = int(cfg_.num_layers) - 1; l >= 0; --l) {
-    p.before_backward(block_unit(l));
-    if (a.checkpointing.checkpointed(l)) {
-      // The forward again, now that the unit is gathered for backward: the same inputs and
-      // parameters give the same activations (and the same block output, written again).
-      blocks_[size_t(l)].forward(a.resid[size_t(l)], p.forward_view(block_unit(l), scratch), a.recompute,
-                                 a.resid[size_t(l) + 1], a.batch, a.seq_len);
-    }
-    blocks_[size_t(l)].backward(a.resid[size_t(l)], a.saved(l), p.backward_view(block_unit(l), scratch), a.grads,
-                                a.batch, a.seq_len);
-    p.after_backward(block_unit(l));
-  }
   // A frozen table needs no gradient and nothing below it needs one: its backward, and its
-  // gather for backward, are skipped (skip_backward was said before the backward began).
-  if (!embedding_.frozen()) {
+  // gather for backward, are skipped (said before the backward begins). A tied head still
+  // reads the frozen table in its backward (dx = dlogits W), so then the hooks run and the
+  // embedding's own backward computes nothing.
+  const bool skip_embedding = embedding_.frozen() && head_.weight_unit() != embedding_unit();
+  if (skip_embedding) p.skip_backward(embedding_unit());
+  if (a.offload) a.offload->begin_backward();  // the last blocks come back while the head runs
+  head_backward(a, p, grad_scale);
+  blocks_backward(a, p);
+  if (!skip_embedding) {
     p.before_backward(embedding_unit());
     embedding_.backward(a.ids, a.grads.dres, p.backward_view(embedding_unit()));
     p.after_backward(embedding_unit());

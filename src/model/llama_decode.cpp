@@ -3,7 +3,7 @@
 // training cannot drift apart.
 #include "fsdp/model/llama_decode.h"
 
-#include "fsdp/ops/rope.h"
+#include "fsdp/model/rope_scaling.h"
 
 namespace fsdp::model {
 
@@ -23,7 +23,7 @@ LlamaDecoder::LlamaDecoder(const LlamaConfig& cfg, int64_t batch, int64_t max_le
       device_(device),
       units_(llama_units(cfg_)),
       embedding_(units_[embedding_unit()]),
-      head_(cfg_, units_[head_unit(cfg_)]),
+      head_(cfg_, units_),
       max_chunk_(max_chunk) {
   FSDP_CHECK(batch >= 1, "LlamaDecoder: batch must be >= 1, got {}", batch);
   FSDP_CHECK(max_len >= 1 && max_len <= cfg_.max_seq_len,
@@ -31,8 +31,7 @@ LlamaDecoder::LlamaDecoder(const LlamaConfig& cfg, int64_t batch, int64_t max_le
   FSDP_CHECK(max_chunk >= 1 && max_chunk <= max_len, "LlamaDecoder: max_chunk must be in [1, max_len = {}], got {}",
              max_len, max_chunk);
   // Computed on the host, moved once (as in Llama's constructor); positions < max_len only.
-  RopeTables rope = make_rope_tables(max_len, cfg_.head_dim(), cfg_.rope_theta, Device::cpu());
-  if (!device.is_cpu()) rope = RopeTables{rope.cos.to(device), rope.sin.to(device)};
+  const RopeTables rope = llama_rope_tables(cfg_, max_len, device);
   for (int l = 0; l < int(cfg_.num_layers); ++l) blocks_.emplace_back(cfg_, units_[block_unit(l)], rope);
   cache_ = KVCache(cfg_, batch, max_len, dtype, device);
 
@@ -71,11 +70,11 @@ Tensor LlamaDecoder::forward(const Tensor& ids, ParamProvider& p, bool all_rows)
   // The head on every row, or on each sequence's last row only: [B, C] rows T*C apart.
   const Tensor x = all_rows ? stream : stream.reshape({B, T, C}).select(1, T - 1);
   const int64_t rows = x.size(0);
-  const int hu = head_unit(cfg_);
-  p.before_forward(hu);
+  const int hu = head_unit(cfg_), wu = head_.weight_unit();
+  head_.before_forward(p);
   const Tensor logits = logits_.narrow(0, 0, rows);
-  head_.forward(x, p.forward_view(hu), hf_.narrow(0, 0, rows), rstdf_.narrow(0, 0, rows), logits);
-  p.after_forward(hu);
+  head_.forward(x, p.forward_view(hu), p.forward_view(wu), hf_.narrow(0, 0, rows), rstdf_.narrow(0, 0, rows), logits);
+  head_.after_forward(p);
   p.finish();
   cache_.length += T;
   return logits;

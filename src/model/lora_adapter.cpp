@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "fsdp/core/error.h"
+#include "fsdp/core/memory_category.h"
 #include "fsdp/core/random.h"
 #include "fsdp/ops/dropout.h"
 #include "fsdp/ops/matmul.h"
@@ -26,31 +27,53 @@ Tensor rows_of(const Tensor& flat, int64_t rows, int64_t cols) {
 
 }  // namespace
 
-LinearScratch make_linear_scratch(const std::vector<UnitLayout>& units, int64_t rows, DType dtype, Device device) {
+namespace {
+
+// The scratch's extents: the largest NF4 unit's elements, the largest adapted input width
+// and rank.
+struct ScratchExtents {
   int64_t nf4 = 0, in = 0, rank = 0;
+};
+
+ScratchExtents scratch_extents(const std::vector<UnitLayout>& units) {
+  ScratchExtents e;
   for (const UnitLayout& u : units) {
     // A fused NF4 Linear dequantizes its parts side by side: bound it by the unit's NF4
     // elements, which cover every Linear of the unit.
     int64_t unit_nf4 = 0;
     for (const FrozenSlot& f : u.frozen)
       if (f.format == FrozenFormat::Nf4) unit_nf4 += f.numel;
-    nf4 = std::max(nf4, unit_nf4);
+    e.nf4 = std::max(e.nf4, unit_nf4);
     for (const ParamSlot& s : u.params) {
       if (!s.name.ends_with(".lora_A")) continue;
-      rank = std::max(rank, s.shape[0]);
-      in = std::max(in, s.shape[1]);
+      e.rank = std::max(e.rank, s.shape[0]);
+      e.in = std::max(e.in, s.shape[1]);
     }
   }
+  return e;
+}
+
+}  // namespace
+
+LinearScratch make_linear_scratch(const std::vector<UnitLayout>& units, int64_t rows, DType dtype, Device device) {
+  const ScratchExtents e = scratch_extents(units);
+  const memory::CategoryScope tag("scratch/lora and nf4");
   LinearScratch s;
   s.rows = rows;
-  if (nf4 > 0) s.weight = Tensor::empty({nf4}, dtype, device);
-  if (rank > 0) {
-    s.xd = Tensor::empty({rows * in}, dtype, device);
-    s.dxd = Tensor::empty({rows * in}, dtype, device);
-    s.u = Tensor::empty({rows * rank}, dtype, device);
-    s.du = Tensor::empty({rows * rank}, dtype, device);
+  if (e.nf4 > 0) s.weight = Tensor::empty({e.nf4}, dtype, device);
+  if (e.rank > 0) {
+    s.xd = Tensor::empty({rows * e.in}, dtype, device);
+    s.dxd = Tensor::empty({rows * e.in}, dtype, device);
+    s.u = Tensor::empty({rows * e.rank}, dtype, device);
+    s.du = Tensor::empty({rows * e.rank}, dtype, device);
   }
   return s;
+}
+
+double linear_scratch_bytes(const std::vector<UnitLayout>& units, double rows, DType dtype) {
+  const ScratchExtents e = scratch_extents(units);
+  const double per_row = e.rank > 0 ? 2.0 * double(e.in) + 2.0 * double(e.rank) : 0.0;
+  return (double(e.nf4) + rows * per_row) * double(dtype_size(dtype));
 }
 
 LoraAdapter::LoraAdapter(const UnitLayout& unit, const std::string& base) {

@@ -8,27 +8,26 @@
 namespace fsdp::model {
 
 DenseSwiGLU::DenseSwiGLU(const LlamaConfig& cfg, const UnitLayout& block)
-    : hidden_(cfg.hidden_size),
+    : MlpSublayer(cfg),
+      hidden_(cfg.hidden_size),
       ffn_(cfg.intermediate_size),
       eps_(cfg.norm_eps),
       norm_(block, block.name + ".mlp_norm"),
       gate_up_(block, {block.name + ".w_gate", block.name + ".w_up"}),
       down_(block, {block.name + ".w_down"}) {}
 
-std::unique_ptr<MlpSaved> DenseSwiGLU::make_saved(int64_t N, DType dt, Device dev) const {
-  auto s = std::make_unique<DenseMlpSaved>();
-  s->h2 = Tensor::empty({N, hidden_}, dt, dev);
-  s->rstd2 = Tensor::empty({N}, stat_dtype(dt), dev);
-  s->gu = Tensor::empty({N, 2 * ffn_}, dt, dev);
-  s->act = Tensor::empty({N, ffn_}, dt, dev);
-  return s;
+void DenseMlpSaved::bind(const LlamaConfig& c, int64_t N, DType dt, const SavedBinder& b) {
+  const int64_t C = c.hidden_size, F = c.intermediate_size;
+  b(h2, {"mlp h2", {N, C}, dt, SavedKind::Cheap});
+  b(rstd2, {"mlp rstd2", {N}, stat_dtype(dt), SavedKind::Cheap});
+  b(gu, {"mlp gate|up", {N, 2 * F}, dt, SavedKind::Expensive});
+  b(act, {"mlp act", {N, F}, dt, SavedKind::Cheap});
 }
 
-std::unique_ptr<MlpGrads> DenseSwiGLU::make_grads(int64_t N, DType dt, Device dev) const {
-  auto g = std::make_unique<DenseMlpGrads>();
-  g->dgu = Tensor::empty({N, 2 * ffn_}, dt, dev);
-  g->dact = Tensor::empty({N, ffn_}, dt, dev);
-  return g;
+void DenseMlpGrads::bind(const LlamaConfig& c, int64_t N, DType dt, const SavedBinder& b) {
+  const int64_t F = c.intermediate_size;
+  b(dgu, {"mlp dgate|up", {N, 2 * F}, dt, SavedKind::Cheap});
+  b(dact, {"mlp dact", {N, F}, dt, SavedKind::Cheap});
 }
 
 void DenseSwiGLU::forward(const Tensor& x, const UnitParams& p, MlpSaved& saved, const Tensor& out) const {
@@ -41,6 +40,14 @@ void DenseSwiGLU::forward(const Tensor& x, const UnitParams& p, MlpSaved& saved,
   // out = x + act @ Wdown^T, the residual add folded into the GEMM's beta.
   if (out.data_ptr() != x.data_ptr()) cast(x, out);
   down_.forward(act, p, out, /*accumulate=*/true);
+}
+
+void DenseSwiGLU::recompute_cheap(const Tensor& x, const UnitParams& p, MlpSaved& saved) const {
+  auto& s = static_cast<DenseMlpSaved&>(saved);
+  const int64_t N = x.size(0), F = ffn_;
+  const Tensor gu = s.gu.narrow(0, 0, N);
+  rmsnorm_forward(x, norm_.value(p), s.h2.narrow(0, 0, N), s.rstd2.narrow(0, 0, N), eps_);
+  swiglu_forward(gu.narrow(1, 0, F), gu.narrow(1, F, F), s.act.narrow(0, 0, N));
 }
 
 void DenseSwiGLU::backward(const Tensor& x, const MlpSaved& saved, const UnitParams& p, const Tensor& dres,

@@ -22,7 +22,8 @@ std::string expert_slot(const UnitLayout& block, int64_t e, const char* w) {
 }  // namespace
 
 MoeMlp::MoeMlp(const LlamaConfig& cfg, const UnitLayout& block)
-    : hidden_(cfg.hidden_size),
+    : MlpSublayer(cfg),
+      hidden_(cfg.hidden_size),
       ffn_(cfg.intermediate_size),
       experts_(cfg.num_experts),
       k_(cfg.experts_per_token),
@@ -36,45 +37,39 @@ MoeMlp::MoeMlp(const LlamaConfig& cfg, const UnitLayout& block)
   }
 }
 
-std::unique_ptr<MlpSaved> MoeMlp::make_saved(int64_t N, DType dt, Device dev) const {
-  const int64_t C = hidden_, F = ffn_, E = experts_, NK = N * k_;
+void MoeMlpSaved::bind(const LlamaConfig& c, int64_t N, DType dt, const SavedBinder& b) {
+  const int64_t C = c.hidden_size, F = c.intermediate_size, E = c.num_experts, k = c.experts_per_token, NK = N * k;
   const DType st = stat_dtype(dt);
-  auto s = std::make_unique<MoeMlpSaved>();
-  s->h = Tensor::empty({N, C}, dt, dev);
-  s->rstd = Tensor::empty({N}, st, dev);
-  s->logits = Tensor::empty({N, E}, dt, dev);
-  s->probs = Tensor::empty({N, E}, st, dev);
-  s->lse = Tensor::empty({N}, st, dev);
-  s->expert = Tensor::empty({N, k_}, DType::I32, dev);
-  s->weight = Tensor::empty({N, k_}, st, dev);
-  s->count = Tensor::empty({E}, DType::I32, dev);
-  s->order = Tensor::empty({NK}, DType::I32, dev);
-  s->slot = Tensor::empty({NK}, DType::I32, dev);
-  s->offsets = Tensor::empty({E + 1}, DType::I32, dev);
-#if defined(FSDP_WITH_CUDA)
-  // Page-locked, so reading the group sizes back is one wait for the stream and nothing more.
-  if (!dev.is_cpu()) s->offsets_host = cuda::pinned_empty({E + 1}, DType::I32);
-#endif
-  s->xs = Tensor::empty({NK, C}, dt, dev);
-  s->gu = Tensor::empty({NK, 2 * F}, dt, dev);
-  s->act = Tensor::empty({NK, F}, dt, dev);
-  s->ys = Tensor::empty({NK, C}, dt, dev);
-  s->record.prob_sum = Tensor::empty({E}, st, dev);
-  s->record.lse_sq_sum = Tensor::empty({1}, st, dev);
-  return s;
+  using K = SavedKind;
+  b(h, {"moe h", {N, C}, dt, K::Cheap});
+  b(rstd, {"moe rstd", {N}, st, K::Cheap});
+  b(logits, {"moe router logits", {N, E}, dt, K::Expensive});
+  b(probs, {"moe router probs", {N, E}, st, K::Expensive});
+  b(lse, {"moe router lse", {N}, st, K::Expensive});
+  b(expert, {"moe expert ids", {N, k}, DType::I32, K::Expensive});
+  b(weight, {"moe expert weights", {N, k}, st, K::Expensive});
+  b(count, {"moe group sizes", {E}, DType::I32, K::Expensive});
+  b(order, {"moe order", {NK}, DType::I32, K::Expensive});
+  b(slot, {"moe slot", {NK}, DType::I32, K::Expensive});
+  b(offsets, {"moe group offsets", {E + 1}, DType::I32, K::Expensive});
+  b(xs, {"moe gathered rows", {NK, C}, dt, K::Cheap});
+  b(gu, {"moe experts' gate|up", {NK, 2 * F}, dt, K::Expensive});
+  b(act, {"moe experts' act", {NK, F}, dt, K::Cheap});
+  b(ys, {"moe experts' outputs", {NK, C}, dt, K::Expensive});
+  b(record.prob_sum, {"moe router prob_sum", {E}, st, K::Statistic});
+  b(record.lse_sq_sum, {"moe router lse_sq_sum", {1}, st, K::Statistic});
 }
 
-std::unique_ptr<MlpGrads> MoeMlp::make_grads(int64_t N, DType dt, Device dev) const {
-  const int64_t C = hidden_, F = ffn_, NK = N * k_;
-  auto g = std::make_unique<MoeMlpGrads>();
-  g->dys = Tensor::empty({NK, C}, dt, dev);
-  g->dact = Tensor::empty({NK, F}, dt, dev);
-  g->dgu = Tensor::empty({NK, 2 * F}, dt, dev);
-  g->dxs = Tensor::empty({NK, C}, dt, dev);
-  g->dweight = Tensor::empty({N, k_}, stat_dtype(dt), dev);
-  g->dlogits = Tensor::empty({N, experts_}, dt, dev);
-  g->router_loss.aux_grad = Tensor::zeros({experts_}, stat_dtype(dt), dev);
-  return g;
+void MoeMlpGrads::bind(const LlamaConfig& c, int64_t N, DType dt, const SavedBinder& b) {
+  const int64_t C = c.hidden_size, F = c.intermediate_size, E = c.num_experts, k = c.experts_per_token, NK = N * k;
+  b(dys, {"moe dys", {NK, C}, dt, SavedKind::Cheap});
+  b(dact, {"moe dact", {NK, F}, dt, SavedKind::Cheap});
+  b(dgu, {"moe dgate|up", {NK, 2 * F}, dt, SavedKind::Cheap});
+  b(dxs, {"moe dxs", {NK, C}, dt, SavedKind::Cheap});
+  b(dweight, {"moe dweight", {N, k}, stat_dtype(dt), SavedKind::Cheap});
+  b(dlogits, {"moe dlogits", {N, E}, dt, SavedKind::Cheap});
+  b(router_loss.aux_grad, {"moe router aux_grad", {E}, stat_dtype(dt), SavedKind::Cheap});
+  if (router_loss.aux_grad.defined()) router_loss.aux_grad.zero_();
 }
 
 // Softmax, top-k, the routing statistics and the sort by expert, for the first N rows.
@@ -100,14 +95,13 @@ void MoeMlp::experts_forward(const MoeMlpSaved& s, const UnitParams& p) const {
   }
 }
 
-void MoeMlp::forward(const Tensor& x, const UnitParams& p, MlpSaved& saved, const Tensor& out) const {
-  auto& s = static_cast<MoeMlpSaved&>(saved);
-  const int64_t N = x.size(0), NK = N * k_;
-  const Tensor h = s.h.narrow(0, 0, N);
-  rmsnorm_forward(x, norm_.value(p), h, s.rstd.narrow(0, 0, N), eps_);
-  router_.forward(h, p, s.logits.narrow(0, 0, N));
-  route(s, N);
-  // The layer's one wait for the device: the group sizes decide the GEMM shapes.
+// The layer's one wait for the device: the group sizes decide the GEMM shapes.
+void MoeMlp::read_group_sizes(MoeMlpSaved& s, int64_t N) const {
+  const int64_t NK = N * k_;
+#if defined(FSDP_WITH_CUDA)
+  // Page-locked, so reading the group sizes back is one wait for the stream and nothing more.
+  if (!s.offsets.device().is_cpu() && !s.offsets_host.defined()) s.offsets_host = cuda::pinned_empty({experts_ + 1}, DType::I32);
+#endif
   if (!s.offsets.device().is_cpu()) s.offsets_host.copy_(s.offsets);
   const Tensor& offsets = s.offsets.device().is_cpu() ? s.offsets : s.offsets_host;
   s.group_begin.assign(size_t(experts_) + 1, 0);
@@ -118,10 +112,43 @@ void MoeMlp::forward(const Tensor& x, const UnitParams& p, MlpSaved& saved, cons
   s.record.tokens = N;
   FSDP_CHECK(s.group_begin[size_t(experts_)] == NK, "moe: the expert groups hold {} rows, expected {}",
              s.group_begin[size_t(experts_)], NK);
+}
+
+void MoeMlp::forward(const Tensor& x, const UnitParams& p, MlpSaved& saved, const Tensor& out) const {
+  auto& s = static_cast<MoeMlpSaved&>(saved);
+  const int64_t N = x.size(0), NK = N * k_;
+  const Tensor h = s.h.narrow(0, 0, N);
+  rmsnorm_forward(x, norm_.value(p), h, s.rstd.narrow(0, 0, N), eps_);
+  router_.forward(h, p, s.logits.narrow(0, 0, N));
+  route(s, N);
+  read_group_sizes(s, N);
   moe_gather_rows(h, s.order.narrow(0, 0, NK), k_, s.xs.narrow(0, 0, NK));
   experts_forward(s, p);
   // out = x + sum_j w_j * y_j, each token's k outputs gathered in choice order.
   moe_combine(s.ys.narrow(0, 0, NK), s.slot.narrow(0, 0, NK), s.weight.narrow(0, 0, N), x, out);
+}
+
+// Selective checkpointing: the routing and the experts' GEMM outputs were kept, so the
+// norm, the gather and each expert's SwiGLU run again over the same groups (no host wait).
+void MoeMlp::recompute_cheap(const Tensor& x, const UnitParams& p, MlpSaved& saved) const {
+  auto& s = static_cast<MoeMlpSaved&>(saved);
+  const int64_t N = x.size(0), NK = N * k_;
+  FSDP_CHECK(int64_t(s.group_begin.size()) == experts_ + 1 && s.record.tokens == N,
+             "moe: recompute over {} rows without a matching forward", N);
+  const Tensor h = s.h.narrow(0, 0, N);
+  rmsnorm_forward(x, norm_.value(p), h, s.rstd.narrow(0, 0, N), eps_);
+  moe_gather_rows(h, s.order.narrow(0, 0, NK), k_, s.xs.narrow(0, 0, NK));
+  experts_swiglu(s);
+}
+
+void MoeMlp::experts_swiglu(const MoeMlpSaved& s) const {
+  const int64_t F = ffn_;
+  for (int64_t e = 0; e < experts_; ++e) {
+    const int64_t begin = s.group_begin[size_t(e)], rows = s.group_begin[size_t(e) + 1] - begin;
+    if (rows == 0) continue;
+    const Tensor gu = s.gu.narrow(0, begin, rows);
+    swiglu_forward(gu.narrow(1, 0, F), gu.narrow(1, F, F), s.act.narrow(0, begin, rows));
+  }
 }
 
 void MoeMlp::experts_backward(const MoeMlpSaved& s, const UnitParams& p, MoeMlpGrads& g) const {

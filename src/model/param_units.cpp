@@ -111,7 +111,11 @@ std::vector<UnitLayout> llama_units(const LlamaConfig& c) {
 
   UnitLayout head;
   head.name = "head";
-  add(head, "lm_head", "lm_head.weight", {V, C}, true, 0);
+  if (c.tie_word_embeddings) {
+    head.reads_unit = embedding_unit();  // lm_head is tok_embeddings
+  } else {
+    add(head, "lm_head", "lm_head.weight", {V, C}, true, 0);
+  }
   add(head, "norm", "model.norm.weight", {C}, false, 1);
   units.push_back(std::move(head));
   return units;

@@ -124,6 +124,7 @@ std::vector<UnitLayout> lora_units(const LlamaConfig& cfg, const PeftSpec& peft)
   for (const UnitLayout& u : plain) {
     UnitLayout f;
     f.name = u.name;
+    f.reads_unit = u.reads_unit;  // a tied head reads the (frozen) table
     for (const ParamSlot& p : u.params) {
       const bool matrix_in_block = !lora_module_of(p).empty();
       const bool nf4 = peft.quantization == Quantization::Nf4 && matrix_in_block;

@@ -6,11 +6,24 @@ namespace fsdp::model {
 TransformerBlock::TransformerBlock(const LlamaConfig& cfg, const UnitLayout& block, const RopeTables& rope)
     : cfg_(cfg), attention_(cfg, block, rope), mlp_(make_mlp(cfg, block)) {}
 
+void BlockActivations::bind(const LlamaConfig& cfg, int64_t B, int64_t T, DType dt, const SavedBinder& b) {
+  attn.bind(cfg, B, T, dt, b);
+  b(x2, {"block x2", {B * T, cfg.hidden_size}, dt, SavedKind::Expensive});
+  if (!mlp) mlp = new_mlp_saved(cfg);
+  mlp->bind(cfg, B * T, dt, b);
+}
+
+void BlockGrads::bind(const LlamaConfig& cfg, int64_t N, DType dt, const SavedBinder& b) {
+  b(dres, {"block dres", {N, cfg.hidden_size}, dt, SavedKind::Cheap});
+  b(dh, {"block dh", {N, cfg.hidden_size}, dt, SavedKind::Cheap});
+  attn.bind(cfg, N, dt, b);
+  if (!mlp) mlp = new_mlp_grads(cfg);
+  mlp->bind(cfg, N, dt, b);
+}
+
 BlockActivations TransformerBlock::make_activations(int64_t B, int64_t T, DType dt, Device dev) const {
   BlockActivations a;
-  a.attn = AttentionSaved(cfg_, B, T, dt, dev);
-  a.x2 = Tensor::empty({B * T, cfg_.hidden_size}, dt, dev);
-  a.mlp = mlp_->make_saved(B * T, dt, dev);
+  a.bind(cfg_, B, T, dt, allocate_on(dev));
   return a;
 }
 
@@ -23,10 +36,7 @@ BlockActivations TransformerBlock::make_inference_scratch(int64_t rows, DType dt
 
 BlockGrads TransformerBlock::make_grads(int64_t N, DType dt, Device dev) const {
   BlockGrads g;
-  g.dres = Tensor::empty({N, cfg_.hidden_size}, dt, dev);
-  g.dh = Tensor::empty({N, cfg_.hidden_size}, dt, dev);
-  g.attn = AttentionGrads(cfg_, N, dt, dev);
-  g.mlp = mlp_->make_grads(N, dt, dev);
+  g.bind(cfg_, N, dt, allocate_on(dev));
   return g;
 }
 
@@ -34,6 +44,18 @@ void TransformerBlock::forward(const Tensor& x, const UnitParams& p, BlockActiva
                                int64_t B, int64_t T) const {
   attention_.forward(x, p, a.attn, a.x2, B, T);
   mlp_->forward(a.x2, p, *a.mlp, out);
+}
+
+void TransformerBlock::recompute(const Tensor& x, const UnitParams& p, BlockActivations& a, const Tensor& out,
+                                 Recompute mode, int64_t B, int64_t T) const {
+  switch (mode) {
+    case Recompute::None: return;
+    case Recompute::Full: forward(x, p, a, out, B, T); return;
+    case Recompute::Selective:
+      attention_.recompute_cheap(x, p, a.attn);
+      mlp_->recompute_cheap(a.x2, p, *a.mlp);
+      return;
+  }
 }
 
 void TransformerBlock::backward(const Tensor& x, const BlockActivations& a, const UnitParams& p, BlockGrads& g,

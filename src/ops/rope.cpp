@@ -3,6 +3,7 @@
 #include "fsdp/ops/rope.h"
 
 #include <cmath>
+#include <vector>
 
 #include "op_checks.h"
 
@@ -11,15 +12,24 @@ namespace fsdp {
 FSDP_DEFINE_DISPATCH(rope_stub);
 
 RopeTables make_rope_tables(int64_t max_positions, int64_t head_dim, double theta, Device device) {
-  FSDP_CHECK(max_positions >= 0, "make_rope_tables: max_positions must be >= 0, got {}", max_positions);
   FSDP_CHECK(head_dim > 0 && head_dim % 2 == 0, "make_rope_tables: head_dim must be positive and even, got {}",
              head_dim);
   FSDP_CHECK(theta > 0 && std::isfinite(theta), "make_rope_tables: theta must be positive and finite, got {}", theta);
+  std::vector<double> inv_freq(size_t(head_dim / 2));
+  for (size_t i = 0; i < inv_freq.size(); ++i) inv_freq[i] = std::pow(theta, -2.0 * double(i) / double(head_dim));
+  return make_rope_tables(max_positions, inv_freq, device);
+}
+
+RopeTables make_rope_tables(int64_t max_positions, std::span<const double> inv_freq, Device device) {
+  FSDP_CHECK(max_positions >= 0, "make_rope_tables: max_positions must be >= 0, got {}", max_positions);
+  FSDP_CHECK(!inv_freq.empty(), "make_rope_tables: no frequencies (head_dim must be positive and even)");
+  for (double f : inv_freq)
+    FSDP_CHECK(f > 0 && std::isfinite(f), "make_rope_tables: frequencies must be positive and finite, got {}", f);
   // Tables are built on the host; other devices need a host-to-device copy the op set
   // does not offer yet (Tensor::copy_ is host-only).
   FSDP_CHECK(device.is_cpu(), "make_rope_tables: tables for device {} are not supported yet (no host-to-device copy op)",
              device.str());
-  const int64_t half = head_dim / 2;
+  const int64_t half = int64_t(inv_freq.size());
   RopeTables t{Tensor::empty({max_positions, half}, DType::F32, device),
                Tensor::empty({max_positions, half}, DType::F32, device)};
   float* c = t.cos.data<float>();
@@ -28,9 +38,8 @@ RopeTables make_rope_tables(int64_t max_positions, int64_t head_dim, double thet
   // the angle and cos/sin in float32, whose angle error grows with the position (about
   // p * 2^-24 radians); these tables are the exact values as float32 can hold them.
   for (int64_t i = 0; i < half; ++i) {
-    const double inv_freq = std::pow(theta, -2.0 * double(i) / double(head_dim));
     for (int64_t p = 0; p < max_positions; ++p) {
-      const double angle = double(p) * inv_freq;
+      const double angle = double(p) * inv_freq[size_t(i)];
       c[p * half + i] = float(std::cos(angle));
       s[p * half + i] = float(std::sin(angle));
     }

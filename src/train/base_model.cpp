@@ -36,7 +36,7 @@ class SeededFrozenSource final : public model::FrozenSource {
 
 }  // namespace
 
-model::PeftSpec peft_spec(const config::Config& cfg, const model::LlamaConfig& model_cfg) {
+model::PeftSpec peft_keys(const config::Config& cfg) {
   model::PeftSpec p;
   p.lora.enabled = cfg.lora.enabled;
   p.lora.rank = cfg.lora.rank;
@@ -46,6 +46,11 @@ model::PeftSpec peft_spec(const config::Config& cfg, const model::LlamaConfig& m
   p.lora.targets = cfg.lora.targets;
   p.quantization = cfg.model.quantization == "nf4" ? model::Quantization::Nf4 : model::Quantization::None;
   p.frozen_dtype = cfg.train.dtype;
+  return p;
+}
+
+model::PeftSpec peft_spec(const config::Config& cfg, const model::LlamaConfig& model_cfg) {
+  model::PeftSpec p = peft_keys(cfg);
   if (!cfg.lora.enabled) return p;
   if (!cfg.model.init_from.empty()) {
     ckpt::is_bnb_4bit_folder(cfg.model.init_from);  // refuses a quantization we cannot load, by name

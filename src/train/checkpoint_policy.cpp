@@ -3,12 +3,14 @@
 #include "fsdp/train/checkpoint_policy.h"
 
 #include <chrono>
+#include <filesystem>
 #include <utility>
 
 #include <spdlog/spdlog.h>
 
 #include "fsdp/ckpt/checkpoint_reader.h"
 #include "fsdp/train/base_model.h"
+#include "fsdp/train/run_ownership.h"
 
 namespace fsdp::train {
 
@@ -18,19 +20,45 @@ CheckpointPolicy::CheckpointPolicy(const config::Config& cfg, dist::ProcessGroup
       writer_(std::make_unique<ckpt::CheckpointWriter>(
           groups, ckpt::WriterOptions{config::checkpoint_dir(cfg), cfg.checkpoint.keep_last, cfg.checkpoint.async})) {}
 
+// checkpoint.resume's choice. auto looks in checkpoint.dir first, where a requeued run's
+// own progress is, and only then in checkpoint.load_dir (where a fine-tune starts from):
+// a run that resumed from load_dir and was requeued must continue its own work, not start
+// over from load_dir. A load_dir or resume path that is not there is an error, never a
+// silent start from step 0.
 std::string CheckpointPolicy::resume_point() {
   const std::string& r = cfg_.checkpoint.resume;
   if (r == "none") return "";
+  std::error_code ec;
   if (r != "auto") {
+    FSDP_CHECK(std::filesystem::exists(r, ec), "checkpoint.resume: {} does not exist", r);
     FSDP_CHECK(ckpt::is_checkpoint_dir(r), "checkpoint.resume: {} is not an fsdp_train checkpoint (no {}/manifest.json)",
                r, r);
     ckpt::verify_checkpoint(r, *groups_.world);
     return r;
   }
-  const std::string dir = cfg_.checkpoint.load_dir.empty() ? config::checkpoint_dir(cfg_) : cfg_.checkpoint.load_dir;
-  const std::string found = ckpt::find_latest_checkpoint(dir, *groups_.world);
-  if (found.empty()) spdlog::info("checkpoint: none in {}: starting from step 0", dir);
+  const std::string own = config::checkpoint_dir(cfg_);
+  std::string found = ckpt::find_latest_checkpoint(own, *groups_.world);
+  const std::string& load = cfg_.checkpoint.load_dir;
+  if (found.empty() && !load.empty()) {
+    FSDP_CHECK(std::filesystem::is_directory(load, ec), "checkpoint.load_dir {} does not exist (or is not a directory)",
+               load);
+    found = ckpt::find_latest_checkpoint(load, *groups_.world);
+    FSDP_CHECK(!found.empty(), "checkpoint.load_dir {} holds no complete checkpoint to start from (step_<N>/ with a "
+               "manifest.json that verifies)", load);
+  }
+  if (found.empty()) spdlog::info("checkpoint: none in {}: starting from step 0", own);
   return found;
+}
+
+std::string CheckpointPolicy::start(bool claims_dir) {
+  const std::string path = resume_point();
+  const std::string resumed_id = path.empty() ? "" : ckpt::CheckpointReader(path).manifest().run_id;
+  run_id_ = claims_dir ? claim_checkpoint_dir(cfg_, *groups_.world, path, resumed_id) : resumed_id;
+  if (claims_dir && groups_.world->rank() == 0) {
+    spdlog::info("run id {}{}", run_id_,
+                 path.empty() ? " (a fresh run)" : resumed_id.empty() ? " (new: the checkpoint has none)" : " (resumed)");
+  }
+  return path;
 }
 
 ckpt::TrainState CheckpointPolicy::restore(const std::string& path, const model::Llama& model, FsdpEngine& engine) {
@@ -58,6 +86,7 @@ ckpt::TrainState CheckpointPolicy::restore(const std::string& path, const model:
     }
   }
   last_saved_step_ = m.state.step;
+  last_committed_step_ = m.state.step;
   resumed_from_ = path;
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   spdlog::info("checkpoint: resumed from {} at step {} ({} tokens seen; saved by {} rank(s) with {}); loaded {:.1f} MiB "
@@ -96,6 +125,7 @@ ckpt::SaveStats CheckpointPolicy::save(const ckpt::TrainState& state, const mode
   meta.strategy = std::string(config::to_string(cfg_.fsdp.sharding_strategy));
   meta.shard_group_size = groups_.shard->size();
   meta.config_yaml = config::dump_yaml(cfg_);
+  meta.run_id = run_id_;
   meta.base = base_;
   std::vector<ckpt::UnitShard> shards(size_t(engine.num_units()));
   for (int u = 0; u < engine.num_units(); ++u) {
@@ -123,7 +153,8 @@ void CheckpointPolicy::finish() {
   guarded([&] { writer_->finish(); });
 }
 
-void CheckpointPolicy::log_save(const ckpt::SaveStats& s, bool committed) const {
+void CheckpointPolicy::log_save(const ckpt::SaveStats& s, bool committed) {
+  if (committed) last_committed_step_ = s.step;
   if (!committed) {
     spdlog::info("checkpoint: step {} snapshot taken, the step loop stalled {:.0f} ms; writing in the background",
                  s.step, s.stall_seconds * 1e3);

@@ -1,13 +1,18 @@
 #include "fsdp/train/launch_checks.h"
 
+#include <fcntl.h>
 #include <sys/vfs.h>
+#include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <random>
 #include <string>
 
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include "fsdp/core/error.h"
@@ -137,14 +142,27 @@ void check_gpus(const dist::WorldInfo& w, const LaunchEnv& env, std::vector<Laun
 
 // Each rank writes its own shards into checkpoint.dir and resume reads them all back, on
 // any node: in a multi-node job a node-local directory splits one checkpoint over disks
-// that no single node can read.
+// that no single node can read (with HYBRID_SHARD only one node's ranks write, so saves
+// even succeed, and every resume then finds nothing it can verify).
 void check_checkpoint_fs(const config::Config& cfg, const dist::WorldInfo& w, const LaunchEnv& env,
                          std::vector<LaunchFinding>& out) {
-  if (w.num_nodes <= 1 || !env.fs_type) return;
+  if (w.num_nodes <= 1) return;
   const std::string dir = config::checkpoint_dir(cfg);
-  const std::optional<int64_t> type = env.fs_type(dir);
-  if (!type) return;
-  const Filesystem fs = classify_filesystem(*type);
+  const std::optional<int64_t> type = env.fs_type ? env.fs_type(dir) : std::nullopt;
+  const Filesystem fs = type ? classify_filesystem(*type) : Filesystem{"type unknown", Filesystem::Kind::Unknown};
+  if (env.checkpoint_dir_unseen_by) {
+    const std::vector<std::string>& unseen = *env.checkpoint_dir_unseen_by;
+    if (unseen.empty()) return;  // one directory on every node, whatever its type
+    const bool local = fs.kind == Filesystem::Kind::Local;
+    out.push_back({local ? Severity::Error : Severity::Warning, Scope::Job,
+                   fmt::format("checkpoint.dir {} is not shared by the job's {} nodes: {} {} not see the file rank 0 "
+                               "wrote there ({} on {}){}; each node would keep only its own ranks' shards and no node "
+                               "could resume from them: put checkpoint.dir (or run.dir) on a filesystem every node "
+                               "mounts (NFS, Lustre, GPFS, BeeGFS, WekaFS, ...)",
+                               dir, w.num_nodes, fmt::join(unseen, ", "), unseen.size() == 1 ? "does" : "do", fs.name,
+                               w.hostname, local ? "" : " (or its cache has not caught up)")});
+    return;
+  }
   if (fs.kind != Filesystem::Kind::Local) return;
   out.push_back({Severity::Warning, Scope::Node,
                  fmt::format("checkpoint.dir {} is on a node-local filesystem ({}) on {}, but this job spans {} nodes: "
@@ -163,6 +181,49 @@ std::optional<int64_t> statfs_type(const std::string& path) {
     if (!p.has_relative_path()) return std::nullopt;
     p = p.parent_path();
   }
+}
+
+// checkpoint.dir, or its nearest existing ancestor (it may not exist yet; the ancestor is
+// on the filesystem it will be created on).
+std::filesystem::path existing_dir_of(const std::string& path) {
+  std::filesystem::path p = std::filesystem::absolute(path.empty() ? "." : path);
+  std::error_code ec;
+  while (!std::filesystem::is_directory(p, ec) && p.has_relative_path()) p = p.parent_path();
+  return p;
+}
+
+// Collective over the world (multi-node jobs): rank 0 creates a file with a random name next
+// to checkpoint.dir, every node's local rank 0 looks for it at the same path, rank 0 removes
+// it. Returns the hosts that did not see it, or nullopt when rank 0 could not write it.
+std::optional<std::vector<std::string>> probe_checkpoint_dir(const config::Config& cfg, dist::ProcessGroups& groups) {
+  dist::Communicator& world = *groups.world;
+  const dist::WorldInfo& w = groups.world_info;
+  const std::filesystem::path dir = existing_dir_of(config::checkpoint_dir(cfg));
+  auto probe_path = [&](uint64_t token) { return dir / fmt::format(".fsdp_train_probe_{:016x}", token); };
+  // {written, token}; the token travels as the bit pattern of a double (broadcast copies bytes).
+  Tensor head = Tensor::zeros({2}, DType::F64);
+  if (w.rank == 0) {
+    const uint64_t token = (uint64_t(std::random_device{}()) << 32) ^ uint64_t(::getpid()) ^
+                           uint64_t(std::chrono::steady_clock::now().time_since_epoch().count());
+    const int fd = ::open(probe_path(token).c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
+    if (fd >= 0) ::close(fd);
+    head.data<double>()[0] = fd >= 0 ? 1 : 0;
+    std::memcpy(head.data<double>() + 1, &token, 8);
+  }
+  world.wait(world.broadcast(head, 0));
+  if (head.data<double>()[0] == 0) return std::nullopt;
+  uint64_t token = 0;
+  std::memcpy(&token, head.data<double>() + 1, 8);
+  Tensor seen = Tensor::zeros({1}, DType::F64), all = Tensor::zeros({world.size()}, DType::F64);
+  std::error_code ec;
+  seen.data<double>()[0] = w.local_rank != 0 || std::filesystem::exists(probe_path(token), ec) ? 1 : 0;
+  world.wait(world.all_gather(seen, all));
+  if (w.rank == 0) std::filesystem::remove(probe_path(token), ec);
+  std::vector<std::string> unseen;
+  for (int r = 0; r < world.size(); ++r) {
+    if (all.data<double>()[r] == 0) unseen.push_back(r < int(w.hosts.size()) ? w.hosts[size_t(r)] : "?");
+  }
+  return unseen;
 }
 
 }  // namespace
@@ -231,7 +292,9 @@ std::vector<LaunchFinding> check_launch_env(const config::Config& cfg, const dis
 
 void check_launch(const config::Config& cfg, dist::ProcessGroups& groups) {
   const dist::WorldInfo& info = groups.world_info;
-  for (const LaunchFinding& f : check_launch_env(cfg, info, read_launch_env())) {
+  LaunchEnv env = read_launch_env();
+  if (info.num_nodes > 1) env.checkpoint_dir_unseen_by = probe_checkpoint_dir(cfg, groups);
+  for (const LaunchFinding& f : check_launch_env(cfg, info, env)) {
     const bool reporter = f.scope == LaunchFinding::Scope::Job ? info.rank == 0 : info.local_rank == 0;
     if (!reporter) continue;
     if (f.severity == LaunchFinding::Severity::Error) throw Error(f.message);

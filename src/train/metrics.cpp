@@ -16,9 +16,10 @@ namespace fsdp::train {
 std::string format_step_line(const StepMetrics& m, int64_t max_steps) {
   std::string line = fmt::format(
       "step {:>6}/{} | loss {:.4f} | lr {:.3e} | grad_norm {:.4f} | {:.1f} samples/s | {:.0f} tokens/s | "
-      "{:.1f} ms/step | {:.2f} GFLOP/s | peak mem {:.1f} MiB (rss {:.1f} MiB)",
+      "{:.1f} ms/step | {:.2f} GFLOP/s | peak mem {:.1f} MiB (rss {:.1f} MiB; largest: {} {:.1f} MiB)",
       m.step, max_steps, m.loss, m.lr, m.grad_norm, m.samples_per_sec, m.tokens_per_sec, m.step_ms,
-      m.gflops_per_sec, double(m.peak_tensor_bytes) / (1 << 20), double(m.max_rss_bytes) / (1 << 20));
+      m.gflops_per_sec, double(m.peak_tensor_bytes) / (1 << 20), double(m.max_rss_bytes) / (1 << 20),
+      memory::category_name(m.peak_mem_group), double(m.peak_mem_group_bytes) / (1 << 20));
   if (m.aux_loss) line += fmt::format(" (ce {:.4f}, aux {:.4f})", *m.ce_loss, *m.aux_loss);
   if (m.z_loss) line += fmt::format(" | z_loss {:.4f}", *m.z_loss);
   if (!m.expert_imbalance.empty()) {
@@ -49,6 +50,8 @@ std::string to_json_line(const StepMetrics& m) {
   j["tokens"] = m.tokens;
   j["tokens_seen"] = m.tokens_seen;
   j["peak_mem_bytes"] = m.peak_tensor_bytes;
+  j["peak_mem_category"] = memory::category_name(m.peak_mem_group);
+  j["peak_mem_category_bytes"] = m.peak_mem_group_bytes;
   j["max_rss_bytes"] = m.max_rss_bytes;
   j["comm_bytes"] = m.comm_bytes;
   j["comm_wait_ms"] = m.comm_wait_ms;
@@ -65,6 +68,7 @@ std::string to_json_line(const StepMetrics& m) {
   if (m.mfu) j["mfu"] = *m.mfu;
   if (m.loss_scale) j["loss_scale"] = *m.loss_scale;
   if (m.skipped) j["skipped"] = true;
+  if (!m.run_id.empty()) j["run_id"] = m.run_id;
   return j.dump();
 }
 

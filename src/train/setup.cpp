@@ -3,6 +3,9 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <utility>
+
+#include <spdlog/spdlog.h>
 
 #include "fsdp/ckpt/hf_import.h"
 #include "fsdp/ckpt/safetensors.h"
@@ -57,41 +60,94 @@ void check_manifest_vocab(const std::string& dir, int64_t model_vocab) {
              (std::filesystem::path(dir) / "manifest.json").string(), *m->vocab_size, model_vocab);
 }
 
+
 }  // namespace
 
-model::LlamaConfig resolve_model_config(const config::ModelConfig& m) {
-  const bool from_hf = !m.init_from.empty();
-  model::LlamaConfig c = from_hf ? ckpt::read_hf_llama_config(m.init_from) : model::llama_preset(m.preset);
-  auto apply = [&](const auto& opt, auto& field, const char* key) {
-    if (!opt) return;
-    if (from_hf) {
-      FSDP_CHECK(double(*opt) == double(field), "model.{} = {} contradicts {}/config.json, which has {}", key, *opt,
-                 m.init_from, field);
-    }
-    field = *opt;
-  };
-  apply(m.vocab_size, c.vocab_size, "vocab_size");
-  apply(m.hidden_size, c.hidden_size, "hidden_size");
-  apply(m.intermediate_size, c.intermediate_size, "intermediate_size");
-  apply(m.num_layers, c.num_layers, "num_layers");
-  apply(m.num_heads, c.num_heads, "num_heads");
-  apply(m.num_kv_heads, c.num_kv_heads, "num_kv_heads");
-  if (m.max_seq_len) c.max_seq_len = *m.max_seq_len;  // a shorter context is fine for a fine-tune
-  apply(m.rope_theta, c.rope_theta, "rope_theta");
-  apply(m.norm_eps, c.norm_eps, "norm_eps");
-  apply(m.num_experts, c.num_experts, "num_experts");
-  apply(m.experts_per_token, c.experts_per_token, "experts_per_token");
-  // Loss weights are training choices, not the checkpoint's shape: a fine-tune may change them.
-  if (m.router_aux_loss_coef) c.router_aux_loss_coef = *m.router_aux_loss_coef;
-  if (m.router_z_loss_coef) c.router_z_loss_coef = *m.router_z_loss_coef;
+namespace {
+
+// The shape keys a model folder's config.json decides: an explicit key must agree with it.
+// Not among them: max_seq_len (a fine-tune may use a shorter context) and the router loss
+// weights (training choices).
+struct FolderKey {
+  const char* key;
+  int64_t model::LlamaConfig::*field;
+};
+constexpr FolderKey kFolderKeys[] = {
+    {"vocab_size", &model::LlamaConfig::vocab_size},     {"hidden_size", &model::LlamaConfig::hidden_size},
+    {"intermediate_size", &model::LlamaConfig::intermediate_size},
+    {"num_layers", &model::LlamaConfig::num_layers},     {"num_heads", &model::LlamaConfig::num_heads},
+    {"num_kv_heads", &model::LlamaConfig::num_kv_heads}, {"num_experts", &model::LlamaConfig::num_experts},
+    {"experts_per_token", &model::LlamaConfig::experts_per_token}};
+
+// The first shape key on which `a` and `b` differ ("" when none), and both values.
+std::string first_difference(const model::LlamaConfig& a, const model::LlamaConfig& b, std::string& va,
+                             std::string& vb) {
+  for (const FolderKey& k : kFolderKeys) {
+    if (a.*k.field == b.*k.field) continue;
+    va = std::to_string(a.*k.field), vb = std::to_string(b.*k.field);
+    return k.key;
+  }
+  for (auto [key, field] : {std::pair{"rope_theta", &model::LlamaConfig::rope_theta},
+                            std::pair{"norm_eps", &model::LlamaConfig::norm_eps}}) {
+    if (a.*field == b.*field) continue;
+    va = fmt::format("{}", a.*field), vb = fmt::format("{}", b.*field);
+    return key;
+  }
+  if (a.tie_word_embeddings != b.tie_word_embeddings) {
+    va = a.tie_word_embeddings ? "true" : "false", vb = b.tie_word_embeddings ? "true" : "false";
+    return "tie_word_embeddings";
+  }
+  return "";
+}
+
+// `cfg`, when given, turns a contradiction into a config error at the key's file:line.
+model::LlamaConfig resolve(const config::ModelConfig& m, const config::Config* cfg) {
+  if (m.init_from.empty()) {
+    model::LlamaConfig c = config::apply_shape_keys(m, model::llama_preset(m.preset));
+    c.validate();
+    return c;
+  }
+  const model::LlamaConfig folder = ckpt::read_hf_llama_config(m.init_from);
+  model::LlamaConfig c = config::apply_shape_keys(m, folder);
+  std::string want, have;
+  c.max_seq_len = folder.max_seq_len;  // compared apart: a shorter context is fine
+  if (const std::string key = first_difference(c, folder, want, have); !key.empty()) {
+    const std::string what = fmt::format("= {} contradicts {}/config.json, which has {}", want, m.init_from, have);
+    if (cfg != nullptr) config::fail_key(*cfg, "model." + key, what);
+    FSDP_FAIL("model.{} {}", key, what);
+  }
+  if (m.max_seq_len) c.max_seq_len = *m.max_seq_len;
   c.validate();
   return c;
 }
 
+}  // namespace
+
+model::LlamaConfig resolve_model_config(const config::ModelConfig& m) { return resolve(m, nullptr); }
+
 model::LlamaConfig training_model_config(const config::Config& cfg) {
-  model::LlamaConfig m = resolve_model_config(cfg.model);
-  FSDP_CHECK(cfg.train.seq_len <= m.max_seq_len, "train.seq_len {} exceeds the model's max_seq_len {}",
-             cfg.train.seq_len, m.max_seq_len);
+  const model::LlamaConfig m = resolve(cfg.model, &cfg);
+  if (!cfg.model.init_from.empty()) {
+    // model.preset names a shape, and a model folder brings its own: say so when they differ.
+    std::string want, have;
+    const model::LlamaConfig preset = model::llama_preset(cfg.model.preset);
+    if (const std::string key = first_difference(preset, m, want, have);
+        cfg.origins.where.count("model.preset") != 0 && !key.empty()) {
+      spdlog::warn("model.preset {} is not used: the shape comes from model.init_from {}/config.json ({} {} there, "
+                   "{} in the preset)",
+                   cfg.model.preset, cfg.model.init_from, key, have, want);
+    }
+  }
+  if (cfg.train.seq_len > m.max_seq_len) {
+    config::fail_key(cfg, "train.seq_len",
+                     fmt::format("{} exceeds the model's max_seq_len {}{}", cfg.train.seq_len, m.max_seq_len,
+                                 cfg.model.init_from.empty() ? "" : " (max_position_embeddings of model.init_from)"));
+  }
+  // config::validate checked this against the preset; a model.init_from folder decides here.
+  if (cfg.train.activation_checkpointing_every > m.num_layers)
+    config::fail_key(cfg, "train.activation_checkpointing_every",
+                     fmt::format("must be at most the model's {} layers ({}/config.json), got {}", m.num_layers,
+                                 cfg.model.init_from, cfg.train.activation_checkpointing_every));
   return m;
 }
 
@@ -112,10 +168,13 @@ Device resolve_device(const config::Config& cfg, const dist::WorldInfo& world) {
   const int visible = cuda::device_count();
   const bool use_cuda = want == "cuda" || (want == "auto" && cuda::real_gpu_visible());
   if (use_cuda) {
-    FSDP_CHECK(visible > 0,
-               "train.device is cuda but rank {} on {} sees no CUDA device (CUDA_VISIBLE_DEVICES='{}'); set "
-               "train.device: cpu, or run where the GPUs are",
-               world.rank, world.hostname, std::getenv("CUDA_VISIBLE_DEVICES") ? std::getenv("CUDA_VISIBLE_DEVICES") : "");
+    if (visible == 0) {
+      config::fail_key(cfg, "train.device",
+                       fmt::format("is cuda but rank {} on {} sees no CUDA device (CUDA_VISIBLE_DEVICES='{}'); set "
+                                   "train.device: cpu, or run where the GPUs are",
+                                   world.rank, world.hostname,
+                                   std::getenv("CUDA_VISIBLE_DEVICES") ? std::getenv("CUDA_VISIBLE_DEVICES") : ""));
+    }
     const int index = visible == 1 ? 0 : world.local_rank;
     FSDP_CHECK(index < visible,
                "train.device is cuda: rank {} is local rank {} of {} on {} but only {} GPU(s) are visible; one rank "
@@ -124,15 +183,19 @@ Device resolve_device(const config::Config& cfg, const dist::WorldInfo& world) {
     d = Device::cuda(index);
   }
 #else
-  FSDP_CHECK(want != "cuda",
-             "train.device is cuda but this fsdp_train was built without the CUDA backend (rebuild where nvcc is "
-             "found: scripts/build.sh -DFSDP_CUDA=ON), or set train.device: cpu");
+  if (want == "cuda") {
+    config::fail_key(cfg, "train.device",
+                     "is cuda but this fsdp_train was built without the CUDA backend (rebuild where nvcc is found: "
+                     "scripts/build.sh -DFSDP_CUDA=ON), or set train.device: cpu");
+  }
   (void)world;
 #endif
-  FSDP_CHECK(!d.is_cpu() || cfg.train.dtype == DType::F32,
-             "train.dtype {} needs train.device cuda; the CPU backend computes in float32 (fsdp.param_dtype: "
-             "bfloat16 still halves the all-gathers)",
-             dtype_name(cfg.train.dtype));
+  if (d.is_cpu() && cfg.train.dtype != DType::F32) {
+    config::fail_key(cfg, "train.dtype",
+                     fmt::format("is {}, which needs train.device cuda (a GPU); this rank computes on the CPU, in "
+                                 "float32 (fsdp.param_dtype: bfloat16 still halves the all-gathers)",
+                                 dtype_name(cfg.train.dtype)));
+  }
   return d;
 }
 
@@ -159,6 +222,7 @@ DataSources make_data_sources(const config::Config& cfg, int64_t vocab, const di
   lo.world = world.size();
   lo.seed = uint64_t(cfg.data.seed);
   lo.num_workers = cfg.data.num_workers;
+  lo.name = "train loader";
   lo.prefetch = cfg.data.prefetch;
   DataSources d;
   if (cfg.data.source == config::DataSource::Synthetic) {
@@ -168,20 +232,29 @@ DataSources make_data_sources(const config::Config& cfg, int64_t vocab, const di
     d.val = std::make_shared<OffsetSamples>(chain, kValidationFirstSample, kValidationFirstSample);
   } else {
     check_manifest_vocab(cfg.data.path, vocab);
-    d.train = data::open_token_corpus(cfg.data.path, "train", T, vocab);
+    data::CorpusOptions co;
+    co.rank = world.rank();
+    co.world = world.size();
+    if (world.rank() == 0) co.note = [](const std::string& text) { spdlog::info("data: {}", text); };
+    d.train = data::open_token_corpus(cfg.data.path, "train", T, vocab, co);
     lo.shuffle = true;
     const std::string val = cfg.data.val_path.empty() ? cfg.data.path : cfg.data.val_path;
     if (val != cfg.data.path) check_manifest_vocab(val, vocab);
     try {
-      d.val = data::open_token_corpus(val, "val", T, vocab);
-    } catch (const Error&) {
-      // Without val shards a run that never evaluates is fine; evaluate() says what is missing.
-      if (cfg.train.eval_every > 0 || !cfg.data.val_path.empty()) throw;
+      d.val = data::open_token_corpus(val, cfg.eval.split, T, vocab, co);
+    } catch (const Error& e) {
+      d.val_error = fmt::format("{} (evaluation reads the '{}' shards, eval.split: set data.val_path to a folder of "
+                                "{}_*.idx shards, or evaluate another split with eval.split, e.g. `fsdp_train eval "
+                                "--split train`)",
+                                e.what(), cfg.eval.split, cfg.eval.split);
+      // Without val shards a run that never evaluates is fine; evaluate() reports val_error.
+      if (cfg.train.eval_every > 0 || !cfg.data.val_path.empty()) FSDP_FAIL("{}", d.val_error);
     }
   }
   d.train_loader = std::make_unique<data::Loader>(d.train, lo);
   if (d.val) {
     data::LoaderOptions vo = lo;
+    vo.name = "validation loader";
     vo.accum = 1;
     vo.shuffle = false;  // the same fixed batches at every evaluation
     d.val_loader = std::make_unique<data::Loader>(d.val, vo);
@@ -195,7 +268,14 @@ optim::LrSchedule lr_schedule(const config::Config& cfg) {
 }
 
 model::ActivationCheckpointing activation_checkpointing(const config::TrainConfig& t) {
-  return model::ActivationCheckpointing{t.activation_checkpointing == "full" ? t.activation_checkpointing_every : 0};
+  model::ActivationCheckpointing ac;
+  ac.mode = t.activation_checkpointing == "full"        ? model::Recompute::Full
+            : t.activation_checkpointing == "selective" ? model::Recompute::Selective
+                                                        : model::Recompute::None;
+  ac.every = t.activation_checkpointing_every;
+  ac.offload = t.activation_offload;
+  ac.offload_horizon = t.activation_offload_horizon;
+  return ac;
 }
 
 optim::AdamWConfig adamw_config(const config::Config& cfg) {

@@ -2,16 +2,25 @@
 
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <tuple>
 
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
+#include "fsdp/core/memory_category.h"
+#include "fsdp/core/trace.h"
 #include "fsdp/data/synthetic.h"
+#include "fsdp/dist/watchdog.h"
 #include "fsdp/train/base_model.h"
 #include "fsdp/train/device_peak.h"
+#include "fsdp/train/divergence.h"
 #include "fsdp/train/exit_codes.h"
+#include "fsdp/train/memory_check.h"
+#include "fsdp/train/observability.h"
 #include "fsdp/train/preemption.h"
 #if defined(FSDP_WITH_CUDA)
 #include "fsdp/core/cuda.h"
@@ -21,6 +30,16 @@ namespace fsdp::train {
 
 namespace {
 
+// "world ranks 0-1 on n01" / "world ranks 0, 2 on n01, n02": a group and where it runs.
+std::string describe_placement(const dist::Communicator& c, const dist::WorldInfo& w) {
+  std::vector<std::string> hosts;
+  for (int r : c.world_ranks()) {
+    const std::string& h = r >= 0 && r < int(w.hosts.size()) ? w.hosts[size_t(r)] : w.hostname;
+    if (std::find(hosts.begin(), hosts.end(), h) == hosts.end()) hosts.push_back(h);
+  }
+  return fmt::format("{} on {}", dist::describe_world_ranks(c.world_ranks()), fmt::join(hosts, ", "));
+}
+
 uint64_t max_rss_bytes() {
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
@@ -29,10 +48,11 @@ uint64_t max_rss_bytes() {
 
 }  // namespace
 
-Trainer::Trainer(const config::Config& cfg, dist::ProcessGroups& groups)
+Trainer::Trainer(const config::Config& cfg, dist::ProcessGroups& groups, TrainerPurpose purpose)
     : cfg_(cfg),
       groups_(groups),
       device_(resolve_device(cfg, groups.world_info)),
+      memory_plan_(check_memory(cfg, groups.world_info, device_)),
       engine_groups_(engine_groups(groups, device_)),
       model_(training_model_config(cfg), cfg.train.dtype, device_, peft_spec(cfg, training_model_config(cfg)),
              uint64_t(cfg.train.seed)),
@@ -52,6 +72,7 @@ Trainer::Trainer(const config::Config& cfg, dist::ProcessGroups& groups)
     // One staging row per micro-batch of a step (Trainer::load_micro_batch), and the step's
     // per-token losses gathered on the device for one read-back.
     const int64_t n = int64_t(cfg.train.micro_batch_size) * cfg.train.seq_len, accum = cfg.train.grad_accum_steps;
+    const memory::CategoryScope tag("batch/staging");
     ids_host_ = cuda::pinned_empty({accum, n}, DType::I32);
     targets_host_ = cuda::pinned_empty({accum, n}, DType::I32);
     step_losses_ = Tensor::empty({accum, n}, act_.losses.dtype(), device_);
@@ -66,7 +87,7 @@ Trainer::Trainer(const config::Config& cfg, dist::ProcessGroups& groups)
     checkpoints_.set_base(base_reference(cfg, engine_, *groups.shard));
   }
   // Each rank fills only its own shards: from a checkpoint, the files or the seeded generator.
-  if (const std::string path = checkpoints_.resume_point(); !path.empty()) {
+  if (const std::string path = checkpoints_.start(purpose == TrainerPurpose::Train); !path.empty()) {
     restore(path);
   } else if (cfg.lora.enabled) {
     init_adapters(cfg, model_, engine_);
@@ -94,7 +115,14 @@ void Trainer::restore(const std::string& path) {
   data_.train_loader->seek_global(samples_seen_);
 }
 
-ckpt::SaveStats Trainer::save_checkpoint() { return checkpoints_.save(train_state(), model_, engine_); }
+ckpt::SaveStats Trainer::save_checkpoint() {
+  // A checkpoint is never written from diverged weights (resume would only diverge again).
+  if (!weights_finite(engine_, *groups_.world)) {
+    throw Diverged(fmt::format("the weights are not finite after step {} (its update overflowed)", step_), step_,
+                   step_);
+  }
+  return checkpoints_.save(train_state(), model_, engine_);
+}
 
 void Trainer::finish_checkpoint() { checkpoints_.finish(); }
 
@@ -137,11 +165,15 @@ void Trainer::log_device() const {
 // row 0 and reads its losses back at once.
 void Trainer::load_micro_batch(data::Loader& loader, int64_t index) {
   if (device_.is_cpu()) {
+    const trace::Span span("data wait", "data");
     loader.next(act_.ids, act_.targets);
     return;
   }
   const Tensor ids = ids_host_.select(0, index), targets = targets_host_.select(0, index);
-  loader.next(ids, targets);
+  {
+    const trace::Span span("data wait", "data");
+    loader.next(ids, targets);
+  }
   act_.ids.copy_(ids);
   act_.targets.copy_(targets);
 }
@@ -151,6 +183,7 @@ StepVotes Trainer::all_reduce_votes(model::LossSum local) {
   mine.loss = local;
   mine.preempted_ranks = preemption_signal() != 0 ? 1 : 0;
   mine.busy_writers = checkpoints_.local_busy() ? 1 : 0;
+  const trace::Span span("loss all-reduce", "step");
   last_votes_ = train::all_reduce_votes(mine, *groups_.world, votes_buf_);
   return last_votes_;
 }
@@ -175,6 +208,7 @@ model::LossSum Trainer::accumulate_gradients(double grad_scale, double router_sc
   model::LossSum local;
   const int64_t world = groups_.world->size(), micro = cfg_.train.micro_batch_size;
   for (int64_t a = 0; a < accum; ++a) {
+    const trace::Span span("micro-batch", "step", "index", a);
     engine_.begin_micro_batch(int(a));
     load_micro_batch(*data_.train_loader, a);
     // Where this micro-batch's samples sit in the global order (the loader's rule): LoRA's
@@ -197,6 +231,7 @@ model::LossSum Trainer::accumulate_gradients(double grad_scale, double router_sc
     }
   }
   if (!device_.is_cpu()) {
+    const trace::Span span("loss read-back", "step");
     const Tensor losses = step_losses_.to(Device::cpu());  // the step's one wait for the loss
     for (int64_t a = 0; a < accum; ++a)
       add_to(local, model::sum_losses(losses.select(0, a), targets_host_.select(0, a)));
@@ -214,6 +249,8 @@ StepMetrics Trainer::train_step() {
   const int world = groups_.world->size();
   const int64_t global_batch = int64_t(cfg_.train.micro_batch_size) * cfg_.train.grad_accum_steps * world;
   ++step_;
+  dist::set_watchdog_step(step_);
+  const trace::Span step_span("step", "step", "step", step_);
 
   // Every target of a synthetic sample is a real token, so the global batch holds
   // global_batch * seq_len targets.
@@ -235,12 +272,20 @@ StepMetrics Trainer::train_step() {
   // The objective, as transformers' MixtralForCausalLM reports it: cross-entropy plus the
   // weighted router losses (just the cross-entropy for Llama).
   const double loss = ce_loss + (mc.is_moe() ? mc.router_aux_loss_coef * *aux_loss + mc.router_z_loss_coef * *z_loss : 0.0);
-  FSDP_CHECK(std::isfinite(loss), "loss is {} at step {}: stopping (lower optim.lr or check the data{})", loss, step_,
-             cfg_.train.dtype == DType::F16 ? "; float16 activations may overflow: try bfloat16" : "");
+  // Every rank sees the same all-reduced loss and norm, so every rank stops alike.
+  if (!std::isfinite(loss)) {
+    throw Diverged(fmt::format("loss is {} at step {}{}", std::isnan(loss) ? "nan" : fmt::format("{}", loss), step_,
+                               cfg_.train.dtype == DType::F16 ? " (float16 activations may overflow: try bfloat16)" : ""),
+                   step_, step_ - 1);
+  }
 
-  // The norm of the scaled gradients: not finite when float16 overflowed (every rank sees
-  // the same all-reduced value, so every rank skips alike).
+  // The norm of the scaled gradients: not finite when float16 overflowed (then the step is
+  // skipped); with any other dtype the weights behind it are diverged.
   const double scaled_norm = engine_.grad_norm();
+  if (!std::isfinite(scaled_norm) && !scaler_.enabled())
+    throw Diverged(fmt::format("the gradient norm is {} at step {}",
+                               std::isnan(scaled_norm) ? "nan" : fmt::format("{}", scaled_norm), step_),
+                   step_, step_ - 1);
   const bool apply = scaler_.update(!std::isfinite(scaled_norm));
   const double grad_norm = scaled_norm / loss_scale;
   const double lr = schedule_.at(step_);
@@ -276,6 +321,7 @@ StepMetrics Trainer::train_step() {
   m.tokens = step_tokens;
   m.tokens_seen = tokens_seen_;
   m.peak_tensor_bytes = mem.stats().peak_bytes;
+  std::tie(m.peak_mem_group, m.peak_mem_group_bytes) = mem.peak_top_group();
   m.comm_bytes = comm_bytes() - bytes0;
   m.comm_wait_ms = (comm_wait_seconds() - wait0) * 1e3;
   m.world_size = world;
@@ -285,8 +331,8 @@ StepMetrics Trainer::train_step() {
 
 double Trainer::evaluate(int batches) {
   FSDP_CHECK(batches >= 1, "eval.batches must be >= 1, got {}", batches);
-  FSDP_CHECK(data_.val_loader != nullptr, "no validation data: set data.val_path, or prepare {} with --val-fraction",
-             cfg_.data.path);
+  const trace::Span span("evaluate", "eval");
+  FSDP_CHECK(data_.val_loader != nullptr, "{}", data_.val_error);
   data_.val_loader->seek(0);
   model::LossSum local;
   for (int b = 0; b < batches; ++b) {
@@ -327,6 +373,11 @@ void Trainer::log_run_start() const {
                groups_.shard->size(), groups_.replicate->size(), dtype_name(cfg_.fsdp.param_dtype),
                dtype_name(cfg_.fsdp.reduce_dtype), double(engine_.persistent_bytes()) / (1 << 20));
   if (cfg_.lora.enabled) log_lora();
+  if (world > 1) {
+    spdlog::info("fsdp: rank 0's shard group is {}; its replicate group {}",
+                 describe_placement(*groups_.shard, groups_.world_info),
+                 describe_placement(*groups_.replicate, groups_.world_info));
+  }
   if (cfg_.data.source == config::DataSource::Synthetic) {
     spdlog::info("data: synthetic Markov chain (loss floor {:.3f} nats, uniform guess {:.3f})",
                  data::SyntheticSource::entropy_rate(), std::log(double(model_.config().vocab_size)));
@@ -338,7 +389,6 @@ void Trainer::log_run_start() const {
 }
 
 int Trainer::run() {
-  const auto& t = cfg_.train;
   const bool rank0 = groups_.world->rank() == 0;
   std::unique_ptr<MetricsWriter> metrics;
   if (rank0 && cfg_.logging.metrics) {
@@ -350,13 +400,31 @@ int Trainer::run() {
     metrics = std::make_unique<MetricsWriter>(path, /*truncate=*/resumed_from().empty());
   }
   log_run_start();
+  try {
+    return train_loop(metrics.get());
+  } catch (const Diverged& d) {
+    finish_checkpoint();  // a background save of an earlier step commits first
+    const std::string line = handle_divergence(d, config::checkpoint_dir(cfg_), rank0);
+    if (rank0) spdlog::error("{}", line);
+    return kExitError;
+  }
+}
+
+int Trainer::train_loop(MetricsWriter* metrics) {
+  const auto& t = cfg_.train;
+  const bool rank0 = groups_.world->rank() == 0;
+  Observability obs(cfg_, groups_, device_, step_ + 1);
   while (step_ < t.max_steps) {
+    obs.before_step(step_ + 1);
     StepMetrics m = train_step();
+    obs.after_train_step(step_);
     m.max_rss_bytes = max_rss_bytes();
+    m.run_id = run_id();
     if (t.eval_every > 0 && (step_ % t.eval_every == 0 || step_ == t.max_steps)) m.val_loss = evaluate(cfg_.eval.batches);
     // metrics.jsonl gets every step (resume and equivalence checks compare whole loss
     // curves); the console gets one line per log_every steps. Rank 0 speaks for all.
     if (metrics) metrics->write(m);
+    obs.log_step(m);
     if (rank0 && (step_ % t.log_every == 0 || step_ == 1 || step_ == t.max_steps || m.val_loss)) {
       spdlog::info("{}", format_step_line(m, t.max_steps));
     }
@@ -368,14 +436,27 @@ int Trainer::run() {
                    last_votes_.preempted_ranks, step_, kExitPreempted);
       if (!checkpoints_.saved_at(step_)) save_checkpoint();
       finish_checkpoint();
+      obs.finish(step_);
+      check_final_checkpoint("the preemption checkpoint");
       return kExitPreempted;
     }
     if (checkpoints_.due(step_)) save_checkpoint();
+    obs.end_step(step_);
   }
   if (!checkpoints_.saved_at(step_)) save_checkpoint();
   finish_checkpoint();
+  obs.finish(step_);
+  check_final_checkpoint("the final checkpoint");
   spdlog::info("done: {} steps, {} tokens", step_, tokens_seen_);
   return kExitOk;
+}
+
+// Under checkpoint.stop_on_error: false a failed save only logs; but a run whose last
+// state never reached the disk has not done its work (and a requeue after the preemption
+// exit would resume from an older step than the log claims), so it fails.
+void Trainer::check_final_checkpoint(const char* which) const {
+  FSDP_CHECK(checkpoints_.committed_at(step_),
+             "{} at step {} could not be saved (see the error above): the run's result is not on disk", which, step_);
 }
 
 }  // namespace fsdp::train

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -15,6 +16,7 @@
 #include "fsdp/model/local_params.h"
 #include "fsdp/core/tensor.h"
 #include "fsdp/ops/cross_entropy.h"
+#include "../cpu/test_util.h"
 
 namespace fsdp::test {
 
@@ -88,6 +90,26 @@ class GoldenModelTest : public ::testing::Test {
   }
 
   Tensor expected(const std::string& name) const { return expected_tensor(*expected_, name); }
+
+  // Every parameter gradient in `params` against the fixture's grad.<hf name>, each within
+  // `tolerance` (norm-wise, rel_error of test_util.h); how many were compared and the worst.
+  struct GradientCheck {
+    int checked = 0;
+    double worst = 0;
+  };
+  GradientCheck expect_every_gradient(const model::Llama& llama, model::LocalParams& params, double tolerance) const {
+    GradientCheck r;
+    for (int u = 0; u < int(llama.units().size()); ++u) {
+      const model::UnitLayout& unit = llama.units()[u];
+      for (const auto& p : unit.params) {
+        const double err = rel_error(unit.view(params.grads(u), p.name), expected("grad." + p.hf_name));
+        EXPECT_LT(err, tolerance) << p.hf_name;
+        r.worst = std::max(r.worst, err);
+        ++r.checked;
+      }
+    }
+    return r;
+  }
 
   // ids [B*T] and next-token targets (golden_batch) into the activations.
   void load_batch(model::LlamaActivations& act) const {

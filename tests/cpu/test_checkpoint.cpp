@@ -6,8 +6,13 @@
 #include <sys/resource.h>
 #include <sys/wait.h>
 
+#include <zlib.h>
+
+#include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -15,7 +20,9 @@
 
 #include "fsdp/ckpt/checkpoint_reader.h"
 #include "fsdp/data/indexed_dataset.h"
+#include "fsdp/train/divergence.h"
 #include "fsdp/train/trainer.h"
+#include "../common/local_trainer.h"
 #include "test_util.h"
 
 namespace fsdp {
@@ -23,30 +30,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct LocalTrainer {
-  explicit LocalTrainer(const config::Config& cfg) : groups(dist::local_process_groups()), trainer(cfg, groups) {}
-  train::Trainer* operator->() { return &trainer; }
-  dist::ProcessGroups groups;
-  train::Trainer trainer;
-};
-
-// A fresh directory per test.
-std::string scratch(const std::string& name) {
-  const fs::path p = fs::temp_directory_path() / ("fsdp_ckpt_test_" + name);
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p.string();
-}
-
-config::Config ckpt_config(const std::string& dir, const std::vector<std::string>& extra = {}) {
-  std::vector<std::string> o = {"model.preset=tiny",        "model.num_layers=2",   "model.hidden_size=64",
-                                "model.intermediate_size=96", "model.num_heads=4",  "model.num_kv_heads=2",
-                                "model.vocab_size=256",      "train.seq_len=16",     "train.micro_batch_size=2",
-                                "train.max_steps=8",         "optim.warmup_steps=2", "logging.metrics=false",
-                                "run.dir=" + dir,            "checkpoint.keep_last=10"};
-  o.insert(o.end(), extra.begin(), extra.end());
-  return config::load_config_string("", "test", o);
-}
+using test::ckpt_config;
+using test::LocalTrainer;
+using test::scratch;
 
 // Every unit's master shard, flattened.
 std::vector<float> all_params(train::Trainer& t) {
@@ -67,14 +53,7 @@ std::vector<float> all_moments(train::Trainer& t) {
   return out;
 }
 
-std::string error_message(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using test::error_message;
 
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
@@ -154,6 +133,12 @@ TEST(Checkpoint, ResumeIsBitExactForAMixtureOfExperts) {
                           "exact_moe");
 }
 
+TEST(Checkpoint, ResumeIsBitExactWithTiedEmbeddingsAndRopeScaling) {
+  expect_bit_exact_resume({"model.tie_word_embeddings=true", "model.rope_scaling=linear",
+                           "model.rope_scaling_factor=4", "train.grad_accum_steps=2"},
+                          "exact_tied");
+}
+
 TEST(Checkpoint, ResumeIsBitExactOnTokenShards) {
   // The loader's shuffled position is restored too (a real corpus, not the synthetic chain).
   const std::string data = scratch("shards_data");
@@ -206,8 +191,9 @@ TEST(Checkpoint, MetricsOfTheKilledRunAfterTheCheckpointAreDropped) {
   EXPECT_EQ(n, 4);
 }
 
-TEST(Checkpoint, ResumeNoneStartsFreshAndStaleTmpIsNeverPicked) {
-  const std::string dir = scratch("none");
+// (checkpoint.resume: none over existing checkpoints: test_run_ownership.cpp.)
+TEST(Checkpoint, StaleTmpIsNeverPicked) {
+  const std::string dir = scratch("stale_tmp");
   {
     LocalTrainer t(ckpt_config(dir));
     t->train_step();
@@ -216,13 +202,9 @@ TEST(Checkpoint, ResumeNoneStartsFreshAndStaleTmpIsNeverPicked) {
   // A crashed save of a later step: a step_9.tmp with a manifest-less partial file.
   fs::create_directories(dir + "/checkpoints/step_9.tmp");
   std::ofstream(dir + "/checkpoints/step_9.tmp/rank_00000.safetensors") << "partial";
-  {
-    LocalTrainer t(ckpt_config(dir, {"checkpoint.resume=none"}));
-    EXPECT_EQ(t->step(), 0);
-    EXPECT_EQ(t->resumed_from(), "");
-  }
   LocalTrainer t(ckpt_config(dir));
   EXPECT_EQ(t->step(), 1);
+  EXPECT_EQ(t->resumed_from(), dir + "/checkpoints/step_1");
   t->train_step();
   t->save_checkpoint();
   EXPECT_FALSE(fs::exists(dir + "/checkpoints/step_9.tmp")) << "the next save clears crashed leftovers";
@@ -288,6 +270,34 @@ TEST(CheckpointBadInput, NewerFormatVersionIsSkippedOrRefused) {
   c.expect_skipped_and_refused("newer fsdp_train");
 }
 
+// A manifest whose files all pass their CRCs but whose fields are impossible (Note [Manifest
+// schema]): the checkpoint is broken like a corrupt one, auto falls back to step_2, and
+// naming it explicitly fails naming the field.
+TEST(CheckpointBadInput, MalformedManifestIsSkippedOrRefused) {
+  using nlohmann::json;
+  const std::vector<std::pair<std::function<void(json&)>, std::string>> cases = {
+      {[](json& j) { j["world_size"] = 0; }, "'world_size' must be in [1, 1048576], got 0"},
+      {[](json& j) { j["world_size"] = 1000; }, "shard_group_size 1 differs from world_size 1000"},
+      {[](json& j) { j["strategy"] = "FOO"; }, "strategy 'FOO' is not one of"},
+      {[](json& j) { j["state"]["step"] = int64_t(1) << 62; }, "'step' must be in [0, 2147483647], got 4611686018427387904"},
+      {[](json& j) { j["state"]["step"] = -1; }, "'step' must be in [0, 2147483647], got -1"},
+      {[](json& j) { j["state"]["tokens_seen"] = -5; }, "'tokens_seen' must be in"},
+      {[](json& j) { j["files"][0]["bytes"] = 1e30; }, "'bytes' must be an integer, got 1e+30"},
+      {[](json& j) { j["files"][0]["name"] = "../../etc/passwd"; }, "'../../etc/passwd' is not a plain file name"},
+      {[](json& j) { j["model"]["hidden_size"] = 64.5; }, "'hidden_size' must be an integer, got 64.5"},
+      {[](json& j) { j["model"]["num_heads"] = 0; }, "'num_heads' must be in [1, 4096], got 0"},
+  };
+  TwoCheckpoints c("manifest_schema");
+  const std::string path = c.newest() + "/manifest.json";
+  const json original = json::parse(std::ifstream(path));
+  for (const auto& [damage, what] : cases) {
+    json j = original;
+    damage(j);
+    std::ofstream(path) << j.dump();
+    c.expect_skipped_and_refused(what);
+  }
+}
+
 TEST(CheckpointBadInput, DifferentModelShapeIsOneClearError) {
   TwoCheckpoints c("shape");
   const std::string msg =
@@ -301,6 +311,13 @@ TEST(CheckpointBadInput, DenseCheckpointIntoAMixtureOfExpertsIsOneClearError) {
   const std::string msg =
       error_message([&] { LocalTrainer t(ckpt_config(c.dir, {"model.num_experts=4", "model.experts_per_token=2"})); });
   EXPECT_NE(msg.find("num_experts = 0, but the config asks for 4"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("different model"), std::string::npos) << msg;
+}
+
+TEST(CheckpointBadInput, UntiedCheckpointIntoATiedModelIsOneClearError) {
+  TwoCheckpoints c("untied_to_tied");
+  const std::string msg = error_message([&] { LocalTrainer t(ckpt_config(c.dir, {"model.tie_word_embeddings=true"})); });
+  EXPECT_NE(msg.find("tie_word_embeddings = false, but the config asks for true"), std::string::npos) << msg;
   EXPECT_NE(msg.find("different model"), std::string::npos) << msg;
 }
 
@@ -346,6 +363,95 @@ TEST(CheckpointBadInput, FullDiskDuringSaveKeepsThePreviousCheckpoint) {
   EXPECT_FALSE(fs::exists(dir + "/checkpoints/step_3.tmp")) << "a failed save cleans up after itself";
   const ckpt::CheckpointReader r(good);
   EXPECT_NO_THROW(r.verify());
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// A NaN among the saved weights of the newest checkpoint, with the manifest's CRC made to
+// match: only the finiteness count of the verifying pass can tell.
+TEST(CheckpointBadInput, NonFiniteWeightsAreSkippedOrRefused) {
+  TwoCheckpoints c("nonfinite");
+  std::string bytes = read_text(c.rank_file());
+  uint64_t header = 0;
+  std::memcpy(&header, bytes.data(), 8);
+  const uint32_t nan_bits = 0x7fc00000u;
+  std::memcpy(bytes.data() + 8 + header + 4 * 100, &nan_bits, 4);  // the 101st float of the data region
+  std::ofstream(c.rank_file(), std::ios::binary | std::ios::trunc) << bytes;
+  const std::string manifest = c.newest() + "/manifest.json";
+  nlohmann::json j = nlohmann::json::parse(std::ifstream(manifest));
+  j["files"][0]["crc32"] = uint32_t(crc32(0, reinterpret_cast<const Bytef*>(bytes.data()), uInt(bytes.size())));
+  std::ofstream(manifest) << j.dump();
+  c.expect_skipped_and_refused("1 weights or optimizer moments are NaN or Inf: it was saved from a diverged run");
+}
+
+// ---- Divergence (train/divergence.h) ---------------------------------------------------------
+
+TEST(CheckpointDivergence, NonFiniteWeightsAreNeverSaved) {
+  const std::string dir = scratch("nan_weights");
+  LocalTrainer t(ckpt_config(dir));
+  t->train_step();
+  t->engine().master(0).set_flat(3, std::nan(""));
+  const std::string msg = error_message([&] { t->save_checkpoint(); });
+  EXPECT_EQ(msg, "the weights are not finite after step 1 (its update overflowed)");
+  EXPECT_FALSE(fs::exists(dir + "/checkpoints/step_1"));
+  EXPECT_FALSE(fs::exists(dir + "/checkpoints/step_1.tmp"));
+}
+
+TEST(CheckpointDivergence, TheCheckpointBehindANonFiniteLossIsMovedAsideAndTheOneBeforeIsNamed) {
+  const std::string dir = scratch("set_aside");
+  {
+    LocalTrainer t(ckpt_config(dir));
+    for (int s = 0; s < 3; ++s) {
+      t->train_step();
+      t->save_checkpoint();
+    }
+  }
+  const std::string ckpts = dir + "/checkpoints";
+  fs::create_directories(ckpts + "/step_3.diverged");  // an earlier run's: kept, the new one gets another name
+  // A NaN loss at step 4 came from the weights after step 3.
+  const std::string line = train::handle_divergence(train::Diverged("loss is nan at step 4", 4, 3), ckpts, true);
+  EXPECT_EQ(line, "loss is nan at step 4: the run diverged; moved checkpoint aside (step_3.diverged-2: it holds the "
+                  "weights that diverged, so resume skips it); the last good checkpoint is " +
+                      ckpts + "/step_2 (step 2), where a rerun resumes: lower optim.lr, keep train.grad_clip on, or "
+                              "check the data before it");
+  EXPECT_FALSE(fs::exists(ckpts + "/step_3"));
+  EXPECT_TRUE(fs::exists(ckpts + "/step_3.diverged-2/manifest.json"));
+  LocalTrainer resumed(ckpt_config(dir));
+  EXPECT_EQ(resumed->step(), 2);
+}
+
+// The finding, with fsdp_train itself: at lr 1e30 step 1's loss is finite but its
+// update leaves weights of ~5e28 (finite), step_1 is saved, and step 2's loss is NaN. Before,
+// every rerun resumed from step_1 and died at step 2 again; now the run exits 1 naming the
+// step and the checkpoint it moved aside, and the rerun starts from step 0.
+TEST(CheckpointDivergence, ADivergingRunDoesNotLeaveACheckpointToResumeInto) {
+  const std::string dir = scratch("diverging_cli");
+  const std::string cmd = std::string(FSDP_TRAIN_BIN) + " train --config " FSDP_SOURCE_DIR "/configs/tiny.yaml" +
+                          " --set data.source=synthetic --set model.num_layers=2 --set train.seq_len=16" +
+                          " --set train.micro_batch_size=2 --set train.eval_every=0 --set train.max_steps=5" +
+                          " --set optim.lr=1e30 --set train.grad_clip=0 --set checkpoint.interval=1" +
+                          " --set run.dir=" + dir;
+  for (const char* run : {"first", "rerun"}) {
+    SCOPED_TRACE(run);
+    const std::string log = dir + "/" + run + ".log";
+    const int rc = std::system((cmd + " > " + log + " 2>&1").c_str());
+    EXPECT_EQ(WEXITSTATUS(rc), 1);
+    const std::string text = read_text(log);
+    EXPECT_EQ(text.find("resumed from"), std::string::npos) << text;
+    EXPECT_NE(text.find("loss is nan at step 2: the run diverged; moved checkpoint aside (step_1.diverged"),
+              std::string::npos)
+        << text;
+    EXPECT_NE(text.find("no checkpoint in " + dir + "/checkpoints predates it, so a rerun starts from step 0"),
+              std::string::npos)
+        << text;
+    EXPECT_EQ(text.find("check `"), std::string::npos) << "no source location in the user's line: " << text;
+  }
+  EXPECT_FALSE(fs::exists(dir + "/checkpoints/step_1"));
+  EXPECT_TRUE(fs::exists(dir + "/checkpoints/step_1.diverged"));
+  EXPECT_TRUE(fs::exists(dir + "/checkpoints/step_1.diverged-2"));
 }
 
 }  // namespace

@@ -81,8 +81,11 @@ TEST(Cli, WrongTypeAndImpossibleValue) {
 
 TEST(Cli, ModelShapeErrorsStopBeforeTraining) {
   Result r = run("train --config " + kTiny + " --set train.seq_len=4096 --set run.dir=/tmp/fsdp_cli_bad");
-  EXPECT_EQ(r.code, 1);
-  EXPECT_NE(r.out.find("exceeds the model's max_seq_len"), std::string::npos) << r.out;
+  EXPECT_EQ(r.code, 2);  // a config error: the resolved shape is checked with the config
+  EXPECT_NE(r.out.find("--set train.seq_len=4096: key 'train.seq_len': train.seq_len 4096 exceeds the model's "
+                       "max_seq_len 512"),
+            std::string::npos)
+      << r.out;
   EXPECT_EQ(r.out.find("step "), std::string::npos) << "a step ran: " << r.out;
 }
 
@@ -112,6 +115,44 @@ TEST(Cli, EvalPrintsEvalLossLast) {
   ASSERT_NE(pos, std::string::npos) << r.out;
   EXPECT_EQ(r.out.find('\n', pos), r.out.size() - 1) << "eval_loss is not the last line";
   EXPECT_NEAR(std::stod(r.out.substr(pos + 10)), std::log(1024.0), 0.1);
+}
+
+// A corpus without a val split (prepared from pre-tokenized ids, no --val-fraction): eval
+// says which key to set, and --split train evaluates the training shards.
+TEST(Cli, EvalOfShardsWithoutAValSplitNamesTheKeyAndTakesSplitTrain) {
+  const auto dir = std::filesystem::temp_directory_path() / "fsdp_cli_eval_split";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  {
+    std::ofstream ids(dir / "ids.jsonl");
+    for (int d = 0; d < 40; ++d) {
+      nlohmann::json v = nlohmann::json::array();
+      for (int i = 0; i < 30; ++i) v.push_back((d * 31 + i * 7) % 1024);
+      ids << nlohmann::json{{"input_ids", v}}.dump() << "\n";
+    }
+  }
+  const std::string corpus = (dir / "corpus").string();
+  const Result p = run("prepare --vocab-size 1024 --output " + corpus + " " + (dir / "ids.jsonl").string());
+  ASSERT_EQ(p.code, 0) << p.out;
+  const std::string eval = "eval --config " + test::source_path("configs/tiny.yaml") +
+                           " --set data.source=shards --set data.path=" + corpus +
+                           " --set train.seq_len=32 --set eval.batches=2 --set checkpoint.resume=none";
+  const Result missing = run(eval);
+  EXPECT_EQ(missing.code, 1) << missing.out;
+  EXPECT_NE(missing.out.find("no token shards for split 'val'"), std::string::npos) << missing.out;
+  EXPECT_NE(missing.out.find("set data.val_path"), std::string::npos) << missing.out;
+  EXPECT_NE(missing.out.find("--split train"), std::string::npos) << missing.out;
+  const Result train_split = run(eval + " --split train");
+  ASSERT_EQ(train_split.code, 0) << train_split.out;
+  const auto pos = train_split.out.rfind("eval_loss ");
+  ASSERT_NE(pos, std::string::npos) << train_split.out;
+  EXPECT_NEAR(std::stod(train_split.out.substr(pos + 10)), std::log(1024.0), 0.2);  // an untrained model
+  const Result by_key = run(eval + " --set eval.split=train");
+  ASSERT_EQ(by_key.code, 0) << by_key.out;
+  EXPECT_EQ(by_key.out.substr(by_key.out.rfind("eval_loss ")), train_split.out.substr(pos));
+  const Result on_train = run("train --config " + kTiny + " --split train");
+  EXPECT_EQ(on_train.code, 2) << on_train.out;
+  EXPECT_NE(on_train.out.find("--split is an option of fsdp_train eval"), std::string::npos) << on_train.out;
 }
 
 TEST(Cli, TrainWritesFallingLossToMetricsJsonl) {

@@ -58,9 +58,19 @@ TEST(ConfigDefaults, EmptyTextGivesTheDocumentedDefaults) {
   EXPECT_EQ(c.checkpoint.resume, "auto");
   EXPECT_FALSE(c.checkpoint.async);
   EXPECT_EQ(c.fsdp.sharding_strategy, ShardingStrategy::FULL_SHARD);
+  EXPECT_DOUBLE_EQ(c.dist.timeout_s, 600);  // NCCL's default
   EXPECT_EQ(c.logging.level, "info");
   EXPECT_TRUE(c.logging.metrics);
+  EXPECT_EQ(c.logging.profile_wait, 1);
+  EXPECT_EQ(c.logging.profile_warmup, 1);
+  EXPECT_EQ(c.logging.profile_active, 0);
+  EXPECT_EQ(c.logging.memory_snapshot_step, 0);
+  EXPECT_FALSE(c.logging.tensorboard);
+  EXPECT_FALSE(c.logging.strict);
   EXPECT_EQ(c.eval.batches, 10);
+  EXPECT_EQ(c.eval.split, "val");
+  EXPECT_FALSE(c.model.rope_scaling.has_value());  // the preset's (or config.json's)
+  EXPECT_FALSE(c.model.tie_word_embeddings.has_value());
   EXPECT_NO_THROW(validate(Config{}));
 }
 
@@ -75,6 +85,35 @@ TEST(ConfigDefaults, CheckpointDirFollowsRunDir) {
   EXPECT_EQ(checkpoint_dir(c), "runs/a/checkpoints");
   c.checkpoint.dir = "/ckpt";
   EXPECT_EQ(checkpoint_dir(c), "/ckpt");
+}
+
+TEST(ConfigDefaults, ProfileDirFollowsRunDir) {
+  Config c;
+  c.run.dir = "runs/a";
+  EXPECT_EQ(profile_dir(c), "runs/a/traces");
+  c.logging.profile_dir = "/scratch/traces";
+  EXPECT_EQ(profile_dir(c), "/scratch/traces");
+}
+
+TEST(ConfigOverride, ObservabilityKeys) {
+  const Config c = load_config_string("logging:\n  profile_active: 2\n", "x",
+                                      {"logging.profile_wait=4", "logging.profile_warmup=0", "logging.tensorboard=true",
+                                       "logging.memory_snapshot_step=3", "logging.strict=true",
+                                       "logging.profile_dir=/tmp/t"});
+  EXPECT_EQ(c.logging.profile_active, 2);
+  EXPECT_EQ(c.logging.profile_wait, 4);
+  EXPECT_EQ(c.logging.profile_warmup, 0);
+  EXPECT_TRUE(c.logging.tensorboard);
+  EXPECT_EQ(c.logging.memory_snapshot_step, 3);
+  EXPECT_TRUE(c.logging.strict);
+  EXPECT_EQ(c.logging.profile_dir, "/tmp/t");
+  EXPECT_EQ(error_of("logging:\n  profile_active: -1\n"),
+            "configs/x.yaml:2: key 'logging.profile_active' must be >= 0, got -1");
+  EXPECT_EQ(error_of("logging:\n  profile_wait: -2\n"), "configs/x.yaml:2: key 'logging.profile_wait' must be >= 0, got -2");
+  EXPECT_EQ(error_of("logging:\n  memory_snapshot_step: -1\n"),
+            "configs/x.yaml:2: key 'logging.memory_snapshot_step' must be >= 0, got -1");
+  EXPECT_EQ(error_of("logging:\n  tensorboard: yes please\n"),
+            "configs/x.yaml:2: key 'logging.tensorboard' expects true or false, got 'yes please'");
 }
 
 TEST(ConfigDefaults, ChoicesSpellTheirYamlNames) {
@@ -102,6 +141,12 @@ TEST(ConfigFile, EveryKeyIsRead) {
   EXPECT_EQ(c.model.experts_per_token, 2);
   EXPECT_EQ(c.model.router_aux_loss_coef, 0.02);
   EXPECT_EQ(c.model.router_z_loss_coef, 0.001);
+  EXPECT_EQ(c.model.rope_scaling, "llama3");
+  EXPECT_EQ(c.model.rope_scaling_factor, 8.0);
+  EXPECT_EQ(c.model.rope_low_freq_factor, 1.5);
+  EXPECT_EQ(c.model.rope_high_freq_factor, 4.5);
+  EXPECT_EQ(c.model.rope_original_max_position_embeddings, 8192);
+  EXPECT_EQ(c.model.tie_word_embeddings, true);
   EXPECT_EQ(c.model.init_std, 0.01);
   EXPECT_EQ(c.model.quantization, "nf4");
   EXPECT_TRUE(c.lora.enabled);
@@ -130,8 +175,11 @@ TEST(ConfigFile, EveryKeyIsRead) {
   EXPECT_TRUE(c.train.tf32);
   EXPECT_EQ(c.train.fp16_init_scale, 1024.0);
   EXPECT_EQ(c.train.fp16_growth_interval, 100);
-  EXPECT_EQ(c.train.activation_checkpointing, "full");
+  EXPECT_EQ(c.train.activation_checkpointing, "selective");
   EXPECT_EQ(c.train.activation_checkpointing_every, 2);
+  EXPECT_TRUE(c.train.activation_offload);
+  EXPECT_EQ(c.train.activation_offload_horizon, 3);
+  EXPECT_TRUE(c.train.allow_oversubscribe);
   EXPECT_EQ(c.optim.lr, 1.5e-4);
   EXPECT_EQ(c.optim.min_lr, 0.0);
   EXPECT_EQ(c.optim.warmup_steps, 2000);
@@ -152,9 +200,18 @@ TEST(ConfigFile, EveryKeyIsRead) {
   EXPECT_EQ(c.fsdp.reduce_dtype, DType::BF16);
   EXPECT_EQ(c.fsdp.shard_group_size, 8);
   EXPECT_EQ(c.fsdp.prefetch_limit, 1);
+  EXPECT_EQ(c.dist.timeout_s, 30.5);
   EXPECT_EQ(c.logging.level, "debug");
   EXPECT_FALSE(c.logging.metrics);
+  EXPECT_EQ(c.logging.profile_wait, 10);
+  EXPECT_EQ(c.logging.profile_warmup, 2);
+  EXPECT_EQ(c.logging.profile_active, 3);
+  EXPECT_EQ(c.logging.profile_dir, "/traces/llama2_7b");
+  EXPECT_EQ(c.logging.memory_snapshot_step, 12);
+  EXPECT_TRUE(c.logging.tensorboard);
+  EXPECT_TRUE(c.logging.strict);
   EXPECT_EQ(c.eval.batches, 20);
+  EXPECT_EQ(c.eval.split, "train");
 }
 
 TEST(ConfigFile, FullFileSetsEveryKeyAwayFromItsDefault) {
@@ -195,6 +252,19 @@ TEST(ConfigOverride, EachTypeOfKey) {
   EXPECT_EQ(c.model.num_layers, 2);
   EXPECT_EQ(c.model.rope_theta, 500000.0);
   EXPECT_EQ(c.checkpoint.dir, "");
+}
+
+TEST(ConfigDist, WatchdogTimeoutFromYamlSetAndItsBounds) {
+  EXPECT_EQ(load_config_string("dist:\n  timeout_s: 20\n", "x").dist.timeout_s, 20.0);
+  EXPECT_EQ(load_config_string("", "x", {"dist.timeout_s=0"}).dist.timeout_s, 0.0);  // off
+  EXPECT_EQ(load_config_string("", "x", {"dist.timeout_s=0.5"}).dist.timeout_s, 0.5);
+  EXPECT_EQ(error_of("dist:\n  timeout_s: -1\n"),
+            "configs/x.yaml:2: key 'dist.timeout_s' must be between 0 (off) and 1e6 seconds, got -1");
+  EXPECT_EQ(error_of("dist:\n  timeout_s: 1e7\n"),
+            "configs/x.yaml:2: key 'dist.timeout_s' must be between 0 (off) and 1e6 seconds, got 10000000");
+  EXPECT_EQ(error_of("dist:\n  timeout_s: .nan\n"), "configs/x.yaml:2: key 'dist.timeout_s' expects a number, got '.nan'");
+  EXPECT_EQ(error_of("dist:\n  timeout: 20\n"),
+            "configs/x.yaml:2: unknown key 'dist.timeout' (did you mean 'dist.timeout_s'?)");
 }
 
 TEST(ConfigOverride, BeatsTheFileAndLaterBeatsEarlier) {
@@ -266,9 +336,18 @@ TEST(ConfigErrors, ImpossibleValue) {
   EXPECT_EQ(error_of("optim:\n  beta2: 1.0\n"), "configs/x.yaml:2: key 'optim.beta2' must be in [0, 1), got 1");
   EXPECT_EQ(error_of("checkpoint:\n  keep_last: 0\n"), "configs/x.yaml:2: key 'checkpoint.keep_last' must be >= 1, got 0");
   EXPECT_EQ(error_of("model:\n  norm_eps: 0\n"), "configs/x.yaml:2: key 'model.norm_eps' must be > 0, got 0");
-  EXPECT_EQ(error_of("model:\n  preset: llama3_8b\n"),
+  EXPECT_EQ(error_of("model:\n  preset: llama3_7b\n"),
             "configs/x.yaml:2: key 'model.preset' must be one of tiny, tiny_moe, llama2_7b, llama2_13b, llama2_70b, "
-            "codellama_7b, mixtral_8x7b, got 'llama3_8b'");
+            "codellama_7b, mixtral_8x7b, llama3_8b, llama3_70b, llama3.1_8b, llama3.1_70b, got 'llama3_7b'");
+  EXPECT_EQ(error_of("model:\n  rope_scaling: yarn\n"),
+            "configs/x.yaml:2: key 'model.rope_scaling' must be one of none, linear, llama3, got 'yarn' (dynamic, "
+            "yarn, longrope and the other transformers types are not implemented)");
+  EXPECT_EQ(error_of("model:\n  rope_scaling_factor: 0.5\n"),
+            "configs/x.yaml:2: key 'model.rope_scaling_factor' must be >= 1, got 0.5");
+  EXPECT_EQ(error_of("model:\n  tie_word_embeddings: maybe\n"),
+            "configs/x.yaml:2: key 'model.tie_word_embeddings' expects true or false, got 'maybe'");
+  EXPECT_EQ(error_of("eval:\n  split: data/val\n"),
+            "configs/x.yaml:2: key 'eval.split' must be a shard name, not a path, got 'data/val'");
   EXPECT_EQ(error_of("train:\n  dtype: float8\n"),
             "configs/x.yaml:2: key 'train.dtype' must be one of float32, bfloat16, float16, got 'float8'");
   EXPECT_EQ(error_of("train:\n  device: gpu\n"),
@@ -327,6 +406,101 @@ TEST(ConfigLora, TargetsTakeAListOrCommaSeparatedNames) {
   EXPECT_EQ(error_of("lora:\n  dropout: 1\n"), "configs/x.yaml:2: key 'lora.dropout' must be in [0, 1), got 1");
   EXPECT_EQ(error_of("model:\n  quantization: int8\n"),
             "configs/x.yaml:2: key 'model.quantization' must be one of none, nf4, got 'int8'");
+}
+
+// The model shape a preset and the model keys resolve to is checked with the config (the
+// preset tiny: hidden 128, 4 heads, 2 kv heads, context 512), the key set last blamed:
+// these were errors of model construction (exit 1, internal text) before.
+TEST(ConfigErrors, TheResolvedModelShapeIsCheckedWithTheConfig) {
+  const std::string tiny = " (model.preset tiny with the model keys set)";
+  EXPECT_EQ(error_of("model:\n  num_heads: 3\n"),
+            "configs/x.yaml:2: key 'model.num_heads': model.hidden_size (128) must be divisible by model.num_heads "
+            "(3)" + tiny);
+  EXPECT_EQ(error_of("model:\n  num_kv_heads: 3\n"),
+            "configs/x.yaml:2: key 'model.num_kv_heads': model.num_heads (4) must be divisible by model.num_kv_heads "
+            "(3)" + tiny);
+  EXPECT_EQ(error_of("model:\n  hidden_size: 120\n  num_heads: 8\n  num_kv_heads: 4\n"),
+            "configs/x.yaml:3: key 'model.num_heads': head dim model.hidden_size / model.num_heads = 120 / 8 = 15 "
+            "must be even for rotary embeddings" + tiny);
+  EXPECT_EQ(error_of("model:\n  hidden_size: 1000000\n"),
+            "configs/x.yaml:2: key 'model.hidden_size': model.hidden_size must be in [1, 262144], got 1000000" + tiny);
+  EXPECT_EQ(error_of("train:\n  seq_len: 1024\n"),
+            "configs/x.yaml:2: key 'train.seq_len': train.seq_len 1024 exceeds the model's max_seq_len 512" + tiny);
+  EXPECT_EQ(error_of("train:\n  seq_len: 256\n", {"model.max_seq_len=128"}),
+            "--set model.max_seq_len=128: key 'model.max_seq_len': train.seq_len 256 exceeds the model's max_seq_len "
+            "128" + tiny);
+  // With a model folder the shape is its config.json's, read at start-up (fail_key then).
+  EXPECT_EQ(error_of("model:\n  init_from: /models/x\ntrain:\n  seq_len: 100000\n"), "no error");
+}
+
+TEST(ConfigErrors, BoundsOfWhatIsAllocatedAtStart) {
+  EXPECT_EQ(error_of("data:\n  prefetch: 1000000000\n"),
+            "configs/x.yaml:2: key 'data.prefetch' must be in [0, 1024], got 1000000000");
+  EXPECT_EQ(error_of("", {"data.num_workers=100000"}),
+            "--set data.num_workers=100000: key 'data.num_workers' must be in [0, 256], got 100000");
+}
+
+TEST(ConfigErrors, SixteenBitComputeOnTheCpuDevice) {
+  EXPECT_EQ(error_of("train:\n  dtype: bfloat16\n  device: cpu\n"),
+            "configs/x.yaml:3: key 'train.device' is cpu, but train.dtype bfloat16 needs a GPU");
+  EXPECT_EQ(error_of("train:\n  device: cpu\n", {"train.dtype=float16"}),
+            "--set train.dtype=float16: key 'train.dtype' is float16, which needs train.device cuda: the CPU computes "
+            "in float32 (fsdp.param_dtype: bfloat16 still halves the all-gathers)");
+  EXPECT_EQ(error_of("train:\n  dtype: bfloat16\n"), "no error");  // auto: the GPU is known at start-up
+}
+
+// A second document was ignored without a word.
+TEST(ConfigErrors, ASecondYamlDocumentIsRefused) {
+  EXPECT_EQ(error_of("train:\n  max_steps: 5\n---\ntrain:\n  max_steps: 7\n"),
+            "configs/x.yaml:4: a second YAML document (after '---'): a config is one document; merge the two, or put "
+            "the second in a file of its own");
+  EXPECT_EQ(error_of("---\ntrain:\n  max_steps: 5\n"), "no error");
+  EXPECT_EQ(error_of("train:\n  max_steps: 5\n---\n"), "no error");  // a trailing '---' holds nothing
+}
+
+// Errors found after loading (the GPU a rank sees, a model folder's context) still name
+// where the key was set.
+TEST(ConfigErrors, OriginsAreKeptForErrorsFoundLater) {
+  const Config c = load_config_string("train:\n  max_steps: 5\n  device: cuda\n", "configs/x.yaml",
+                                      {"train.seq_len=64"});
+  auto message = [&](std::string_view key) {
+    try {
+      fail_key(c, key, "is wrong here");
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(message("train.device"), "configs/x.yaml:3: key 'train.device' is wrong here");
+  EXPECT_EQ(message("train.seq_len"), "--set train.seq_len=64: key 'train.seq_len' is wrong here");
+  EXPECT_EQ(message("train.dtype"), "configs/x.yaml: key 'train.dtype' is wrong here");
+  EXPECT_EQ(c, load_config_string("train:\n  device: cuda\n  max_steps: 5\n  seq_len: 64\n", "y.yaml"));
+}
+
+TEST(ConfigErrors, ActivationCheckpointingAndOffloadRules) {
+  EXPECT_EQ(error_of("train:\n  activation_checkpointing_every: 0\n"),
+            "configs/x.yaml:2: key 'train.activation_checkpointing_every' must be >= 1, got 0");
+  EXPECT_EQ(error_of("train:\n  activation_checkpointing_every: -2\n"),
+            "configs/x.yaml:2: key 'train.activation_checkpointing_every' must be >= 1, got -2");
+  EXPECT_EQ(error_of("train:\n  activation_checkpointing: partial\n"),
+            "configs/x.yaml:2: key 'train.activation_checkpointing' must be one of none, full, selective, got 'partial'");
+  // Above the layer count: the preset's (tiny has 4), or an override's, set before or after.
+  EXPECT_EQ(error_of("train:\n  activation_checkpointing_every: 5\n"),
+            "configs/x.yaml:2: key 'train.activation_checkpointing_every' must be at most the model's 4 layers, got 5");
+  EXPECT_EQ(error_of("train:\n  activation_checkpointing_every: 3\n", {"model.num_layers=2"}),
+            "--set model.num_layers=2: key 'model.num_layers' must be at least train.activation_checkpointing_every "
+            "(3), got 2");
+  EXPECT_EQ(error_of("model:\n  preset: llama2_7b\ntrain:\n  activation_checkpointing_every: 32\n"), "no error");
+  EXPECT_EQ(error_of("train:\n  activation_offload: true\n"),
+            "configs/x.yaml:2: key 'train.activation_offload' is true, which needs train.activation_checkpointing "
+            "full or selective (offloading moves what a checkpointed block keeps), got none");
+  EXPECT_EQ(error_of("train:\n  activation_offload: true\n", {"train.activation_checkpointing=none"}),
+            "--set train.activation_checkpointing=none: key 'train.activation_checkpointing' is none, but "
+            "train.activation_offload is true: offloading moves what a checkpointed block keeps; set full or "
+            "selective, or train.activation_offload: false");
+  EXPECT_EQ(error_of("train:\n  activation_offload: true\n  activation_checkpointing: selective\n"), "no error");
+  EXPECT_EQ(error_of("train:\n  activation_offload_horizon: 0\n"),
+            "configs/x.yaml:2: key 'train.activation_offload_horizon' must be >= 1, got 0");
 }
 
 TEST(ConfigErrors, ValidateOnAConfigBuiltInCode) {
@@ -391,7 +565,7 @@ TEST(ConfigDump, EveryKeyInSectionOrder) {
       << text;
   size_t last = 0;
   for (const char* section : {"\nmodel:", "\nlora:", "\ndata:", "\ntrain:", "\noptim:", "\ncheckpoint:", "\nfsdp:",
-                              "\nlogging:", "\neval:"}) {
+                              "\ndist:", "\nlogging:", "\neval:"}) {
     const size_t at = text.find(section);
     ASSERT_NE(at, std::string::npos) << section;
     EXPECT_GT(at, last) << section;
@@ -403,7 +577,7 @@ TEST(ConfigDump, EveryKeyInSectionOrder) {
   EXPECT_NE(text.find("  sharding_strategy: FULL_SHARD\n"), std::string::npos);
   EXPECT_NE(text.find("  dtype: float32\n"), std::string::npos);
   const size_t lines = static_cast<size_t>(std::count(text.begin(), text.end(), '\n'));
-  EXPECT_EQ(lines, 10 + 69u);  // 10 sections, 69 keys
+  EXPECT_EQ(lines, 11 + 88u);  // 11 sections, 88 keys
 }
 
 TEST(ConfigDump, HashIsDeterministicAndSeesEveryChange) {
@@ -427,8 +601,10 @@ TEST(ConfigDump, DescribeKeysListsTypeDefaultAndDoc) {
   EXPECT_NE(help.find("  optim.schedule = cosine  (cosine | linear | constant)\n"), std::string::npos);
   EXPECT_NE(help.find("  model.hidden_size = null  (integer or null)\n"), std::string::npos);
   EXPECT_NE(help.find("  model.preset = tiny  (tiny | tiny_moe | llama2_7b | llama2_13b | llama2_70b | codellama_7b | "
-                      "mixtral_8x7b)\n"),
+                      "mixtral_8x7b | llama3_8b | llama3_70b | llama3.1_8b | llama3.1_70b)\n"),
             std::string::npos);
+  EXPECT_NE(help.find("  model.rope_scaling = null  (string or null)\n"), std::string::npos);
+  EXPECT_NE(help.find("  eval.split = val  (string)\n"), std::string::npos);
   for (const detail::Field& f : detail::fields()) {
     EXPECT_NE(help.find(fmt::format("  {}.{} = ", f.section, f.key)), std::string::npos) << f.key;
     EXPECT_FALSE(f.doc.empty()) << f.key;

@@ -198,6 +198,31 @@ TEST(LaunchChecks, SharedOrUnknownFilesystemsOrOneNodeSayNothing) {
   EXPECT_TRUE(run(world("srun", 16, 8, 2), unreadable, cfg).empty());
 }
 
+// The probe (a file rank 0 writes, each node looks for) settles what the type only suggests.
+TEST(LaunchChecks, ProbedCheckpointDirSharedByEveryNodeSaysNothingWhateverItsType) {
+  config::Config cfg;
+  LaunchEnv e = fs_env(0xEF53);  // ext4, exported to every node (or one disk seen through namespaces)
+  e.checkpoint_dir_unseen_by = std::vector<std::string>{};
+  EXPECT_TRUE(run(world("srun", 4, 2, 2), e, cfg).empty());
+}
+
+TEST(LaunchChecks, ProbedCheckpointDirThatANodeDoesNotSeeStopsTheJob) {
+  config::Config cfg;
+  cfg.checkpoint.dir = "/local/ckpt";
+  LaunchEnv e = fs_env(0x01021994);  // tmpfs
+  e.checkpoint_dir_unseen_by = std::vector<std::string>{"fsdp-n2"};
+  expect_one(run(world("srun", 4, 2, 2), e, cfg), Severity::Error, Scope::Job,
+             {"checkpoint.dir /local/ckpt is not shared by the job's 2 nodes: fsdp-n2 does not see the file rank 0 "
+              "wrote there (tmpfs on node7); each node would keep only its own ranks' shards",
+              "every node mounts"});
+  // On a filesystem type that nodes share, a node that missed the file may be looking
+  // through a stale cache: a warning, not a refusal.
+  LaunchEnv nfs = fs_env(0x6969);
+  nfs.checkpoint_dir_unseen_by = std::vector<std::string>{"n3", "n4"};
+  expect_one(run(world("srun", 8, 2, 4), nfs, cfg), Severity::Warning, Scope::Job,
+             {"n3, n4 do not see the file rank 0 wrote there (nfs on node7) (or its cache has not caught up)"});
+}
+
 TEST(LaunchChecks, ClassifyFilesystem) {
   using K = Filesystem::Kind;
   EXPECT_EQ(classify_filesystem(0xEF53).name, "ext4");

@@ -52,16 +52,7 @@ TEST_F(LlamaGolden, LogitsLossAndEveryGradientMatchTransformers) {
 
   const model::LossSum fb = llama.forward_backward(act, params, 1.0 / double(fwd.tokens));
   EXPECT_EQ(fb.sum, fwd.sum);  // the same forward, bit for bit
-  int checked = 0;
-  for (int u = 0; u < int(llama.units().size()); ++u) {
-    const model::UnitLayout& unit = llama.units()[u];
-    for (const auto& p : unit.params) {
-      const double err = test::rel_error(unit.view(params.grads(u), p.name), expected("grad." + p.hf_name));
-      EXPECT_LT(err, kGoldenTolerance) << p.hf_name;
-      ++checked;
-    }
-  }
-  EXPECT_EQ(checked, 2 + 2 * 9 + 1);  // embedding, 9 per block, lm_head + norm
+  EXPECT_EQ(expect_every_gradient(llama, params, kGoldenTolerance).checked, 2 + 2 * 9 + 1);  // embedding, 9 per block, lm_head + norm
 }
 
 TEST_F(LlamaGolden, ImportRefusesMissingTensorAndWrongShape) {

@@ -3,12 +3,19 @@
 // resuming by seek(), prefetching bit-identical to reading inline, and the errors.
 #include <gtest/gtest.h>
 
+#include <zlib.h>
+
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <numeric>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "fsdp/data/indexed_dataset.h"
 #include "fsdp/data/loader.h"
@@ -264,21 +271,114 @@ TEST(Loader, TokenOutsideTheVocabularyIsAnError) {
   TempDir dir;
   write_corpus(dir.str());  // ids 0..148
   // Vocabulary 120: the first bad id, 120, is token 21 of shard train_00001's document 2
-  // (shard 1 holds stream offsets 38, 39..98 and 99..148), the last token of window 29.
-  auto src = open_token_corpus(dir.str(), "train", kSeq, 120);
-  std::vector<int32_t> window(kSeq + 1);
-  src->read_sample(28, window.data());
-  fsdp::test::expect_error([&] { src->read_sample(29, window.data()); },
-                           {"train_00001", "document 2", "id 120", "vocabulary of 120"});
-  // From a worker thread, the error reaches next().
+  // (shard 1 holds stream offsets 38, 39..98 and 99..148): token 1 + 60 + 21 = 82 of the
+  // shard. Found when the corpus opens (Note [Shard verification]), not when a step reads it.
+  fsdp::test::expect_error([&] { open_token_corpus(dir.str(), "train", kSeq, 120); },
+                           {"token shard " + dir.str() + "/train_00001: token 82 (document 2, offset 21) has id 120, "
+                            "outside the vocabulary of 120 tokens"});
+  // Verified in the background (a corpus above sync_check_bytes): the loader's next read
+  // after the finding stops the run, from a worker thread through next().
+  CorpusOptions background;
+  background.sync_check_bytes = 0;
+  auto src = open_token_corpus(dir.str(), "train", kSeq, 120, background);
   LoaderOptions o = options(2, 1, 0, 1, 2, 2);
   o.shuffle = false;
   Loader loader(std::move(src), o);
-  take(loader, o, 14);  // samples 0..27
-  EXPECT_ERROR_MENTIONS(take(loader, o, 2), "train_00001");
+  std::string error;
+  for (int i = 0; i < 1000 && error.empty(); ++i) {  // every read past the window with id 120 fails anyway
+    try {
+      take(loader, o, 1);
+    } catch (const Error& e) {
+      error = e.what();
+    }
+  }
+  EXPECT_NE(error.find("train_00001"), std::string::npos) << error;
   EXPECT_ERROR_MENTIONS(take(loader, o, 1), "train_00001");  // it stays failed until seek()
-  loader.seek(0);
-  EXPECT_EQ(take(loader, o, 1)[0].ids[0], 0);
+}
+
+// zlib's CRC-32 of a file: the reference for the checksums `prepare` records.
+uint32_t file_crc(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return uint32_t(crc32(0, reinterpret_cast<const Bytef*>(bytes.data()), uInt(bytes.size())));
+}
+
+// manifest.json beside the shards, as `prepare` writes it: each shard's sizes and CRC-32s.
+void write_checksums(const std::string& dir) {
+  nlohmann::json sums = nlohmann::json::object();
+  for (const char* shard : {"train_00000", "train_00001"}) {
+    const std::string p = dir + "/" + shard;
+    sums[shard] = {{"bin_bytes", fs::file_size(p + ".bin")}, {"bin_crc32", file_crc(p + ".bin")},
+                   {"idx_bytes", fs::file_size(p + ".idx")}, {"idx_crc32", file_crc(p + ".idx")}};
+  }
+  std::ofstream(dir + "/manifest.json") << nlohmann::json{{"vocab_size", kVocab}, {"shard_checksums", sums}}.dump();
+}
+
+// Flips one bit of token `index` of a shard's .bin (uint16 tokens): still an id in the
+// vocabulary, so only the checksum can tell.
+void flip_token(const std::string& bin, int64_t index) {
+  std::fstream f(bin, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(2 * index);
+  char b = 0;
+  f.read(&b, 1);
+  b = char(b ^ 0x01);
+  f.seekp(2 * index);
+  f.write(&b, 1);
+}
+
+TEST(ShardCheck, AnInVocabularyBitFlipFailsTheChecksum) {
+  TempDir dir;
+  write_corpus(dir.str());
+  write_checksums(dir.str());
+  EXPECT_EQ(open_token_corpus(dir.str(), "train", kSeq, kVocab)->num_samples(), kSamples);
+  flip_token(dir.str() + "/train_00001.bin", 30);
+  fsdp::test::expect_error([&] { open_token_corpus(dir.str(), "train", kSeq, kVocab); },
+                           {"token shard file " + dir.str() + "/train_00001.bin: CRC-32 ",
+                            "does not match manifest.json's"});
+  // A large corpus is verified in the background: it opens, and the first read after the
+  // finding stops the run (the flipped id itself reads fine).
+  CorpusOptions background;
+  background.sync_check_bytes = 0;
+  auto src = open_token_corpus(dir.str(), "train", kSeq, kVocab, background);
+  std::vector<int32_t> window(kSeq + 1);
+  std::string error;
+  const auto t0 = std::chrono::steady_clock::now();
+  while (error.empty() && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(20)) {
+    try {
+      src->read_sample(20, window.data());
+    } catch (const Error& e) {
+      error = e.what();
+    }
+  }
+  EXPECT_NE(error.find("train_00001.bin: CRC-32"), std::string::npos) << error;
+  // Each rank verifies its share: rank 0 of 2 has train_00000 only, rank 1 train_00001.
+  CorpusOptions rank0;
+  rank0.world = 2;
+  EXPECT_EQ(open_token_corpus(dir.str(), "train", kSeq, kVocab, rank0)->num_samples(), kSamples);
+  CorpusOptions rank1 = rank0;
+  rank1.rank = 1;
+  EXPECT_ERROR_MENTIONS(open_token_corpus(dir.str(), "train", kSeq, kVocab, rank1), "train_00001.bin");
+  // A replaced index of another size.
+  write_checksums(dir.str());
+  std::ofstream(dir.str() + "/train_00000.idx", std::ios::app) << "x";
+  EXPECT_ERROR_MENTIONS(open_token_corpus(dir.str(), "train", kSeq, kVocab), "train_00000.idx");
+}
+
+// Shards made by Megatron-LM or NeMo carry no checksums: they load, and the run says what
+// was not verified.
+TEST(ShardCheck, ShardsWithoutChecksumsLoadAndSaySo) {
+  TempDir dir;
+  write_corpus(dir.str());
+  std::string note;
+  CorpusOptions o;
+  o.note = [&](const std::string& text) { note = text; };
+  EXPECT_EQ(open_token_corpus(dir.str(), "train", kSeq, kVocab, o)->num_samples(), kSamples);
+  EXPECT_NE(note.find("2 of 2 shard(s) have no checksum"), std::string::npos) << note;
+  EXPECT_NE(note.find("Megatron-LM or NeMo"), std::string::npos) << note;
+  write_checksums(dir.str());
+  note.clear();
+  open_token_corpus(dir.str(), "train", kSeq, kVocab, o);
+  EXPECT_EQ(note, "");
 }
 
 TEST(Loader, MissingOrTooSmallCorpusIsAnError) {

@@ -1,7 +1,8 @@
 // LoRA training in one process: dropout's masks are drawn again, bit for bit, when
-// activation checkpointing recomputes a block inside its backward (full, every 1 and 2
-// blocks, dense and NF4 bases), dropout is on in training and off in evaluation, and the
-// log says what trains.
+// activation checkpointing recomputes a block inside its backward (full every 1 and 2
+// blocks, selective, and both with activation offloading; dense and NF4 bases): the same
+// losses, adapter gradients and adapters as keeping every activation. Dropout is on in
+// training and off in evaluation, and the log says what trains.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -25,7 +26,7 @@ config::Config lora_tiny(const std::vector<std::string>& extra) {
 
 struct Trained {
   std::vector<double> losses;
-  std::vector<Tensor> adapters;
+  std::vector<Tensor> adapters, grads;  // per unit: the adapters after the last step, its gradient
 };
 
 Trained train(const config::Config& cfg, int steps) {
@@ -33,21 +34,35 @@ Trained train(const config::Config& cfg, int steps) {
   train::Trainer t(cfg, groups);
   Trained r;
   for (int i = 0; i < steps; ++i) r.losses.push_back(t.train_step().loss);
-  for (int u = 0; u < t.engine().num_units(); ++u) r.adapters.push_back(t.engine().gather_full(u).clone());
+  for (int u = 0; u < t.engine().num_units(); ++u) {
+    r.adapters.push_back(t.engine().gather_full(u).clone());
+    r.grads.push_back(t.engine().grad_shard(u).clone());  // one process: the whole unit's
+  }
   return r;
 }
 
 TEST(LoraTraining, ActivationCheckpointingRedrawsTheSameDropoutMasks) {
+  const std::vector<std::vector<std::string>> modes = {
+      {"train.activation_checkpointing=full", "train.activation_checkpointing_every=1"},
+      {"train.activation_checkpointing=full", "train.activation_checkpointing_every=2"},
+      {"train.activation_checkpointing=selective"},
+      {"train.activation_checkpointing=full", "train.activation_offload=true"},
+      {"train.activation_checkpointing=selective", "train.activation_offload=true",
+       "train.activation_offload_horizon=1"},
+  };
   for (const char* quant : {"none", "nf4"}) {
-    const Trained plain = train(lora_tiny({std::string("model.quantization=") + quant}), 3);
-    for (const char* every : {"1", "2"}) {
-      const Trained ac = train(lora_tiny({std::string("model.quantization=") + quant,
-                                          "train.activation_checkpointing=full",
-                                          std::string("train.activation_checkpointing_every=") + every}),
-                               3);
-      EXPECT_EQ(ac.losses, plain.losses) << quant << " every " << every;
-      for (size_t u = 0; u < plain.adapters.size(); ++u)
-        EXPECT_TRUE(test::same_bits(ac.adapters[u], plain.adapters[u])) << quant << " every " << every << " unit " << u;
+    const std::string q = std::string("model.quantization=") + quant;
+    const Trained plain = train(lora_tiny({q}), 3);
+    for (const std::vector<std::string>& mode : modes) {
+      std::vector<std::string> o = mode;
+      o.push_back(q);
+      const Trained ac = train(lora_tiny(o), 3);
+      const std::string name = std::string(quant) + " " + mode[0] + (mode.size() > 1 ? " " + mode[1] : "");
+      EXPECT_EQ(ac.losses, plain.losses) << name;
+      for (size_t u = 0; u < plain.adapters.size(); ++u) {
+        EXPECT_TRUE(test::same_bits(ac.grads[u], plain.grads[u])) << name << " unit " << u;
+        EXPECT_TRUE(test::same_bits(ac.adapters[u], plain.adapters[u])) << name << " unit " << u;
+      }
     }
   }
 }

@@ -91,22 +91,12 @@ TEST_F(MixtralGolden, RoutingLogitsLossesAndEveryGradientMatchTransformers) {
   const model::LossSum fb = llama.forward_backward(act, params, 1.0 / double(fwd.tokens), 1.0);
   EXPECT_EQ(fb.sum, fwd.sum);
   EXPECT_EQ(fb.router_aux, fwd.router_aux);
-  int checked = 0;
-  double worst = 0;
-  for (int u = 0; u < int(llama.units().size()); ++u) {
-    const model::UnitLayout& unit = llama.units()[u];
-    for (const auto& p : unit.params) {
-      const double err = test::rel_error(unit.view(params.grads(u), p.name), expected("grad." + p.hf_name));
-      EXPECT_LT(err, kGoldenTolerance) << p.hf_name;
-      worst = std::max(worst, err);
-      ++checked;
-    }
-  }
+  const GradientCheck grads = expect_every_gradient(llama, params, kGoldenTolerance);
   std::printf("Mixtral golden: logits %.1e, ce %.1e, aux %.1e, worst gradient %.1e (tolerance %.0e)\n",
               logits_err, std::abs(ce - ref_ce) / ref_ce,
-              std::abs(fwd.router_aux - ref_aux) / ref_aux, worst, kGoldenTolerance);
+              std::abs(fwd.router_aux - ref_aux) / ref_aux, grads.worst, kGoldenTolerance);
   // embedding; per block q, k, v, o, router, 3 per expert, two norms; lm_head, norm
-  EXPECT_EQ(checked, 1 + 2 * (4 + 1 + 3 * 4 + 2) + 2);
+  EXPECT_EQ(grads.checked, 1 + 2 * (4 + 1 + 3 * 4 + 2) + 2);
 }
 
 TEST_F(MixtralGolden, WithoutTheAuxLossTheRouterStillLearnsThroughItsWeights) {

@@ -2,11 +2,15 @@
 // The sentencepiece model is trained in SetUpTestSuite (unigram, vocab 64 (the word list allows no more), on the test's
 // own text, a second or so), so no binary model is committed. The text uses single spaces
 // and lower-case ASCII words only: sentencepiece's decode then gives it back exactly.
+#include <fcntl.h>
 #include <sentencepiece_trainer.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <zlib.h>
 #include <zstd.h>
 
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -18,6 +22,7 @@
 #include "fsdp/data/indexed_dataset.h"
 #include "fsdp/data/loader.h"
 #include "fsdp/data/prepare.h"
+#include "fsdp/data/shard_manifest.h"
 #include "fsdp/train/prepare_main.h"
 #include "fsdp/data/tokenizer.h"
 #include "test_util.h"
@@ -283,6 +288,172 @@ TEST_F(Prepare, MalformedLinesCountedAgainstTheLimit) {
   EXPECT_NE(r.bad_examples[0].find("bad.jsonl:401"), std::string::npos) << r.bad_examples[0];
 }
 
+// A line longer than --max-line-bytes is a bad line, dropped as it streams by: a single-line
+// JSON file of hundreds of MB once grew prepare to 15 GB and never finished.
+TEST_F(Prepare, OverLongLinesAreBadLinesNotReadWhole) {
+  std::string s = jsonl_of(paras);
+  s += "{\"text\": \"" + std::string(3 << 20, 'a') + "\"}\n";  // line 401: 3 MiB
+  s += jsonl_of({"after the long line"});
+  write_bytes(root / "long.jsonl", s);
+  write_bytes(root / "long.txt", txt_of(paras) + std::string(3 << 20, 'b') + "\n\nafter the long line\n");
+  for (const char* input : {"long.jsonl", "long.txt"}) {
+    PrepareOptions o = options(std::string("long_out_") + input, {file(input)});
+    o.max_line_bytes = 1 << 20;
+    o.max_bad_fraction = 0.01;
+    const PrepareResult r = fsdp::data::prepare_corpus(o);
+    EXPECT_EQ(r.bad_lines, 1) << input;
+    EXPECT_EQ(r.train.documents, int64_t(paras.size()) + 1) << input;  // the line after it is read
+    ASSERT_EQ(r.bad_examples.size(), 1u) << input;
+    EXPECT_NE(r.bad_examples[0].find(std::string(input) + ":"), std::string::npos) << r.bad_examples[0];
+    EXPECT_NE(r.bad_examples[0].find("line longer than --max-line-bytes 1048576: skipped"), std::string::npos)
+        << r.bad_examples[0];
+  }
+  // Beyond --max-bad-fraction (1 of 402 > 0.001), the run fails naming it.
+  PrepareOptions o = options("long_fails", {file("long.jsonl")});
+  o.max_line_bytes = 1 << 20;
+  expect_failure(o, {"1 of 402 lines are malformed or too long", "long.jsonl:401"});
+}
+
+// `fsdp_train prepare ARGS...` as a child process, output discarded, with the terminal's
+// signals at their defaults (whatever this process does with them).
+pid_t spawn_prepare(std::vector<std::string> args) {
+  args.insert(args.begin(), {FSDP_TRAIN_BIN, "prepare"});
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    for (const int s : {SIGINT, SIGTERM, SIGHUP}) signal(s, SIG_DFL);
+    const int devnull = ::open("/dev/null", O_WRONLY);
+    dup2(devnull, 1);
+    dup2(devnull, 2);
+    execv(FSDP_TRAIN_BIN, argv.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+// The child's exit code and its peak resident set in MiB.
+std::pair<int, double> wait_for(pid_t pid) {
+  int status = 0;
+  rusage ru{};
+  if (wait4(pid, &status, 0, &ru) != pid || !WIFEXITED(status)) return {-1, 0.0};
+  return {WEXITSTATUS(status), double(ru.ru_maxrss) / 1024};
+}
+
+// The memory bound, measured: a 160 MiB single line under --max-line-bytes 1 MiB costs the
+// process no more than a one-line input does (its floor is the libraries it maps, ~220 MiB
+// in a CUDA build); under the default 64 MiB limit it costs about that limit.
+TEST_F(Prepare, AnOverLongLineDoesNotGrowTheProcess) {
+  {
+    std::ofstream out(root / "huge.jsonl", std::ios::binary);
+    out << jsonl_of(paras) << "{\"text\": \"";
+    const std::string mib(1 << 20, 'x');
+    for (int i = 0; i < 160; ++i) out << mib;
+    out << "\"}\n";
+  }
+  write_bytes(root / "small.jsonl", jsonl_of(paras));
+  const auto [small_rc, floor] = wait_for(spawn_prepare({"--tokenizer", model, "--output", file("small_out"), file("small.jsonl")}));
+  ASSERT_EQ(small_rc, 0);
+  const auto [huge_rc, peak] = wait_for(spawn_prepare({"--tokenizer", model, "--output", file("huge_out"),
+                                                       "--max-line-bytes", "1048576", "--max-bad-fraction", "0.01",
+                                                       file("huge.jsonl")}));
+  ASSERT_EQ(huge_rc, 0);
+  EXPECT_LT(peak - floor, 16.0) << "peak RSS " << peak << " MiB for a 160 MiB line, " << floor << " for a small input";
+  const auto m = nlohmann::json::parse(read_bytes(root / "huge_out" / "manifest.json"));
+  EXPECT_EQ(m["bad_lines"].get<int>(), 1);
+  fs::remove(root / "huge.jsonl");
+}
+
+// Ctrl-C, SIGTERM and SIGHUP stop prepare between batches and remove DIR.tmp-<pid>: nothing
+// of the run is left, and the exit code says which signal (128 + its number).
+TEST_F(Prepare, AnInterruptedRunLeavesNothingBehind) {
+  {
+    std::ofstream out(root / "big.txt");
+    const std::string text = txt_of(make_paragraphs(2000, 3));
+    for (int i = 0; i < 200; ++i) out << text;  // tens of MB: seconds of tokenizing on one worker
+  }
+  for (const int sig : {SIGINT, SIGTERM, SIGHUP}) {
+    const std::string out = file("interrupted_" + std::to_string(sig));
+    const pid_t pid = spawn_prepare({"--tokenizer", model, "--output", out, "--workers", "1", file("big.txt")});
+    ASSERT_GT(pid, 0);
+    const std::string tmp = out + ".tmp-" + std::to_string(pid);
+    for (int i = 0; i < 200 && !fs::exists(tmp + "/train_00000.bin.tmp"); ++i) usleep(50000);
+    ASSERT_TRUE(fs::exists(tmp)) << "prepare did not start writing";
+    kill(pid, sig);
+    EXPECT_EQ(wait_for(pid).first, 128 + sig) << "signal " << sig << ": killed without cleaning up, or finished";
+    EXPECT_FALSE(fs::exists(tmp)) << tmp;
+    EXPECT_FALSE(fs::exists(out)) << out;
+  }
+  fs::remove(root / "big.txt");
+}
+
+// manifest.json records each shard's sizes and CRC-32s (zlib's, over the files' bytes),
+// which the loader verifies (Note [Shard verification]).
+TEST_F(Prepare, TheManifestRecordsEveryShardsChecksums) {
+  write_bytes(root / "sums.txt", txt_of(paras));
+  PrepareOptions o = options("sums_out", {file("sums.txt")});
+  o.val_fraction = 0.2;
+  o.shard_tokens = 2000;  // several shards per split
+  fsdp::data::prepare_corpus(o);
+  const auto m = nlohmann::json::parse(read_bytes(root / "sums_out" / "manifest.json"));
+  int shards = 0;
+  for (const char* split : {"train", "val"}) {
+    for (const auto& shard : m["splits"][split]["shards"]) {
+      const std::string name = shard.get<std::string>();
+      const auto& sum = m["shard_checksums"][name];
+      for (const char* ext : {"bin", "idx"}) {
+        const std::string bytes = read_bytes(root / "sums_out" / (name + "." + ext));
+        EXPECT_EQ(sum[std::string(ext) + "_bytes"].get<int64_t>(), int64_t(bytes.size())) << name << ext;
+        EXPECT_EQ(sum[std::string(ext) + "_crc32"].get<uint32_t>(),
+                  uint32_t(crc32(0, reinterpret_cast<const Bytef*>(bytes.data()), uInt(bytes.size()))))
+            << name << ext;
+      }
+      ++shards;
+    }
+  }
+  EXPECT_GE(shards, 3);
+}
+
+// Tokens from another tokenizer (Llama 3's 128256-id vocabulary here, as SageMaker model
+// parallel's json.gz shards hold them): --vocab-size instead of a sentencepiece model. Ids
+// past 65535 make int32 shards; every id is checked against the vocabulary; the manifest
+// records the vocabulary and no tokenizer; text has nothing to tokenize it and is refused.
+TEST_F(Prepare, PreTokenizedInputsNeedOnlyAVocabularySize) {
+  const std::vector<std::vector<int32_t>> ids = {{128000, 9906, 1917, 128001}, {128255, 0, 70000}, {42}};
+  std::string s;
+  for (const auto& v : ids) s += nlohmann::json{{"input_ids", v}, {"attention_mask", std::vector<int>(v.size(), 1)}}.dump() + "\n";
+  write_gz(root / "ids3.json.gz", s);  // SMP's naming: JSON Lines in a .json.gz
+  PrepareOptions o = options("ids3_out", {file("ids3.json.gz")});
+  o.tokenizer.clear();
+  o.vocab_size = 128256;
+  fsdp::data::prepare_corpus(o);
+  EXPECT_EQ(read_split(root / "ids3_out", "train"), ids);
+  const auto m = nlohmann::json::parse(read_bytes(root / "ids3_out" / "manifest.json"));
+  EXPECT_EQ(m["vocab_size"], 128256);
+  EXPECT_TRUE(m["tokenizer"].is_null());
+  EXPECT_EQ(m["dtype"], "int32");
+  EXPECT_EQ(fsdp::data::read_shard_manifest((root / "ids3_out").string())->vocab_size, 128256);
+
+  write_bytes(root / "ids3_bad.jsonl", s + "{\"input_ids\": [5, 128256]}\n");
+  o = options("x", {file("ids3_bad.jsonl")});
+  o.tokenizer.clear();
+  o.vocab_size = 128256;
+  expect_failure(o, {"ids3_bad.jsonl:4", "128256", "vocabulary [0, 128256)"});
+  write_bytes(root / "ids3_text.jsonl", s + "{\"text\": \"words, not ids\"}\n");
+  o.inputs = {file("ids3_text.jsonl")};
+  expect_failure(o, {"ids3_text.jsonl:4", "no 'input_ids'", "--vocab-size"});
+  write_bytes(root / "ids3.txt", "a paragraph\n");
+  o.inputs = {file("ids3.txt")};
+  expect_failure(o, {"ids3.txt", "needs a tokenizer"});
+  o.inputs = {file("ids3_bad.jsonl")};
+  o.tokenizer = model;
+  expect_failure(o, {"--tokenizer and --vocab-size exclude each other"});
+  o.tokenizer.clear();
+  o.vocab_size = 0;
+  expect_failure(o, {"--tokenizer", "--vocab-size"});
+}
+
 TEST_F(Prepare, BadInputsFailCleanly) {
   const std::string jsonl = jsonl_of(paras);
   expect_failure(options("x", {file("missing.jsonl")}), {"missing.jsonl", "does not exist"});
@@ -336,6 +507,15 @@ TEST_F(Prepare, CommandLine) {
   EXPECT_EQ(run({"prepare", "--tokenizer", model, "--output", file("cli_out"), "--val-fraction", "x", file("cli.jsonl")}), 2);
   EXPECT_EQ(run({"prepare", "--tokenizer", model, "--output", file("cli_out"), "--bogus", file("cli.jsonl")}), 2);
   EXPECT_EQ(run({"prepare", "--tokenizer", model, "--output", file("cli_out"), file("nope.jsonl")}), 1);
+  EXPECT_EQ(run({"prepare", "--vocab-size", "64.5", "--output", file("cli_out"), file("cli.jsonl")}), 2);
+  EXPECT_EQ(run({"prepare", "--vocab-size", "64", "--tokenizer", model, "--output", file("cli_out"), file("cli.jsonl")}), 2);
+  const std::string usage = testing::internal::GetCapturedStderr();
+  EXPECT_NE(usage.find("--vocab-size N for pre-tokenized input_ids"), std::string::npos) << usage;
+  write_bytes(root / "cli_ids.jsonl", "{\"input_ids\": [1, 2, 3]}\n{\"input_ids\": [63]}\n");
+  testing::internal::CaptureStdout();
+  EXPECT_EQ(run({"prepare", "--vocab-size", "64", "--output", file("cli_ids_out"), file("cli_ids.jsonl")}), 0);
+  EXPECT_NE(testing::internal::GetCapturedStdout().find("train: 2 documents, 4 tokens"), std::string::npos);
+  testing::internal::CaptureStderr();
   testing::internal::GetCapturedStderr();
   testing::internal::CaptureStdout();
   EXPECT_EQ(run({"prepare", "--tokenizer", model, "--output", file("cli_out"), "--workers", "2",

@@ -102,17 +102,15 @@ TEST(Trainer, EvaluateIsDeterministicAndDoesNotTrain) {
   EXPECT_EQ(t->step(), 0);
 }
 
+// A context shorter than train.seq_len, and where a run may compute: config errors (exit 2)
+// naming the key where it was set, found when the config loads or, for what depends on the
+// machine (a visible GPU), when the run starts.
 TEST(Trainer, SeqLenLongerThanModelContextIsRefused) {
-  try {
-    LocalTrainer t(small_config({"model.max_seq_len=16"}));
-    FAIL() << "expected an error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("train.seq_len 32 exceeds the model's max_seq_len 16"), std::string::npos)
-        << e.what();
-  }
+  test::expect_error([&] { small_config({"model.max_seq_len=16"}); },
+                     {"--set model.max_seq_len=16: key 'model.max_seq_len': train.seq_len 32 exceeds the model's "
+                      "max_seq_len 16"});
 }
 
-// train.device and train.dtype: where a run may compute, and the one error each mistake gets.
 TEST(Trainer, DeviceAndDtypeChoicesAreCheckedAtStart) {
   dist::WorldInfo w;
   w.hostname = "node7";
@@ -125,16 +123,21 @@ TEST(Trainer, DeviceAndDtypeChoicesAreCheckedAtStart) {
 #endif
   EXPECT_EQ(train::resolve_device(small_config(), w).is_cuda(), gpu);
   test::expect_error([&] { train::resolve_device(small_config({"train.dtype=bfloat16", "train.device=cpu"}), w); },
-                     {"train.dtype bfloat16 needs train.device cuda"});
-  test::expect_error([&] { LocalTrainer t(small_config({"train.dtype=float16", "train.device=cpu"})); },
-                     {"train.dtype float16 needs train.device cuda"});
+                     {"--set train.device=cpu: key 'train.device' is cpu, but train.dtype bfloat16 needs a GPU"});
+  test::expect_error([&] { LocalTrainer t(small_config({"train.device=cpu", "train.dtype=float16"})); },
+                     {"--set train.dtype=float16: key 'train.dtype' is float16, which needs train.device cuda"});
+  if (!gpu) {
+    test::expect_error([&] { train::resolve_device(small_config({"train.dtype=bfloat16"}), w); },
+                       {"--set train.dtype=bfloat16: key 'train.dtype' is bfloat16, which needs train.device cuda"});
+  }
 #if defined(FSDP_WITH_CUDA)
   if (cuda::device_count() == 0)
     test::expect_error([&] { train::resolve_device(small_config({"train.device=cuda"}), w); },
-                       {"train.device is cuda but rank 0 on node7 sees no CUDA device"});
+                       {"--set train.device=cuda: key 'train.device' is cuda but rank 0 on node7 sees no CUDA device"});
 #else
   test::expect_error([&] { train::resolve_device(small_config({"train.device=cuda"}), w); },
-                     {"train.device is cuda but this fsdp_train was built without the CUDA backend"});
+                     {"--set train.device=cuda: key 'train.device' is cuda but this fsdp_train was built without the "
+                      "CUDA backend"});
 #endif
 }
 
@@ -170,8 +173,10 @@ TEST(Trainer, InitFromRefusesContradictingShapeOverride) {
   try {
     LocalTrainer t(small_config({"model.init_from=" + dir, "model.hidden_size=64", "train.seq_len=13"}));
     FAIL() << "expected an error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("model.hidden_size = 64 contradicts"), std::string::npos) << e.what();
+  } catch (const config::ConfigError& e) {  // exit 2, at the key's --set
+    EXPECT_NE(std::string(e.what()).find("--set model.hidden_size=64: key 'model.hidden_size' = 64 contradicts"),
+              std::string::npos)
+        << e.what();
   }
 }
 

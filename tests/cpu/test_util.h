@@ -110,6 +110,16 @@ inline Tensor index_tensor(const std::vector<int64_t>& values, DType dtype) {
   return filled(dtype, int64_t(values.size()), [&](int64_t i) { return double(values[size_t(i)]); });
 }
 
+// The message of what f throws ("(no error)" when it returns), for exact comparisons.
+inline std::string error_message(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
 // Runs f, which must throw fsdp::Error whose message contains every one of `parts`.
 // `what`, when given, names the statement in the failure message.
 inline void expect_error(const std::function<void()>& f, std::initializer_list<std::string> parts,

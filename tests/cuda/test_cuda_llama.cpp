@@ -70,7 +70,7 @@ void place_batch(model::LlamaActivations& act, const Tensor& ids, const Tensor& 
 // The golden fixture: config, reference tensors, and the batch as host ids and
 // next-token targets (labels shifted left by one, ignored in each row's last slot).
 struct Golden : GoldenModel {
-  Golden() : GoldenModel(source_path("tests/golden/llama_gqa_tiny")) {}
+  explicit Golden(const std::string& folder = "tests/golden/llama_gqa_tiny") : GoldenModel(source_path(folder)) {}
 
   // The fixture's weights, imported on the host in float32, in `dtype` on the device.
   std::unique_ptr<model::LocalParams> params(const model::Llama& llama, DType dtype) const {
@@ -80,8 +80,10 @@ struct Golden : GoldenModel {
   }
 };
 
-TEST_F(CudaOps, LlamaGoldenLogitsLossAndEveryGradientMatchTransformers) {
-  const Golden g;
+// The fixture's forward and backward on the device against transformers; `parameters`
+// the tensors its units hold.
+void expect_golden_on_cuda(const std::string& folder, int parameters) {
+  const Golden g(folder);
   const model::LlamaConfig& cfg = g.cfg;
   const ckpt::SafetensorsFile& ref = g.ref;
   const int64_t B = g.B, T = g.T;
@@ -114,12 +116,22 @@ TEST_F(CudaOps, LlamaGoldenLogitsLossAndEveryGradientMatchTransformers) {
       ++checked;
     }
   }
-  EXPECT_EQ(checked, 2 + 2 * 9 + 1);  // embedding, 9 per block, lm_head + norm
-  RecordProperty("logits_rel_error", std::to_string(logits_err));
-  RecordProperty("loss_rel_error", std::to_string(loss_err));
-  RecordProperty("worst_grad_rel_error", std::to_string(worst));
-  std::printf("golden on CUDA: logits %.2e, loss %.2e, worst gradient %.2e (tolerance %.0e)\n", logits_err, loss_err,
-              worst, kGoldenTolerance);
+  EXPECT_EQ(checked, parameters);
+  ::testing::Test::RecordProperty("logits_rel_error", std::to_string(logits_err));
+  ::testing::Test::RecordProperty("loss_rel_error", std::to_string(loss_err));
+  ::testing::Test::RecordProperty("worst_grad_rel_error", std::to_string(worst));
+  std::printf("golden %s on CUDA: logits %.2e, loss %.2e, worst gradient %.2e (tolerance %.0e)\n", folder.c_str(),
+              logits_err, loss_err, worst, kGoldenTolerance);
+}
+
+TEST_F(CudaOps, LlamaGoldenLogitsLossAndEveryGradientMatchTransformers) {
+  expect_golden_on_cuda("tests/golden/llama_gqa_tiny", 2 + 2 * 9 + 1);  // embedding, 9 per block, lm_head + norm
+}
+
+// Tied embeddings (the head reads the table; its gradient sums both uses) and Llama 3.1's
+// RoPE scaling (tests/golden/llama3_tied_tiny) on the device.
+TEST_F(CudaOps, Llama3TiedAndScaledGoldenMatchesTransformers) {
+  expect_golden_on_cuda("tests/golden/llama3_tied_tiny", 1 + 2 * 9 + 1);  // the table, 9 per block, the norm
 }
 
 // Low-precision compute (bf16 or fp16): weights rounded once, activations and gradients

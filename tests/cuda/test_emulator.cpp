@@ -175,6 +175,11 @@ __global__ void write_kernel(float* p, int n) {
   if (i < n) p[i] = 1.0f;
 }
 
+__global__ void copy_kernel(const float* in, float* out, int n) {
+  const int i = int(blockIdx.x * blockDim.x + threadIdx.x);
+  if (i < n) out[i] = in[i];
+}
+
 // Bug: threads past n leave before the barrier the others wait at.
 __global__ void divergent_barrier_kernel(float* p, int n) {
   const int i = int(threadIdx.x);
@@ -572,6 +577,69 @@ TEST(CudaEmulatorRuntime, StreamsEventsAndThePool) {
   DeviceBuffer<float> q(4);
   expect_error([&] { FSDP_LAUNCH(write_kernel, dim3(1), dim3(4), 0, s, q.ptr, 4); }, {"not a live stream"});
   expect_error([&] { FSDP_CUDA_CHECK(cudaSetDevice(99)); }, {"cudaErrorInvalidDevice", "FSDP_EMU_DEVICE_COUNT"});
+}
+
+// Note [Deferred copies]: an asynchronous copy on a created stream runs only when CUDA's
+// ordering requires it, so a reader that forgot the event or the synchronisation sees the
+// old data here, as it could on a GPU.
+TEST(CudaEmulatorRuntime, AsyncCopiesOnAStreamWaitForWhatOrdersThem) {
+  constexpr int n = 64;
+  cudaStream_t copies = nullptr, compute = nullptr;
+  FSDP_CUDA_CHECK(cudaStreamCreateWithFlags(&copies, cudaStreamNonBlocking));
+  FSDP_CUDA_CHECK(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking));
+  float* pinned = nullptr;
+  FSDP_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&pinned), n * sizeof(float)));
+  DeviceBuffer<float> dev(n), out(n);
+  for (int i = 0; i < n; ++i) pinned[i] = float(i);
+  cudaEvent_t uploaded = nullptr;
+  FSDP_CUDA_CHECK(cudaEventCreateWithFlags(&uploaded, cudaEventDisableTiming));
+
+  // Host -> device on `copies`; a kernel on `compute` that does not wait reads the old data.
+  FSDP_CUDA_CHECK(cudaMemcpyAsync(dev.ptr, pinned, n * sizeof(float), cudaMemcpyHostToDevice, copies));
+  FSDP_CUDA_CHECK(cudaEventRecord(uploaded, copies));
+  FSDP_LAUNCH(copy_kernel, dim3(1), dim3(n), 0, compute, dev.ptr, out.ptr, n);
+  for (float v : out.get()) EXPECT_TRUE(std::isnan(v)) << "a kernel saw a copy it did not wait for";
+  // Waiting for the event orders the copy first.
+  FSDP_CUDA_CHECK(cudaStreamWaitEvent(compute, uploaded, 0));
+  FSDP_LAUNCH(copy_kernel, dim3(1), dim3(n), 0, compute, dev.ptr, out.ptr, n);
+  std::vector<float> got = out.get();
+  for (int i = 0; i < n; ++i) EXPECT_EQ(got[size_t(i)], float(i));
+
+  // Device -> pinned host: the host sees the bytes only after synchronising.
+  std::vector<float> twice(n);
+  for (int i = 0; i < n; ++i) twice[size_t(i)] = 2.0f * float(i);
+  FSDP_CUDA_CHECK(cudaMemcpy(dev.ptr, twice.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+  FSDP_CUDA_CHECK(cudaMemcpyAsync(pinned, dev.ptr, n * sizeof(float), cudaMemcpyDeviceToHost, copies));
+  EXPECT_EQ(pinned[3], 3.0f) << "the host read a copy before synchronising";
+  FSDP_CUDA_CHECK(cudaStreamSynchronize(copies));
+  EXPECT_EQ(pinned[3], 6.0f);
+
+  // An event stands for the copies before it, not those after.
+  cudaEvent_t first = nullptr;
+  FSDP_CUDA_CHECK(cudaEventCreate(&first));
+  for (int i = 0; i < n; ++i) pinned[i] = -1.0f;
+  FSDP_CUDA_CHECK(cudaMemcpyAsync(pinned, dev.ptr, 8 * sizeof(float), cudaMemcpyDeviceToHost, copies));
+  FSDP_CUDA_CHECK(cudaEventRecord(first, copies));
+  FSDP_CUDA_CHECK(cudaMemcpyAsync(pinned + 8, dev.ptr + 8, 8 * sizeof(float), cudaMemcpyDeviceToHost, copies));
+  FSDP_CUDA_CHECK(cudaEventSynchronize(first));
+  EXPECT_EQ(pinned[7], 14.0f);
+  EXPECT_EQ(pinned[8], -1.0f);
+  // Work enqueued on the same stream runs after its queued copies (streams run in order).
+  FSDP_LAUNCH(write_kernel, dim3(1), dim3(n), 0, copies, out.ptr, n);
+  EXPECT_EQ(pinned[8], 16.0f);
+
+  // Freeing memory a queued copy still reads runs the copy first (no use after free).
+  float* scratch = nullptr;
+  FSDP_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&scratch), n * sizeof(float), compute));
+  FSDP_CUDA_CHECK(cudaMemcpyAsync(scratch, dev.ptr, n * sizeof(float), cudaMemcpyDeviceToDevice, compute));
+  FSDP_CUDA_CHECK(cudaMemcpyAsync(pinned, scratch, n * sizeof(float), cudaMemcpyDeviceToHost, copies));
+  FSDP_CUDA_CHECK(cudaFreeAsync(scratch, compute));
+  FSDP_CUDA_CHECK(cudaStreamSynchronize(copies));
+  FSDP_CUDA_CHECK(cudaFreeHost(pinned));
+  FSDP_CUDA_CHECK(cudaEventDestroy(first));
+  FSDP_CUDA_CHECK(cudaEventDestroy(uploaded));
+  FSDP_CUDA_CHECK(cudaStreamDestroy(copies));
+  FSDP_CUDA_CHECK(cudaStreamDestroy(compute));
 }
 
 // The WMMA stand-in against a host GEMM: small integers, so float sums are exact and the

@@ -36,6 +36,7 @@
 #if defined(FSDP_CUDA_EMULATION)
 #include <cuda_runtime.h>  // the emulator's fsdpEmuHostBlockingCalls
 #endif
+#include "fsdp/core/allocator.h"
 #include "fsdp/core/cuda.h"
 #include "fsdp/train/launch_checks.h"
 #include "fsdp/train/trainer.h"
@@ -311,21 +312,66 @@ const std::vector<std::string> kMoe = {"model.num_experts=4", "model.experts_per
 TEST_F(CudaTrainer, MixtureOfExpertsFullShardEqualsOneProcess) { expect_equivalent("FULL_SHARD", kMoe); }
 
 // Activation checkpointing on the device, over the world's ranks (FULL_SHARD), bf16: the
-// recomputed forward gives the same bits, so the losses and parameters are identical.
+// recomputed forward gives the same bits, so the losses and parameters are identical, for
+// full and selective, and with offloading, whose copies run on a copy stream that the
+// emulator runs as late as its events allow (Note [Deferred copies]): a missing event would
+// show here as a different loss.
 TEST_F(CudaTrainer, ActivationCheckpointingIsBitIdenticalBf16) {
   dist::ProcessGroups& world = test::world_groups();
   auto groups = dist::split_process_groups(world, 0);
-  for (const std::vector<std::string>& model : {std::vector<std::string>{}, kMoe}) {
+  using Modes = std::vector<std::vector<std::string>>;
+  // Four blocks, so that offloading with horizon 1 (three slots) reuses a slot.
+  const Modes llama = {{"train.activation_checkpointing=selective", "train.activation_checkpointing_every=2"},
+                       {"train.activation_checkpointing=full", "train.activation_offload=true",
+                        "train.activation_offload_horizon=1"}};
+  const Modes moe = {{"train.activation_checkpointing=full"},
+                     {"train.activation_checkpointing=selective", "train.activation_offload=true",
+                      "train.activation_offload_horizon=1"}};
+  for (const auto& [model, modes] : {std::pair{std::vector<std::string>{}, llama}, std::pair{kMoe, moe}}) {
     std::vector<std::string> o = model;
-    for (const char* s : {"train.dtype=bfloat16", "fsdp.param_dtype=bfloat16", "fsdp.reduce_dtype=bfloat16"})
+    for (const char* s : {"train.dtype=bfloat16", "fsdp.param_dtype=bfloat16", "fsdp.reduce_dtype=bfloat16",
+                          "model.num_layers=4"})
       o.push_back(s);
-    const Curve want = run(tiny(o), groups, 4);
-    o.push_back("train.activation_checkpointing=full");
-    const Curve got = run(tiny(o), groups, 4);
-    EXPECT_EQ(got.losses, want.losses);
-    for (size_t u = 0; u < want.params.size(); ++u)
-      EXPECT_EQ(std::memcmp(got.params[u].data_ptr(), want.params[u].data_ptr(), want.params[u].nbytes()), 0)
-          << "unit " << u;
+    const Curve want = run(tiny(o), groups, 2);
+    for (const std::vector<std::string>& mode : modes) {
+      std::vector<std::string> with = o;
+      with.insert(with.end(), mode.begin(), mode.end());
+      const Curve got = run(tiny(with), groups, 2);
+      const std::string what = mode[0] + (mode.size() > 1 ? " " + mode[1] : "");
+      EXPECT_EQ(got.losses, want.losses) << what;
+      for (size_t u = 0; u < want.params.size(); ++u)
+        EXPECT_EQ(std::memcmp(got.params[u].data_ptr(), want.params[u].data_ptr(), want.params[u].nbytes()), 0)
+            << what << " unit " << u;
+    }
+  }
+}
+
+// The memory plan against the emulated GPU's allocator: its tensor peak over the trainer's
+// construction and a step, within 1% (the CPU's test says why that is the bound).
+TEST_F(CudaTrainer, MemoryPlanMatchesTheDeviceAllocator) {
+  dist::ProcessGroups& world = test::world_groups();
+  const std::vector<std::vector<std::string>> cases = {
+      {"train.dtype=bfloat16", "fsdp.param_dtype=bfloat16", "fsdp.reduce_dtype=bfloat16"},
+      {"train.dtype=bfloat16", "fsdp.param_dtype=float32", "train.activation_checkpointing=selective",
+       "train.grad_accum_steps=2"},
+      {"model.num_experts=4", "model.experts_per_token=2", "fsdp.sharding_strategy=SHARD_GRAD_OP",
+       "train.activation_checkpointing=full", "train.activation_offload=true"},
+  };
+  for (const auto& settings : cases) {
+    const config::Config cfg = tiny(settings);
+    auto groups = dist::split_process_groups(world, train::shard_group_size(cfg));
+    const Device dev = Device::cuda(test::world_groups().world_info.local_rank);
+    Allocator& mem = allocator_for(dev);
+    const size_t before = mem.stats().current_bytes;
+    mem.reset_peak();
+    train::Trainer t(cfg, groups);
+    t.train_step();
+    const double measured = double(mem.stats().peak_bytes - before);
+    const double planned = t.memory_plan().tensor_peak;
+    EXPECT_NEAR(planned / measured, 1.0, 0.01) << settings.back();
+    if (rank0())
+      std::printf("[memory plan on the device] %s ...: plan %.0f B, measured %.0f B (%+.3f%%)\n", settings.back().c_str(),
+                  planned, measured, 100.0 * (planned / measured - 1.0));
   }
 }
 TEST_F(CudaTrainer, MixtureOfExpertsResumeIsBitExactBf16) {

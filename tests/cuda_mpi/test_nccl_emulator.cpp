@@ -1,8 +1,8 @@
 // The emulation build's NCCL stand-in (src/cuda_emu/include/nccl.h) through NCCL's own API,
 // under mpiexec: cliques over some of the ranks and in another rank order, the documented
 // semantics the communicator does not use (in-place reduce-scatter, non-in-place
-// broadcast and all-reduce, the other reductions and types), and the misuse it refuses
-// the way a GPU or NCCL would. Every refusal is decided locally, before communication, so
+// broadcast and all-reduce, the other reductions and types), the misuse it refuses
+// the way a GPU or NCCL would, and ncclCommAbort ending a collective that waits. Every refusal is decided locally, before communication, so
 // all ranks fail alike and none waits for another.
 #include <gtest/gtest.h>
 
@@ -13,9 +13,11 @@
 #include <mpi.h>
 #include <nccl.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cuda_mpi_test_env.h"
@@ -232,6 +234,46 @@ TEST_F(NcclEmulator, MisuseIsRefusedWithNcclsResultAndAReason) {
   a.put(std::vector<float>(8, 1.0f));
   ASSERT_EQ(ncclAllReduce(a.d, a.d, 8, ncclFloat32, ncclSum, world_, stream_), ncclSuccess);
   EXPECT_EQ(a.get()[7], float(size));
+}
+
+// A collective waiting for a rank that is late calls the wait hook meanwhile (where a GPU's
+// host would wait at a read-back), and ncclCommAbort from the hook ends the wait: the call
+// returns ncclRemoteError and the communicator is gone. The late rank's own collective then
+// completes against the abandoned ones once the others make MPI progress (the barrier).
+TEST_F(NcclEmulator, AbortFromTheWaitHookEndsACollectiveThatWaits) {
+  if (world_size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  static ncclComm_t waiting = nullptr;
+  static int hook_calls = 0;
+  static std::chrono::steady_clock::time_point t0;
+  hook_calls = 0;
+  const int late = world_size() - 1;
+  Buf<float> a(4);
+  a.put(std::vector<float>(4, 1.0f));
+  if (world_rank() == late) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    EXPECT_EQ(ncclAllReduce(a.d, a.d, 4, ncclFloat32, ncclSum, world_, stream_), ncclSuccess) << outcome(ncclSuccess);
+  } else {
+    waiting = world_;
+    t0 = std::chrono::steady_clock::now();
+    const fsdpEmuNcclWaitHook before = fsdpEmuNcclSetWaitHook([] {
+      ++hook_calls;
+      if (waiting != nullptr && std::chrono::steady_clock::now() - t0 > std::chrono::milliseconds(300)) {
+        EXPECT_EQ(ncclCommAbort(waiting), ncclSuccess);  // the call that waits frees it on its way out
+        waiting = nullptr;
+      }
+    });
+    const ncclResult_t r = ncclAllReduce(a.d, a.d, 4, ncclFloat32, ncclSum, world_, stream_);
+    fsdpEmuNcclSetWaitHook(before);
+    EXPECT_EQ(r, ncclRemoteError);
+    EXPECT_NE(std::string(ncclGetLastError(nullptr)).find("aborted (ncclCommAbort) while the collective waited"),
+              std::string::npos)
+        << ncclGetLastError(nullptr);
+    EXPECT_GT(hook_calls, 10) << "the hook runs (about every millisecond) while the collective waits";
+    int n = 0;
+    EXPECT_EQ(ncclCommCount(world_, &n), ncclInvalidArgument) << "an aborted communicator is gone";
+    world_ = nullptr;  // nothing left for TearDown to destroy
+  }
+  EXPECT_EQ(MPI_Barrier(MPI_COMM_WORLD), MPI_SUCCESS);
 }
 
 }  // namespace

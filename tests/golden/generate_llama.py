@@ -25,6 +25,7 @@ import transformers
 import safetensors
 from safetensors.torch import save_file
 from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import modeling_rope_utils
 from transformers.models.llama import modeling_llama
 
 SEED = 1234
@@ -40,8 +41,9 @@ NORM_STD = 0.1
 MAX_SHARD_SIZE = "100KB"
 
 
-def make_config() -> LlamaConfig:
-    return LlamaConfig(
+def make_config(**overrides) -> LlamaConfig:
+    """The fixture's config; generate_llama3.py overrides the shape, tying and RoPE."""
+    fields = dict(
         vocab_size=96,
         hidden_size=48,
         intermediate_size=88,
@@ -62,11 +64,13 @@ def make_config() -> LlamaConfig:
         attn_implementation="eager",
         torch_dtype="float32",
     )
+    fields.update(overrides)
+    return LlamaConfig(**fields)
 
 
-def make_model() -> LlamaForCausalLM:
+def make_model(config=None) -> LlamaForCausalLM:
     torch.manual_seed(SEED)
-    model = LlamaForCausalLM(make_config()).float()
+    model = LlamaForCausalLM(config or make_config()).float()
     # Our own init, from one generator in parameter-registration order: std 0.2 keeps activations
     # and gradients well away from zero, and non-trivial RMSNorm weights make a norm-weight bug
     # visible (with all-ones weights, forgetting to multiply by them would pass).
@@ -81,9 +85,9 @@ def make_model() -> LlamaForCausalLM:
     return model
 
 
-def make_inputs():
+def make_inputs(vocab=96):
     gen = torch.Generator().manual_seed(SEED + 1)
-    input_ids = torch.randint(0, 96, (BATCH, SEQ), generator=gen, dtype=torch.int64)
+    input_ids = torch.randint(0, vocab, (BATCH, SEQ), generator=gen, dtype=torch.int64)
     labels = input_ids.clone()
     for b, t in IGNORED_LABELS:
         labels[b, t] = -100
@@ -108,6 +112,31 @@ def promoting_softmax(orig_softmax):
     return softmax
 
 
+def float64_inv_freq(config):
+    """The RoPE frequencies of `config` as transformers computes them (ROPE_INIT_FUNCTIONS: the
+    default, linear or llama3 rope_type), but in float64: its default frequencies, which every
+    scaled type starts from, are built in float32 (`.float()`); here they are the same formula
+    in float64, and the scaling is transformers' own code running on them."""
+    rope = modeling_rope_utils
+    orig_default = rope._compute_default_rope_parameters
+
+    def default64(config, device=None, seq_len=None, **kwargs):
+        base = config.rope_theta
+        dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        return 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64).to(torch.float64) / dim)), 1.0
+
+    scaling = config.rope_scaling or {}
+    rope_type = scaling.get("rope_type", scaling.get("type", "default"))
+    rope._compute_default_rope_parameters = default64  # what the scaled types call by name
+    try:
+        init = default64 if rope_type == "default" else rope.ROPE_INIT_FUNCTIONS[rope_type]
+        inv_freq, attention_factor = init(config, None)
+    finally:
+        rope._compute_default_rope_parameters = orig_default
+    assert inv_freq.dtype == torch.float64 and attention_factor == 1.0, (inv_freq.dtype, attention_factor)
+    return inv_freq
+
+
 @contextlib.contextmanager
 def exact_float64_llama():
     """Makes HF's Llama compute everything in the dtype of its inputs.
@@ -116,7 +145,8 @@ def exact_float64_llama():
     float64 run would *downcast* and round the reference to fp32 precision:
       RMSNorm      hidden_states.to(torch.float32) before the mean of squares;
       RoPE         inv_freq built in fp32 at init, and forward() forces .float() on inv_freq and
-                   positions, so cos/sin are fp32 values even after model.double();
+                   positions, so cos/sin are fp32 values even after model.double() (replaced by
+                   float64_inv_freq: transformers' own rope_scaling code on float64 frequencies);
       attention    softmax(..., dtype=torch.float32);
       loss         ForCausalLMLoss does logits.float() (we compute the loss ourselves instead).
     Each replacement is the same formula with the cast promoted (never lowered), so fp32 and bf16
@@ -127,10 +157,8 @@ def exact_float64_llama():
     orig_softmax = m.nn.functional.softmax
 
     def rope_forward(self, x, position_ids):
-        assert self.rope_type == "default" and self.attention_scaling == 1.0
-        dim = 2 * self.inv_freq.shape[0]
-        inv_freq = 1.0 / (self.config.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
-        freqs = position_ids[:, :, None].to(torch.float64) * inv_freq[None, None, :]
+        assert self.attention_scaling == 1.0
+        freqs = position_ids[:, :, None].to(torch.float64) * float64_inv_freq(self.config)[None, None, :]
         emb = torch.cat((freqs, freqs), dim=-1)
         return emb.cos().to(x.dtype), emb.sin().to(x.dtype)
 

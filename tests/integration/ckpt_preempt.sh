@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Preemption as Slurm does it: SIGUSR1 (or SIGTERM) mid-run makes fsdp_train finish its
 # step, write a checkpoint and exit 75; running the same command again resumes there and
-# the loss curve in metrics.jsonl equals an uninterrupted run's bit for bit. A second
-# signal exits at once (128 + signal). Also under mpiexec with 2 ranks, signalled one rank
-# at a time, as a staggered delivery would be.
+# the loss curve in metrics.jsonl equals an uninterrupted run's bit for bit. Ctrl-C (SIGINT)
+# and a closed terminal (SIGHUP) do the same, unless the launcher ignores them (nohup). A
+# second signal exits at once (128 + signal). Also under mpiexec with 2 ranks, signalled one
+# rank at a time, as a staggered delivery would be, and SIGUSR1 to mpiexec itself, which
+# forwards it: its exit code is then the ranks' 75.
 # Usage: ckpt_preempt.sh path/to/fsdp_train path/to/mpiexec
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -23,15 +25,17 @@ wait_for_steps() {  # wait_for_steps RUN_DIR N
 }
 "$bin" train "${common[@]}" --set run.dir="$work/ref" > "$work/ref.log" 2>&1 || { cat "$work/ref.log"; fail "reference run"; }
 
-for sig in USR1 TERM; do
+# env --default-signal: a script's background job starts with SIGINT ignored (a terminal's
+# Ctrl-C reaches a foreground process, which is what this stands for).
+for sig in USR1 TERM INT HUP; do
   dir="$work/pre_$sig"
-  "$bin" train "${common[@]}" --set run.dir="$dir" > "$dir.log" 2>&1 &
+  env --default-signal=INT,HUP "$bin" train "${common[@]}" --set run.dir="$dir" > "$dir.log" 2>&1 &
   pid=$!
   wait_for_steps "$dir" 5
   kill -"$sig" "$pid"
   rc=0; wait "$pid" || rc=$?
   [ "$rc" -eq 75 ] || { cat "$dir.log"; fail "SIG$sig: exit code $rc, expected 75"; }
-  grep -q "preemption signal" "$dir.log" || fail "SIG$sig: no preemption line"
+  grep -q "preemption signal received (SIG$sig)" "$dir.log" || fail "SIG$sig: no preemption line"
   stopped=$(steps_logged "$dir")
   [ "$stopped" -lt 40 ] || fail "SIG$sig arrived too late to test anything"
   [ -f "$dir/checkpoints/step_$stopped/manifest.json" ] || { ls -R "$dir"; fail "SIG$sig: no checkpoint at step $stopped"; }
@@ -41,6 +45,19 @@ for sig in USR1 TERM; do
       <(sed 's/.*"loss":\([0-9.eE+-]*\).*/\1/' "$dir/metrics.jsonl") || fail "SIG$sig: losses after resume differ"
   echo "ok: SIG$sig -> exit 75 at step $stopped, resumed bit-exact"
 done
+
+# nohup: SIGHUP stays ignored, the run goes on (and is stopped with SIGUSR1 to end the test).
+dir="$work/nohup"
+nohup "$bin" train "${common[@]}" --set run.dir="$dir" > "$dir.log" 2>&1 &
+pid=$!
+wait_for_steps "$dir" 3
+kill -HUP "$pid"
+wait_for_steps "$dir" 6
+kill -0 "$pid" 2>/dev/null || { cat "$dir.log"; fail "nohup: SIGHUP stopped the run"; }
+kill -USR1 "$pid"
+rc=0; wait "$pid" || rc=$?
+[ "$rc" -eq 75 ] || { cat "$dir.log"; fail "nohup: exit code $rc after SIGUSR1, expected 75"; }
+echo "ok: under nohup SIGHUP is ignored"
 
 # A second signal: out at once, with 128 + SIGUSR1 (138), no checkpoint. Slow steps (about
 # a second), so the second signal lands before the first one's step ends; the pause between
@@ -71,4 +88,20 @@ stopped=$(steps_logged "$dir")
 [ -f "$dir/checkpoints/step_$stopped/manifest.json" ] || { cat "$dir.log"; fail "2 ranks: no checkpoint at $stopped"; }
 grep -q '"world_size": 2' "$dir/checkpoints/step_$stopped/manifest.json" || fail "2 ranks: manifest world size"
 echo "ok: 2 ranks stop together at step $stopped"
+
+# SIGUSR1 to mpiexec: OpenMPI forwards it to every rank, and its exit code is the ranks' 75.
+# (SIGTERM or Ctrl-C to mpiexec is not forwarded: OpenMPI signals the ranks itself one
+# odls_base_sigkill_timeout later and SIGKILLs them one more later, and exits 1; README,
+# "Preemption".)
+dir="$work/mpi_launcher"
+"$mpiexec" --allow-run-as-root --oversubscribe -np 2 "$bin" train "${common[@]}" --set run.dir="$dir" \
+  --set train.micro_batch_size=2 > "$dir.log" 2>&1 &
+pid=$!
+wait_for_steps "$dir" 4
+kill -USR1 "$pid"
+rc=0; wait "$pid" || rc=$?
+[ "$rc" -eq 75 ] || { cat "$dir.log"; fail "SIGUSR1 to mpiexec: exit code $rc, expected 75"; }
+stopped=$(steps_logged "$dir")
+[ -f "$dir/checkpoints/step_$stopped/manifest.json" ] || { cat "$dir.log"; fail "mpiexec: no checkpoint at $stopped"; }
+echo "ok: SIGUSR1 to mpiexec -> exit 75 with a checkpoint at step $stopped"
 echo "PASS"

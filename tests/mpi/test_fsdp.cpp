@@ -120,6 +120,24 @@ TEST(FsdpEquivalence, MixtureOfExpertsHybridShardPrefetchOff) {
   expect_equivalent("HYBRID_SHARD", o);
 }
 
+// Tied embeddings (the head reads the embedding unit's table: Note [Units used twice] in
+// fsdp_engine.cpp) with Llama 3.1's RoPE scaling: the table's gradient gets both uses on
+// every strategy, reduced once, with accumulation and without prefetching.
+const std::vector<std::string> kTied = {"model.tie_word_embeddings=true", "model.rope_scaling=llama3",
+                                        "model.rope_scaling_factor=8", "model.rope_original_max_position_embeddings=16"};
+TEST(FsdpEquivalence, TiedEmbeddingsFullShard) { expect_equivalent("FULL_SHARD", kTied); }
+TEST(FsdpEquivalence, TiedEmbeddingsShardGradOpWithAccumulation) {
+  expect_equivalent("SHARD_GRAD_OP", kTied, /*accum=*/2);
+}
+TEST(FsdpEquivalence, TiedEmbeddingsNoShard) { expect_equivalent("NO_SHARD", kTied); }
+TEST(FsdpEquivalence, TiedEmbeddingsHybridShardPrefetchOffWithAccumulation) {
+  const int n = test::world_groups().world->size();
+  std::vector<std::string> o = kTied;
+  o.push_back("fsdp.shard_group_size=" + std::to_string(n >= 4 ? 2 : n));
+  o.push_back("fsdp.prefetch_limit=0");
+  expect_equivalent("HYBRID_SHARD", o, /*accum=*/2);
+}
+
 // Activation checkpointing under FULL_SHARD: the recompute runs while the unit is gathered
 // for backward anyway, so the bytes sent per step are exactly those without it, and every
 // loss and parameter is the same bit (Llama every 2nd block; MoE every block).
@@ -177,12 +195,16 @@ TEST(FsdpEquivalence, Bf16ParametersAndReductionStayClose) {
 // plus the step's two scalar all-reduces: the loss [4 doubles: loss sum, tokens, ranks
 // signalled to stop, ranks still writing a checkpoint] over the world and the squared grad
 // norm [1 double] over the shard group.
+// Tied embeddings: FULL_SHARD gathers the table a third time (for the head; it stays
+// gathered into the head's backward), and reduces it once; SHARD_GRAD_OP keeps it gathered.
 double expected_bytes(const std::string& strategy, const std::vector<model::UnitLayout>& units, int world) {
   const int n = strategy == "NO_SHARD" ? 1 : world;
+  const bool tied = units.back().reads_unit == 0;
   double total = 0;
   for (size_t u = 0; u < units.size(); ++u) {
     const double S = double(shard_range(units[u].numel, n, 0).size) * 4;
-    if (strategy == "FULL_SHARD") total += (n - 1) * S * (u + 1 == units.size() ? 1 : 2) + (n - 1) * S;
+    const int gathers = u + 1 == units.size() ? 1 : (tied && u == 0 ? 3 : 2);
+    if (strategy == "FULL_SHARD") total += (n - 1) * S * gathers + (n - 1) * S;
     if (strategy == "SHARD_GRAD_OP") total += (n - 1) * S * 2;
     if (strategy == "NO_SHARD") total += 2.0 * (world - 1) / world * double(units[u].numel) * 4;
   }
@@ -195,12 +217,16 @@ TEST(FsdpVolume, BytesPerStepEqualTheTheoreticalVolume) {
   dist::ProcessGroups& world = test::world_groups();
   const int n = world.world->size();
   for (const std::string strategy : {"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD"}) {
-    const config::Config cfg = tiny({"fsdp.sharding_strategy=" + strategy, "model.vocab_size=97"});
-    auto groups = dist::split_process_groups(world, train::shard_group_size(cfg));
-    train::Trainer t(cfg, groups);
-    for (int i = 0; i < 3; ++i) {
-      const auto m = t.train_step();
-      EXPECT_EQ(double(m.comm_bytes), expected_bytes(strategy, t.model().units(), n)) << strategy << " step " << i;
+    for (const std::string tie : {"false", "true"}) {
+      const config::Config cfg =
+          tiny({"fsdp.sharding_strategy=" + strategy, "model.vocab_size=97", "model.tie_word_embeddings=" + tie});
+      auto groups = dist::split_process_groups(world, train::shard_group_size(cfg));
+      train::Trainer t(cfg, groups);
+      for (int i = 0; i < 3; ++i) {
+        const auto m = t.train_step();
+        EXPECT_EQ(double(m.comm_bytes), expected_bytes(strategy, t.model().units(), n))
+            << strategy << " tied " << tie << " step " << i;
+      }
     }
   }
 }

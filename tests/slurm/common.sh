@@ -5,7 +5,9 @@
 #
 # After sourcing: $FSDP_TRAIN, $REPO (the repository), $WORK (jobs run here; logs in
 # $WORK/logs), a cluster up with 8 CPUs, and an EXIT trap that stops it and deletes $WORK
-# (kept, with the daemon logs printed, when the test failed).
+# (kept, with the daemon logs printed, when the test failed). A test that needs another
+# cluster names its bring-up and tear-down first: SLURM_TEST_UP / SLURM_TEST_DOWN (default
+# slurm_up / slurm_down; two_nodes.sh sets two_nodes_up / two_nodes_down).
 set -euo pipefail
 
 [[ $# -ge 2 ]] || { echo "usage: $0 <fsdp_train binary> <repository root>" >&2; exit 2; }
@@ -25,7 +27,7 @@ fail() {
 
 test_cleanup() {
   local rc=$?
-  slurm_down
+  "${SLURM_TEST_DOWN:-slurm_down}"
   if ((rc != 0)); then
     slurm_dump_logs "$WORK/cluster"
     local f
@@ -50,7 +52,7 @@ WORK=$(mktemp -d "${TMPDIR:-/tmp}/fsdp_slurm_${TEST_NAME}.XXXXXX")
 chmod 755 "$WORK"
 mkdir -p "$WORK/logs"
 trap test_cleanup EXIT
-slurm_up "$WORK/cluster" 8 || fail "the local Slurm cluster did not come up"
+"${SLURM_TEST_UP:-slurm_up}" "$WORK/cluster" 8 || fail "the local Slurm cluster did not come up"
 cd "$WORK"
 
 # Everything a job needs goes through the environment (sbatch exports it): the binary under
@@ -110,6 +112,20 @@ wait_job_end() {
   JOB_RC=${code%%:*}
 }
 
+# Steps in a metrics.jsonl so far (0 before the file exists).
+steps_logged() { [[ -f $1 ]] && wc -l <"$1" || echo 0; }
+
+# wait_for_steps METRICS N JOB: until METRICS holds N steps (at most 60 s; fails if the job ends first).
+wait_for_steps() {
+  local t
+  for ((t = 0; t < 600; t++)); do
+    (($(steps_logged "$1") >= $2)) && return 0
+    ! is_final_state "$(job_field "$3" JobState || true)" || fail "job $3 ended before step $2"
+    sleep 0.1
+  done
+  fail "job $3: no step $2 in $1 after 60 s"
+}
+
 # The loss of every step in a metrics.jsonl, as "step loss" lines (no JSON tool needed:
 # the trainer writes one flat object per line).
 losses() {
@@ -130,6 +146,15 @@ check_loss_falls() {
       printf "  loss: first five steps %.4f, last five %.4f\n", first / 5, last / 5
       exit !(last < first)
     }' || fail "$metrics: the loss did not fall"
+}
+
+# expect_same_losses REF RUN N: both metrics.jsonl hold steps 1..N with the same loss bits.
+expect_same_losses() {
+  losses "$1" >"$WORK/ref.losses"
+  losses "$2" >"$WORK/run.losses"
+  [[ $(wc -l <"$WORK/run.losses") == "$3" ]] || fail "$2 has $(wc -l <"$WORK/run.losses") steps, expected $3"
+  diff "$WORK/ref.losses" "$WORK/run.losses" >"$WORK/losses.diff" ||
+    fail "losses differ from the uninterrupted run's: $(head -4 "$WORK/losses.diff")"
 }
 
 # The log line (or nothing) that matches an extended regular expression.

@@ -4,7 +4,12 @@
 #   slurm_install                 # Debian's slurmctld slurmd slurm-client munge (once; idempotent)
 #   slurm_up "$dir" [cpus]        # munged + slurmctld + slurmd, all state under $dir; exports SLURM_CONF
 #   ... sbatch / srun / salloc ...
-#   slurm_down                    # cancel jobs, stop the three daemons by PID (call it from an EXIT trap)
+#   slurm_down                    # cancel jobs, stop the daemons by PID (call it from an EXIT trap)
+#
+# The pieces of slurm_up also make clusters of several nodes (tests/slurm/two_nodes.sh): set
+# SLURM_TEST_CTLD_ADDR and SLURM_TEST_NODES ("name:address" per node), then slurm_prepare,
+# slurm_start_munge, slurm_start_ctld, slurm_start_slurmd per node (with a command that puts it
+# in the node's namespaces) and slurm_wait_idle.
 #
 # Everything a daemon writes (keys, sockets, state, spool, logs, pid files) lives under $dir,
 # the ports are private (not 6817/6818), and the clients find this cluster through
@@ -38,13 +43,17 @@ slurm_install() {
   return $rc
 }
 
-# Writes slurm.conf and cgroup.conf for one node called $(hostname -s) with $2 CPUs.
+# Writes slurm.conf and cgroup.conf for the nodes of SLURM_TEST_NODES ("name:address" each;
+# default this host at 127.0.0.1) with $2 CPUs each, the controller on SLURM_TEST_CTLD_ADDR
+# (default 127.0.0.1). Each slurmd gets its own spool, pid file and log (%n: its node name);
+# SLURM_TEST_TMPFS must then name a directory each node has to itself.
 slurm_write_conf() {
-  local d=$1 cpus=$2 host
+  local d=$1 cpus=$2 host node names=()
   host=$(hostname -s)
+  local -a nodes=("${SLURM_TEST_NODES[@]:-${host}:127.0.0.1}")
   cat >"$d/etc/slurm.conf" <<EOF
 ClusterName=fsdptest
-SlurmctldHost=${host}(127.0.0.1)
+SlurmctldHost=${host}(${SLURM_TEST_CTLD_ADDR:-127.0.0.1})
 SlurmctldPort=${SLURM_TEST_CTLD_PORT}
 SlurmdPort=${SLURM_TEST_SLURMD_PORT}
 SlurmUser=root
@@ -54,12 +63,13 @@ CredType=cred/munge
 # cred_expire: a requeued job otherwise waits ~120 s before it may start again.
 AuthInfo=socket=${d}/munge/munge.socket,cred_expire=10
 StateSaveLocation=${d}/state
-SlurmdSpoolDir=${d}/spool
+SlurmdSpoolDir=${d}/spool/%n
 SlurmctldPidFile=${d}/run/slurmctld.pid
-SlurmdPidFile=${d}/run/slurmd.pid
+SlurmdPidFile=${d}/run/slurmd-%n.pid
 SlurmctldLogFile=${d}/log/slurmctld.log
-SlurmdLogFile=${d}/log/slurmd.log
-TmpFS=${d}/tmp
+SlurmdLogFile=${d}/log/slurmd-%n.log
+# Each node's own: slurmstepd's PMIx server makes its directories here.
+TmpFS=${SLURM_TEST_TMPFS:-${d}/tmp}
 # No cgroups, no systemd: track processes by parent, bind nothing.
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
@@ -82,9 +92,13 @@ JobAcctGatherType=jobacct_gather/none
 JobCompType=jobcomp/none
 SlurmctldTimeout=30
 SlurmdTimeout=30
-NodeName=${host} NodeAddr=127.0.0.1 CPUs=${cpus} State=UNKNOWN
-PartitionName=debug Nodes=${host} Default=YES MaxTime=INFINITE State=UP
 EOF
+  for node in "${nodes[@]}"; do
+    echo "NodeName=${node%%:*} NodeAddr=${node#*:} CPUs=${cpus} State=UNKNOWN" >>"$d/etc/slurm.conf"
+    names+=("${node%%:*}")
+  done
+  local IFS=,
+  echo "PartitionName=debug Nodes=${names[*]} Default=YES MaxTime=INFINITE State=UP" >>"$d/etc/slurm.conf"
   # slurmd 22.05 always loads a cgroup plugin; pointed at an empty directory it initialises
   # without touching the machine's cgroups.
   cat >"$d/etc/cgroup.conf" <<EOF
@@ -111,8 +125,10 @@ slurm_port_free() {
   ! grep -qsE "^ *[0-9]+: [0-9A-F]+:$hex [0-9A-F]+:[0-9A-F]+ 0A " /proc/net/tcp /proc/net/tcp6
 }
 
-slurm_up() {
-  local d=$1 cpus=${2:-8} try
+# Picks the ports, makes the state directories and writes the configuration; exports
+# SLURM_CONF.
+slurm_prepare() {
+  local d=$1 cpus=$2 try
   SLURM_TEST_DIR=$d
   # Two adjacent free ports in 16817..20816 (never Slurm's own 6817/6818).
   for ((try = 0; try < 50 && ${SLURM_TEST_CTLD_PORT:-0} == 0; try++)); do
@@ -131,19 +147,47 @@ slurm_up() {
   chmod 755 "$d/munge"   # munged wants the socket directory executable by all
   slurm_write_conf "$d" "$cpus"
   export SLURM_CONF=$d/etc/slurm.conf
+}
 
+# munged on a socket under $SLURM_TEST_DIR (a file: every network namespace reaches it).
+slurm_start_munge() {
+  local d=$SLURM_TEST_DIR
   runuser -u munge -- mungekey --create --keyfile="$d/munge/munge.key" >/dev/null
   runuser -u munge -- munged --socket="$d/munge/munge.socket" --key-file="$d/munge/munge.key" \
     --pid-file="$d/munge/munged.pid" --log-file="$d/munge/munged.log" --seed-file="$d/munge/munged.seed"
   slurm_wait_for "munge -n -S '$d/munge/munge.socket' | unmunge -S '$d/munge/munge.socket'" 10 ||
     { slurm_log "munged did not come up:"; cat "$d/munge/munged.log" >&2; return 1; }
+}
 
+slurm_start_ctld() {
   slurmctld -c -f "$SLURM_CONF"
   slurm_wait_for "scontrol ping | grep -q UP" 20 ||
-    { slurm_log "slurmctld did not come up:"; tail -20 "$d/log/slurmctld.log" >&2; return 1; }
-  slurmd -f "$SLURM_CONF"
-  slurm_wait_for "sinfo -h -o %T | grep -qx idle" 20 ||
-    { slurm_log "node not idle:"; sinfo >&2; tail -20 "$d/log/slurmd.log" >&2; return 1; }
+    { slurm_log "slurmctld did not come up:"; tail -20 "$SLURM_TEST_DIR/log/slurmctld.log" >&2; return 1; }
+}
+
+# slurm_start_slurmd NODE [COMMAND...]: the slurmd of node NODE, started through COMMAND
+# when given (one that enters the node's namespaces and execs its arguments); it
+# daemonizes and writes its pid file.
+slurm_start_slurmd() {
+  local node=$1
+  shift
+  mkdir -p "$SLURM_TEST_DIR/spool/$node"
+  "$@" slurmd -f "$SLURM_CONF" -N "$node"
+}
+
+# Until $1 nodes are idle (at most 30 s).
+slurm_wait_idle() {
+  slurm_wait_for "[ \$(sinfo -h -N -o %T | grep -cx idle) -ge $1 ]" 30 ||
+    { slurm_log "nodes not idle:"; sinfo -N >&2; tail -20 "$SLURM_TEST_DIR"/log/slurmd-*.log >&2; return 1; }
+}
+
+slurm_up() {
+  local d=$1 cpus=${2:-8}
+  slurm_prepare "$d" "$cpus" || return 1
+  slurm_start_munge || return 1
+  slurm_start_ctld || return 1
+  slurm_start_slurmd "$(hostname -s)" || return 1
+  slurm_wait_idle 1 || return 1
   slurm_log "up in $d (ports $SLURM_TEST_CTLD_PORT/$SLURM_TEST_SLURMD_PORT, $cpus CPUs)"
 }
 
@@ -175,7 +219,7 @@ slurm_down() {
     scancel --quiet --user="$(id -un)" 2>/dev/null || true
     slurm_wait_for "[ -z \"\$(squeue -h -o %i)\" ]" 15 || slurm_log "jobs still listed at shutdown"
   fi
-  slurm_stop_pids "$d/run/slurmd.pid" "$d/run/slurmctld.pid" "$d/munge/munged.pid"
+  slurm_stop_pids "$d"/run/slurmd-*.pid "$d/run/slurmctld.pid" "$d/munge/munged.pid"
 }
 
 # Prints the daemons' logs (for a failing test).

@@ -14,17 +14,6 @@ STEPS=150
 # ~40 ms a step with 2 ranks: long enough to signal mid-run, short enough for CI.
 ARGS="$TINY_ARGS --set train.seq_len=64 --set train.max_steps=$STEPS --set train.log_every=10 --set checkpoint.interval=50"
 
-steps_logged() { [[ -f $1 ]] && wc -l <"$1" || echo 0; }
-wait_for_steps() { # wait_for_steps METRICS N JOB
-  local t
-  for ((t = 0; t < 300; t++)); do
-    (($(steps_logged "$1") >= $2)) && return 0
-    ! is_final_state "$(job_field "$3" JobState || true)" || fail "job $3 ended before step $2"
-    sleep 0.1
-  done
-  fail "job $3: no step $2 in $1 after 30 s"
-}
-
 say "1. reference: $STEPS steps, uninterrupted"
 RUN_DIR=$WORK/runs/ref GPUS_PER_NODE=0 EXTRA_ARGS="$ARGS" submit_wait ref --ntasks=2 "$REPO/slurm/train.sbatch"
 ((JOB_RC == 0)) || fail "reference job $JOB_ID exited $JOB_RC"
@@ -50,11 +39,7 @@ stopped=$(sed -n "s/.*resumed from .*step_\([0-9]*\) at step .*/\1/p" "$JOB_LOG"
 ((stopped >= 20 && stopped < STEPS)) || fail "resumed at step $stopped"
 require_log "$JOB_LOG" "fsdp_train finished"
 say "signal after step $signalled_at, checkpoint at step $stopped, requeued, resumed, finished"
-losses "$WORK/runs/ref/metrics.jsonl" >"$WORK/ref.losses"
-losses "$run/metrics.jsonl" >"$WORK/pre.losses"
-[[ $(wc -l <"$WORK/pre.losses") == "$STEPS" ]] || fail "$run/metrics.jsonl has $(wc -l <"$WORK/pre.losses") steps, expected $STEPS"
-diff "$WORK/ref.losses" "$WORK/pre.losses" >"$WORK/losses.diff" ||
-  fail "losses differ from the uninterrupted run's: $(head -4 "$WORK/losses.diff")"
+expect_same_losses "$WORK/runs/ref/metrics.jsonl" "$run/metrics.jsonl" "$STEPS"
 say "all $STEPS losses equal the uninterrupted run's, bit for bit (steps $((stopped + 1))..$STEPS after the resume)"
 
 say "3. cancelled: scancel mid-run checkpoints and is not requeued"

@@ -3,13 +3,16 @@
 # tasks, each launched by `srun --mpi=pmix`. Checks the job's exit code, what its log says
 # (job id, restart count, requeue flag, ranks, launcher), that every step reached
 # metrics.jsonl with a falling loss and the right world size, and that checkpoints were
-# written where the trainer writes them.
+# written where the trainer writes them; with PROFILE=1, every rank's trace of the window,
+# which trace-merge reads.
 source "$(dirname "$0")/common.sh" "$@"
 
 STEPS=30
 for ntasks in 2 4; do
   say "sbatch --ntasks=$ntasks slurm/train.sbatch (CPU mode)"
-  RUN_DIR=$WORK/runs/n$ntasks GPUS_PER_NODE=0 \
+  # With 2 tasks also PROFILE=1: every rank writes its trace of steps 12-13.
+  profile=$((ntasks == 2 ? 1 : 0))
+  PROFILE=$profile PROFILE_WAIT=10 PROFILE_ACTIVE=2 RUN_DIR=$WORK/runs/n$ntasks GPUS_PER_NODE=0 \
     EXTRA_ARGS="$TINY_ARGS --set train.max_steps=$STEPS --set checkpoint.interval=10" \
     submit_wait "train_n$ntasks" --ntasks="$ntasks" "$REPO/slurm/train.sbatch" --set train.seed=7
   ((JOB_RC == 0)) || fail "job $JOB_ID exited with $JOB_RC"
@@ -28,6 +31,15 @@ for ntasks in 2 4; do
     [[ -f $WORK/runs/n$ntasks/checkpoints/step_$s/manifest.json ]] ||
       fail "no checkpoint $WORK/runs/n$ntasks/checkpoints/step_$s"
   done
+  if ((profile)); then
+    for r in 0 1; do
+      [[ -f $WORK/runs/n$ntasks/traces/rank_$r.trace.json ]] || fail "PROFILE=1: no trace from rank $r"
+    done
+    require_log "$JOB_LOG" "trace: steps 12-13 written to"
+    "$FSDP_TRAIN" trace-merge "$WORK/runs/n$ntasks/traces" >"$WORK/merge.log" 2>&1 ||
+      fail "trace-merge of the job's traces: $(cat "$WORK/merge.log")"
+    grep -q "trace-merge: 2 rank(s) into" "$WORK/merge.log" || fail "trace-merge: $(cat "$WORK/merge.log")"
+  fi
   say "job $JOB_ID: $ntasks ranks, $STEPS steps, exit 0"
 done
 say "PASS"

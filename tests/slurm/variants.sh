@@ -5,7 +5,8 @@
 # sees the exact command the script would launch:
 #   - GPU mode: one task per GPU, the CPU share per rank, the EFA block per USE_EFA;
 #   - the container preset: Pyxis options, mounts, the binary inside the image;
-#   - NSYS=1: nsys around each rank, reports named by job, restart and rank, --kill=none.
+#   - NSYS=1: nsys around each rank, reports named by job, restart and rank, --kill=none;
+#   - PROFILE=1: the trace schedule's keys, before the user's arguments.
 source "$(dirname "$0")/common.sh" "$@"
 
 mkdir -p fakebin
@@ -107,9 +108,22 @@ has "--output=$WORK/prof/nsys_${JOB_ID}_r0_rank%q{SLURM_PROCID}"
 has "$FSDP_TRAIN"
 [[ -d $WORK/prof ]] || fail "NSYS_DIR was not created"
 
+NAME="PROFILE=1"
+say "$NAME"
+PROFILE=1 PROFILE_WAIT=20 PROFILE_ACTIVE=4 PROFILE_DIR=$WORK/traces GPUS_PER_NODE=2 \
+  run_variant profile --nodes=1 --ntasks-per-node=2 "$REPO/slurm/llama2_7b.sbatch" --set logging.profile_warmup=2
+has "logging.profile_wait=20"
+has "logging.profile_warmup=1"
+has "logging.profile_active=4"
+has "logging.profile_dir=$WORK/traces"
+# The user's own --set comes after the script's, so it wins.
+[[ $(grep -nxF -- "logging.profile_warmup=2" <<<"$ARGS" | cut -d: -f1) -gt \
+   $(grep -nxF -- "logging.profile_warmup=1" <<<"$ARGS" | cut -d: -f1) ]] || fail "$NAME: the user's --set is not last"
+
 NAME="bad switches"
 say "$NAME: each refused with one line, exit 2"
 for bad in "USE_EFA=yes:expected 1 \\(EFA with GPUDirect RDMA" "NSYS=2:expected 1 \\(profile" \
+  "PROFILE=yes:expected 1 \\(trace a window of steps\\)" \
   "GPUS_PER_NODE=x:expected a number of GPUs per node" "NNODES=3:this job has 1 node\\(s\\)"; do
   setting=${bad%%:*}
   (
@@ -120,4 +134,10 @@ for bad in "USE_EFA=yes:expected 1 \\(EFA with GPUDirect RDMA" "NSYS=2:expected 
     [[ ! -e $SRUN_RECORD.$JOB_ID ]] || fail "$setting: srun was run"
   )
 done
+(
+  export GPUS_PER_NODE=2 PROFILE=1 PROFILE_ACTIVE=x
+  PATH=$WORK/fakebin:$PATH submit_wait bad_PROFILE_ACTIVE --nodes=1 --ntasks-per-node=2 "$REPO/slurm/train.sbatch"
+  ((JOB_RC == 2)) || fail "PROFILE_ACTIVE=x: job $JOB_ID exited $JOB_RC, expected 2"
+  require_log "$JOB_LOG" "error: PROFILE_ACTIVE=x: expected a number of steps"
+)
 say "PASS"

@@ -7,7 +7,8 @@
 // parent. A directory named step_<N> without a manifest, or whose files fail their size or
 // CRC check, is never resumed from (checkpoint_reader.h). Older checkpoints beyond
 // keep_last are renamed step_<N>.deleting before they are removed, so a crash while
-// pruning cannot leave a half checkpoint under a step_<N> name.
+// pruning cannot leave a half checkpoint under a step_<N> name; the checkpoint just
+// written is never among them.
 #pragma once
 
 #include <cstdint>
@@ -38,6 +39,7 @@ struct CheckpointMeta {
   std::string strategy;      // "FULL_SHARD", ...
   int shard_group_size = 1;  // of the run that saved
   std::string config_yaml;   // the effective config
+  std::string run_id;        // the run saving (Manifest::run_id)
   std::optional<BaseReference> base;  // a LoRA run: its frozen base (not saved, referenced)
 };
 
@@ -103,7 +105,7 @@ class CheckpointWriter {
   Manifest build_manifest(const Job& job, const std::vector<RankWriteStatus>& status) const;
   void publish(const Job& job, const Manifest& manifest) const;
   [[noreturn]] void abandon(const Job& job, const std::string& local_error, const std::vector<int>& failed_ranks);
-  void prune() const;
+  void prune(const std::string& just_written) const;
 
   dist::ProcessGroups& groups_;
   WriterOptions opt_;

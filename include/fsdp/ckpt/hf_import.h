@@ -2,7 +2,9 @@
 // without model.safetensors.index.json) into the model's flat parameter units.
 // Refuses, with one message naming the folder and tensor, a missing tensor, a shape that
 // differs from the model's, an unsupported dtype, or a config.json the model cannot
-// represent (rope scaling, biases, tied embeddings without lm_head, non-silu activation).
+// represent (a rope_scaling type other than linear or llama3, biases, non-silu activation).
+// A folder with tie_word_embeddings has no lm_head.weight to read (one that is there anyway
+// is ignored, as transformers ties it over).
 #pragma once
 
 #include <string>

@@ -80,6 +80,9 @@ struct ManifestUnit {
 };
 struct Manifest {
   int format_version = kCheckpointFormatVersion;
+  // The run that wrote it (train/run_ownership.h): a fresh start makes a new id, a resumed
+  // run keeps its checkpoint's. "" in manifests written before run ids existed.
+  std::string run_id;
   TrainState state;
   model::LlamaConfig model;
   std::string strategy;
@@ -98,10 +101,13 @@ std::string state_tensor_name(const std::string& unit, std::string_view kind);
 // The manifest as the text of manifest.json.
 std::string manifest_json(const Manifest& m);
 // Parses manifest.json's text; `path` names it in errors (not an fsdp_train manifest, a
-// newer format version, a missing or mistyped field). Structure (pieces tiling the units,
-// files existing) is the reader's to check.
+// newer format version, a missing or mistyped field, a value out of its range: see Note
+// [Manifest schema] in manifest.cpp). Whether the pieces tile the units and the files
+// exist is the reader's to check.
 Manifest parse_manifest(const std::string& text, const std::string& path);
 // True when `text` is JSON whose "format" is this checkpoint format; nothing else checked.
 bool is_manifest_text(const std::string& text);
+// True when `id` is a well-formed run id: 1 to 64 of [A-Za-z0-9._-].
+bool is_valid_run_id(const std::string& id);
 
 }  // namespace fsdp::ckpt

@@ -10,12 +10,15 @@
 // value throws ConfigError with one message naming the place and the key, e.g.
 //   configs/x.yaml:7: unknown key 'train.max_step' (did you mean 'train.max_steps'?)
 //   --set optim.lr=abc: key 'optim.lr' expects a number, got 'abc'
-// Checks that need the resolved model preset (seq_len <= max_seq_len, ...) belong to the
-// model module, not here.
+// Checks over the resolved model shape (model.preset with the shape keys on top: heads that
+// divide the width, train.seq_len within the context) are config errors too and blame the
+// key set last; with model.init_from the shape is known only once its config.json is
+// read, and those checks raise fail_key() then.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <span>
 #include <string>
@@ -25,6 +28,7 @@
 #include "fsdp/core/dtype.h"
 #include "fsdp/core/error.h"
 #include "fsdp/fsdp/sharding_strategy.h"
+#include "fsdp/model/llama_config.h"
 
 namespace YAML {
 class Node;
@@ -72,6 +76,14 @@ struct ModelConfig {
   std::optional<int> experts_per_token;
   std::optional<double> router_aux_loss_coef;
   std::optional<double> router_z_loss_coef;
+  // RoPE scaling (transformers' rope_scaling): none | linear | llama3; unset = the preset's
+  // (or config.json's). The factors apply to the type in effect.
+  std::optional<std::string> rope_scaling;
+  std::optional<double> rope_scaling_factor;
+  std::optional<double> rope_low_freq_factor;
+  std::optional<double> rope_high_freq_factor;
+  std::optional<int> rope_original_max_position_embeddings;
+  std::optional<bool> tie_word_embeddings;  // the head reads the embedding table
   double init_std = 0.02;
   std::string quantization = "none";  // none | nf4: the frozen base's weights as NF4 (needs lora.enabled)
   bool operator==(const ModelConfig&) const = default;
@@ -94,7 +106,7 @@ struct DataConfig {
   std::string path;      // token shards (required when source is shards)
   std::string val_path;  // validation shards; "" = none
   int num_workers = 1;
-  int prefetch = 2;
+  int prefetch = 2;  // at most kMaxPrefetch (config.cpp): each slot is a micro-batch of buffers
   int seed = 1234;
   bool operator==(const DataConfig&) const = default;
 };
@@ -113,8 +125,11 @@ struct TrainConfig {
   bool tf32 = false;            // float32 GEMMs may use TF32 tensor cores
   double fp16_init_scale = 65536.0;  // dynamic loss scaling (dtype float16), torch.amp.GradScaler's defaults
   int fp16_growth_interval = 2000;
-  std::string activation_checkpointing = "none";  // none | full (model/decoder.h)
-  int activation_checkpointing_every = 1;         // full: blocks l with l % every == 0
+  std::string activation_checkpointing = "none";  // none | full | selective (model/activations.h)
+  int activation_checkpointing_every = 1;         // blocks l with l % every == 0
+  bool activation_offload = false;                // kept tensors of checkpointed blocks wait on the host
+  int activation_offload_horizon = 2;             // blocks fetched back ahead of the backward
+  bool allow_oversubscribe = false;               // train even when the memory plan says it cannot fit
   bool operator==(const TrainConfig&) const = default;
 };
 
@@ -138,6 +153,7 @@ struct CheckpointConfig {
   std::string resume = "auto";  // auto | none | a checkpoint path
   bool async = false;
   bool stop_on_error = true;
+  bool overwrite = false;  // a fresh run may move another run's checkpoints aside (train/run_ownership.h)
   bool operator==(const CheckpointConfig&) const = default;
 };
 
@@ -150,15 +166,40 @@ struct FsdpConfig {
   bool operator==(const FsdpConfig&) const = default;
 };
 
+struct DistConfig {
+  double timeout_s = 600;  // the collective watchdog (dist/watchdog.h); 0 = off
+  bool operator==(const DistConfig&) const = default;
+};
+
 struct LoggingConfig {
   std::string level = "info";  // trace | debug | info | warn | error
   bool metrics = true;         // write <run.dir>/metrics.jsonl
+  // A trace of global steps (wait, wait + warmup] recorded and dropped, then the next
+  // `active` steps written (torch.profiler.schedule); 0 active steps = no trace.
+  int profile_wait = 1;
+  int profile_warmup = 1;
+  int profile_active = 0;
+  std::string profile_dir;       // "" = <run.dir>/traces, see profile_dir()
+  int memory_snapshot_step = 0;  // 0 = none
+  bool tensorboard = false;      // <run.dir>/tensorboard/events.out.tfevents.* on rank 0
+  bool strict = false;           // an output that cannot be written stops the run
   bool operator==(const LoggingConfig&) const = default;
 };
 
 struct EvalConfig {
   int batches = 10;
+  std::string split = "val";  // the <split>_*.idx shards evaluated (train: the training data)
   bool operator==(const EvalConfig&) const = default;
+};
+
+// Where each key's value came from, kept for errors found after loading (the GPU a rank
+// sees, a model folder's context length): "configs/x.yaml:7" or "--set train.device=cuda";
+// `file` for keys left at their defaults. Provenance, not configuration: two configs with
+// the same values are equal wherever their values came from.
+struct KeyOrigins {
+  std::string file = "config";
+  std::map<std::string, std::string, std::less<>> where;  // "train.device" -> "configs/x.yaml:7"
+  bool operator==(const KeyOrigins&) const { return true; }
 };
 
 struct Config {
@@ -170,10 +211,16 @@ struct Config {
   OptimConfig optim;
   CheckpointConfig checkpoint;
   FsdpConfig fsdp;
+  DistConfig dist;
   LoggingConfig logging;
   EvalConfig eval;
+  KeyOrigins origins;
   bool operator==(const Config&) const = default;
 };
+
+// A config error found after loading, in the loader's words: "<where the key was set>:
+// key '<key>' <what>" (exit 2, as for any config error).
+[[noreturn]] void fail_key(const Config& cfg, std::string_view key, const std::string& what);
 
 // Reads the YAML file, applies the overrides ("section.key=value", the text after --set;
 // value parsed as a YAML scalar) in order, then validates. Throws ConfigError.
@@ -200,6 +247,12 @@ std::string describe_keys();
 
 // checkpoint.dir, or <run.dir>/checkpoints when it is empty.
 std::string checkpoint_dir(const Config& cfg);
+// logging.profile_dir, or <run.dir>/traces when it is empty.
+std::string profile_dir(const Config& cfg);
+
+// The model shape `base` (a preset, or a model folder's config.json) with the shape keys
+// the config sets (model.vocab_size, ...) written over it. No checks.
+model::LlamaConfig apply_shape_keys(const ModelConfig& m, model::LlamaConfig base);
 
 namespace detail {
 // One row of the field table. Shared by schema.cpp (which fills it) and config.cpp (which

@@ -33,8 +33,10 @@
 // race for the record); the emulator runs blocks in order, so there the lowest block's.
 #pragma once
 
+#include <memory>
 #include <string>
 
+#include "fsdp/core/allocator.h"
 #include "fsdp/core/tensor.h"
 
 namespace fsdp::cuda {
@@ -86,5 +88,8 @@ Tensor to_device(const Tensor& t, Device device);
 // only after the stream has passed the copy (Trainer: the loss read-back that ends every
 // micro-batch). Counted apart from allocator_for(cpu): its own small allocator.
 Tensor pinned_empty(const Dims& sizes, DType dtype);
+// Another allocator of page-locked host memory, counting only its own bytes (the offloaded
+// activations' arena, fsdp/core/copy_stream.h).
+std::unique_ptr<Allocator> new_pinned_allocator();
 
 }  // namespace fsdp::cuda

@@ -17,6 +17,9 @@
 //   * A range measures the host thread. CUDA work enqueued inside it shows under the range
 //     in nsys's "NVTX projection" of the GPU rows; the host time itself is only the enqueue.
 //
+// Every range is also a span of the trace (fsdp/core/trace.h) while one records, with the
+// same name, so a Perfetto trace and an Nsight Systems timeline name the same things.
+//
 // Backends, chosen at compile time:
 //   * real CUDA build (FSDP_WITH_CUDA, not emulated): nvtxRangePushA / nvtxRangePop from
 //     the toolkit's header-only nvtx3 (no library to link; costs ~nothing when no profiler
@@ -25,6 +28,8 @@
 //     with recorded_ranges(): every range opened, in order, with its nesting depth;
 //   * CPU-only build: empty inline functions.
 #pragma once
+
+#include "fsdp/core/trace.h"
 
 #if defined(FSDP_WITH_CUDA) && !defined(FSDP_CUDA_EMULATION)
 #include <nvtx3/nvToolsExt.h>
@@ -37,15 +42,37 @@
 
 namespace fsdp::nvtx {
 
+// The trace span beside the range; a failure to record it (out of memory) loses the span.
+inline void trace_push(const char* name) noexcept {
+  if (!trace::enabled()) return;
+  try {
+    trace::begin(name);
+  } catch (...) {
+  }
+}
+inline void trace_pop() noexcept {
+  if (!trace::enabled()) return;
+  try {
+    trace::end();
+  } catch (...) {
+  }
+}
+
 #if defined(FSDP_NVTX_ENABLED)
-inline void push(const char* name) noexcept { nvtxRangePushA(name); }
-inline void pop() noexcept { nvtxRangePop(); }
+inline void push(const char* name) noexcept {
+  nvtxRangePushA(name);
+  trace_push(name);
+}
+inline void pop() noexcept {
+  trace_pop();
+  nvtxRangePop();
+}
 #elif defined(FSDP_NVTX_RECORDER)
 void push(const char* name) noexcept;
 void pop() noexcept;
 #else
-inline void push(const char*) noexcept {}
-inline void pop() noexcept {}
+inline void push(const char* name) noexcept { trace_push(name); }
+inline void pop() noexcept { trace_pop(); }
 #endif
 
 // An NVTX range open for the lifetime of the object.

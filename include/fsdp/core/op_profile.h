@@ -22,6 +22,10 @@
 //     only by report(), so profiling adds no host wait per op; report() waits for the
 //     recorded events. An op's work on another stream would not be seen (the ops launch
 //     on the current stream only).
+// While a trace records (fsdp/core/trace.h), every timed call also becomes a span of the
+// trace: a CPU op on the calling thread's track, a CUDA op on its stream's track, placed by
+// the same event pair (the trace reads it and credits its time here when it is written,
+// so until then report() counts such a call without its time).
 // An op whose backend calls another op through its front end counts both, the inner time
 // inside the outer; no backend does so today. Calls from any thread are recorded (one
 // mutex, taken only when on). The emulation build times with the emulator's events: host
@@ -71,6 +75,7 @@ class Scope {
   Device device_;
   std::chrono::steady_clock::time_point start_;  // a CPU op
   void* events_[2] = {nullptr, nullptr};         // a CUDA op: cudaEvent_t start, end
+  void* stream_ = nullptr;                       // a CUDA op: the stream they are recorded on
 };
 
 }  // namespace fsdp::op_profile

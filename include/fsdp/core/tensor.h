@@ -56,6 +56,10 @@ class Storage {
   void* data() const { return data_; }
   size_t nbytes() const { return nbytes_; }
   Device device() const { return device_; }
+  // What the memory is for (fsdp/core/memory_category.h): the thread's category when it was
+  // allocated, until set_category moves it (a pooled buffer taking a new use).
+  memory::Category category() const { return category_; }
+  void set_category(memory::Category c);
 
  private:
   Storage() = default;
@@ -63,6 +67,7 @@ class Storage {
   size_t nbytes_ = 0;
   Device device_;
   Allocator* allocator_ = nullptr;  // null when not owned
+  memory::Category category_ = memory::kOther;
 };
 
 class Tensor {

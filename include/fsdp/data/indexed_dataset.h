@@ -13,7 +13,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace fsdp::data {
@@ -21,6 +23,13 @@ namespace fsdp::data {
 // Writes one shard: add documents, then finish(), which writes <prefix>.bin.tmp and
 // <prefix>.idx.tmp, fsyncs and renames both (the .idx last), so a crash never leaves a
 // shard that looks complete. Token dtype: uint16 when vocab_size <= 65536, else int32.
+// What a finished shard's files are, for the manifest: sizes and zlib CRC-32s of the bytes
+// written (computed while writing, never read back).
+struct ShardChecksum {
+  int64_t bin_bytes = 0, idx_bytes = 0;
+  uint32_t bin_crc32 = 0, idx_crc32 = 0;
+};
+
 class IndexedDatasetWriter {
  public:
   IndexedDatasetWriter(std::string prefix, int64_t vocab_size);
@@ -29,6 +38,7 @@ class IndexedDatasetWriter {
   void finish();
   int64_t num_documents() const;
   int64_t num_tokens() const;
+  const ShardChecksum& checksum() const;  // after finish()
 
  private:
   struct Impl;
@@ -53,6 +63,16 @@ class IndexedDataset {
   void read(int64_t doc, int64_t offset, int64_t count, int32_t* out) const;
   // The largest token id in the shard (computed on first call by one pass; cached).
   int32_t max_token() const;
+  // The first token at or above `vocab_size` (or negative), by one pass over the .bin: its
+  // document, its offset in the document and its id; nullopt when every id is in range.
+  struct TokenAt {
+    int64_t document = 0, offset = 0, id = 0;
+    int64_t position = 0;  // the token's index in the .bin
+  };
+  std::optional<TokenAt> first_token_outside(int64_t vocab_size) const;
+  // The two files' bytes as mapped, for their checksums.
+  std::pair<const unsigned char*, int64_t> bin_bytes() const;
+  std::pair<const unsigned char*, int64_t> idx_bytes() const;
 
  private:
   struct Impl;

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -35,13 +36,25 @@ class SampleSource {
   virtual void read_sample(int64_t index, int32_t* window) const = 0;
 };
 
+// How a token corpus verifies its shards (data/shard_check.h).
+struct CorpusOptions {
+  int rank = 0, world = 1;  // this rank verifies shards i with i % world == rank
+  // A corpus whose .bin files total at most this many bytes is verified when opened; a
+  // larger one in the background while training goes on.
+  int64_t sync_check_bytes = int64_t(256) << 20;
+  // Told, once, what the verification covers (shards without checksums), for the log.
+  std::function<void(const std::string&)> note;
+};
+
 // Documents of the shards <dir>/<split>_*.idx (sorted by name; a single <prefix>.idx when
 // `path` names a shard prefix instead of a directory), concatenated in order into one
 // token stream and cut into windows of seq_len + 1 tokens at stride seq_len (consecutive
 // windows share one token, as Megatron's GPT dataset does): N = (tokens - 1) / seq_len.
-// Any token id >= vocab_size is an error naming the shard, document and id.
+// Every shard is verified once (Note [Shard verification]: its checksums from the
+// manifest.json beside it, every id against the vocabulary); any token id >= vocab_size
+// read is an error naming the shard, document and id.
 std::unique_ptr<SampleSource> open_token_corpus(const std::string& path, const std::string& split, int64_t seq_len,
-                                                int64_t vocab_size);
+                                                int64_t vocab_size, const CorpusOptions& options = {});
 
 struct LoaderOptions {
   int64_t micro_batch = 1;
@@ -52,6 +65,7 @@ struct LoaderOptions {
   bool shuffle = true;
   int num_workers = 1;  // 0: read on the calling thread
   int prefetch = 2;     // micro-batches prepared ahead (0: none)
+  std::string name = "loader";  // its workers' trace tracks: "<name> worker <i>"
 };
 
 class Loader {

@@ -12,22 +12,36 @@
 // indexed_dataset.h), a new shard when the current one holds ~256 MiB of tokens
 // (PrepareOptions::shard_tokens; documents are never split across shards), and
 // manifest.json, written last. Everything is written into DIR.tmp-<pid>/ and renamed to
-// DIR at the end; on any error the temporary directory is removed: no partial output.
+// DIR at the end; on any error, and when stopped by a signal (PrepareOptions::stop_signal),
+// the temporary directory is removed: no partial output. A line longer than
+// --max-line-bytes (a 200 MB single-line JSON file) is skipped as a bad line without being
+// read into memory whole.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "fsdp/data/indexed_dataset.h"
+
 namespace fsdp::data {
 
 struct PrepareOptions {
-  std::string tokenizer;            // sentencepiece .model
+  std::string tokenizer;            // sentencepiece .model; or none, with vocab_size:
+  // Without a tokenizer: the vocabulary size of pre-tokenized inputs (JSONL lines of
+  // input_ids from any tokenizer: Llama 3's, SageMaker model parallel's json.gz, ...), every
+  // id checked against it. Text inputs then have nothing to tokenize them and are refused.
+  int64_t vocab_size = 0;
   std::string output;               // DIR; must not exist or be empty unless overwrite
   std::vector<std::string> inputs;  // .txt / .jsonl, optionally .gz / .zst
   double val_fraction = 0.0;        // in [0, 1)
   std::string text_field = "text";
-  double max_bad_fraction = 0.001;  // of all non-blank JSONL lines
+  double max_bad_fraction = 0.001;  // of all non-blank JSONL lines and text paragraphs
+  int64_t max_line_bytes = int64_t(64) << 20;  // longer lines are bad lines, never read whole
+  // Polled between batches: non-zero (the signal number) stops the run, which then
+  // removes its temporary directory and throws. Null = never.
+  const std::atomic<int>* stop_signal = nullptr;
   int workers = 0;                  // tokenizer threads; 0 = hardware concurrency
   bool overwrite = false;           // replace a non-empty DIR
   int64_t shard_tokens = 0;         // tokens per shard before a new one; 0 = 256 MiB's worth
@@ -37,6 +51,7 @@ struct PrepareOptions {
 
 struct PrepareSplit {
   std::vector<std::string> shards;  // names in DIR, without .bin/.idx
+  std::vector<ShardChecksum> checksums;  // one per shard, in the same order
   int64_t documents = 0;
   int64_t tokens = 0;
 };
@@ -46,7 +61,8 @@ struct PrepareResult {
   PrepareSplit train, val;
   int64_t input_bytes = 0;   // decompressed bytes read
   int64_t jsonl_lines = 0;   // non-blank JSONL lines
-  int64_t bad_lines = 0;     // malformed lines skipped
+  int64_t text_records = 0;  // paragraphs of text inputs (an over-long line counts as one)
+  int64_t bad_lines = 0;     // malformed or over-long lines skipped
   std::vector<std::string> bad_examples;  // "file:line: why" for the first few
   double seconds = 0;
 };

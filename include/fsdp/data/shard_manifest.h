@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -17,16 +18,20 @@ namespace fsdp::data {
 class Tokenizer;
 
 // Writes the manifest of a finished prepare run to `path` (through path.tmp and a rename):
-// the tokenizer, its vocabulary and special ids, the split, the shards of each split, the
-// per-input statistics `inputs` and the JSONL line counts.
-void write_shard_manifest(const std::filesystem::path& path, const PrepareOptions& o, const Tokenizer& tok,
-                          const PrepareResult& r, const std::vector<nlohmann::json>& inputs);
+// the tokenizer (null for pre-tokenized inputs: `tok` null), the vocabulary and the
+// tokenizer's special ids, the split, the shards of each split, the per-input statistics
+// `inputs` and the JSONL line counts.
+void write_shard_manifest(const std::filesystem::path& path, const PrepareOptions& o, const Tokenizer* tok,
+                          int64_t vocab_size, const PrepareResult& r, const std::vector<nlohmann::json>& inputs);
 
 // What the manifest.json `prepare` writes beside its shards tells a reader: the tokenizer's
-// vocabulary size and the tokenizer's path (absolute when prepare could resolve it).
+// vocabulary size and the tokenizer's path (absolute when prepare could resolve it), and
+// each shard's file sizes and CRC-32s (shard_checksums: {"train_00000": {"bin_bytes",
+// "bin_crc32", "idx_bytes", "idx_crc32"}}; absent in manifests written before they existed).
 struct ShardManifest {
   std::optional<int64_t> vocab_size;
   std::string tokenizer_path;  // "" when not recorded
+  std::map<std::string, ShardChecksum> checksums;  // by shard name ("train_00000")
 };
 // Reads <dir>/manifest.json; nullopt when there is none (shards from Megatron-LM or NeMo
 // carry none). A manifest that is not valid JSON throws fsdp::Error naming it.

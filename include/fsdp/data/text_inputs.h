@@ -2,7 +2,8 @@
 //   .txt    plain UTF-8 text; a document is a paragraph: a run of non-blank lines, ended
 //           by one or more blank (empty or whitespace-only) lines. Its lines are joined
 //           with '\n'; '\r' before a line end is dropped.
-//   .jsonl  one JSON object per line; blank lines are skipped. An object carries either a
+//   .jsonl  one JSON object per line (.json too: SageMaker model parallel's json.gz shards
+//           are JSON Lines); blank lines are skipped. An object carries either a
 //           text field (`text` unless told otherwise) or `input_ids`, an array of token ids
 //           already tokenized (SageMaker model parallel's format), taken as is.
 // Either may end in .gz (zlib) or .zst (zstd), decompressed while streaming.
@@ -28,12 +29,17 @@ InputFormat input_format(const std::string& path);
 struct RawDocument {
   int64_t line = 0;  // 1-based line of the input where it starts
   std::string raw;   // a paragraph (kText) or one JSON line (kJsonl)
+  // A line longer than the reader's limit: skipped without being held in memory (raw is
+  // empty); prepare counts it as a bad line.
+  bool too_long = false;
 };
 
 class InputReader {
  public:
-  // Opens the file; throws fsdp::Error naming it when it is missing or unreadable.
-  explicit InputReader(const std::string& path);
+  // Opens the file; throws fsdp::Error naming it when it is missing or unreadable. A line
+  // longer than max_line_bytes is never held whole: the reader skips to its end and returns
+  // it as a document with too_long set (in a text file, apart from its paragraph).
+  explicit InputReader(const std::string& path, int64_t max_line_bytes = int64_t(64) << 20);
   ~InputReader();
 
   // The next document; false at the end. Throws fsdp::Error naming the file on a read
@@ -47,10 +53,16 @@ class InputReader {
   class Source;  // the byte stream: plain, gzip or zstd
 
  private:
-  bool next_line(std::string& line);  // false at the end
+  // The next line (false at the end); a line over the limit comes back empty with
+  // *too_long set, its bytes read and dropped.
+  bool next_line(std::string& line, bool* too_long);
+  // Reads more of the input into buf_; false at its end.
+  bool fill();
 
   std::string path_;
   InputFormat format_;
+  int64_t max_line_bytes_;
+  int64_t pending_too_long_ = 0;  // a text file's over-long line (its line number) after its paragraph
   std::unique_ptr<Source> source_;
   std::string buf_;
   size_t pos_ = 0;
@@ -73,7 +85,7 @@ struct ParsedLine {
 };
 
 // Parses one JSONL line: the string `text_field`, else `input_ids` (each id in
-// [0, vocab_size)).
+// [0, vocab_size)); an empty text_field takes input_ids only (no tokenizer to encode text).
 ParsedLine parse_jsonl_line(std::string_view line, const std::string& text_field, int64_t vocab_size);
 
 }  // namespace fsdp::data

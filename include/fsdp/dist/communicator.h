@@ -61,9 +61,16 @@ class Communicator {
   const CommStats& stats() const { return stats_; }
   void reset_stats() { stats_ = CommStats{}; }
 
+  // The members as ranks of the world, in group-rank order (for messages and the watchdog).
+  const std::vector<int>& world_ranks() const { return world_ranks_; }
+
  protected:
   CommStats stats_;
+  std::vector<int> world_ranks_;
 };
+
+// "world rank 3", "world ranks 0-3", "world ranks 0, 2, 4, ...": a group's members in a message.
+std::string describe_world_ranks(const std::vector<int>& ranks);
 
 // What the launch environment says about this process, read once at start-up.
 struct WorldInfo {
@@ -73,6 +80,7 @@ struct WorldInfo {
   int node_index = 0;                  // 0 .. num_nodes-1, in order of each node's lowest rank
   std::string hostname;
   std::string launcher;                // "none", "mpirun", "srun" (how it was detected)
+  std::vector<std::string> hosts;      // every world rank's host name, by world rank
 };
 
 // The process groups an FSDP run needs:

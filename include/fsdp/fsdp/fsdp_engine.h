@@ -14,12 +14,16 @@
 //                       backward follows at once); SHARD_GRAD_OP keeps them for backward
 //   before_backward(u)  re-gather u if it was freed, prefetch the unit backward needs next
 //   after_backward(u)   on the last micro-batch of a step, reduce-scatter u's gradient
-//                       (asynchronously: the previous unit's backward overlaps it) and
-//                       free u's full parameters; on earlier micro-batches keep the full
-//                       gradient and accumulate (FSDP's no_sync)
+//                       (asynchronously: the next unit's backward overlaps it), free u's
+//                       full parameters and complete unit u+1's reduce-scatter; on earlier
+//                       micro-batches keep the full gradient and accumulate (FSDP's no_sync)
 //   skip_backward(u)    u's backward will not run this pass: backward prefetching passes it
 //   finish()            wait for outstanding reduce-scatters, replicate-group
 //                       all-reduce (HYBRID_SHARD), free whatever is still gathered
+//
+// A unit another unit reads (UnitLayout::reads_unit: the tied embedding the head reads) is
+// used twice per pass; its gradient is reduced after its last backward use only (Note
+// [Units used twice] in fsdp_engine.cpp).
 //
 // Strategies: FULL_SHARD, SHARD_GRAD_OP, NO_SHARD (every rank holds everything and
 // gradients are all-reduced, i.e. DDP), HYBRID_SHARD (shard within the shard group,
@@ -130,6 +134,10 @@ class FsdpEngine final : public model::ParamProvider {
   // Bytes of persistent sharded state (master + grad + two moments, and frozen shards) on this rank.
   uint64_t persistent_bytes() const;
   uint64_t frozen_bytes() const { return frozen_.persistent_bytes(); }
+  // Bytes of the reusable gathered buffers (parameters, unsharded gradients, staging, and
+  // gathered frozen bytes), which the pool never gives back: what the memory plan's
+  // engine_memory predicts.
+  uint64_t buffer_bytes() const;
   // A whole unit's fp32 parameters gathered on every rank (tests, export): a collective.
   Tensor gather_full(int unit);
 
@@ -159,10 +167,20 @@ class FsdpEngine final : public model::ParamProvider {
   void wait_gather(int unit);
   void reduce_gradient(int unit);
   void complete_reduce(int unit);
-  bool frees_after_forward(int unit) const;
+  void build_schedule();
+  int forward_position(int unit) const;   // of the unit's current forward use
+  int backward_position(int unit) const;  // of the unit's current backward use
+  void prefetch(const std::vector<int>& order, int position, bool backward);
 
   std::vector<model::UnitLayout> layouts_;
   std::vector<Unit> units_;
+  // The units in the order a pass uses them (a unit read by another appears again right
+  // after its reader), backward's being forward's reversed; each unit's positions in both,
+  // its uses so far in this pass (reset by finish), and the head's forward position.
+  std::vector<int> forward_order_, backward_order_;
+  std::vector<std::vector<int>> forward_positions_, backward_positions_;
+  std::vector<int> forward_uses_, backward_uses_;
+  int last_unit_position_ = 0;
   dist::Communicator& shard_;
   dist::Communicator& replicate_;
   FsdpOptions opt_;

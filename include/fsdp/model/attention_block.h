@@ -19,23 +19,31 @@
 #include "fsdp/model/linear.h"
 #include "fsdp/model/llama_config.h"
 #include "fsdp/model/param_units.h"
+#include "fsdp/model/saved_tensors.h"
 #include "fsdp/model/unit_params.h"
 #include "fsdp/ops/rope.h"
 
 namespace fsdp::model {
 
 // Saved by the attention sublayer's forward for its backward (one set per block).
+// qkv holds q and k after RoPE, which rotates them in place: the backward reads only the
+// rotated q and k (attention's backward), never the unrotated ones (RoPE's backward rotates
+// dq and dk back and needs only the tables), so keeping qkv keeps RoPE's result and nothing
+// of RoPE is ever recomputed (Note [Saved tensors]: qkv is Expensive, the GEMM's output).
 struct AttentionSaved {
-  Tensor h1;     // [N, C]   rmsnorm(x)
-  Tensor rstd1;  // [N]      its 1/rms (stat dtype)
-  Tensor qkv;    // [N, qkv_dim] rotated q and k, and v
-  Tensor att;    // [N, q_dim]   attention output, heads concatenated
-  Tensor lse;    // [B, H, T]    softmax log-sum-exp (stat dtype); undefined at inference
+  Tensor h1;     // [N, C]   rmsnorm(x)                                   Cheap
+  Tensor rstd1;  // [N]      its 1/rms (stat dtype)                       Cheap
+  Tensor qkv;    // [N, qkv_dim] rotated q and k, and v                   Expensive
+  Tensor att;    // [N, q_dim]   attention output, heads concatenated     Expensive
+  Tensor lse;    // [B, H, T]    softmax log-sum-exp (stat dtype); undefined at inference  Expensive
 
   AttentionSaved() = default;
   // with_lse false: inference scratch (no backward, lse never written).
   AttentionSaved(const LlamaConfig& c, int64_t batch, int64_t seq_len, DType dtype, Device device,
                  bool with_lse = true);
+  // Each member to `bind`, in member order (Note [Saved tensors]).
+  void bind(const LlamaConfig& c, int64_t batch, int64_t seq_len, DType dtype, const SavedBinder& bind,
+            bool with_lse = true);
 };
 
 // The attention sublayer's backward scratch, shared by every block (backward runs one
@@ -46,6 +54,7 @@ struct AttentionGrads {
 
   AttentionGrads() = default;
   AttentionGrads(const LlamaConfig& c, int64_t rows, DType dtype, Device device);
+  void bind(const LlamaConfig& c, int64_t rows, DType dtype, const SavedBinder& bind);
 };
 
 class AttentionSublayer {
@@ -56,6 +65,9 @@ class AttentionSublayer {
   // out = x + attention(x) over B sequences of T tokens (x, out: [B*T, C]; out != x).
   void forward(const Tensor& x, const UnitParams& p, AttentionSaved& s, const Tensor& out, int64_t B,
                int64_t T) const;
+  // Selective checkpointing: the Cheap members of `s` again (h1 and rstd1, from x), the
+  // same bits as the forward wrote; the Expensive ones are s's own, kept from the forward.
+  void recompute_cheap(const Tensor& x, const UnitParams& p, AttentionSaved& s) const;
   // On entry dres = dL/d(out); on exit dres = dL/dx. dh is [N, C] scratch. Parameter
   // gradients go into p.grads.
   void backward(const Tensor& x, const AttentionSaved& s, const UnitParams& p, const Tensor& dres, const Tensor& dh,

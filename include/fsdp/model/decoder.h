@@ -8,8 +8,8 @@
 //   MoE:        loss += aux_coef * aux + z_coef * z over all layers' routers (router_loss.h)
 //
 // Activations for one micro-batch of B sequences of T tokens (N = B*T rows) live in
-// LlamaActivations, allocated once and reused every micro-batch, so a step allocates
-// nothing after the first. Parameters are never owned here: the model asks a
+// LlamaActivations (activations.h: also activation checkpointing and offloading),
+// allocated once and reused every micro-batch, so a step allocates nothing after the first. Parameters are never owned here: the model asks a
 // ParamProvider (param_provider.h) for each unit's flat buffer right before it runs that
 // unit and tells it when it is done, which is exactly where FSDP gathers, frees and
 // reduce-scatters (see param_units.h for the layout of a flat buffer).
@@ -19,52 +19,17 @@
 #include <vector>
 
 #include "fsdp/core/tensor.h"
+#include "fsdp/model/activations.h"
 #include "fsdp/model/embed_and_head.h"
 #include "fsdp/model/llama_config.h"
+#include "fsdp/model/lora_adapter.h"
 #include "fsdp/model/param_provider.h"
 #include "fsdp/model/param_units.h"
 #include "fsdp/model/peft.h"
-#include "fsdp/model/lora_adapter.h"
 #include "fsdp/model/router_loss.h"
 #include "fsdp/model/transformer_block.h"
 
 namespace fsdp::model {
-
-// Activation checkpointing (PyTorch's checkpoint_wrapper, torchtitan's "full" AC): a
-// checkpointed block keeps only its input (resid[l]) through the forward pass and runs its
-// forward again inside its backward, into one scratch shared by every checkpointed block.
-// The forward is deterministic, so the recomputed activations, and every loss and gradient,
-// are the same bits as keeping them. Under FSDP the recompute runs after the unit is
-// gathered for backward, which it is anyway: no extra all-gather.
-struct ActivationCheckpointing {
-  int every = 0;  // checkpoint blocks l with l % every == 0 (1: every block); 0: none
-  bool checkpointed(int64_t layer) const { return every > 0 && layer % every == 0; }
-};
-
-struct LlamaActivations {
-  int64_t batch = 0, seq_len = 0;
-  ActivationCheckpointing checkpointing;
-  Tensor ids, targets;           // [N] int32
-  // The global position of this micro-batch's first sequence in the run's sample order
-  // (train/trainer.h): LoRA's dropout numbers row (b, t) as (first_sample + b) * T + t,
-  // so every rank count draws the same masks for the same samples.
-  int64_t first_sample = 0;
-  std::vector<Tensor> resid;     // L+1 of [N, C]: input of each block, then the final hidden
-  std::vector<BlockActivations> blocks;  // a checkpointed block's entry holds nothing
-  BlockActivations recompute;            // the checkpointed blocks' shared forward scratch
-  // A checkpointed MoE block's routing statistics, kept past its forward for the router
-  // losses (its own record lives in the shared scratch, which the next block overwrites).
-  std::vector<RouterRecord> kept_router;
-  Tensor hf, rstdf, logits, losses;  // final norm output, its rstd, [N, V], [N]
-  BlockGrads grads;                  // backward scratch shared by the head and every block
-
-  LlamaActivations(const LlamaConfig& cfg, int64_t batch, int64_t seq_len, DType dtype, Device device,
-                   ActivationCheckpointing checkpointing = {});
-
-  // What block `layer`'s forward saves into: its own entry, or the shared scratch.
-  BlockActivations& saved(int64_t layer);
-  const BlockActivations& saved(int64_t layer) const;
-};
 
 struct LossSum {
   double sum = 0;       // sum of per-token losses over non-ignored targets
@@ -115,7 +80,9 @@ class Llama {
   LossSum forward(LlamaActivations& act, ParamProvider& params);
 
  private:
-  void trunk_forward(LlamaActivations& act, ParamProvider& params);
+  // for_backward: an offloading run stashes each checkpointed block's kept tensors.
+  void trunk_forward(LlamaActivations& act, ParamProvider& params, bool for_backward);
+  void blocks_backward(LlamaActivations& act, ParamProvider& params);
   void head_backward(LlamaActivations& act, ParamProvider& params, double grad_scale);
   LossSum loss_sum(const LlamaActivations& act) const;
   // The LoRA / NF4 scratch for `act` (sized on first use), set up for a training pass or

@@ -3,16 +3,23 @@
 //   TokenEmbedding   x0 = table[ids]                        (unit "embedding")
 //   OutputHead       logits = Linear_lm(rmsnorm(xL))         (unit "head": final norm + lm_head)
 //
+// With tied embeddings Linear_lm's weight is the embedding table (logits = h table^T), read
+// from the embedding unit's buffer, and its gradient goes into that unit's gradient buffer,
+// where the embedding's own backward adds to it: the head's weight_unit() says which unit
+// holds the weight, and the caller passes that unit's parameters and gradients.
+//
 // Both are shared by training (decoder.h) and generation with a KV cache (llama_decode.h).
 // The head's backward takes dL/dlogits (cross_entropy_forward_backward writes it into the
 // logits buffer itself) and produces dL/dxL.
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "fsdp/core/tensor.h"
 #include "fsdp/model/linear.h"
 #include "fsdp/model/llama_config.h"
+#include "fsdp/model/param_provider.h"
 #include "fsdp/model/param_units.h"
 #include "fsdp/model/unit_params.h"
 
@@ -34,19 +41,31 @@ class TokenEmbedding {
 
 class OutputHead {
  public:
-  // Resolves norm and lm_head in the head unit's layout.
-  OutputHead(const LlamaConfig& cfg, const UnitLayout& head);
-  // hf = rmsnorm(x) (rstd saved), logits = hf @ Wlm^T. x: [rows, C] (rows may be strided).
-  void forward(const Tensor& x, const UnitParams& p, const Tensor& hf, const Tensor& rstd,
-               const Tensor& logits) const;
-  // From dlogits (in the logits buffer): Wlm and norm gradients added into p.grads (when
-  // they train), dx = dL/dx overwritten; dh is [rows, C] scratch.
-  void backward(const Tensor& dlogits, const Tensor& x, const Tensor& hf, const Tensor& rstd, const UnitParams& p,
-                const Tensor& dh, const Tensor& dx) const;
+  // Resolves the norm in the head unit's layout and lm_head in it, or (tied) the table in
+  // the embedding unit's; `units` are the model's units (llama_units or lora_units).
+  OutputHead(const LlamaConfig& cfg, const std::vector<UnitLayout>& units);
+  // The unit holding Wlm: head_unit(cfg), or embedding_unit() when tied.
+  int weight_unit() const { return weight_unit_; }
+  // The provider's hooks around the head: the head unit, then (tied) the weight's unit,
+  // handed back in the reverse order; backward mirrors forward (the weight's unit first).
+  // See Note [Units used twice] in fsdp_engine.cpp for what the second use costs in FSDP.
+  void before_forward(ParamProvider& p) const;
+  void after_forward(ParamProvider& p) const;
+  void before_backward(ParamProvider& p) const;
+  void after_backward(ParamProvider& p) const;
+  // hf = rmsnorm(x) (rstd saved), logits = hf @ Wlm^T. x: [rows, C] (rows may be strided);
+  // `head` the head unit's buffers, `weight` weight_unit()'s (the same untied).
+  void forward(const Tensor& x, const UnitParams& head, const UnitParams& weight, const Tensor& hf,
+               const Tensor& rstd, const Tensor& logits) const;
+  // From dlogits (in the logits buffer): the norm's gradient added into head.grads, Wlm's
+  // into weight.grads (when they train), dx = dL/dx overwritten; dh is [rows, C] scratch.
+  void backward(const Tensor& dlogits, const Tensor& x, const Tensor& hf, const Tensor& rstd, const UnitParams& head,
+                const UnitParams& weight, const Tensor& dh, const Tensor& dx) const;
 
  private:
   double eps_ = 0;
   ParamRef norm_;  // the final norm
+  int head_unit_ = 0, weight_unit_ = 0;
   Linear lm_head_;
 };
 

@@ -41,6 +41,9 @@ struct LinearScratch {
 // Scratch for Linears of `units` over up to `rows` rows, in `dtype` on `device`; the
 // largest NF4 weight counts whole fused Linears (q|k|v, gate|up, w1|w3).
 LinearScratch make_linear_scratch(const std::vector<UnitLayout>& units, int64_t rows, DType dtype, Device device);
+// The bytes make_linear_scratch allocates, in double and without allocating (the memory
+// plan's "LoRA and NF4 scratch").
+double linear_scratch_bytes(const std::vector<UnitLayout>& units, double rows, DType dtype);
 
 class LoraAdapter {
  public:

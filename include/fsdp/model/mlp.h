@@ -17,6 +17,7 @@
 #include "fsdp/core/tensor.h"
 #include "fsdp/model/llama_config.h"
 #include "fsdp/model/param_units.h"
+#include "fsdp/model/saved_tensors.h"
 #include "fsdp/model/unit_params.h"
 
 namespace fsdp::model {
@@ -41,6 +42,8 @@ struct RouterLossGrad {
 // derives its own.
 struct MlpSaved {
   virtual ~MlpSaved() = default;
+  // Each member to `bind`, in member order, for `rows` token rows (Note [Saved tensors]).
+  virtual void bind(const LlamaConfig& cfg, int64_t rows, DType dtype, const SavedBinder& bind) = 0;
   // The routing statistics of the last forward, or null for an MLP without a router.
   virtual const RouterRecord* router() const { return nullptr; }
 };
@@ -48,25 +51,39 @@ struct MlpSaved {
 // An MLP's backward scratch, shared by every block (backward runs one block at a time).
 struct MlpGrads {
   virtual ~MlpGrads() = default;
+  // Each buffer to `bind` (their kinds mean nothing here: scratch is never kept).
+  virtual void bind(const LlamaConfig& cfg, int64_t rows, DType dtype, const SavedBinder& bind) = 0;
   RouterLossGrad router_loss;  // set by the decoder before the backward; read by a routed MLP
 };
+
+// The empty structs of the MLP cfg asks for (dense or MoE), for bind() to fill.
+std::unique_ptr<MlpSaved> new_mlp_saved(const LlamaConfig& cfg);
+std::unique_ptr<MlpGrads> new_mlp_grads(const LlamaConfig& cfg);
 
 class MlpSublayer {
  public:
   virtual ~MlpSublayer() = default;
 
+  explicit MlpSublayer(const LlamaConfig& cfg) : cfg_(cfg) {}
+
   // Buffers for `rows` token rows in the compute dtype on the device.
-  virtual std::unique_ptr<MlpSaved> make_saved(int64_t rows, DType dtype, Device device) const = 0;
-  virtual std::unique_ptr<MlpGrads> make_grads(int64_t rows, DType dtype, Device device) const = 0;
+  std::unique_ptr<MlpSaved> make_saved(int64_t rows, DType dtype, Device device) const;
+  std::unique_ptr<MlpGrads> make_grads(int64_t rows, DType dtype, Device device) const;
 
   // out = x + mlp(rmsnorm(x)) over the rows of x ([rows, C]). out may be x itself (the
   // inference path updates the residual stream in place); `saved` may hold more rows than
   // x (an inference decoder's scratch, sized for its longest chunk).
   virtual void forward(const Tensor& x, const UnitParams& p, MlpSaved& saved, const Tensor& out) const = 0;
+  // Selective checkpointing: the Cheap members of `saved` again from x and the Expensive
+  // members kept from the forward, the same bits as the forward wrote.
+  virtual void recompute_cheap(const Tensor& x, const UnitParams& p, MlpSaved& saved) const = 0;
   // On entry dres = dL/d(out); on exit dres = dL/dx. Parameter gradients are added into
   // p.grads (the unit's flat gradient buffer). dh is [rows, C] scratch.
   virtual void backward(const Tensor& x, const MlpSaved& saved, const UnitParams& p, const Tensor& dres,
                         const Tensor& dh, MlpGrads& g) const = 0;
+
+ protected:
+  LlamaConfig cfg_;
 };
 
 // The MLP the config asks for, its slots resolved in the block's unit layout.

@@ -13,15 +13,19 @@
 namespace fsdp::model {
 
 struct DenseMlpSaved final : MlpSaved {
-  Tensor h2;     // [N, C]   rmsnorm(x)
-  Tensor rstd2;  // [N]      its 1/rms (stat dtype)
-  Tensor gu;     // [N, 2F]  gate | up
-  Tensor act;    // [N, F]   silu(gate) * up
+  Tensor h2;     // [N, C]   rmsnorm(x)                  Cheap
+  Tensor rstd2;  // [N]      its 1/rms (stat dtype)      Cheap
+  Tensor gu;     // [N, 2F]  gate | up                   Expensive
+  Tensor act;    // [N, F]   silu(gate) * up             Cheap
+
+  void bind(const LlamaConfig& cfg, int64_t rows, DType dtype, const SavedBinder& bind) override;
 };
 
 struct DenseMlpGrads final : MlpGrads {
   Tensor dgu;   // [N, 2F]
   Tensor dact;  // [N, F]
+
+  void bind(const LlamaConfig& cfg, int64_t rows, DType dtype, const SavedBinder& bind) override;
 };
 
 class DenseSwiGLU final : public MlpSublayer {
@@ -29,9 +33,8 @@ class DenseSwiGLU final : public MlpSublayer {
   // Resolves mlp_norm, w_gate|w_up and w_down in a block's unit layout.
   DenseSwiGLU(const LlamaConfig& cfg, const UnitLayout& block);
 
-  std::unique_ptr<MlpSaved> make_saved(int64_t rows, DType dtype, Device device) const override;
-  std::unique_ptr<MlpGrads> make_grads(int64_t rows, DType dtype, Device device) const override;
   void forward(const Tensor& x, const UnitParams& p, MlpSaved& saved, const Tensor& out) const override;
+  void recompute_cheap(const Tensor& x, const UnitParams& p, MlpSaved& saved) const override;
   void backward(const Tensor& x, const MlpSaved& saved, const UnitParams& p, const Tensor& dres, const Tensor& dh,
                 MlpGrads& g) const override;
 

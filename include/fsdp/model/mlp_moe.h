@@ -23,26 +23,33 @@
 
 namespace fsdp::model {
 
+// What selective checkpointing keeps (Note [Saved tensors]): the router's GEMM output and
+// its routing decision (probabilities, choices, weights, the sort and the group offsets:
+// recomputing them would need the top-k, the sort and a host read-back again) and each
+// expert's GEMM outputs (gu, ys); it recomputes the norm (h, rstd), the gathered rows (xs)
+// and SwiGLU (act). The router statistics are every block's own (the router losses pool
+// all layers after the forward).
 struct MoeMlpSaved final : MlpSaved {
-  Tensor h;        // [N, C]     rmsnorm(x)
-  Tensor rstd;     // [N]        its 1/rms (stat dtype)
-  Tensor logits;   // [N, E]     router logits (compute dtype)
-  Tensor probs;    // [N, E]     softmax(logits) (stat dtype)
-  Tensor lse;      // [N]        logsumexp(logits) (stat dtype)
-  Tensor expert;   // [N, k]     chosen experts (int32)
-  Tensor weight;   // [N, k]     their renormalised weights (stat dtype)
-  Tensor count;    // [E]        pairs per expert (int32, device)
-  Tensor order;    // [N*k]      sorted position -> flat pair t*k+j (int32)
-  Tensor slot;     // [N*k]      flat pair -> sorted position (int32)
-  Tensor offsets;  // [E+1]      expert e's rows are [offsets[e], offsets[e+1]) (int32)
-  Tensor offsets_host;  // [E+1]  their page-locked host copy (model on a GPU)
-  Tensor xs;       // [N*k, C]   h gathered into expert order
-  Tensor gu;       // [N*k, 2F]  each expert's gate | up
-  Tensor act;      // [N*k, F]   silu(gate) * up
-  Tensor ys;       // [N*k, C]   each expert's output
+  Tensor h;        // [N, C]     rmsnorm(x)                                  Cheap
+  Tensor rstd;     // [N]        its 1/rms (stat dtype)                      Cheap
+  Tensor logits;   // [N, E]     router logits (compute dtype)               Expensive
+  Tensor probs;    // [N, E]     softmax(logits) (stat dtype)                Expensive
+  Tensor lse;      // [N]        logsumexp(logits) (stat dtype)              Expensive
+  Tensor expert;   // [N, k]     chosen experts (int32)                      Expensive
+  Tensor weight;   // [N, k]     their renormalised weights (stat dtype)     Expensive
+  Tensor count;    // [E]        pairs per expert (int32, device)            Expensive
+  Tensor order;    // [N*k]      sorted position -> flat pair t*k+j (int32)  Expensive
+  Tensor slot;     // [N*k]      flat pair -> sorted position (int32)        Expensive
+  Tensor offsets;  // [E+1]      expert e's rows are [offsets[e], offsets[e+1]) (int32)  Expensive
+  Tensor xs;       // [N*k, C]   h gathered into expert order                Cheap
+  Tensor gu;       // [N*k, 2F]  each expert's gate | up                     Expensive
+  Tensor act;      // [N*k, F]   silu(gate) * up                             Cheap
+  Tensor ys;       // [N*k, C]   each expert's output                        Expensive
+  Tensor offsets_host;  // [E+1]  page-locked host copy of offsets (model on a GPU; made by the first forward)
   std::vector<int64_t> group_begin;  // offsets on the host (E+1), from the last forward
-  RouterRecord record;
+  RouterRecord record;               // prob_sum, lse_sq_sum: Statistic
 
+  void bind(const LlamaConfig& cfg, int64_t rows, DType dtype, const SavedBinder& bind) override;
   const RouterRecord* router() const override { return &record; }
 };
 
@@ -53,6 +60,9 @@ struct MoeMlpGrads final : MlpGrads {
   Tensor dxs;      // [N*k, C]
   Tensor dweight;  // [N, k] stat dtype
   Tensor dlogits;  // [N, E] compute dtype
+
+  // router_loss.aux_grad is bound too, and zeroed by make_grads (a dense run never sets it).
+  void bind(const LlamaConfig& cfg, int64_t rows, DType dtype, const SavedBinder& bind) override;
 };
 
 class MoeMlp final : public MlpSublayer {
@@ -60,15 +70,16 @@ class MoeMlp final : public MlpSublayer {
   // Resolves mlp_norm, the router and every expert's w1|w3 and w2 in a block's layout.
   MoeMlp(const LlamaConfig& cfg, const UnitLayout& block);
 
-  std::unique_ptr<MlpSaved> make_saved(int64_t rows, DType dtype, Device device) const override;
-  std::unique_ptr<MlpGrads> make_grads(int64_t rows, DType dtype, Device device) const override;
   void forward(const Tensor& x, const UnitParams& p, MlpSaved& saved, const Tensor& out) const override;
+  void recompute_cheap(const Tensor& x, const UnitParams& p, MlpSaved& saved) const override;
   void backward(const Tensor& x, const MlpSaved& saved, const UnitParams& p, const Tensor& dres, const Tensor& dh,
                 MlpGrads& g) const override;
 
  private:
   void route(const MoeMlpSaved& s, int64_t N) const;
+  void read_group_sizes(MoeMlpSaved& s, int64_t N) const;
   void experts_forward(const MoeMlpSaved& s, const UnitParams& p) const;
+  void experts_swiglu(const MoeMlpSaved& s) const;
   void experts_backward(const MoeMlpSaved& s, const UnitParams& p, MoeMlpGrads& g) const;
 
   int64_t hidden_ = 0, ffn_ = 0, experts_ = 0, k_ = 0;  // C, F, E, k

@@ -3,6 +3,9 @@
 // the output head. Each unit is one flat buffer; every parameter is a contiguous slice
 // of it at a fixed offset, in an order chosen so fused GEMMs need no copies
 // (q|k|v are adjacent, and so are gate|up). Norm weights come last in a block.
+// With tied embeddings the head unit holds only the final norm and reads the embedding
+// unit's table as its output weight (UnitLayout::reads_unit): the table has one owner, one
+// master copy, one set of AdamW moments, and its gradient is the sum of both uses.
 // A mixture-of-experts block holds, instead of the dense MLP, the router [E, C], then
 // every expert's w1|w3 ([2F, C] each, adjacent: one fused GEMM), then every expert's w2
 // [C, F]: the order of transformers 5's fused gate_up_proj and down_proj tensors.
@@ -74,6 +77,10 @@ struct UnitLayout {
   std::string name;  // "embedding", "layers.N", "head"
   std::vector<ParamSlot> params;  // trainable
   int64_t numel = 0;
+  // Another unit whose parameters this unit's computation reads too (-1: none). The tied
+  // head reads the embedding unit: a ParamProvider hands out both while the head runs,
+  // and the embedding unit's gradient sums the head's use and its own (fsdp_engine.h).
+  int reads_unit = -1;
   std::vector<FrozenSlot> frozen;  // frozen (LoRA's base): empty when everything trains
   int64_t frozen_bytes = 0;
   // The adapters' scale and dropout (model/peft.h), when the unit has any.

@@ -7,8 +7,9 @@
 // BlockActivations holds what one block's forward saves for its backward; BlockGrads the
 // backward scratch every block shares. forward reads only its input and the unit's
 // parameters and writes only its BlockActivations and its output, so activation
-// checkpointing is "run forward again into the activations, then backward", with no
-// special case here.
+// checkpointing is "run forward again into the activations, then backward" (full), or
+// "run the Cheap parts again from the kept Expensive ones, then backward" (selective):
+// recompute(), with no special case in the sublayers' forward or backward.
 #pragma once
 
 #include <cstdint>
@@ -19,10 +20,23 @@
 
 namespace fsdp::model {
 
+// Activation checkpointing's modes (decoder.h's ActivationCheckpointing says which blocks).
+enum class Recompute {
+  None,       // keep every saved tensor
+  Full,       // keep only the block's input; run its whole forward again in backward
+  Selective,  // keep the Expensive saved tensors too; run only the Cheap ops again
+};
+
 struct BlockActivations {
   AttentionSaved attn;
-  Tensor x2;  // [N, C] the residual stream between the sublayers (the MLP's input)
+  // [N, C] the residual stream between the sublayers (the MLP's input): x + att Wo^T, the
+  // o projection's GEMM output (the residual add is folded into its beta), so Expensive.
+  Tensor x2;
   std::unique_ptr<MlpSaved> mlp;
+
+  // Each saved tensor to `bind`, in member order (Note [Saved tensors]); creates the MLP's
+  // struct for cfg's kind when there is none.
+  void bind(const LlamaConfig& cfg, int64_t batch, int64_t seq_len, DType dtype, const SavedBinder& bind);
 };
 
 struct BlockGrads {
@@ -30,6 +44,8 @@ struct BlockGrads {
   Tensor dh;    // [N, C] dL/d(a sublayer's normed input)
   AttentionGrads attn;
   std::unique_ptr<MlpGrads> mlp;
+
+  void bind(const LlamaConfig& cfg, int64_t rows, DType dtype, const SavedBinder& bind);
 };
 
 class TransformerBlock {
@@ -46,6 +62,11 @@ class TransformerBlock {
   // out = block(x) over B sequences of T tokens; x, out: [B*T, C], distinct.
   void forward(const Tensor& x, const UnitParams& p, BlockActivations& a, const Tensor& out, int64_t B,
                int64_t T) const;
+  // A checkpointed block's activations again, right before its backward: Full runs
+  // forward (writing `out` again, the same bits); Selective recomputes the Cheap tensors
+  // from x and the kept Expensive ones (out untouched).
+  void recompute(const Tensor& x, const UnitParams& p, BlockActivations& a, const Tensor& out, Recompute mode,
+                 int64_t B, int64_t T) const;
   // On entry g.dres holds dL/d(block output); on exit dL/d(block input). Parameter
   // gradients are added into p.grads, the unit's flat gradient buffer.
   void backward(const Tensor& x, const BlockActivations& a, const UnitParams& p, BlockGrads& g, int64_t B,

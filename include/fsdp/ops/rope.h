@@ -9,6 +9,8 @@
 // Backward is the rotation by -angle: dx[i] = dy[i]*cos + dy[i+half]*sin, ...
 #pragma once
 
+#include <span>
+
 #include "fsdp/core/tensor.h"
 #include "fsdp/core/dispatch.h"
 
@@ -21,6 +23,9 @@ struct RopeTables {
 
 // Angles computed in double and rounded once, so tables are as exact as float32 allows.
 RopeTables make_rope_tables(int64_t max_positions, int64_t head_dim, double theta, Device device = Device::cpu());
+// The same for given frequencies (D/2 of them, each positive and finite): angle(p, i) =
+// p * inv_freq[i]. A scaled RoPE (model/rope_scaling.h) is only other frequencies.
+RopeTables make_rope_tables(int64_t max_positions, std::span<const double> inv_freq, Device device = Device::cpu());
 
 void rope_forward(const Tensor& x, const Tensor& y, const RopeTables& tables, int64_t pos_offset);
 void rope_backward(const Tensor& dy, const Tensor& dx, const RopeTables& tables, int64_t pos_offset);

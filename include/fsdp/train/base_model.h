@@ -30,6 +30,9 @@
 namespace fsdp::train {
 
 model::PeftSpec peft_spec(const config::Config& cfg, const model::LlamaConfig& model_cfg);
+// The same from the keys alone (no model folder read, no layout checked): the memory
+// plan's, where NF4 values' dtype before quantization changes no size.
+model::PeftSpec peft_keys(const config::Config& cfg);
 
 // The frozen base the config names, as the bytes of any range of a unit's frozen buffer:
 // model.init_from's folder (plain or bitsandbytes), or the seeded initialiser.

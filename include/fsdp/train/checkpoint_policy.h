@@ -2,7 +2,8 @@
 // owner of the checkpoint writer (ckpt/checkpoint_writer.h), of checkpoint.interval,
 // checkpoint.stop_on_error, the last saved step, and checkpoint.resume.
 //
-//   resume_point()   collective: the checkpoint checkpoint.resume picks ("" = fresh start)
+//   start()          collective: the checkpoint checkpoint.resume picks ("" = fresh start),
+//                    and for a training run its claim on checkpoint.dir (run_ownership.h)
 //   restore()        reads this rank's shards of it into the engine; returns the counters
 //   save()           collective: a checkpoint of the current state (or starts an async one)
 //   commit_ready()   collective: commits a background save once no rank is still writing
@@ -10,7 +11,8 @@
 //   finish()         collective: waits for a background save and commits it
 //
 // A failed save or commit stops the run (the error names the rank and the file), or with
-// checkpoint.stop_on_error: false is logged and training goes on.
+// checkpoint.stop_on_error: false is logged and training goes on; committed_at() tells the
+// trainer whether its final state reached the disk.
 #pragma once
 
 #include <cstdint>
@@ -31,8 +33,12 @@ class CheckpointPolicy {
   CheckpointPolicy(const config::Config& cfg, dist::ProcessGroups& groups);
 
   // Collective: checkpoint.resume's choice: "" for none (resume: none, or auto with no
-  // complete checkpoint in checkpoint.load_dir or checkpoint.dir), else a verified path.
-  std::string resume_point();
+  // complete checkpoint in checkpoint.dir nor a checkpoint.load_dir), else a verified path.
+  // `claims_dir` (a run that will save): also settles the run id and checkpoint.dir's
+  // ownership (Note [Run ownership]); throws when another run's checkpoints are in the way.
+  std::string start(bool claims_dir);
+  // This run's id ("" for an evaluation of a checkpoint without one, or of a fresh model).
+  const std::string& run_id() const { return run_id_; }
   // Reads the checkpoint at `path` into the engine's shards (master weights and AdamW
   // moments, each rank its own range, on any world size) and returns the rest of the
   // state it holds. The model must be the checkpoint's shape.
@@ -44,6 +50,9 @@ class CheckpointPolicy {
   bool due(int64_t step) const;
   // Whether the state at `step` is already saved (or was resumed from).
   bool saved_at(int64_t step) const { return last_saved_step_ == step; }
+  // Whether a checkpoint of the state at `step` is on disk, committed (or was resumed from):
+  // false after a save that failed under checkpoint.stop_on_error: false.
+  bool committed_at(int64_t step) const { return last_committed_step_ == step; }
   // This rank's background write is still running (its vote in StepVotes::busy_writers).
   bool local_busy() const { return writer_->local_busy(); }
   // Collective: commits a pending background save when `busy_writers` (summed over ranks)
@@ -61,13 +70,16 @@ class CheckpointPolicy {
   // Runs a writer call under checkpoint.stop_on_error: rethrows, or logs and returns false.
   template <typename F>
   bool guarded(F&& f);
-  void log_save(const ckpt::SaveStats& s, bool committed) const;
+  std::string resume_point();
+  void log_save(const ckpt::SaveStats& s, bool committed);
 
   config::Config cfg_;
   dist::ProcessGroups& groups_;
   std::unique_ptr<ckpt::CheckpointWriter> writer_;
   int64_t last_saved_step_ = -1;
+  int64_t last_committed_step_ = -1;
   std::string resumed_from_;
+  std::string run_id_;
   std::optional<ckpt::BaseReference> base_;
 };
 

@@ -4,7 +4,11 @@
 //   - Slurm's task count and the MPI world size (mpirun inside an allocation with another
 //     -np; srun without --mpi=pmix starting N single-rank copies)          -> error
 //   - more ranks on a node than GPUs it can see, when GPUs are asked for   -> error
-//   - a checkpoint.dir on a node-local filesystem in a multi-node job      -> warning
+//   - a multi-node job whose checkpoint.dir is not one directory on every node: rank 0
+//     writes a file there and each node looks for it; a node that does not see it on a
+//     node-local filesystem type                                           -> error
+//     (on a shared type, maybe its attribute cache: a warning), and without the probe
+//     (the file could not be written) a node-local filesystem type         -> warning
 // The environment checks are a pure function of a LaunchEnv, so tests inject one.
 #pragma once
 
@@ -38,6 +42,10 @@ struct LaunchEnv {
   // statfs f_type of the filesystem holding `path` (or its nearest existing ancestor);
   // nullopt when it cannot be read.
   std::function<std::optional<int64_t>(const std::string& path)> fs_type;
+  // Multi-node jobs: the hosts that did not see the file rank 0 wrote next to
+  // checkpoint.dir (empty: every node saw it, the directory is shared whatever its type);
+  // nullopt: not probed.
+  std::optional<std::vector<std::string>> checkpoint_dir_unseen_by;
 };
 
 // The real environment: the variables the checks use, the build, statfs. The CUDA runtime

@@ -2,7 +2,8 @@
 // JSON object per line in <run.dir>/metrics.jsonl (stable field names: step, loss, lr,
 // grad_norm, tokens_per_sec, and val_loss when evaluated; mfu on a GPU; loss_scale and
 // skipped under float16; ce_loss, aux_loss and, with a z-loss, z_loss for a mixture of
-// experts).
+// experts; peak_mem_category and its bytes, rank 0's; run_id on every line, so a reader line
+// by line always knows which run a step belongs to, with no header line to skip).
 #pragma once
 
 #include <cstdint>
@@ -10,6 +11,8 @@
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "fsdp/core/memory_category.h"
 
 namespace fsdp::train {
 
@@ -25,6 +28,10 @@ struct StepMetrics {
   int64_t tokens = 0;           // tokens in this step's global batch
   int64_t tokens_seen = 0;      // since the start of training
   uint64_t peak_tensor_bytes = 0;  // allocator peak since the last step's report
+  // The category group (fsdp/core/memory_category.h) holding the most bytes at the step's
+  // peak of memory in use, and those bytes (Allocator::peak_top_group).
+  memory::Category peak_mem_group = memory::kOther;
+  uint64_t peak_mem_group_bytes = 0;
   uint64_t max_rss_bytes = 0;      // process peak resident set size
   uint64_t comm_bytes = 0;         // bytes this rank sent in collectives during the step
   double comm_wait_ms = 0;         // time this rank spent waiting on collectives
@@ -40,6 +47,7 @@ struct StepMetrics {
   std::optional<double> mfu;         // on a GPU whose peak is known (train/device_peak.h): 0..1
   std::optional<double> loss_scale;  // float16 compute: the dynamic loss scale this step ran with
   bool skipped = false;              // float16: inf/NaN gradients, the optimizer did not step
+  std::string run_id;                // the run (Note [Run ownership] in run_ownership.h); "" = not written
 };
 
 std::string format_step_line(const StepMetrics& m, int64_t max_steps);

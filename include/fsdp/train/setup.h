@@ -44,6 +44,9 @@ dist::ProcessGroups engine_groups(dist::ProcessGroups& host, Device device);
 struct DataSources {
   std::shared_ptr<const data::SampleSource> train, val;
   std::unique_ptr<data::Loader> train_loader, val_loader;
+  // Why there is no val source, when a run that never evaluates went on without one: the
+  // error an evaluation then reports (which key to set, or what is wrong with the shards).
+  std::string val_error;
 };
 DataSources make_data_sources(const config::Config& cfg, int64_t vocab_size, const dist::Communicator& world);
 

@@ -23,7 +23,9 @@
 // picks one and restores the shards, AdamW moments, step, token and sample counters, so
 // the resumed run continues the same loss curve bit for bit (with the same world size and
 // strategy; on another world size, within fp32 reduction order). A preemption signal
-// (train/preemption.h) makes run() finish its step, save and return kExitPreempted. Ranks
+// (train/preemption.h) makes run() finish its step, save and return kExitPreempted; a
+// diverged run (train/divergence.h) stops with kExitError and no checkpoint left that would
+// resume into the divergence. Ranks
 // agree on "stop now" and "every background write is done" through the per-step votes
 // (train/step_votes.h), which ride on the loss all-reduce.
 #pragma once
@@ -41,13 +43,18 @@
 #include "fsdp/train/metrics.h"
 #include "fsdp/train/setup.h"
 #include "fsdp/train/expert_load.h"
+#include "fsdp/train/memory_plan.h"
 #include "fsdp/train/step_votes.h"
 
 namespace fsdp::train {
 
+// What a Trainer is made for: a training run saves checkpoints, so it claims
+// checkpoint.dir at start-up (Note [Run ownership]); an evaluation only reads one.
+enum class TrainerPurpose { Train, Evaluate };
+
 class Trainer {
  public:
-  Trainer(const config::Config& cfg, dist::ProcessGroups& groups);
+  Trainer(const config::Config& cfg, dist::ProcessGroups& groups, TrainerPurpose purpose = TrainerPurpose::Train);
 
   // One optimizer step over train.grad_accum_steps micro-batches on every rank.
   StepMetrics train_step();
@@ -60,6 +67,8 @@ class Trainer {
   int64_t step() const { return step_; }
   // The checkpoint this run resumed from ("" for a fresh start).
   const std::string& resumed_from() const { return checkpoints_.resumed_from(); }
+  // This run's id (in every checkpoint manifest and metrics.jsonl line).
+  const std::string& run_id() const { return checkpoints_.run_id(); }
   // Collective: writes a checkpoint of the current state (synchronously, or starts an
   // asynchronous one); returns its stats. run() calls it; tests may too.
   ckpt::SaveStats save_checkpoint();
@@ -69,6 +78,8 @@ class Trainer {
   FsdpEngine& engine() { return engine_; }
   Device device() const { return device_; }
   const optim::DynamicLossScaler& loss_scaler() const { return scaler_; }
+  // The start-up memory plan of this rank (what `fsdp_train plan` prints).
+  const MemoryPlan& memory_plan() const { return memory_plan_; }
   const config::Config& config() const { return cfg_; }
 
  private:
@@ -85,12 +96,17 @@ class Trainer {
   // staging buffers when the model is on a GPU).
   void load_micro_batch(data::Loader& loader, int64_t index);
   void log_run_start() const;
+  // Throws unless the state at step_ is committed to disk (`which` names the save).
+  void check_final_checkpoint(const char* which) const;
+  // run()'s steps, evaluations, logging and checkpoints; throws Diverged (divergence.h).
+  int train_loop(MetricsWriter* metrics);
   void log_lora() const;
   void log_device() const;
 
   config::Config cfg_;
   dist::ProcessGroups& groups_;   // host groups (MPI or local): world, checkpoints
   Device device_;
+  MemoryPlan memory_plan_;  // checked before anything below allocates (memory_check.h)
   dist::ProcessGroups engine_groups_;  // the engine's: groups_, with NCCL shard/replicate on a GPU
   model::Llama model_;
   FsdpEngine engine_;

@@ -10,6 +10,8 @@
 #include "device_errors.h"
 #include "fsdp/core/cuda.h"
 #include "fsdp/core/cuda_check.h"
+#include "fsdp/core/host_wait.h"
+#include "fsdp/core/trace.h"
 
 namespace fsdp::cuda {
 namespace {
@@ -25,6 +27,7 @@ cudaStream_t compute_stream(int device) {
   if (streams[device] == nullptr) {
     DeviceGuard guard(device);
     FSDP_CUDA_CHECK(cudaStreamCreateWithFlags(&streams[device], cudaStreamNonBlocking));
+    trace::name_stream(device, streams[device], "compute");
   }
   return streams[device];
 }
@@ -104,7 +107,7 @@ void copy(const Tensor& src, const Tensor& dst) {
   if (kind == cudaMemcpyDeviceToDevice && src.device() != dst.device()) {
     // Peer copy: order after the source device's work first.
     DeviceGuard src_guard(src.device().index);
-    FSDP_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(current_stream(src.device().index))));
+    wait_for_stream(current_stream(src.device().index));
   }
   FSDP_CUDA_CHECK(cudaMemcpyAsync(dst.data_ptr(), src.data_ptr(), src.nbytes(), kind, stream));
   if (kind != cudaMemcpyDeviceToHost) return;

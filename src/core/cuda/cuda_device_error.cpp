@@ -13,6 +13,7 @@
 #include "fsdp/core/cuda.h"
 #include "fsdp/core/cuda_check.h"
 #include "fsdp/core/cuda_device_error.h"
+#include "fsdp/core/host_wait.h"
 
 namespace fsdp::cuda {
 namespace {
@@ -77,13 +78,13 @@ void wait_and_check_device_errors(int device, cudaStream_t stream) {
   check_index(device);
   DeviceErrorRecord* r = g_records[size_t(device)].load(std::memory_order_acquire);
   if (r == nullptr) {
-    FSDP_CUDA_CHECK(cudaStreamSynchronize(stream));
+    wait_for_stream(stream);
     return;
   }
   DeviceErrorRecord*& host = tl_staging.host[size_t(device)];
   if (host == nullptr) FSDP_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&host), sizeof(DeviceErrorRecord)));
   FSDP_CUDA_CHECK(cudaMemcpyAsync(host, r, sizeof(DeviceErrorRecord), cudaMemcpyDeviceToHost, stream));
-  FSDP_CUDA_CHECK(cudaStreamSynchronize(stream));
+  wait_for_stream(stream);
   const DeviceErrorRecord staged = *host;
   if (staged.op == uint32_t(DeviceErrorOp::None)) return;
   FSDP_CUDA_CHECK(cudaMemsetAsync(r, 0, sizeof(DeviceErrorRecord), stream));

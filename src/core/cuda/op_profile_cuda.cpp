@@ -41,9 +41,13 @@ cudaStream_t stream(int device) { return static_cast<cudaStream_t>(cuda::current
 
 }  // namespace
 
-void cuda_begin(int device, void* events[2]) {
+void cuda_take_pair(int device, void* events[2]) {
   events[0] = take(device);
   events[1] = take(device);
+}
+
+void cuda_begin(int device, void* events[2]) {
+  cuda_take_pair(device, events);
   try {
     FSDP_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(events[0]), stream(device)));
   } catch (...) {

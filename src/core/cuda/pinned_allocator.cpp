@@ -31,9 +31,12 @@ class PinnedAllocator final : public Allocator {
     record_free(nbytes);
   }
   Device device() const override { return Device::cpu(); }
+  std::string name() const override { return "cpu (page-locked)"; }
 };
 
 }  // namespace
+
+std::unique_ptr<Allocator> new_pinned_allocator() { return std::make_unique<PinnedAllocator>(); }
 
 Tensor pinned_empty(const Dims& sizes, DType dtype) {
   static PinnedAllocator* allocator = new PinnedAllocator();  // outlives every tensor (never destroyed)

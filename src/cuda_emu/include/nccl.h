@@ -28,8 +28,12 @@
 //
 // Emulated, where it differs from NCCL:
 //   * streams run eagerly (cuda_runtime.h here), so a collective has completed when its call
-//     returns: each call is a blocking MPI collective, and ranks must issue collectives on a
-//     communicator in the same order (as NCCL also requires);
+//     returns: each call waits for its MPI collective, and ranks must issue collectives on a
+//     communicator in the same order (as NCCL also requires). While it waits it calls the
+//     hook of fsdpEmuNcclSetWaitHook every millisecond (where a GPU's host would wait at a
+//     read-back instead); ncclCommAbort then, from that hook or another thread, ends the
+//     wait: the call returns ncclRemoteError and the communicator is gone, as NCCL's abort
+//     ends the collectives in flight;
 //   * ncclGroupStart / ncclGroupEnd only nest (the calls inside already ran); this is
 //     enough for collectives, which NCCL also lets run one by one;
 //   * the transport (rings, trees, NVLink, the reduction order NCCL picks) is MPI's;
@@ -120,6 +124,11 @@ ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcoun
 
 ncclResult_t ncclGroupStart(void);
 ncclResult_t ncclGroupEnd(void);
+
+// Emulator only: called every millisecond by a collective while it waits for the other
+// ranks (nullptr: none); see "Emulated" above. Returns the hook it replaces.
+typedef void (*fsdpEmuNcclWaitHook)(void);
+fsdpEmuNcclWaitHook fsdpEmuNcclSetWaitHook(fsdpEmuNcclWaitHook hook);
 
 // Emulator only: the next call of `call` (an NCCL function name, e.g. "ncclAllReduce") in
 // this process returns `result`, with ncclGetLastError saying it was injected; for

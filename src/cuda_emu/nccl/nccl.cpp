@@ -2,6 +2,14 @@
 // collectives executed as blocking MPI collectives between the processes of an mpirun job,
 // on the emulator's device memory, which is host memory MPI can read and write directly.
 //
+// A collective is a non-blocking MPI collective, waited for inside the call (streams are
+// eager here). While it waits the call polls, and every millisecond calls the hook of
+// fsdpEmuNcclSetWaitHook: where a GPU's host would have returned at once and waited later
+// (at a read-back), the emulator's host waits here, so that is where the host's wait hook
+// (fsdp/core/host_wait.h: the collective watchdog) must run. ncclCommAbort from that hook,
+// or from another thread, ends the wait with ncclRemoteError and frees the communicator
+// when the call returns.
+//
 // A communicator is an MPI communicator over the member processes in NCCL rank order.
 // ncclCommInitRank builds it without involving any other process, as NCCL does: the id
 // names the world rank that made it; every other member sends it (nranks, rank, world
@@ -20,6 +28,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <climits>
 #include <cstdint>
 #include <cstdio>
@@ -35,6 +44,8 @@ struct ncclComm {
   int nranks, rank, device;
   MPI_Comm mpi;  // MPI_COMM_NULL for a one-rank clique
   ncclResult_t async;
+  std::atomic<bool> busy{false};     // a collective is waiting for the other ranks
+  std::atomic<bool> aborted{false};  // ncclCommAbort came meanwhile: the waiting call frees it
 };
 
 namespace fsdp_emu {
@@ -58,6 +69,7 @@ std::atomic<uint64_t> g_seq{0};
 std::string g_inject_call;
 ncclResult_t g_inject_result = ncclSuccess;
 thread_local std::string tl_last_error;
+std::atomic<void (*)(void)> g_wait_hook{nullptr};
 thread_local int tl_group_depth = 0;
 
 MPI_Datatype g_f16 = MPI_DATATYPE_NULL, g_bf16 = MPI_DATATYPE_NULL;
@@ -210,6 +222,7 @@ ncclResult_t prologue(Call* c, const char* call, ncclComm_t comm, size_t count, 
   std::string why;
   const int d = stream_device(stream, &why);
   if (d < 0) return fail(ncclInvalidArgument, std::string(call) + ": stream is " + why);
+  drain(stream);  // the stream's queued copies come first (Note [Deferred copies])
   if (d != comm->device)
     return fail(ncclInvalidArgument, std::string(call) + ": stream " + str(stream) + " belongs to cuda:" +
                                          std::to_string(d) + " but the communicator to cuda:" +
@@ -243,6 +256,43 @@ ncclResult_t mpi_result(const Call& c, int rc, const char* mpi_call) {
   return fail(ncclSystemError, std::string(c.name) + ": " + mpi_call + " failed: " + mpi_error(rc));
 }
 
+// pending: a collective of this communicator was abandoned (an aborted wait). OpenMPI 4.1
+// crashes progressing a non-blocking collective whose communicator was freed, so that MPI
+// communicator is left to MPI_Finalize. After MPI_Finalize MPI has freed it itself.
+void free_comm(ncclComm_t comm, bool pending) {
+  if (!pending && comm->mpi != MPI_COMM_NULL && mpi_up()) MPI_Comm_free(&comm->mpi);
+  delete comm;
+}
+
+// The collective just issued (rc, *req) to completion: polled, with the wait hook called
+// every millisecond, and abandoned if the communicator is aborted meanwhile.
+ncclResult_t wait_for(const Call& c, int rc, MPI_Request* req, const char* mpi_call) {
+  if (rc != MPI_SUCCESS) return mpi_result(c, rc, mpi_call);
+  ncclComm_t comm = c.comm;
+  comm->busy = true;
+  auto next_hook = std::chrono::steady_clock::now();
+  while (true) {
+    int flag = 0;
+    rc = MPI_Test(req, &flag, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS || flag) break;
+    if (void (*hook)(void) = g_wait_hook.load(); hook != nullptr && std::chrono::steady_clock::now() >= next_hook) {
+      hook();
+      next_hook = std::chrono::steady_clock::now() + std::chrono::milliseconds(1);
+    }
+    if (comm->aborted) {
+      free_comm(comm, /*pending=*/true);
+      return fail(ncclRemoteError, std::string(c.name) + ": the communicator was aborted (ncclCommAbort) while the "
+                                                         "collective waited for the other ranks");
+    }
+  }
+  comm->busy = false;
+  if (comm->aborted) {  // aborted by a hook that ran as the collective completed
+    free_comm(comm, false);
+    return fail(ncclRemoteError, std::string(c.name) + ": the communicator was aborted (ncclCommAbort)");
+  }
+  return mpi_result(c, rc, mpi_call);
+}
+
 }  // namespace
 }  // namespace fsdp_emu
 
@@ -265,6 +315,8 @@ const char* ncclGetErrorString(ncclResult_t result) {
 }
 
 const char* ncclGetLastError(ncclComm_t) { return tl_last_error.c_str(); }
+
+fsdpEmuNcclWaitHook fsdpEmuNcclSetWaitHook(fsdpEmuNcclWaitHook hook) { return g_wait_hook.exchange(hook); }
 
 void fsdpEmuNcclInjectError(const char* call, ncclResult_t result) {
   std::lock_guard<std::mutex> lock(g_mu);
@@ -375,7 +427,7 @@ ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int
     if (world_group != MPI_GROUP_NULL) MPI_Group_free(&world_group);
     if (rc != MPI_SUCCESS) return fail(ncclSystemError, "ncclCommInitRank: MPI_Comm_create_group: " + mpi_error(rc));
   }
-  auto* c = new ncclComm{nranks, rank, device, mpi, ncclSuccess};
+  auto* c = new ncclComm{nranks, rank, device, mpi, ncclSuccess, {}, {}};
   std::lock_guard<std::mutex> lock(g_mu);
   g_live.insert(c);
   *comm = c;
@@ -391,10 +443,13 @@ static ncclResult_t release_comm(const char* call, ncclComm_t comm) {
     if (g_live.erase(comm) == 0)
       return fail(ncclInvalidArgument, std::string(call) + ": comm " + str(comm) + " is not a live communicator");
   }
-  // Nothing is ever pending (collectives complete inside their call); after MPI_Finalize
-  // MPI has freed the communicator itself.
-  if (comm->mpi != MPI_COMM_NULL && mpi_up()) MPI_Comm_free(&comm->mpi);
-  delete comm;
+  // A collective waiting on it (from the wait hook, or another thread) ends its wait and
+  // frees it; ncclCommDestroy of a busy communicator is the caller's error, as in NCCL.
+  if (comm->busy) {
+    comm->aborted = true;
+    return ncclSuccess;
+  }
+  free_comm(comm, false);
   return ncclSuccess;
 }
 
@@ -456,9 +511,10 @@ ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcoun
     return ncclSuccess;
   }
   const int count = int(sendcount);
-  return mpi_result(c, MPI_Allgather(in_place ? MPI_IN_PLACE : sendbuff, count, c.type.mpi, recvbuff, count,
-                                     c.type.mpi, comm->mpi),
-                    "MPI_Allgather");
+  MPI_Request req = MPI_REQUEST_NULL;
+  return wait_for(c, MPI_Iallgather(in_place ? MPI_IN_PLACE : sendbuff, count, c.type.mpi, recvbuff, count,
+                                    c.type.mpi, comm->mpi, &req),
+                  &req, "MPI_Iallgather");
 }
 
 ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, ncclDataType_t datatype,
@@ -485,8 +541,10 @@ ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recv
     copy.assign(static_cast<const char*>(sendbuff), static_cast<const char*>(sendbuff) + bytes * n);
     src = copy.data();
   }
-  return mpi_result(c, MPI_Reduce_scatter_block(src, recvbuff, int(recvcount), c.type.mpi, mpi_op(op, c.type), comm->mpi),
-                    "MPI_Reduce_scatter_block");
+  MPI_Request req = MPI_REQUEST_NULL;
+  return wait_for(c, MPI_Ireduce_scatter_block(src, recvbuff, int(recvcount), c.type.mpi, mpi_op(op, c.type),
+                                               comm->mpi, &req),
+                  &req, "MPI_Ireduce_scatter_block");
 }
 
 ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
@@ -505,9 +563,10 @@ ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, n
     if (!in_place) std::memcpy(recvbuff, sendbuff, bytes);
     return ncclSuccess;
   }
-  return mpi_result(c, MPI_Allreduce(in_place ? MPI_IN_PLACE : sendbuff, recvbuff, int(count), c.type.mpi,
-                                     mpi_op(op, c.type), comm->mpi),
-                    "MPI_Allreduce");
+  MPI_Request req = MPI_REQUEST_NULL;
+  return wait_for(c, MPI_Iallreduce(in_place ? MPI_IN_PLACE : sendbuff, recvbuff, int(count), c.type.mpi,
+                                    mpi_op(op, c.type), comm->mpi, &req),
+                  &req, "MPI_Iallreduce");
 }
 
 static ncclResult_t broadcast(const char* call, const void* sendbuff, void* recvbuff, size_t count,
@@ -527,7 +586,8 @@ static ncclResult_t broadcast(const char* call, const void* sendbuff, void* recv
     std::memcpy(recvbuff, sendbuff, bytes);
   }
   if (comm->nranks == 1) return ncclSuccess;
-  return mpi_result(c, MPI_Bcast(recvbuff, int(count), c.type.mpi, root, comm->mpi), "MPI_Bcast");
+  MPI_Request req = MPI_REQUEST_NULL;
+  return wait_for(c, MPI_Ibcast(recvbuff, int(count), c.type.mpi, root, comm->mpi, &req), &req, "MPI_Ibcast");
 }
 
 ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,

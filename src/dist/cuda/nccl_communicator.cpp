@@ -12,10 +12,24 @@
 // Zero-element collectives complete at once without calling NCCL (every rank has the
 // same sizes, so every rank skips alike).
 //
+// Trace (fsdp/core/trace.h): while one records, each collective is a span of the comm
+// stream's track, timed by events recorded on that stream around the NCCL call, with its
+// group and byte count.
+//
 // Errors: every CUDA and NCCL call is checked; the message names the call, file:line,
 // the group, the rank, the device and the host, with cudaGetErrorString /
 // ncclGetErrorString and NCCL's own last-error text. The destructor's calls are not
 // checked: teardown errors (driver unloading, a peer gone) are not actionable.
+//
+// The watchdog (fsdp/dist/watchdog.h): the host never blocks in NCCL, so the collectives in
+// flight are watched where the host does wait, for a GPU stream (Note [Host waits] in
+// fsdp/core/host_wait.h; in the emulation build inside the NCCL call itself, which runs the
+// collective there). Every collective enters a ring of in-flight records with an event of
+// its own, recorded after it on the comm stream; the wait hook (poll_in_flight) retires
+// records whose event has completed, asks NCCL for asynchronous errors
+// (ncclCommGetAsyncError), and hands the oldest record still in flight to the watchdog,
+// which reports and aborts the job once it is older than dist.timeout_s, first aborting
+// every NCCL communicator (ncclCommAbort) so no kernel spins on.
 //
 // Built only where NCCL is (FSDP_WITH_NCCL: CMake found it, or the emulation build): a
 // CUDA toolkit need not ship NCCL, and without it this file compiles to nothing, so
@@ -25,17 +39,22 @@
 #include <nccl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "../detail.h"
 #include "fsdp/core/cuda.h"
 #include "fsdp/core/cuda_check.h"
+#include "fsdp/core/host_wait.h"
 #include "fsdp/core/nvtx.h"
+#include "fsdp/core/trace.h"
 #include "fsdp/dist/nccl.h"
 
 namespace fsdp::dist {
@@ -93,6 +112,20 @@ struct Events {
   cudaEvent_t done = nullptr;   // on the comm stream: the collective has finished
 };
 
+using Clock = std::chrono::steady_clock;
+
+// A collective in flight on the GPU, for the watchdog (see the file comment).
+struct InFlight {
+  uint64_t seq = 0;
+  Collective op = Collective::AllReduce;
+  Clock::time_point issued;
+  bool recorded = false;  // its event follows it on the comm stream (false while the call runs)
+};
+
+class NcclCommunicatorImpl;
+std::vector<NcclCommunicatorImpl*>& live_communicators();
+void poll_in_flight();
+
 class NcclCommunicatorImpl final : public NcclCommunicator {
  public:
   NcclCommunicatorImpl(Communicator& bootstrap, int device, void* stream)
@@ -101,6 +134,7 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
         size_(bootstrap.size()),
         device_(device),
         stream_(static_cast<cudaStream_t>(stream)) {
+    world_ranks_ = bootstrap.world_ranks();
     for (int op = 0; op < 4; ++op)
       nvtx_names_[size_t(op)] = fmt::format("nccl {} (group '{}')", detail::collective_name(Collective(op)), name_);
     int count = 0;
@@ -114,9 +148,24 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
       release();  // a constructor that throws gets no destructor
       throw;
     }
+    watch_id_ = detail::watch_group(name_, world_ranks_);
+    live_communicators().push_back(this);
+    // Right before the watchdog's MPI_Abort: no kernel of ours may spin on.
+    detail::on_watchdog_abort(this, [this] {
+      if (comm_ != nullptr) (void)ncclCommAbort(comm_);
+      comm_ = nullptr;
+    });
+    cuda::set_host_wait_hook(&poll_in_flight);
+#if defined(NCCL_EMULATION)
+    fsdpEmuNcclSetWaitHook(&poll_in_flight);
+#endif
   }
 
   ~NcclCommunicatorImpl() override {
+    detail::forget_watchdog_abort(this);
+    auto& live = live_communicators();
+    live.erase(std::remove(live.begin(), live.end(), this), live.end());
+    if (watch_id_ >= 0) detail::forget_group(watch_id_);
     int previous = -1;
     (void)cudaGetDevice(&previous);
     (void)cudaSetDevice(device_);
@@ -136,10 +185,10 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
     if (shard.numel() == 0) return counted(Collective::AllGather, 0, 0);
     FSDP_NVTX_RANGE(nvtx_names_[size_t(Collective::AllGather)].c_str());
     const cuda::DeviceGuard guard(device_);
-    const int slot = begin();
-    FSDP_NCCL_CHECK(ncclAllGather(shard.data_ptr(), full.data_ptr(), size_t(shard.numel()), nccl_type(shard.dtype()),
-                                  comm_, stream_));
-    return issued(slot, Collective::AllGather, 0, shard.nbytes());
+    return enqueue(Collective::AllGather, 0, shard, [&] {
+      FSDP_NCCL_CHECK(ncclAllGather(shard.data_ptr(), full.data_ptr(), size_t(shard.numel()),
+                                    nccl_type(shard.dtype()), comm_, stream_));
+    });
   }
 
   Request reduce_scatter(const Tensor& full, const Tensor& shard) override {
@@ -148,10 +197,10 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
     if (shard.numel() == 0) return counted(Collective::ReduceScatter, 0, 0);
     FSDP_NVTX_RANGE(nvtx_names_[size_t(Collective::ReduceScatter)].c_str());
     const cuda::DeviceGuard guard(device_);
-    const int slot = begin();
-    FSDP_NCCL_CHECK(ncclReduceScatter(full.data_ptr(), shard.data_ptr(), size_t(shard.numel()),
-                                      nccl_type(shard.dtype()), ncclSum, comm_, stream_));
-    return issued(slot, Collective::ReduceScatter, 0, shard.nbytes());
+    return enqueue(Collective::ReduceScatter, 0, shard, [&] {
+      FSDP_NCCL_CHECK(ncclReduceScatter(full.data_ptr(), shard.data_ptr(), size_t(shard.numel()),
+                                        nccl_type(shard.dtype()), ncclSum, comm_, stream_));
+    });
   }
 
   Request all_reduce(const Tensor& x) override {
@@ -160,10 +209,10 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
     if (x.numel() == 0) return counted(Collective::AllReduce, 0, 0);
     FSDP_NVTX_RANGE(nvtx_names_[size_t(Collective::AllReduce)].c_str());
     const cuda::DeviceGuard guard(device_);
-    const int slot = begin();
-    FSDP_NCCL_CHECK(
-        ncclAllReduce(x.data_ptr(), x.data_ptr(), size_t(x.numel()), nccl_type(x.dtype()), ncclSum, comm_, stream_));
-    return issued(slot, Collective::AllReduce, 0, x.nbytes());
+    return enqueue(Collective::AllReduce, 0, x, [&] {
+      FSDP_NCCL_CHECK(
+          ncclAllReduce(x.data_ptr(), x.data_ptr(), size_t(x.numel()), nccl_type(x.dtype()), ncclSum, comm_, stream_));
+    });
   }
 
   Request broadcast(const Tensor& x, int root) override {
@@ -172,10 +221,10 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
     if (x.numel() == 0) return counted(Collective::Broadcast, root, 0);
     FSDP_NVTX_RANGE(nvtx_names_[size_t(Collective::Broadcast)].c_str());
     const cuda::DeviceGuard guard(device_);
-    const int slot = begin();
-    FSDP_NCCL_CHECK(
-        ncclBroadcast(x.data_ptr(), x.data_ptr(), size_t(x.numel()), nccl_type(x.dtype()), root, comm_, stream_));
-    return issued(slot, Collective::Broadcast, root, x.nbytes());
+    return enqueue(Collective::Broadcast, root, x, [&] {
+      FSDP_NCCL_CHECK(
+          ncclBroadcast(x.data_ptr(), x.data_ptr(), size_t(x.numel()), nccl_type(x.dtype()), root, comm_, stream_));
+    });
   }
 
   // A one-element all-reduce on the comm stream, waited on the host: NCCL has no barrier.
@@ -185,9 +234,40 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
       FSDP_NCCL_CUDA_CHECK(cudaMalloc(&barrier_buf_, sizeof(float)));
       FSDP_NCCL_CUDA_CHECK(cudaMemsetAsync(barrier_buf_, 0, sizeof(float), stream_));
     }
-    FSDP_NCCL_CHECK(ncclAllReduce(barrier_buf_, barrier_buf_, 1, ncclFloat32, ncclSum, comm_, stream_));
-    FSDP_NCCL_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    const uint64_t seq = track(Collective::Barrier);
+    try {
+      FSDP_NCCL_CHECK(ncclAllReduce(barrier_buf_, barrier_buf_, 1, ncclFloat32, ncclSum, comm_, stream_));
+    } catch (...) {
+      untrack();
+      throw;
+    }
+    recorded(seq);
+    cuda::wait_for_stream(stream_);
     check_async_error();
+  }
+
+  // The wait hook's work for this communicator: retires the records that completed, and
+  // returns the oldest one still in flight (nullptr: none) and NCCL's asynchronous error
+  // (ncclSuccess: none).
+  const InFlight* oldest_in_flight(ncclResult_t* async) {
+    *async = ncclSuccess;
+    if (comm_ == nullptr) return nullptr;
+    if (ncclCommGetAsyncError(comm_, async) != ncclSuccess) *async = ncclSuccess;  // the check itself failed: ignore
+    const cuda::DeviceGuard guard(device_);
+    while (in_flight_count_ > 0) {
+      const size_t k = in_flight_head_ % kInFlight;
+      if (!in_flight_[k].recorded || cudaEventQuery(in_flight_events_[k]) != cudaSuccess) return &in_flight_[k];
+      ++in_flight_head_;
+      --in_flight_count_;
+    }
+    return nullptr;
+  }
+
+  int watch_id() const { return watch_id_; }
+  std::string async_error_text(ncclResult_t r) const {
+    const char* last = comm_ != nullptr ? ncclGetLastError(comm_) : nullptr;
+    return fmt::format("NCCL: {}{}", ncclGetErrorString(r),
+                       last != nullptr && last[0] != '\0' ? fmt::format("; NCCL says: {}", last) : std::string());
   }
 
   void wait(Request r) override {
@@ -210,10 +290,12 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
       FSDP_NCCL_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
       owns_stream_ = true;
     }
+    trace::name_stream(device_, stream_, fmt::format("communication (group '{}')", name_));
     for (Slot& s : slots_.all()) {
       FSDP_NCCL_CUDA_CHECK(cudaEventCreateWithFlags(&s.handle.ready, cudaEventDisableTiming));
       FSDP_NCCL_CUDA_CHECK(cudaEventCreateWithFlags(&s.handle.done, cudaEventDisableTiming));
     }
+    for (cudaEvent_t& e : in_flight_events_) FSDP_NCCL_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
 
     // The unique id travels as 64 bfloat16 elements: MPI moves that type as raw bytes.
     static_assert(sizeof(ncclUniqueId) == 128);
@@ -241,6 +323,38 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
       if (s.handle.done != nullptr) (void)cudaEventDestroy(s.handle.done);
       s.handle = Events{};
     }
+    for (cudaEvent_t& e : in_flight_events_) {
+      if (e != nullptr) (void)cudaEventDestroy(e);
+      e = nullptr;
+    }
+  }
+
+  // A new in-flight record for the collective about to be enqueued; returns its sequence
+  // number. A full ring first waits (under the host-wait hook) for its oldest record.
+  uint64_t track(Collective op) {
+    while (in_flight_count_ == kInFlight) {
+      cuda::wait_for_stream(stream_);
+      ncclResult_t async = ncclSuccess;
+      oldest_in_flight(&async);
+    }
+    const size_t k = (in_flight_head_ + in_flight_count_) % kInFlight;
+    in_flight_[k] = InFlight{detail::count_collective(watch_id_), op, Clock::now(), false};
+    ++in_flight_count_;
+    return in_flight_[k].seq;
+  }
+
+  // The newest record, of a collective whose NCCL call failed: it never ran.
+  void untrack() {
+    const size_t k = (in_flight_head_ + in_flight_count_ - 1) % kInFlight;
+    if (in_flight_count_ > 0 && !in_flight_[k].recorded) --in_flight_count_;
+  }
+
+  // The collective `seq` is enqueued: its event goes on the comm stream after it.
+  void recorded(uint64_t seq) {
+    const size_t k = (in_flight_head_ + in_flight_count_ - 1) % kInFlight;
+    if (in_flight_count_ == 0 || in_flight_[k].seq != seq) return;
+    FSDP_NCCL_CUDA_CHECK(cudaEventRecord(in_flight_events_[k], stream_));
+    in_flight_[k].recorded = true;
   }
 
   Context context() const { return Context{&name_, rank_, size_, device_}; }
@@ -248,14 +362,34 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
   // The stream the caller's work on this device goes to (Note [CUDA current stream]).
   cudaStream_t compute_stream() const { return static_cast<cudaStream_t>(cuda::current_stream(device_)); }
 
-  // A free slot, with the comm stream ordered after the caller's stream.
-  int begin() {
+  // One collective on `t` (what this rank sends): a slot, its in-flight record, the NCCL
+  // call (`call`; a failed one leaves no record behind) inside its trace span on the comm
+  // stream, and the slot's `done` event.
+  template <typename Call>
+  Request enqueue(Collective op, int root, const Tensor& t, Call&& call) {
+    const int slot = begin(op);
+    try {
+      std::optional<trace::StreamSpan> span;
+      if (trace::enabled())
+        span.emplace(device_, stream_, detail::collective_name(op), "collective", trace_args(op, t, root));
+      call();
+    } catch (...) {
+      untrack();
+      throw;
+    }
+    return issued(slot, op, root, t.nbytes());
+  }
+
+  // A free slot, with the comm stream ordered after the caller's stream, and the
+  // collective's in-flight record.
+  int begin(Collective op) {
     const int slot = slots_.acquire(*this, device_);
     const cudaStream_t caller = compute_stream();
     if (caller != stream_) {
       FSDP_NCCL_CUDA_CHECK(cudaEventRecord(slots_[slot].handle.ready, caller));
       FSDP_NCCL_CUDA_CHECK(cudaStreamWaitEvent(stream_, slots_[slot].handle.ready, 0));
     }
+    pending_seq_ = track(op);
     return slot;
   }
 
@@ -268,12 +402,19 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
   }
 
   Request counted(Collective op, int root, uint64_t nbytes) {
+    const uint64_t bytes = detail::ring_bytes(op, size_, rank_, root, nbytes);
     ++stats_.calls;
-    stats_.bytes_sent += detail::ring_bytes(op, size_, rank_, root, nbytes);
+    stats_.bytes_sent += bytes;
+    trace::add_bytes_sent(bytes);
     return {};
   }
 
+  std::string trace_args(Collective op, const Tensor& t, int root) const {
+    return detail::collective_trace_args(*this, op, t, detail::ring_bytes(op, size_, rank_, root, t.nbytes()), root);
+  }
+
   Request issued(int slot, Collective op, int root, uint64_t nbytes) {
+    recorded(pending_seq_);
     FSDP_NCCL_CUDA_CHECK(cudaEventRecord(slots_[slot].handle.done, stream_));
     counted(op, root, nbytes);
     return slots_.issue(slot);
@@ -287,7 +428,47 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
   detail::RequestSlots<Events> slots_;
   void* barrier_buf_ = nullptr;
   std::array<std::string, 4> nvtx_names_;  // made once: a range per call must not allocate
+  // The watchdog's view: this group's registration, and the ring of collectives in flight
+  // (a step enqueues a few per unit; the host waits for the GPU at least once a step).
+  int watch_id_ = -1;
+  static constexpr size_t kInFlight = 512;
+  std::array<InFlight, kInFlight> in_flight_{};
+  std::array<cudaEvent_t, kInFlight> in_flight_events_{};
+  size_t in_flight_head_ = 0, in_flight_count_ = 0;
+  uint64_t pending_seq_ = 0;
 };
+
+std::vector<NcclCommunicatorImpl*>& live_communicators() {
+  static std::vector<NcclCommunicatorImpl*> live;
+  return live;
+}
+
+// The host-wait hook (Note [Host waits]): the oldest collective in flight over every NCCL
+// communicator of this process, or its asynchronous error, to the watchdog.
+void poll_in_flight() {
+  const InFlight* oldest = nullptr;
+  const NcclCommunicatorImpl* owner = nullptr;
+  for (NcclCommunicatorImpl* c : live_communicators()) {
+    ncclResult_t async = ncclSuccess;
+    const InFlight* f = c->oldest_in_flight(&async);
+    if (async != ncclSuccess) {
+      const std::string why = c->async_error_text(async);
+      detail::watched_poll(c->watch_id(), f != nullptr ? f->op : Collective::Barrier, f != nullptr ? f->seq : 0, 0,
+                           &why);
+      return;
+    }
+    if (f != nullptr && (oldest == nullptr || f->issued < oldest->issued)) {
+      oldest = f;
+      owner = c;
+    }
+  }
+  if (oldest == nullptr) {
+    detail::watched_poll(-1, Collective::Barrier, 0, 0, nullptr);
+    return;
+  }
+  detail::watched_poll(owner->watch_id(), oldest->op, oldest->seq,
+                       std::chrono::duration<double>(Clock::now() - oldest->issued).count(), nullptr);
+}
 
 }  // namespace
 

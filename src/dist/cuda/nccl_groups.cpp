@@ -9,7 +9,7 @@ namespace {
 
 std::shared_ptr<Communicator> on_device(const std::shared_ptr<Communicator>& host, int cuda_device) {
   FSDP_CHECK(host != nullptr, "make_nccl_process_groups: a group is missing");
-  if (host->size() == 1) return detail::make_local_communicator(host->name());
+  if (host->size() == 1) return detail::make_local_communicator(host->name(), host->world_ranks().at(0));
   return make_nccl_communicator(*host, cuda_device);
 }
 
