@@ -331,12 +331,14 @@ TEST(Observability, UnwritableOutputsAreReportedAndTrainingGoesOnUnlessStrict) {
   ASSERT_EQ(run(small(dir, lenient)), train::kExitOk);
   EXPECT_EQ(metrics_of(dir).size(), 5u) << "training went on";
   for (const std::string& key : {"logging.profile_dir=/dev/null/traces", "logging.tensorboard=true"}) {
-    std::vector<std::string> strict = {"logging.strict=true", key, "logging.profile_active=1"};
+    // checkpoint.overwrite: the lenient run's checkpoints are another run's (run ownership).
+    std::vector<std::string> strict = {"logging.strict=true", key, "logging.profile_active=1",
+                                       "checkpoint.overwrite=true"};
     test::expect_error([&] { run(small(dir, strict)); },
                        {key.substr(0, key.find('=')), "logging.strict is true: stopping"}, key.c_str());
   }
   test::expect_error([&] { run(small(dir, {"logging.strict=true", "logging.profile_dir=/dev/null/traces",
-                                             "logging.memory_snapshot_step=1"})); },
+                                             "logging.memory_snapshot_step=1", "checkpoint.overwrite=true"})); },
                      {"logging.memory_snapshot_step", "/dev/null/traces"});
   fs::remove_all(dir);
 }
@@ -348,7 +350,7 @@ TEST(Observability, CommandLineMessagesAndExitCodes) {
   const std::string train = std::string(FSDP_TRAIN_BIN) + " train --config " + test::source_path("configs/tiny.yaml") +
                             " --set data.source=synthetic --set model.num_layers=2 --set train.seq_len=32"
                             " --set train.micro_batch_size=4 --set train.max_steps=3 --set checkpoint.resume=none"
-                            " --set run.dir=" + dir.string();
+                            " --set checkpoint.overwrite=true --set run.dir=" + dir.string();
   auto r = test::run_command(train + " --set logging.profile_wait=4 --set logging.profile_active=2"
                                      " --set logging.profile_dir=/dev/null/t", (dir / "a.log").string());
   EXPECT_EQ(r.code, 0) << r.out;

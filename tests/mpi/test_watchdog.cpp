@@ -122,22 +122,36 @@ TEST(Watchdog, ARankWaitingInAnotherCollectiveIsNamedWithWhereItWaits) {
   w.barrier();
   ASSERT_EQ(reports.size(), 1u);
   const WatchdogReport& r = reports[0];
+  // A rank whose deadline passed later than another's may find that one already gone on to
+  // the collective it waits in (it finished its own census, left its wait and issued the
+  // next one): then that rank has arrived, and is rightly not named. Every name given must
+  // be right, and the rank that fired first names everyone (its census query reaches each
+  // other rank before that rank can finish a census of its own), so some rank's list is whole.
+  size_t whole = 0;
   if (w.rank() == odd) {
     EXPECT_EQ(r.group, "shard");
     EXPECT_EQ(r.seq, 1u);
-    ASSERT_EQ(r.absent.size(), size_t(w.size() - 1)) << r.line();
+    EXPECT_LE(r.absent.size(), size_t(w.size() - 1)) << r.line();
     for (const auto& a : r.absent) {
       EXPECT_TRUE(contains(a.why, "it entered 0 collective(s) on this group and waits in all_reduce #")) << a.why;
       EXPECT_TRUE(contains(a.why, "on group 'world'")) << a.why;
     }
+    whole = r.absent.size() == size_t(w.size() - 1);
   } else {
     EXPECT_EQ(r.group, "world");
-    ASSERT_EQ(r.absent.size(), 1u) << r.line();
-    EXPECT_EQ(r.absent[0].world_rank, odd);
-    EXPECT_EQ(r.absent[0].why, fmt::format("it entered {} collective(s) on this group and waits in all_reduce #1 on "
-                                           "group 'shard'",
-                                           r.seq - 1));
+    EXPECT_LE(r.absent.size(), 1u) << r.line();
+    for (const auto& a : r.absent) {
+      EXPECT_EQ(a.world_rank, odd);
+      EXPECT_EQ(a.why, fmt::format("it entered {} collective(s) on this group and waits in all_reduce #1 on "
+                                   "group 'shard'",
+                                   r.seq - 1));
+    }
+    whole = r.absent.size() == 1;
   }
+  Tensor wholes = ones(1);
+  wholes.fill_(double(whole));
+  w.wait(w.all_reduce(wholes));
+  EXPECT_GE(wholes.get_flat(0), 1.0) << "no rank named every rank that waited elsewhere";
 }
 
 }  // namespace
