@@ -57,15 +57,19 @@ model::PeftSpec peft_spec(const config::Config& cfg, const model::LlamaConfig& m
     if (p.quantization == model::Quantization::Nf4)
       p.nf4_value_dtype = ckpt::base_weight_dtype(ckpt::SafetensorsFolder(cfg.model.init_from));
   }
+  checked_lora_units(model_cfg, p);
+  return p;
+}
+
+std::vector<model::UnitLayout> checked_lora_units(const model::LlamaConfig& model_cfg, const model::PeftSpec& p) {
   // The layout's checks (targets, rank, NF4 block multiples) are the config's errors.
   try {
-    model::lora_units(model_cfg, p);
+    return model::lora_units(model_cfg, p);
   } catch (const config::ConfigError&) {
     throw;
   } catch (const Error& e) {
     throw config::ConfigError(e.what());
   }
-  return p;
 }
 
 BaseSource::BaseSource(const config::Config& cfg, const model::LlamaConfig& model_cfg)

@@ -47,7 +47,7 @@ std::vector<UnitShape> plain_shapes(const model::LlamaConfig& c) {
 std::vector<model::UnitLayout> lora_layout(const config::Config& cfg, const model::LlamaConfig& c) {
   model::LlamaConfig one = c;
   one.num_layers = 1;
-  return model::lora_units(one, peft_keys(cfg));
+  return checked_lora_units(one, peft_keys(cfg));
 }
 
 // Under LoRA: trainable adapters and frozen bytes per unit; otherwise plain_shapes.

@@ -9,6 +9,7 @@
 // an adapter folder using DoRA or one of another base's shape, bad targets and ranks at
 // `train` (exit 2, nothing run).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -29,8 +30,9 @@ namespace {
 namespace fs = std::filesystem;
 
 struct LoraCli : ::testing::Test {
+  // A directory per process: ctest -j runs this suite's tests side by side, each in its own.
   static void SetUpTestSuite() {
-    root = fs::temp_directory_path() / "fsdp_lora_cli";
+    root = fs::temp_directory_path() / ("fsdp_lora_cli_" + std::to_string(::getpid()));
     fs::remove_all(root);
     fs::create_directories(root);
     base = test::source_path("tests/golden/llama_gqa_tiny");
@@ -43,6 +45,7 @@ struct LoraCli : ::testing::Test {
     trained = run("train --config " + (root / "lora.yaml").string() + " --set run.dir=" + (root / "run").string(),
                   "train");
   }
+  static void TearDownTestSuite() { fs::remove_all(root); }
   static test::CommandResult run(const std::string& args, const std::string& name) {
     return test::run_command(std::string(FSDP_TRAIN_BIN) + " " + args, (root / (name + ".log")).string());
   }

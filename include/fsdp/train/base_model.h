@@ -33,6 +33,9 @@ model::PeftSpec peft_spec(const config::Config& cfg, const model::LlamaConfig& m
 // The same from the keys alone (no model folder read, no layout checked): the memory
 // plan's, where NF4 values' dtype before quantization changes no size.
 model::PeftSpec peft_keys(const config::Config& cfg);
+// model::lora_units, its errors (a target naming no module, a rank above a layer's width,
+// an NF4 weight off the block size) thrown as config errors (exit 2).
+std::vector<model::UnitLayout> checked_lora_units(const model::LlamaConfig& model_cfg, const model::PeftSpec& p);
 
 // The frozen base the config names, as the bytes of any range of a unit's frozen buffer:
 // model.init_from's folder (plain or bitsandbytes), or the seeded initialiser.
