@@ -3,7 +3,8 @@
 //   - every strategy equals one process over the same global batch (losses 1e-5 per step,
 //     adapters 5e-5 norm-wise: test_fsdp.cpp's bounds and reasons), dense and NF4 bases, with
 //     accumulation, and with lora.dropout 0.1: the masks follow the samples' global positions,
-//     so the ranks drop exactly what the one process drops;
+//     so the ranks drop exactly what the one process drops; a tied head reading the frozen
+//     table, under selective and full checkpointing with offloading;
 //   - frozen means frozen: after the steps every rank's frozen shard holds the bytes it was
 //     loaded with, and the engine holds no gradient or optimizer state for the base;
 //   - the bytes sent per step are the theory for trainable-only reductions: the frozen bytes
@@ -104,6 +105,17 @@ TEST(QloraEquivalence, MixtureOfExpertsFullShard) {
                      "model.quantization=nf4", "model.num_experts=4", "model.experts_per_token=2",
                      "model.router_aux_loss_coef=0.02"},
                     "FULL_SHARD", 1);
+}
+// A tied head reads the frozen table (the engine's Note [Units used twice], the table's bytes
+// gathered again for the head), under mem's checkpointing modes and offloading.
+TEST(QloraEquivalence, TiedEmbeddingsFullShardSelective) {
+  expect_equivalent(with(kQlora, {"model.tie_word_embeddings=true", "train.activation_checkpointing=selective"}),
+                    "FULL_SHARD", 1);
+}
+TEST(LoraEquivalence, TiedEmbeddingsShardGradOpFullOffloadWithDropout) {
+  expect_equivalent(with(kLora, {"model.tie_word_embeddings=true", "lora.dropout=0.1",
+                                 "train.activation_checkpointing=full", "train.activation_offload=true"}),
+                    "SHARD_GRAD_OP", 2);
 }
 TEST(QloraEquivalence, FullShardWithAccumulation) { expect_equivalent(kQlora, "FULL_SHARD", 2); }
 TEST(QloraEquivalence, ShardGradOpWithDropout) {
