@@ -35,21 +35,11 @@ if ((${#missing[@]})); then
 fi
 echo "packages ready ($(elapsed "$t"))"
 
-# 2. The text. `bible -f` turns pretty-printing off: one verse a line, "Ge1:1 In the
-# beginning ...", in canonical order for the range Gen1:1-Rev22:21 (all 31102 verses).
-# awk joins each chapter's verses (the reference dropped) into one line. Written to
-# .tmp and renamed, so an interrupted run never leaves a truncated kjv.txt behind.
+# 2. The text, a chapter a line (scripts/kjv_text.sh). Written to .tmp and renamed, so an
+# interrupted run never leaves a truncated kjv.txt behind.
 t=$EPOCHREALTIME
 if [ ! -s "$out/kjv.txt" ]; then
-  bible -f Gen1:1-Rev22:21 | LC_ALL=C awk '
-    {
-      ref = $1; sub(/:[0-9]+$/, "", ref)         # "Ge1:1" -> "Ge1": book and chapter
-      text = $0; sub(/^[^ ]+ /, "", text)
-      if (ref != chapter) { if (NR > 1) printf "\n\n"; chapter = ref; sep = "" }
-      printf "%s%s", sep, text; sep = " "; verses++
-    }
-    END { printf "\n"; if (verses != 31102) { print "expected 31102 verses, got " verses > "/dev/stderr"; exit 1 } }
-  ' > "$out/kjv.txt.tmp"
+  bash "$root/scripts/kjv_text.sh" Gen1:1-Rev22:21 31102 > "$out/kjv.txt.tmp"
   mv "$out/kjv.txt.tmp" "$out/kjv.txt"
 fi
 echo "kjv.txt: $(size_of "$out/kjv.txt"), $(grep -c . "$out/kjv.txt") chapters ($(elapsed "$t"))"

@@ -8,12 +8,14 @@
 #   bash bench/roofline/roofline.sh                 # Llama 2 7B, seq 4096, micro-batch 1, 8 x H100 SXM
 #   RANKS=64 SEQ=2048 bash bench/roofline/roofline.sh
 #   EXPERTS=8 TOPK=2 INTER=14336 KV_HEADS=8 RANKS=32 bash bench/roofline/roofline.sh   # Mixtral 8x7B
+#   NF4=1 bash bench/roofline/roofline.sh          # + QLoRA's NF4 dequantization kernel per weight
 #
 # Every input is an environment variable (defaults: Llama 2 7B on H100 SXM):
 #   VOCAB HIDDEN INTER LAYERS HEADS KV_HEADS    model shape (the llama2_7b preset)
 #   EXPERTS TOPK                                a mixture of experts (Mixtral); EXPERTS=0 (default) is dense
 #   SEQ MICRO_BATCH RANKS                       sequence length, sequences per rank, FSDP ranks
 #   PEAK_TFLOPS HBM_TBS LINK_GBS                dense bf16 peak, HBM bandwidth, NVLink per direction
+#   NF4                                         1 = also the table of NF4 dequantization (QLoRA) below
 # Assumptions (each row's bytes are the compulsory traffic: every operand read once and
 # every result written once; caches only make a kernel slower than its row, never faster):
 #   * bf16 activations, weights and gradients; fp32 master weights and AdamW moments (the
@@ -38,7 +40,7 @@ export LC_ALL=C  # awk prints decimal points, whatever the locale
 awk -v vocab="${VOCAB:-32000}" -v h="${HIDDEN:-4096}" -v f="${INTER:-11008}" -v L="${LAYERS:-32}" \
     -v H="${HEADS:-32}" -v KVH="${KV_HEADS:-32}" -v s="${SEQ:-4096}" -v b="${MICRO_BATCH:-1}" \
     -v N="${RANKS:-8}" -v peak_tf="${PEAK_TFLOPS:-989}" -v hbm_tb="${HBM_TBS:-3.35}" \
-    -v link_gb="${LINK_GBS:-450}" -v E="${EXPERTS:-0}" -v k="${TOPK:-2}" '
+    -v link_gb="${LINK_GBS:-450}" -v E="${EXPERTS:-0}" -v k="${TOPK:-2}" -v nf4="${NF4:-0}" '
 function row(name, calls, flops, bytes,    tc, tm, t) {
   tc = flops / peak; tm = bytes / hbm; t = (tc > tm ? tc : tm)
   printf "%-44s %5d %11.2f %10.1f %8.1f  %-7s %9.1f %9.2f\n", name, calls, flops / 1e9, bytes / 1e6,
@@ -135,4 +137,25 @@ BEGIN {
   printf "step bound: %.1f ms with communication overlapped (%.1f ms without); %.0f tokens/s per GPU\n", step_bound * 1e3, (step_time + comm_time) * 1e3, T / step_bound
   printf "model FLOPs (6 x %.2fB matmul parameters x %d tokens + causal attention fwd+bwd at 3x fwd): %.1f TFLOP\n", matmul_params / 1e9, T, model_flops / 1e12
   printf "MFU bound: %.1f%% (model FLOPs / (step bound x peak)); %.1f%% without overlap\n", 100 * model_flops / (step_bound * peak), 100 * model_flops / ((step_time + comm_time) * peak)
+  if (nf4) nf4_table()
+}
+# QLoRA (src/ops/cuda/nf4.cu): each frozen NF4 weight is dequantized into bf16 right before
+# its GEMM, in the forward and again in the backward (dX only: no dW for a frozen weight).
+# Compulsory bytes per weight of n elements: the packed codes (n/2), the 8-bit absmax (n/64),
+# the nested absmax (4n/16384) and the two code tables (1088 bytes) in, bf16 out (2n); 2 FLOPs
+# per element. The last column is the kernel against the GEMM it feeds (2 x tokens x n FLOPs).
+function nf4_row(name, n,    bytes, t, tg) {
+  bytes = n / 2 + n / 64 + 4 * n / 16384 + 1088 + 2 * n
+  t = bytes / hbm; tg = 2 * T * n / peak
+  printf "%-44s %5d %11.3f %10.1f %8.2f  %-7s %9.1f %8.1f%%\n", name, 2 * L, 2 * n / 1e9, bytes / 1e6, 2 * n / bytes, "memory", t * 1e6, 100 * t / tg
+  nf4_time += 2 * L * t
+}
+function nf4_table() {
+  printf "\nNF4 dequantization (QLoRA), per frozen weight, forward + backward:\n"
+  printf "%-44s %5s %11s %10s %8s  %-7s %9s %9s\n", "kernel", "calls", "GFLOP/call", "MB/call", "FLOP/B", "bound", "us/call", "of GEMM"
+  nf4_row(sprintf("nf4 dequantize qkv [%dx%d]", h + 2 * kv, h), h * (h + 2 * kv))
+  nf4_row(sprintf("nf4 dequantize o [%dx%d]", h, h), h * h)
+  nf4_row(sprintf("nf4 dequantize gate+up [%dx%d]", 2 * f, h), 2 * f * h)
+  nf4_row(sprintf("nf4 dequantize down [%dx%d]", h, f), f * h)
+  printf "NF4 dequantization: %.2f ms per step at %g TB/s (0.516 bytes in and 2 out per weight element)\n", nf4_time * 1e3, hbm_tb
 }'

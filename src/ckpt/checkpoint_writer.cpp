@@ -266,6 +266,7 @@ Manifest CheckpointWriter::build_manifest(const Job& job, const std::vector<Rank
   m.shard_group_size = job.meta.shard_group_size;
   m.config_yaml = job.meta.config_yaml;
   m.run_id = job.meta.run_id;
+  m.base = job.meta.base;
   for (const model::UnitLayout& u : job.meta.units) m.units.push_back(ManifestUnit{u.name, u.numel, {}});
   for (int i = 0; i < int(status.size()); ++i) {
     if (!status[size_t(i)].wrote) continue;

@@ -20,12 +20,12 @@
 #include "fsdp/core/error.h"
 #include "fsdp/model/rope_scaling.h"
 #include "durable_file.h"
+#include "export_folder.h"
 
 namespace fsdp::ckpt {
 
 namespace {
 
-using detail::fsync_dir;
 using detail::write_file_synced;
 
 namespace fs = std::filesystem;
@@ -38,16 +38,6 @@ std::string read_file(const std::string& path, const char* what) {
   FSDP_CHECK(!in.bad(), "cannot read {} {}", what, path);
   return bytes;
 }
-
-// Removes the temporary folder unless the export reached its final rename.
-struct TmpDirGuard {
-  fs::path path;
-  bool keep = false;
-  ~TmpDirGuard() {
-    std::error_code ec;
-    if (!keep) fs::remove_all(path, ec);
-  }
-};
 
 // ---- what goes into the folder ----------------------------------------------------------
 
@@ -164,30 +154,9 @@ void check_units(const model::LlamaConfig& cfg, const std::vector<model::UnitLay
   }
 }
 
-// Converts one parameter to the export dtype, refusing values the file would not hold.
+// One parameter in the export dtype, refusing values the file would not hold.
 std::string convert_param(const float* src, const model::ParamSlot& p, const model::UnitLayout& unit, DType dtype) {
-  for (int64_t i = 0; i < p.numel; ++i) {
-    FSDP_CHECK(std::isfinite(src[i]), "write_hf_llama: tensor '{}' ({} in unit '{}') has the non-finite value {} at "
-               "element {}; refusing to export it", p.hf_name, p.name, unit.name, src[i], i);
-  }
-  std::string out(size_t(p.numel) * dtype_size(dtype), '\0');
-  if (dtype == DType::F32) {
-    std::memcpy(out.data(), src, out.size());
-    return out;
-  }
-  auto* dst = reinterpret_cast<bf16*>(out.data());
-  for (int64_t i = 0; i < p.numel; ++i) {
-    dst[i] = float_to_bf16(src[i]);
-    FSDP_CHECK(std::isfinite(bf16_to_float(dst[i])),
-               "write_hf_llama: tensor '{}' element {} = {} overflows bfloat16; export as float32", p.hf_name, i,
-               src[i]);
-  }
-  return out;
-}
-
-std::string strip_trailing_slashes(std::string p) {
-  while (p.size() > 1 && p.back() == '/') p.pop_back();
-  return p;
+  return detail::encode_weights(src, p.numel, dtype, p.hf_name + " (" + p.name + " in unit '" + unit.name + "')");
 }
 
 }  // namespace
@@ -257,23 +226,6 @@ ExportPlan check_export_request(const std::string& out_dir, const model::LlamaCo
                what, id.value_or(0), cfg.vocab_size);
   }
   return plan;
-}
-
-// Refuses a non-empty or non-folder target (an export never overwrites) and makes its parent;
-// returns the parent, whose entry the final rename changes.
-fs::path prepare_export_parent(const fs::path& out) {
-  std::error_code ec;
-  if (fs::exists(out, ec)) {
-    FSDP_CHECK(fs::is_directory(out, ec), "export folder {} exists and is not a directory", out.string());
-    FSDP_CHECK(fs::is_empty(out, ec) && !ec,
-               "export folder {} exists and is not empty; refusing to overwrite it (choose a new folder)",
-               out.string());
-  }
-  const fs::path parent = out.has_parent_path() ? out.parent_path() : fs::path(".");
-  fs::create_directories(parent, ec);
-  FSDP_CHECK(!ec && fs::is_directory(parent), "cannot create the parent folder {} of export folder {}: {}",
-             parent.string(), out.string(), ec ? ec.message() : "not a directory");
-  return parent;
 }
 
 struct WrittenWeights {
@@ -352,34 +304,21 @@ void write_hf_llama(const std::string& out_dir, const model::LlamaConfig& cfg,
                     const std::vector<model::UnitLayout>& units, const std::function<Tensor(int unit)>& full_unit,
                     const HfExportOptions& opt) {
   const ExportPlan plan = check_export_request(out_dir, cfg, units, full_unit, opt);
-  const fs::path out = strip_trailing_slashes(out_dir);
-  const fs::path parent = prepare_export_parent(out);
-
-  std::error_code ec;
-  TmpDirGuard tmp{fs::path(out.string() + ".tmp-" + std::to_string(::getpid()))};
-  fs::remove_all(tmp.path, ec);  // a leftover of this very pid (a crashed earlier run)
-  FSDP_CHECK(::mkdir(tmp.path.c_str(), 0755) == 0, "cannot create {} (to export into {}): {}", tmp.path.string(),
-             out.string(), std::strerror(errno));
-  const WrittenWeights weights = write_weight_shards(tmp.path, units, full_unit, opt);
+  detail::ExportFolder folder(out_dir);
+  const WrittenWeights weights = write_weight_shards(folder.tmp(), units, full_unit, opt);
 
   // ---- the JSON files, then the tokenizer ----
   const char* torch_dtype = opt.dtype == DType::F32 ? "float32" : "bfloat16";
-  write_file_synced(tmp.path / "config.json", config_json(cfg, torch_dtype, plan.bos, plan.eos).dump(2) + "\n");
+  write_file_synced(folder.tmp() / "config.json", config_json(cfg, torch_dtype, plan.bos, plan.eos).dump(2) + "\n");
   if (weights.shard_names.size() > 1) {
     const json index = {{"metadata", {{"total_size", weights.total_size}}}, {"weight_map", weights.weight_map}};
-    write_file_synced(tmp.path / "model.safetensors.index.json", index.dump(2) + "\n");
+    write_file_synced(folder.tmp() / "model.safetensors.index.json", index.dump(2) + "\n");
   }
   if (!opt.tokenizer_model.empty()) {
-    write_file_synced(tmp.path / "tokenizer.model", plan.tok.bytes);
-    write_file_synced(tmp.path / "tokenizer_config.json", tokenizer_config(plan.tok, cfg).dump(2) + "\n");
+    write_file_synced(folder.tmp() / "tokenizer.model", plan.tok.bytes);
+    write_file_synced(folder.tmp() / "tokenizer_config.json", tokenizer_config(plan.tok, cfg).dump(2) + "\n");
   }
-  fsync_dir(tmp.path);
-
-  // ---- into place: rename(2) replaces an empty folder atomically, and only an empty one ----
-  FSDP_CHECK(::rename(tmp.path.c_str(), out.c_str()) == 0, "cannot rename {} to {}: {}", tmp.path.string(),
-             out.string(), std::strerror(errno));
-  tmp.keep = true;
-  fsync_dir(parent);
+  folder.commit();
 }
 
 }  // namespace fsdp::ckpt

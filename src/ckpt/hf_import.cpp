@@ -73,10 +73,9 @@ void check_float(const TensorEntry& e, const std::string& name) {
              "{}: tensor '{}' has unsupported dtype {} (F32, BF16, F16 or F64)", e.file, name, e.dtype);
 }
 
-// Where a slot's values are in the folder: its own tensor, or (an expert's weight in
-// transformers 5's layout) its range of a fused tensor. The entry returned covers exactly
-// the slot's elements.
-TensorEntry source_of(const SafetensorsFolder& folder, const model::ParamSlot& p) {
+}  // namespace
+
+TensorEntry hf_source_of(const SafetensorsFolder& folder, const model::ParamSlot& p) {
   if (!folder.contains(p.hf_name) && !p.hf_fused_name.empty() && folder.contains(p.hf_fused_name)) {
     TensorEntry e = folder.entry(p.hf_fused_name);
     check_float(e, p.hf_fused_name);
@@ -94,12 +93,18 @@ TensorEntry source_of(const SafetensorsFolder& folder, const model::ParamSlot& p
   FSDP_CHECK(folder.contains(p.hf_name), "{}: missing tensor '{}' (needed for {}){}", folder.dir(), p.hf_name, p.name,
              p.hf_fused_name.empty() ? "" : fmt::format(", nor the fused '{}'", p.hf_fused_name));
   const TensorEntry& e = folder.entry(p.hf_name);
+  FSDP_CHECK(!folder.contains(p.hf_name + ".quant_state.bitsandbytes__nf4"),
+             "{}: tensor '{}' is a bitsandbytes 4-bit weight: a quantized base trains only through adapters (set "
+             "lora.enabled: true and model.quantization: nf4)",
+             e.file, p.hf_name);
   std::vector<int64_t> want(p.shape.begin(), p.shape.end());
   FSDP_CHECK(e.shape == want, "{}: tensor '{}' has shape {} but the model expects {}", e.file, p.hf_name,
              shape_string(e.shape), p.shape.str());
   check_float(e, p.hf_name);
   return e;
 }
+
+namespace {
 
 // Mixtral's routing keys (transformers' MixtralConfig). The class default of
 // router_aux_loss_coef is 0.001; Mixtral-8x7B's config.json says 0.02, so a missing key
@@ -241,7 +246,7 @@ void load_hf_unit(const SafetensorsFolder& folder, const model::UnitLayout& unit
   float* out = flat.data<float>();
   // Validate every tensor of the unit first, so a bad folder fails before any copying.
   std::vector<TensorEntry> sources;
-  for (const auto& p : unit.params) sources.push_back(source_of(folder, p));
+  for (const auto& p : unit.params) sources.push_back(hf_source_of(folder, p));
   std::vector<float> buf;
   for (size_t i = 0; i < unit.params.size(); ++i) {
     const model::ParamSlot& p = unit.params[i];

@@ -136,6 +136,17 @@ void from_json(const json& j, TrainState& s) {
   if (j.contains("skipped_steps")) s.skipped_steps = integer_at<int64_t>(j, "skipped_steps", 0, s.step);
 }
 
+void to_json(json& j, const BaseReference& b) {
+  j = {{"path", b.path}, {"quantization", b.quantization}, {"crc32", b.crc32}, {"bytes", b.bytes}};
+}
+
+void from_json(const json& j, BaseReference& b) {
+  b.path = j.at("path").get<std::string>();
+  b.quantization = j.at("quantization").get<std::string>();
+  b.crc32 = j.at("crc32").get<uint32_t>();
+  b.bytes = j.at("bytes").get<uint64_t>();
+}
+
 void to_json(json& j, const ManifestFile& f) { j = {{"name", f.name}, {"bytes", f.bytes}, {"crc32", f.crc32}}; }
 
 void from_json(const json& j, ManifestFile& f) {
@@ -175,6 +186,7 @@ void to_json(json& j, const Manifest& m) {
        {"files", m.files},
        {"units", m.units},
        {"config", m.config_yaml}};
+  if (m.base) j["base"] = *m.base;  // only a LoRA run has one
 }
 
 // The strategies config::to_string spells (fsdp/sharding_strategy.h; ckpt sits below fsdp).
@@ -208,6 +220,7 @@ void from_json(const json& j, Manifest& m) {
              "{} rank files listed, but a {} checkpoint of {} rank(s) (shard group {}) has {}", m.files.size(),
              m.strategy, m.world_size, m.shard_group_size, m.shard_group_size);
   m.units = j.at("units").get<std::vector<ManifestUnit>>();
+  if (j.contains("base")) m.base = j.at("base").get<BaseReference>();
 }
 
 namespace {

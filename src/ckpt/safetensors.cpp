@@ -324,6 +324,10 @@ uint32_t crc32_parallel(const void* data, size_t size, uint32_t crc) {
   return uint32_t(c);
 }
 
+uint32_t crc32_concat(uint32_t crc_a, uint32_t crc_b, uint64_t len_b) {
+  return uint32_t(crc32_combine(crc_a, crc_b, z_off_t(len_b)));
+}
+
 WrittenFile write_safetensors(const std::string& path, const std::vector<WriteEntry>& entries,
                               const std::map<std::string, std::string>& metadata) {
   // Validate everything before creating a file, so a bad call leaves nothing behind.

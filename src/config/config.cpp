@@ -273,6 +273,12 @@ void validate(const Config& cfg, const Origins& origins, const std::string& name
   if (o.min_lr > o.lr)
     conflict("optim.min_lr", fmt::format("must be <= optim.lr ({}), got {}", o.lr, o.min_lr), "optim.lr",
              fmt::format("must be >= optim.min_lr ({}), got {}", o.min_lr, o.lr));
+  if (m.quantization != "none" && !cfg.lora.enabled)
+    conflict("model.quantization", fmt::format("is '{}', which needs lora.enabled: true (a quantized base trains only "
+                                               "through adapters)", m.quantization),
+             "lora.enabled", fmt::format("must be true when model.quantization is '{}'", m.quantization));
+  if (!cfg.lora.init_from.empty() && !cfg.lora.enabled)
+    conflict("lora.init_from", "needs lora.enabled: true", "lora.enabled", "must be true when lora.init_from is set");
   const TrainConfig& t = cfg.train;
   if (t.activation_offload && t.activation_checkpointing == "none")
     conflict("train.activation_offload",

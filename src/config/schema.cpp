@@ -5,9 +5,8 @@
 // Values are typed by the table, not by YAML's tags: `dir: 123` is the string "123" and
 // `lr: "1e-3"` is the number 0.001. An empty value (`key:` or `key: null`) means "" for a
 // string and "unset" for an optional shape override; for any other type it is an error.
-#include <charconv>
-#include <climits>
-#include <cmath>
+// How each type is read, written and named is field_values.h.
+#include <functional>
 #include <optional>
 #include <string>
 #include <type_traits>
@@ -17,6 +16,7 @@
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
+#include "field_values.h"
 #include "fsdp/config/config.h"
 #include "fsdp/model/llama_config.h"
 #include "fsdp/model/rope_scaling.h"
@@ -24,178 +24,7 @@
 namespace fsdp::config {
 namespace {
 
-// ---- Choices: the YAML spelling of each enumerator -----------------------------------
-template <class E>
-struct Choices;
-template <>
-struct Choices<DataSource> {
-  static constexpr std::pair<DataSource, std::string_view> table[] = {
-      {DataSource::Synthetic, "synthetic"}, {DataSource::Shards, "shards"}};
-};
-template <>
-struct Choices<LrSchedule> {
-  static constexpr std::pair<LrSchedule, std::string_view> table[] = {
-      {LrSchedule::Cosine, "cosine"}, {LrSchedule::Linear, "linear"}, {LrSchedule::Constant, "constant"}};
-};
-template <>
-struct Choices<ShardingStrategy> {
-  static constexpr std::pair<ShardingStrategy, std::string_view> table[] = {
-      {ShardingStrategy::FULL_SHARD, "FULL_SHARD"},
-      {ShardingStrategy::SHARD_GRAD_OP, "SHARD_GRAD_OP"},
-      {ShardingStrategy::NO_SHARD, "NO_SHARD"},
-      {ShardingStrategy::HYBRID_SHARD, "HYBRID_SHARD"}};
-};
-// The dtypes a run may ask for (a subset of fsdp::DType), spelled as dtype_name spells them.
-template <>
-struct Choices<DType> {
-  static constexpr std::pair<DType, std::string_view> table[] = {
-      {DType::F32, "float32"}, {DType::BF16, "bfloat16"}, {DType::F16, "float16"}};
-};
-
-template <class E>
-concept Choice = requires { Choices<E>::table; };
-
-template <Choice E>
-std::string_view name_of(E v) {
-  for (const auto& [e, name] : Choices<E>::table)
-    if (e == v) return name;
-  return "?";  // only reachable for a DType outside the accepted subset
-}
-
-template <Choice E>
-std::string choice_list(std::string_view sep) {
-  std::string out;
-  for (const auto& [e, name] : Choices<E>::table) out += (out.empty() ? "" : std::string(sep)) + std::string(name);
-  return out;
-}
-
-// ---- Reading a node as each field type ---------------------------------------------
-std::string shown(const YAML::Node& n) {
-  if (n.IsMap()) return "a map";
-  if (n.IsSequence()) return "a list";
-  if (!n.IsScalar()) return "an empty value";
-  return fmt::format("'{}'", n.Scalar());
-}
-
-// The scalar's text without a leading '+' (from_chars takes only '-').
-std::string_view number_text(const std::string& s) {
-  std::string_view t = s;
-  if (t.size() > 1 && t[0] == '+' && t[1] != '-') t.remove_prefix(1);
-  return t;
-}
-
-std::string read_value(const YAML::Node& n, int& out) {
-  if (!n.IsScalar()) return "expects an integer, got " + shown(n);
-  const std::string_view t = number_text(n.Scalar());
-  long long v = 0;
-  const auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
-  if (t.empty() || end != t.data() + t.size() || (ec != std::errc() && ec != std::errc::result_out_of_range))
-    return "expects an integer, got " + shown(n);
-  if (ec == std::errc::result_out_of_range || v < INT_MIN || v > INT_MAX)
-    return fmt::format("expects an integer, got {} (out of range)", shown(n));
-  out = static_cast<int>(v);
-  return "";
-}
-
-std::string read_value(const YAML::Node& n, double& out) {
-  if (!n.IsScalar()) return "expects a number, got " + shown(n);
-  const std::string_view t = number_text(n.Scalar());
-  double v = 0;
-  const auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
-  if (t.empty() || end != t.data() + t.size() || (ec != std::errc() && ec != std::errc::result_out_of_range))
-    return "expects a number, got " + shown(n);
-  if (ec == std::errc::result_out_of_range || !std::isfinite(v))
-    return fmt::format("expects a finite number, got {}", shown(n));
-  out = v;
-  return "";
-}
-
-std::string read_value(const YAML::Node& n, bool& out) {
-  const std::string s = n.IsScalar() ? n.Scalar() : "";
-  if (s == "true" || s == "True" || s == "TRUE") out = true;
-  else if (s == "false" || s == "False" || s == "FALSE") out = false;
-  else return "expects true or false, got " + shown(n);
-  return "";
-}
-
-std::string read_value(const YAML::Node& n, std::string& out) {
-  if (n.IsNull()) {
-    out.clear();
-    return "";
-  }
-  if (!n.IsScalar()) return "expects a string, got " + shown(n);
-  out = n.Scalar();
-  return "";
-}
-
-template <Choice E>
-std::string read_value(const YAML::Node& n, E& out) {
-  if (n.IsScalar()) {
-    for (const auto& [e, name] : Choices<E>::table) {
-      if (n.Scalar() == name) {
-        out = e;
-        return "";
-      }
-    }
-  }
-  return fmt::format("must be one of {}, got {}", choice_list<E>(", "), shown(n));
-}
-
-template <class T>
-std::string read_value(const YAML::Node& n, std::optional<T>& out) {
-  if (n.IsNull()) {
-    out.reset();
-    return "";
-  }
-  T v{};
-  std::string err = read_value(n, v);
-  if (err.empty()) out = v;
-  return err;
-}
-
-// ---- Writing each field type as a YAML scalar (read_value reads it back equal) --------
-std::string write_value(int v) { return std::to_string(v); }
-std::string write_value(double v) {
-  std::string s = fmt::format("{}", v);  // shortest text that round-trips
-  if (s.find_first_of(".eEn") == std::string::npos) s += ".0";  // 10000 -> 10000.0: reads as a float
-  return s;
-}
-std::string write_value(bool v) { return v ? "true" : "false"; }
-std::string write_value(const std::string& v) {
-  YAML::Emitter e;  // quotes "", "null", "a: b", ... and leaves plain words plain
-  e << v;
-  return e.c_str();
-}
-template <Choice E>
-std::string write_value(E v) {
-  return std::string(name_of(v));
-}
-template <class T>
-std::string write_value(const std::optional<T>& v) {
-  return v ? write_value(*v) : "null";
-}
-
-// ---- Type names for describe_keys ----------------------------------------------------
-template <class T>
-struct Unwrap {
-  using type = T;
-  static constexpr bool optional = false;
-};
-template <class T>
-struct Unwrap<std::optional<T>> {
-  using type = T;
-  static constexpr bool optional = true;
-};
-
-template <class T>
-std::string type_name() {
-  if constexpr (Unwrap<T>::optional) return type_name<typename Unwrap<T>::type>() + " or null";
-  else if constexpr (std::is_same_v<T, int>) return "integer";
-  else if constexpr (std::is_same_v<T, double>) return "number";
-  else if constexpr (std::is_same_v<T, bool>) return "bool";
-  else if constexpr (std::is_same_v<T, std::string>) return "string";
-  else return choice_list<T>(" | ");
-}
+using namespace field_values;  // the rows are written in their terms
 
 // ---- Checks: each returns "" or what is wrong with the value --------------------------
 template <class T>
@@ -354,7 +183,32 @@ void add_model_rows(std::vector<detail::Field>& t) {
       .add("tie_word_embeddings", &ModelConfig::tie_word_embeddings,
            "The output head reads the embedding table instead of its own weight (Llama 3.2 1B/3B); null = the "
            "preset's or config.json's.")
-      .add("init_std", &ModelConfig::init_std, "Standard deviation of the random initialisation.", gt(0));
+      .add("init_std", &ModelConfig::init_std, "Standard deviation of the random initialisation.", gt(0))
+      .add_one_of("quantization", &ModelConfig::quantization,
+                  "nf4 = store the frozen base's block matrices as bitsandbytes NF4 (4-bit NormalFloat, blocks of 64, "
+                  "double-quantized absmax: QLoRA); needs lora.enabled. none = dense.",
+                  {"none", "nf4"});
+}
+
+void add_lora_rows(std::vector<detail::Field>& t) {
+  SectionRows(t, "lora", &Config::lora)
+      .add("enabled", &LoraConfig::enabled,
+           "Fine-tune LoRA adapters on a frozen base: only the adapters train, are reduced and are checkpointed.")
+      .add("rank", &LoraConfig::rank, "The adapters' rank r (PEFT's r).", ge(1))
+      .add("alpha", &LoraConfig::alpha, "lora_alpha: the update is scaled by alpha / r (alpha / sqrt(r) with rslora).",
+           gt(0))
+      .add("dropout", &LoraConfig::dropout, "Dropout on the adapters' input (lora_dropout), in [0, 1).",
+           [](const double& v) -> std::string {
+             return v >= 0 && v < 1 ? "" : fmt::format("must be in [0, 1), got {}", v);
+           })
+      .add("targets", &LoraConfig::targets,
+           "Modules that get adapters: q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj (Mixtral: gate, "
+           "w1, w2, w3), or all-linear; a YAML list or comma-separated.",
+           [](const std::vector<std::string>& v) -> std::string { return v.empty() ? "must name at least one module" : ""; })
+      .add("rslora", &LoraConfig::rslora, "Rank-stabilised LoRA: scale alpha / sqrt(r) instead of alpha / r.")
+      .add("init_from", &LoraConfig::init_from,
+           "A PEFT adapter folder (adapter_config.json + adapter_model.safetensors) to continue from; empty = A "
+           "Kaiming-uniform, B zeros (PEFT's initialisation).");
 }
 
 void add_data_rows(std::vector<detail::Field>& t) {
@@ -509,6 +363,7 @@ std::vector<detail::Field> build_table() {
   std::vector<detail::Field> t;
   add_run_rows(t);
   add_model_rows(t);
+  add_lora_rows(t);
   add_data_rows(t);
   add_train_rows(t);
   add_optim_rows(t);
@@ -537,6 +392,7 @@ std::span<const Section> sections() {
   static constexpr Section list[] = {
       {"run", "The run directory."},
       {"model", "Architecture: a preset, optional shape overrides, initialisation."},
+      {"lora", "Parameter-efficient fine-tuning: LoRA adapters on a frozen (optionally NF4) base."},
       {"data", "Where training batches come from."},
       {"train", "The training loop."},
       {"optim", "AdamW and the learning-rate schedule."},

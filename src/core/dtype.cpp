@@ -9,6 +9,7 @@ size_t dtype_size(DType t) {
     case DType::F32: case DType::I32: case DType::U32: return 4;
     case DType::F64: case DType::I64: return 8;
     case DType::BF16: case DType::F16: case DType::U16: return 2;
+    case DType::U8: return 1;
   }
   FSDP_FAIL("invalid dtype {}", int(t));
 }
@@ -23,6 +24,7 @@ const char* dtype_name(DType t) {
     case DType::I64: return "int64";
     case DType::U16: return "uint16";
     case DType::U32: return "uint32";
+    case DType::U8: return "uint8";
   }
   return "invalid";
 }
@@ -36,7 +38,8 @@ DType parse_dtype(std::string_view s) {
   if (s == "int64" || s == "i64") return DType::I64;
   if (s == "uint16" || s == "u16") return DType::U16;
   if (s == "uint32" || s == "u32") return DType::U32;
-  FSDP_FAIL("unknown dtype '{}' (expected float32, float64, bfloat16, float16, int32, int64, uint16 or uint32)", s);
+  if (s == "uint8" || s == "u8") return DType::U8;
+  FSDP_FAIL("unknown dtype '{}' (expected float32, float64, bfloat16, float16, int32, int64, uint16, uint32 or uint8)", s);
 }
 
 bool is_floating(DType t) {
@@ -104,6 +107,7 @@ double load_as_double(const void* p, DType t) {
     case DType::I64: return double(*static_cast<const int64_t*>(p));
     case DType::U16: return *static_cast<const uint16_t*>(p);
     case DType::U32: return *static_cast<const uint32_t*>(p);
+    case DType::U8: return *static_cast<const uint8_t*>(p);
   }
   FSDP_FAIL("invalid dtype {}", int(t));
 }
@@ -118,6 +122,7 @@ void store_from_double(void* p, DType t, double v) {
     case DType::I64: *static_cast<int64_t*>(p) = int64_t(v); return;
     case DType::U16: *static_cast<uint16_t*>(p) = uint16_t(v); return;
     case DType::U32: *static_cast<uint32_t*>(p) = uint32_t(v); return;
+    case DType::U8: *static_cast<uint8_t*>(p) = uint8_t(v); return;
   }
   FSDP_FAIL("invalid dtype {}", int(t));
 }

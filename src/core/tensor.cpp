@@ -179,6 +179,26 @@ Tensor Tensor::select(int d, int64_t index) const {
   return t;
 }
 
+Tensor Tensor::reinterpret(DType dtype, int64_t byte_offset, const Dims& sizes) const {
+  FSDP_CHECK(contiguous_, "reinterpret of non-contiguous tensor {}", str());
+  for (int64_t s : sizes) FSDP_CHECK(s >= 0, "reinterpret to negative extent {}", sizes.str());
+  const int64_t es = int64_t(dtype_size(dtype));
+  const int64_t bytes = sizes.numel() * es;
+  FSDP_CHECK(byte_offset >= 0 && byte_offset + bytes <= int64_t(nbytes()),
+             "reinterpret: {} {} at byte {} runs past the {} bytes of {}", dtype_name(dtype), sizes.str(), byte_offset,
+             nbytes(), str());
+  const int64_t start = offset_ * int64_t(element_size()) + byte_offset;  // from the storage's first byte
+  FSDP_CHECK(start % es == 0, "reinterpret: {} at storage byte {} is not aligned to its {} bytes", dtype_name(dtype),
+             start, es);
+  Tensor t = *this;
+  t.dtype_ = dtype;
+  t.offset_ = start / es;
+  t.sizes_ = sizes;
+  t.strides_ = contiguous_strides(sizes);
+  t.recompute();
+  return t;
+}
+
 Tensor Tensor::reshape(const Dims& sizes) const {
   FSDP_CHECK(contiguous_, "reshape of non-contiguous tensor {} (make a contiguous copy first)", str());
   Dims out = sizes;

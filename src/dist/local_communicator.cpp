@@ -37,8 +37,12 @@ std::string where(const Communicator& c, Collective op) {
 
 void check_tensor(const Communicator& c, Collective op, const Tensor& t, const char* what) {
   FSDP_CHECK(t.defined(), "{}: {} is an undefined tensor", where(c, op), what);
-  FSDP_CHECK(t.dtype() == DType::F32 || t.dtype() == DType::F64 || t.dtype() == DType::BF16 || t.dtype() == DType::F16,
-             "{}: {} is {}; collectives take float32, float64, bfloat16 or float16", where(c, op), what, t.str());
+  FSDP_CHECK(t.dtype() == DType::F32 || t.dtype() == DType::F64 || t.dtype() == DType::BF16 || t.dtype() == DType::F16 ||
+                 t.dtype() == DType::U8,
+             "{}: {} is {}; collectives take float32, float64, bfloat16, float16 or uint8", where(c, op), what, t.str());
+  // Bytes (a frozen unit's NF4 codes) are moved, never summed.
+  FSDP_CHECK(t.dtype() != DType::U8 || op == Collective::AllGather || op == Collective::Broadcast,
+             "{}: {} is {}; uint8 tensors can be all-gathered or broadcast, not summed", where(c, op), what, t.str());
   FSDP_CHECK(t.is_contiguous(), "{}: {} must be contiguous, got {} with strides {}", where(c, op), what, t.str(),
              t.strides().str());
 }

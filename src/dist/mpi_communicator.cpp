@@ -107,6 +107,7 @@ MPI_Datatype mpi_type(DType t) {
     case DType::F64: return MPI_DOUBLE;
     case DType::BF16:
     case DType::F16: return half_mpi().type;
+    case DType::U8: return MPI_BYTE;
     default: FSDP_FAIL("no MPI datatype for {}", dtype_name(t));
   }
 }

@@ -16,7 +16,8 @@
 // That costs one unsharded gradient per unit between micro-batches (the whole model's
 // gradients in fp32, like PyTorch's no_sync) and saves (accum-1) reduce-scatters.
 // All ranks call the same hooks in the same order, so their collectives match one to
-// one, as MPI and NCCL require.
+// one, as MPI and NCCL require. A unit's frozen bytes (frozen_shards.h) are gathered and
+// released beside its trainable buffer, hook for hook; they have no gradient to reduce.
 
 // Note [Units used twice]
 // With tied embeddings the head reads the embedding unit's table (UnitLayout::reads_unit),
@@ -40,11 +41,12 @@
 // The alternative, embedding and head as one unit, would keep the table gathered through
 // every block's forward and backward (it is used at both ends of each), for no less traffic.
 
-// Memory categories (fsdp/core/memory_category.h): the shards and moments are "sharded
-// state", gradient shards and full gradients "gradients", gathered units "gathered
-// parameters"; a pool buffer takes the category of its current use and, between uses,
-// "fsdp buffer pool (idle)", an idle cache, so a memory snapshot shows what the pool's
-// buffers hold at its moment rather than what they were first allocated for.
+// Memory categories (fsdp/core/memory_category.h, engine_categories.h): the shards and
+// moments are "sharded state", the frozen shards "frozen base", gradient shards and full
+// gradients "gradients", gathered units (trainable and frozen) "gathered parameters"; a
+// pool buffer takes the category of its current use and, between uses, "fsdp buffer pool
+// (idle)", an idle cache, so a memory snapshot shows what the pool's buffers hold at its
+// moment rather than what they were first allocated for.
 #include "fsdp/fsdp/fsdp_engine.h"
 
 #include <algorithm>
@@ -52,34 +54,36 @@
 
 #include "fsdp/core/memory_category.h"
 #include "fsdp/core/nvtx.h"
+#include "fsdp/fsdp/engine_categories.h"
 #include "fsdp/fsdp/unit_decay.h"
 #include "fsdp/ops/elementwise.h"
 
 namespace fsdp {
+using engine_category::gathered_parameters;
+using engine_category::gradients;
+using engine_category::sharded_state;
+
 namespace {
 
-memory::Category sharded_state() {
-  static const memory::Category c = memory::category("sharded state");
-  return c;
-}
-memory::Category gathered_parameters() {
-  static const memory::Category c = memory::category("gathered parameters");
-  return c;
-}
-memory::Category gradients() {
-  static const memory::Category c = memory::category("gradients");
-  return c;
-}
-memory::Category idle_pool() {
-  static const memory::Category c = memory::category("fsdp buffer pool (idle)", /*idle_cache=*/true);
-  return c;
+// Elements of the largest padded trainable unit: every float buffer of the pool holds one.
+int64_t max_padded_numel(const std::vector<model::UnitLayout>& units, int n) {
+  int64_t m = 0;
+  for (const auto& u : units)
+    if (u.numel > 0) m = std::max(m, padded_numel(u.numel, n));
+  return m;
 }
 
 }  // namespace
 
 FsdpEngine::FsdpEngine(const std::vector<model::UnitLayout>& units, dist::ProcessGroups& groups,
                        const FsdpOptions& options)
-    : layouts_(units), shard_(*groups.shard), replicate_(*groups.replicate), opt_(options) {
+    : layouts_(units),
+      shard_(*groups.shard),
+      replicate_(*groups.replicate),
+      opt_(options),
+      pool_(options.device, max_padded_numel(units, groups.shard->size()),
+            FrozenShards::max_padded_bytes(units, groups.shard->size())),
+      frozen_(units, *groups.shard, pool_, options.device) {
   auto floating = [](DType t) { return t == DType::F32 || t == DType::BF16 || t == DType::F16; };
   FSDP_CHECK(floating(opt_.param_dtype), "fsdp.param_dtype must be float32, bfloat16 or float16, got {}",
              dtype_name(opt_.param_dtype));
@@ -99,8 +103,10 @@ FsdpEngine::FsdpEngine(const std::vector<model::UnitLayout>& units, dist::Proces
   units_.resize(layouts_.size());
   // Every unit's gradient shard is a slice of one flat buffer, so the gradient norm is one
   // reduction and, on a GPU, one read-back per step rather than one per unit.
+  // A unit with nothing to train (every parameter frozen) gets empty shards.
+  auto range_of = [&](int64_t numel) { return numel == 0 ? ShardRange{} : ::fsdp::shard_range(numel, n, shard_.rank()); };
   int64_t grad_total = 0;
-  for (const auto& layout : layouts_) grad_total += ::fsdp::shard_range(layout.numel, n, shard_.rank()).size;
+  for (const auto& layout : layouts_) grad_total += range_of(layout.numel).size;
   {
     const memory::CategoryScope tag(gradients());
     grad_flat_ = Tensor::zeros({grad_total}, DType::F32, dev);
@@ -110,7 +116,7 @@ FsdpEngine::FsdpEngine(const std::vector<model::UnitLayout>& units, dist::Proces
   for (size_t u = 0; u < layouts_.size(); ++u) {
     Unit& x = units_[u];
     x.numel = layouts_[u].numel;
-    x.shard_range = ::fsdp::shard_range(x.numel, n, shard_.rank());
+    x.shard_range = range_of(x.numel);
     x.padded = x.shard_range.size * n;
     x.segments = decay_segments(layouts_[u]);
     const int64_t s = x.shard_range.size;
@@ -125,7 +131,6 @@ FsdpEngine::FsdpEngine(const std::vector<model::UnitLayout>& units, dist::Proces
       const memory::CategoryScope grad_tag(gradients());
       x.reduce_recv = Tensor::zeros({s}, opt_.reduce_dtype, dev);
     }
-    max_padded_ = std::max(max_padded_, x.padded);
     x.nvtx_forward = layouts_[u].name + " forward";
     x.nvtx_backward = layouts_[u].name + " backward";
   }
@@ -143,43 +148,12 @@ FsdpEngine::~FsdpEngine() {
   }
 }
 
-uint64_t FsdpEngine::buffer_bytes() const {
-  uint64_t b = 0;
-  for (const auto& buffer : pool_) b += buffer->t.nbytes();
-  return b;
-}
+uint64_t FsdpEngine::buffer_bytes() const { return pool_.bytes(); }
 
 uint64_t FsdpEngine::persistent_bytes() const {
   uint64_t b = 0;
   for (const Unit& x : units_) b += x.master.nbytes() + x.grad.nbytes() + x.exp_avg.nbytes() + x.exp_avg_sq.nbytes();
-  return b;
-}
-
-// ---------------------------------------------------------------- buffer pool
-
-FsdpEngine::Buffer* FsdpEngine::acquire(DType dtype, bool for_gradients) {
-  const memory::Category use = for_gradients ? gradients() : gathered_parameters();
-  for (auto& b : pool_) {
-    if (!b->in_use && b->t.dtype() == dtype) {
-      b->in_use = true;
-      b->t.storage()->set_category(use);
-      return b.get();
-    }
-  }
-  pool_.push_back(std::make_unique<Buffer>());
-  {
-    const memory::CategoryScope tag(use);
-    pool_.back()->t = Tensor::empty({max_padded_}, dtype, opt_.device);
-  }
-  pool_.back()->in_use = true;
-  return pool_.back().get();
-}
-
-void FsdpEngine::release(Buffer*& b) {
-  if (b == nullptr) return;
-  b->in_use = false;
-  b->t.storage()->set_category(idle_pool());
-  b = nullptr;
+  return b + frozen_.persistent_bytes();
 }
 
 // ---------------------------------------------------------------- schedule
@@ -219,18 +193,22 @@ int FsdpEngine::backward_position(int unit) const {
   return p[std::min(size_t(backward_uses_[size_t(unit)]), p.size() - 1)];
 }
 
-void FsdpEngine::prefetch(const std::vector<int>& order, int position) {
-  for (int k = 1; k <= opt_.prefetch_limit && position + k < int(order.size()); ++k)
-    issue_gather(order[size_t(position + k)]);
+// A unit whose backward this pass skips (skip_backward) is passed over in backward.
+void FsdpEngine::prefetch(const std::vector<int>& order, int position, bool backward) {
+  for (int k = 1; k <= opt_.prefetch_limit && position + k < int(order.size()); ++k) {
+    const int u = order[size_t(position + k)];
+    if (!(backward && units_[size_t(u)].skips_backward)) issue_gather(u);
+  }
 }
 
 // ---------------------------------------------------------------- parameters
 
 void FsdpEngine::issue_gather(int unit) {
-  if (direct_ || unit < 0 || unit >= num_units()) return;
+  if (unit < 0 || unit >= num_units()) return;
+  frozen_.issue_gather(unit);
   Unit& x = units_[unit];
-  if (x.full != nullptr || x.gather_pending) return;
-  x.full = acquire(opt_.compute_dtype, /*for_gradients=*/false);
+  if (direct_ || x.numel == 0 || x.full != nullptr || x.gather_pending) return;
+  x.full = pool_.acquire(opt_.compute_dtype, gathered_parameters());
   const Tensor* shard = &x.master;
   if (opt_.param_dtype != DType::F32) {
     // Once per optimizer step, not per gather (FULL_SHARD gathers twice).
@@ -241,28 +219,30 @@ void FsdpEngine::issue_gather(int unit) {
   if (opt_.param_dtype == opt_.compute_dtype) {
     x.gather_req = shard_.all_gather(*shard, x.full->t.narrow(0, 0, x.padded));
   } else {
-    x.gather_staging = acquire(opt_.param_dtype, /*for_gradients=*/false);
+    x.gather_staging = pool_.acquire(opt_.param_dtype, gathered_parameters());
     x.gather_req = shard_.all_gather(*shard, x.gather_staging->t.narrow(0, 0, x.padded));
   }
   x.gather_pending = true;
 }
 
 void FsdpEngine::wait_gather(int unit) {
-  if (direct_) return;
+  frozen_.wait_gather(unit);
   Unit& x = units_[unit];
+  if (direct_ || x.numel == 0) return;
   if (x.full == nullptr && !x.gather_pending) issue_gather(unit);
   if (!x.gather_pending) return;
   shard_.wait(x.gather_req);
   x.gather_pending = false;
   if (x.gather_staging != nullptr) {
     cast(x.gather_staging->t.narrow(0, 0, x.padded), x.full->t.narrow(0, 0, x.padded));
-    release(x.gather_staging);
+    pool_.release(x.gather_staging);
   }
 }
 
 Tensor FsdpEngine::params(int unit) {
   Unit& x = units_[unit];
   if (direct_) return x.master.narrow(0, 0, x.numel);
+  if (x.numel == 0) return Tensor::empty({0}, opt_.compute_dtype, opt_.device);
   FSDP_CHECK(x.full != nullptr && !x.gather_pending, "unit {} ('{}') used before it was gathered", unit,
              layouts_[unit].name);
   return x.full->t.narrow(0, 0, x.numel);
@@ -273,7 +253,7 @@ Tensor FsdpEngine::params(int unit) {
 // unit back, so an nsys timeline shows "layers.3 forward" beside the collectives.
 void FsdpEngine::before_forward(int unit) {
   wait_gather(unit);
-  prefetch(forward_order_, forward_position(unit));
+  prefetch(forward_order_, forward_position(unit), /*backward=*/false);
   nvtx::push(units_[unit].nvtx_forward.c_str());
 }
 
@@ -283,15 +263,18 @@ void FsdpEngine::after_forward(int unit) {
   nvtx::pop();
   const bool at_the_end = forward_position(unit) >= last_unit_position_;
   ++forward_uses_[size_t(unit)];
-  if (direct_ || opt_.strategy != ShardingStrategy::FULL_SHARD || at_the_end) return;
-  release(units_[unit].full);
+  if (opt_.strategy != ShardingStrategy::FULL_SHARD || at_the_end) return;
+  frozen_.release(unit);
+  if (!direct_) pool_.release(units_[unit].full);
 }
 
 void FsdpEngine::before_backward(int unit) {
   wait_gather(unit);
-  prefetch(backward_order_, backward_position(unit));
+  prefetch(backward_order_, backward_position(unit), /*backward=*/true);
   nvtx::push(units_[unit].nvtx_backward.c_str());
 }
+
+void FsdpEngine::skip_backward(int unit) { units_[unit].skips_backward = true; }
 
 // ---------------------------------------------------------------- gradients
 
@@ -306,8 +289,9 @@ void FsdpEngine::begin_micro_batch(int index) { sync_ = index == accum_steps_ - 
 Tensor FsdpEngine::grads(int unit) {
   Unit& x = units_[unit];
   if (direct_) return x.grad.narrow(0, 0, x.numel);
+  if (x.numel == 0) return Tensor::empty({0}, opt_.compute_dtype, opt_.device);
   if (x.full_grad == nullptr) {  // first micro-batch of the step for this unit
-    x.full_grad = acquire(opt_.compute_dtype, /*for_gradients=*/true);
+    x.full_grad = pool_.acquire(opt_.compute_dtype, gradients());
     fill_(x.full_grad->t.narrow(0, 0, x.padded), 0.0);
   }
   return x.full_grad->t.narrow(0, 0, x.numel);
@@ -318,11 +302,15 @@ void FsdpEngine::after_backward(int unit) {
   Unit& x = units_[unit];
   const bool last_use = ++backward_uses_[size_t(unit)] >= int(backward_positions_[size_t(unit)].size());
   // FULL_SHARD and SHARD_GRAD_OP both reshard here; SHARD_GRAD_OP keeps a unit used again.
-  if (!direct_ && (last_use || opt_.strategy == ShardingStrategy::FULL_SHARD)) release(x.full);
+  if (last_use || opt_.strategy == ShardingStrategy::FULL_SHARD) {
+    frozen_.release(unit);
+    if (!direct_) pool_.release(x.full);
+  }
   if (!sync_ || !last_use) return;  // no_sync, or another use to come: keep accumulating
-  reduce_gradient(unit);
-  // Backward runs from the last unit down: the one above has been reducing meanwhile.
-  if (unit + 1 < num_units()) complete_reduce(unit + 1);
+  if (x.numel > 0) reduce_gradient(unit);  // a frozen-only unit has nothing to reduce
+  // Backward runs from the last unit down: the ones above have been reducing meanwhile
+  // (the one above, or more when frozen-only units between reduced nothing).
+  for (int above = unit + 1; above < num_units(); ++above) complete_reduce(above);
 }
 
 void FsdpEngine::reduce_gradient(int unit) {
@@ -336,7 +324,7 @@ void FsdpEngine::reduce_gradient(int unit) {
   }
   Tensor send = x.full_grad->t.narrow(0, 0, x.padded);
   if (opt_.reduce_dtype != opt_.compute_dtype) {
-    x.reduce_send = acquire(opt_.reduce_dtype, /*for_gradients=*/true);
+    x.reduce_send = pool_.acquire(opt_.reduce_dtype, gradients());
     const Tensor converted = x.reduce_send->t.narrow(0, 0, x.padded);
     cast(send, converted);
     send = converted;
@@ -358,19 +346,21 @@ void FsdpEngine::complete_reduce(int unit) {
   const Tensor& shard = opt_.reduce_dtype == DType::F32 ? x.grad : x.reduce_recv;
   if (replicate_.size() > 1) replicate_.wait(replicate_.all_reduce(shard));  // HYBRID_SHARD, NO_SHARD
   if (opt_.reduce_dtype != DType::F32) cast(x.reduce_recv, x.grad);
-  release(x.reduce_send);
-  release(x.full_grad);
+  pool_.release(x.reduce_send);
+  pool_.release(x.full_grad);
 }
 
 void FsdpEngine::finish() {
   std::fill(forward_uses_.begin(), forward_uses_.end(), 0);
   std::fill(backward_uses_.begin(), backward_uses_.end(), 0);
+  for (Unit& x : units_) x.skips_backward = false;
   for (int u = num_units() - 1; u >= 0; --u) complete_reduce(u);
   for (int u = 0; u < num_units(); ++u) {
     Unit& x = units_[u];
     if (x.gather_pending) wait_gather(u);  // a prefetch nobody used (forward-only pass)
-    release(x.full);
+    pool_.release(x.full);
   }
+  frozen_.finish();
 }
 
 // ---------------------------------------------------------------- optimizer
@@ -389,6 +379,7 @@ void FsdpEngine::optimizer_step(const optim::AdamWConfig& cfg, double lr, int64_
   FSDP_NVTX_RANGE("optimizer step (AdamW on the shards)");
   for (Unit& x : units_) {
     x.shard_cast_stale = true;
+    if (x.numel == 0) continue;
     optim::adamw_step_range(x.segments, x.shard_range.begin, x.master, x.grad, x.exp_avg, x.exp_avg_sq, cfg, lr, step,
                             grad_scale);
   }
@@ -396,6 +387,7 @@ void FsdpEngine::optimizer_step(const optim::AdamWConfig& cfg, double lr, int64_
 
 Tensor FsdpEngine::gather_full(int unit) {
   Unit& x = units_[unit];
+  if (x.numel == 0) return Tensor::empty({0}, DType::F32, opt_.device);
   Tensor full = Tensor::empty({x.padded}, DType::F32, opt_.device);
   shard_.wait(shard_.all_gather(x.master, full));
   return full.narrow(0, 0, x.numel);

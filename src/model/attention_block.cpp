@@ -36,7 +36,7 @@ void AttentionGrads::bind(const LlamaConfig& c, int64_t N, DType dt, const Saved
 AttentionSublayer::AttentionSublayer(const LlamaConfig& cfg, const UnitLayout& block, RopeTables rope)
     : cfg_(cfg),
       rope_(std::move(rope)),
-      norm_(block.slot(block.name + ".attn_norm").offset),
+      norm_(block, block.name + ".attn_norm"),
       qkv_(block, {block.name + ".wq", block.name + ".wk", block.name + ".wv"}),
       o_(block, {block.name + ".wo"}) {}
 
@@ -50,54 +50,52 @@ AttentionSublayer::QKV AttentionSublayer::split_heads(const Tensor& qkv, int64_t
              x.narrow(2, c.q_dim() + c.kv_dim(), c.kv_dim()).unflatten(2, c.num_kv_heads, D)};
 }
 
-AttentionSublayer::QKV AttentionSublayer::project(const Tensor& x, const Tensor& params, const Tensor& h,
+AttentionSublayer::QKV AttentionSublayer::project(const Tensor& x, const UnitParams& p, const Tensor& h,
                                                   const Tensor& rstd, const Tensor& qkv, int64_t B, int64_t T,
                                                   int64_t pos) const {
-  rmsnorm_forward(x, params.narrow(0, norm_, cfg_.hidden_size), h, rstd, cfg_.norm_eps);
-  qkv_.forward(h, params, qkv);
+  rmsnorm_forward(x, norm_.value(p), h, rstd, cfg_.norm_eps);
+  qkv_.forward(h, p, qkv);
   const QKV heads = split_heads(qkv, B, T);
   rope_forward(heads.q, heads.q, rope_, pos);
   rope_forward(heads.k, heads.k, rope_, pos);
   return heads;
 }
 
-void AttentionSublayer::forward(const Tensor& x, const Tensor& params, AttentionSaved& s, const Tensor& out,
+void AttentionSublayer::forward(const Tensor& x, const UnitParams& p, AttentionSaved& s, const Tensor& out,
                                 int64_t B, int64_t T) const {
-  const QKV heads = project(x, params, s.h1, s.rstd1, s.qkv, B, T, 0);
+  const QKV heads = project(x, p, s.h1, s.rstd1, s.qkv, B, T, 0);
   attention_forward(heads.q, heads.k, heads.v, s.att.reshape({B, T, cfg_.num_heads, cfg_.head_dim()}), s.lse);
   cast(x, out);  // out = x + att @ Wo^T, the residual add folded into the GEMM's beta
-  o_.forward(s.att, params, out, /*accumulate=*/true);
+  o_.forward(s.att, p, out, /*accumulate=*/true);
 }
 
-void AttentionSublayer::recompute_cheap(const Tensor& x, const Tensor& params, AttentionSaved& s) const {
-  rmsnorm_forward(x, params.narrow(0, norm_, cfg_.hidden_size), s.h1, s.rstd1, cfg_.norm_eps);
+void AttentionSublayer::recompute_cheap(const Tensor& x, const UnitParams& p, AttentionSaved& s) const {
+  rmsnorm_forward(x, norm_.value(p), s.h1, s.rstd1, cfg_.norm_eps);
 }
 
-void AttentionSublayer::backward(const Tensor& x, const AttentionSaved& s, const Tensor& params, const Tensor& grads,
-                                 const Tensor& dres, const Tensor& dh, AttentionGrads& g, int64_t B,
-                                 int64_t T) const {
+void AttentionSublayer::backward(const Tensor& x, const AttentionSaved& s, const UnitParams& p, const Tensor& dres,
+                                 const Tensor& dh, AttentionGrads& g, int64_t B, int64_t T) const {
   const LlamaConfig& c = cfg_;
-  o_.backward(dres, s.att, params, grads, g.datt);
+  o_.backward(dres, s.att, p, g.datt);
   const QKV qkv = split_heads(s.qkv, B, T);
   const QKV dqkv = split_heads(g.dqkv, B, T);
   attention_backward(g.datt.reshape({B, T, c.num_heads, c.head_dim()}), qkv.q, qkv.k, qkv.v,
                      s.att.reshape({B, T, c.num_heads, c.head_dim()}), s.lse, dqkv.q, dqkv.k, dqkv.v);
   rope_backward(dqkv.q, dqkv.q, rope_, 0);
   rope_backward(dqkv.k, dqkv.k, rope_, 0);
-  qkv_.backward(g.dqkv, s.h1, params, grads, dh);
-  rmsnorm_backward(dh, x, params.narrow(0, norm_, c.hidden_size), s.rstd1, dres,
-                   grads.narrow(0, norm_, c.hidden_size), /*accumulate_dx=*/true);
+  qkv_.backward(g.dqkv, s.h1, p, dh);
+  rmsnorm_backward(dh, x, norm_.value(p), s.rstd1, dres, norm_.grad(p), /*accumulate_dx=*/true);
 }
 
-void AttentionSublayer::forward_cached(const Tensor& x, const Tensor& params, AttentionSaved& scratch,
+void AttentionSublayer::forward_cached(const Tensor& x, const UnitParams& p, AttentionSaved& scratch,
                                        const KVCache& cache, int layer, int64_t B, int64_t T) const {
   const int64_t N = B * T;
   const Tensor att = scratch.att.narrow(0, 0, N);
-  const QKV heads = project(x, params, scratch.h1.narrow(0, 0, N), scratch.rstd1.narrow(0, 0, N),
+  const QKV heads = project(x, p, scratch.h1.narrow(0, 0, N), scratch.rstd1.narrow(0, 0, N),
                             scratch.qkv.narrow(0, 0, N), B, T, cache.length);
   attention_decode(heads.q, heads.k, heads.v, cache.layer_k(layer), cache.layer_v(layer), cache.length,
                    att.reshape({B, T, cfg_.num_heads, cfg_.head_dim()}));
-  o_.forward(att, params, x, /*accumulate=*/true);  // x += att @ Wo^T
+  o_.forward(att, p, x, /*accumulate=*/true);  // x += att @ Wo^T
 }
 
 }  // namespace fsdp::model

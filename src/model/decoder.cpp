@@ -4,6 +4,7 @@
 #include "fsdp/model/decoder.h"
 
 #include "fsdp/core/memory_category.h"
+#include "fsdp/core/random.h"
 #include "fsdp/model/activation_offload.h"
 #include "fsdp/model/rope_scaling.h"
 #include "fsdp/ops/cross_entropy.h"
@@ -17,19 +18,44 @@ LlamaConfig validated(const LlamaConfig& c) {
   return c;
 }
 
+// Dense frozen weights are stored in the compute dtype.
+PeftSpec in_dtype(PeftSpec p, DType dtype) {
+  p.frozen_dtype = dtype;
+  return p;
+}
+
+// The purpose word of LoRA's dropout stream (random.h: every stream is (seed, purpose, ...)).
+constexpr uint64_t kLoraDropoutPurpose = 0x10a4d40u;
+
 }  // namespace
 
-Llama::Llama(const LlamaConfig& cfg, DType dtype, Device device)
+Llama::Llama(const LlamaConfig& cfg, DType dtype, Device device, const PeftSpec& peft, uint64_t dropout_seed)
     : cfg_(validated(cfg)),
       dtype_(dtype),
       device_(device),
-      units_(llama_units(cfg_)),
-      embedding_(cfg_),
+      peft_(in_dtype(peft, dtype)),
+      dropout_key_(mix_key(dropout_seed, kLoraDropoutPurpose)),
+      units_(lora_units(cfg_, peft_)),
+      embedding_(units_[embedding_unit()]),
       head_(cfg_, units_) {
   // Computed on the host (in double, rounded once) and moved once.
   const memory::CategoryScope tag("constants/rope tables");
   const RopeTables rope = llama_rope_tables(cfg_, cfg_.max_seq_len, device_);
   for (int l = 0; l < int(cfg_.num_layers); ++l) blocks_.emplace_back(cfg_, units_[block_unit(l)], rope);
+  for (const UnitLayout& u : units_)
+    for (const FrozenSlot& f : u.frozen) needs_scratch_ = needs_scratch_ || f.format == FrozenFormat::Nf4;
+  needs_scratch_ = needs_scratch_ || peft_.lora.enabled;
+}
+
+LinearScratch* Llama::scratch_for(const LlamaActivations& a, bool training) {
+  if (!needs_scratch_) return nullptr;
+  // Rows a Linear sees: a micro-batch's tokens (an expert gets at most every token once).
+  const int64_t rows = a.batch * a.seq_len;
+  if (scratch_.rows < rows) scratch_ = make_linear_scratch(units_, rows, dtype_, device_);
+  scratch_.training = training;
+  scratch_.dropout_key = dropout_key_;
+  scratch_.first_row = a.first_sample * a.seq_len;
+  return &scratch_;
 }
 
 LossSum sum_losses(const Tensor& losses, const Tensor& targets) {
@@ -72,19 +98,21 @@ RouterLosses Llama::router_losses(const LlamaActivations& a) const {
 
 // Embedding and blocks: the part of the forward pass both entry points share. On return
 // a.resid[L] holds the final hidden state and the head has not run.
+// The scratch (scratch_for) must be set up for the pass before.
 void Llama::trunk_forward(LlamaActivations& a, ParamProvider& p, bool for_backward) {
   FSDP_CHECK(a.seq_len <= cfg_.max_seq_len, "sequence length {} exceeds model.max_seq_len {}", a.seq_len,
              cfg_.max_seq_len);
+  LinearScratch* scratch = needs_scratch_ ? &scratch_ : nullptr;
   ActivationOffload* off = a.offload.get();
   const ActivationCheckpointing& ac = a.checkpointing;
   p.before_forward(embedding_unit());
   if (off) off->before_write(0);  // block 0 is always checkpointed
-  embedding_.forward(a.ids, p.params(embedding_unit()), a.resid[0]);
+  embedding_.forward(a.ids, p.forward_view(embedding_unit()), a.resid[0]);
   p.after_forward(embedding_unit());
   for (int l = 0; l < int(cfg_.num_layers); ++l) {
     p.before_forward(block_unit(l));
     if (off && l + 1 < cfg_.num_layers && ac.checkpointed(l + 1)) off->before_write(l + 1);
-    blocks_[size_t(l)].forward(a.resid[size_t(l)], p.params(block_unit(l)), a.blocks[size_t(l)],
+    blocks_[size_t(l)].forward(a.resid[size_t(l)], p.forward_view(block_unit(l), scratch), a.blocks[size_t(l)],
                                a.resid[size_t(l) + 1], a.batch, a.seq_len);
     if (off && for_backward && ac.checkpointed(l)) off->stash(l);
     p.after_forward(block_unit(l));
@@ -92,10 +120,12 @@ void Llama::trunk_forward(LlamaActivations& a, ParamProvider& p, bool for_backwa
 }
 
 LossSum Llama::forward(LlamaActivations& a, ParamProvider& p) {
+  LinearScratch* scratch = scratch_for(a, /*training=*/false);
   trunk_forward(a, p, /*for_backward=*/false);
   const int h = head_unit(cfg_), w = head_.weight_unit();
   head_.before_forward(p);
-  head_.forward(a.resid[size_t(cfg_.num_layers)], p.params(h), p.params(w), a.hf, a.rstdf, a.logits);
+  head_.forward(a.resid[size_t(cfg_.num_layers)], p.forward_view(h, scratch), p.forward_view(w, scratch), a.hf,
+                a.rstdf, a.logits);
   cross_entropy_forward(a.logits, a.targets, a.losses);
   head_.after_forward(p);
   p.finish();
@@ -112,33 +142,37 @@ LossSum Llama::forward_backward(LlamaActivations& a, ParamProvider& p, double gr
 // a.grads.dres holds dL/d(final hidden state).
 void Llama::head_backward(LlamaActivations& a, ParamProvider& p, double grad_scale) {
   const int h = head_unit(cfg_), w = head_.weight_unit();
+  LinearScratch* scratch = needs_scratch_ ? &scratch_ : nullptr;
   const Tensor& x = a.resid[size_t(cfg_.num_layers)];
   head_.before_forward(p);
-  head_.forward(x, p.params(h), p.params(w), a.hf, a.rstdf, a.logits);
+  head_.forward(x, p.forward_view(h, scratch), p.forward_view(w, scratch), a.hf, a.rstdf, a.logits);
   cross_entropy_forward_backward(a.logits, a.targets, a.losses, a.logits, grad_scale);
   head_.after_forward(p);
   head_.before_backward(p);
-  head_.backward(a.logits, x, a.hf, a.rstdf, UnitBuffers{p.params(h), p.grads(h)},
-                 UnitBuffers{p.params(w), p.grads(w)}, a.grads.dh, a.grads.dres);
+  head_.backward(a.logits, x, a.hf, a.rstdf, p.backward_view(h, scratch), p.backward_view(w, scratch), a.grads.dh,
+                 a.grads.dres);
   head_.after_backward(p);
 }
 
 // The blocks' backward, last to first; a checkpointed block's activations are recomputed
 // first (after its offloaded tensors are back), while its unit is gathered for backward.
+// LoRA keeps nothing of its own between forward and backward (lora_adapter.h: u and the
+// dropped-out input are recomputed from the Linear's input, which the block saved), so
+// recompute and offloading cover adapters through the blocks' own saved tensors.
 void Llama::blocks_backward(LlamaActivations& a, ParamProvider& p) {
+  LinearScratch* scratch = needs_scratch_ ? &scratch_ : nullptr;
   ActivationOffload* off = a.offload.get();
   const ActivationCheckpointing& ac = a.checkpointing;
   for (int l = int(cfg_.num_layers) - 1; l >= 0; --l) {
     p.before_backward(block_unit(l));
-    const Tensor params = p.params(block_unit(l));
+    const UnitParams params = p.backward_view(block_unit(l), scratch);
     BlockActivations& saved = a.blocks[size_t(l)];
     if (ac.checkpointed(l)) {
       if (off) off->fetch(l);
       blocks_[size_t(l)].recompute(a.resid[size_t(l)], params, saved, a.recompute_output(l), ac.mode, a.batch,
                                    a.seq_len);
     }
-    blocks_[size_t(l)].backward(a.resid[size_t(l)], saved, params, p.grads(block_unit(l)), a.grads, a.batch,
-                                a.seq_len);
+    blocks_[size_t(l)].backward(a.resid[size_t(l)], saved, params, a.grads, a.batch, a.seq_len);
     if (off && ac.checkpointed(l)) off->release(l);
     p.after_backward(block_unit(l));
   }
@@ -146,16 +180,25 @@ void Llama::blocks_backward(LlamaActivations& a, ParamProvider& p) {
 
 void Llama::enqueue_forward_backward(LlamaActivations& a, ParamProvider& p, double grad_scale,
                                      double router_scale) {
+  scratch_for(a, /*training=*/true);
   trunk_forward(a, p, /*for_backward=*/true);
   // The router losses' gradient is known once every layer has routed: the same for every
   // layer's backward (the loss-scale factor of grad_scale is the caller's to include).
   if (cfg_.is_moe()) router_loss_grad(cfg_, router_records(a), router_scale, a.grads.mlp->router_loss);
+  // A frozen table needs no gradient and nothing below it needs one: its backward, and its
+  // gather for backward, are skipped (said before the backward begins). A tied head still
+  // reads the frozen table in its backward (dx = dlogits W), so then the hooks run and the
+  // embedding's own backward computes nothing.
+  const bool skip_embedding = embedding_.frozen() && head_.weight_unit() != embedding_unit();
+  if (skip_embedding) p.skip_backward(embedding_unit());
   if (a.offload) a.offload->begin_backward();  // the last blocks come back while the head runs
   head_backward(a, p, grad_scale);
   blocks_backward(a, p);
-  p.before_backward(embedding_unit());
-  embedding_.backward(a.ids, a.grads.dres, p.grads(embedding_unit()));
-  p.after_backward(embedding_unit());
+  if (!skip_embedding) {
+    p.before_backward(embedding_unit());
+    embedding_.backward(a.ids, a.grads.dres, p.backward_view(embedding_unit()));
+    p.after_backward(embedding_unit());
+  }
   p.finish();
   // The losses are read by the caller, after all of this is enqueued: on a device the host
   // waits once, for the whole pass, instead of stalling the backward behind a read-back.

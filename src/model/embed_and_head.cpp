@@ -6,16 +6,13 @@
 
 namespace fsdp::model {
 
-Tensor TokenEmbedding::table(const Tensor& flat) const {
-  return flat.narrow(0, 0, vocab_ * hidden_).reshape({vocab_, hidden_});
+void TokenEmbedding::forward(const Tensor& ids, const UnitParams& p, const Tensor& out) const {
+  embedding_forward(ids, table_.value(p), out);
 }
 
-void TokenEmbedding::forward(const Tensor& ids, const Tensor& params, const Tensor& out) const {
-  embedding_forward(ids, table(params), out);
-}
-
-void TokenEmbedding::backward(const Tensor& ids, const Tensor& dout, const Tensor& grads) const {
-  embedding_backward(ids, dout, table(grads));
+void TokenEmbedding::backward(const Tensor& ids, const Tensor& dout, const UnitParams& p) const {
+  if (table_.frozen()) return;
+  embedding_backward(ids, dout, table_.grad(p));
 }
 
 namespace {
@@ -29,9 +26,8 @@ Linear lm_head_of(const LlamaConfig& cfg, const std::vector<UnitLayout>& units) 
 }  // namespace
 
 OutputHead::OutputHead(const LlamaConfig& cfg, const std::vector<UnitLayout>& units)
-    : hidden_(cfg.hidden_size),
-      eps_(cfg.norm_eps),
-      norm_(units[size_t(head_unit(cfg))].slot("norm").offset),
+    : eps_(cfg.norm_eps),
+      norm_(units[size_t(head_unit(cfg))], "norm"),
       head_unit_(head_unit(cfg)),
       weight_unit_(cfg.tie_word_embeddings ? embedding_unit() : head_unit(cfg)),
       lm_head_(lm_head_of(cfg, units)) {}
@@ -56,18 +52,16 @@ void OutputHead::after_backward(ParamProvider& p) const {
   if (weight_unit_ != head_unit_) p.after_backward(weight_unit_);
 }
 
-void OutputHead::forward(const Tensor& x, const Tensor& params, const Tensor& weight_params, const Tensor& hf,
+void OutputHead::forward(const Tensor& x, const UnitParams& head, const UnitParams& weight, const Tensor& hf,
                          const Tensor& rstd, const Tensor& logits) const {
-  rmsnorm_forward(x, params.narrow(0, norm_, hidden_), hf, rstd, eps_);
-  lm_head_.forward(hf, weight_params, logits);
+  rmsnorm_forward(x, norm_.value(head), hf, rstd, eps_);
+  lm_head_.forward(hf, weight, logits);
 }
 
 void OutputHead::backward(const Tensor& dlogits, const Tensor& x, const Tensor& hf, const Tensor& rstd,
-                          const UnitBuffers& head, const UnitBuffers& weight, const Tensor& dh,
-                          const Tensor& dx) const {
-  lm_head_.backward(dlogits, hf, weight.params, weight.grads, dh);
-  rmsnorm_backward(dh, x, head.params.narrow(0, norm_, hidden_), rstd, dx, head.grads.narrow(0, norm_, hidden_),
-                   /*accumulate_dx=*/false);
+                          const UnitParams& head, const UnitParams& weight, const Tensor& dh, const Tensor& dx) const {
+  lm_head_.backward(dlogits, hf, weight, dh);
+  rmsnorm_backward(dh, x, norm_.value(head), rstd, dx, norm_.grad(head), /*accumulate_dx=*/false);
 }
 
 }  // namespace fsdp::model

@@ -22,7 +22,7 @@ LlamaDecoder::LlamaDecoder(const LlamaConfig& cfg, int64_t batch, int64_t max_le
       dtype_(dtype),
       device_(device),
       units_(llama_units(cfg_)),
-      embedding_(cfg_),
+      embedding_(units_[embedding_unit()]),
       head_(cfg_, units_),
       max_chunk_(max_chunk) {
   FSDP_CHECK(batch >= 1, "LlamaDecoder: batch must be >= 1, got {}", batch);
@@ -59,11 +59,11 @@ Tensor LlamaDecoder::forward(const Tensor& ids, ParamProvider& p, bool all_rows)
 
   const Tensor stream = x_.narrow(0, 0, N);
   p.before_forward(embedding_unit());
-  embedding_.forward(ids.reshape({N}), p.params(embedding_unit()), stream);
+  embedding_.forward(ids.reshape({N}), p.forward_view(embedding_unit()), stream);
   p.after_forward(embedding_unit());
   for (int l = 0; l < int(cfg_.num_layers); ++l) {
     p.before_forward(block_unit(l));
-    blocks_[size_t(l)].forward_cached(stream, p.params(block_unit(l)), block_scratch_, cache_, l, B, T);
+    blocks_[size_t(l)].forward_cached(stream, p.forward_view(block_unit(l)), block_scratch_, cache_, l, B, T);
     p.after_forward(block_unit(l));
   }
 
@@ -73,7 +73,7 @@ Tensor LlamaDecoder::forward(const Tensor& ids, ParamProvider& p, bool all_rows)
   const int hu = head_unit(cfg_), wu = head_.weight_unit();
   head_.before_forward(p);
   const Tensor logits = logits_.narrow(0, 0, rows);
-  head_.forward(x, p.params(hu), p.params(wu), hf_.narrow(0, 0, rows), rstdf_.narrow(0, 0, rows), logits);
+  head_.forward(x, p.forward_view(hu), p.forward_view(wu), hf_.narrow(0, 0, rows), rstdf_.narrow(0, 0, rows), logits);
   head_.after_forward(p);
   p.finish();
   cache_.length += T;

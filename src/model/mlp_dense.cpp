@@ -12,7 +12,7 @@ DenseSwiGLU::DenseSwiGLU(const LlamaConfig& cfg, const UnitLayout& block)
       hidden_(cfg.hidden_size),
       ffn_(cfg.intermediate_size),
       eps_(cfg.norm_eps),
-      norm_(block.slot(block.name + ".mlp_norm").offset),
+      norm_(block, block.name + ".mlp_norm"),
       gate_up_(block, {block.name + ".w_gate", block.name + ".w_up"}),
       down_(block, {block.name + ".w_down"}) {}
 
@@ -30,36 +30,35 @@ void DenseMlpGrads::bind(const LlamaConfig& c, int64_t N, DType dt, const SavedB
   b(dact, {"mlp dact", {N, F}, dt, SavedKind::Cheap});
 }
 
-void DenseSwiGLU::forward(const Tensor& x, const Tensor& params, MlpSaved& saved, const Tensor& out) const {
+void DenseSwiGLU::forward(const Tensor& x, const UnitParams& p, MlpSaved& saved, const Tensor& out) const {
   auto& s = static_cast<DenseMlpSaved&>(saved);
   const int64_t N = x.size(0), F = ffn_;
   const Tensor h = s.h2.narrow(0, 0, N), gu = s.gu.narrow(0, 0, N), act = s.act.narrow(0, 0, N);
-  rmsnorm_forward(x, params.narrow(0, norm_, hidden_), h, s.rstd2.narrow(0, 0, N), eps_);
-  gate_up_.forward(h, params, gu);
+  rmsnorm_forward(x, norm_.value(p), h, s.rstd2.narrow(0, 0, N), eps_);
+  gate_up_.forward(h, p, gu);
   swiglu_forward(gu.narrow(1, 0, F), gu.narrow(1, F, F), act);
   // out = x + act @ Wdown^T, the residual add folded into the GEMM's beta.
   if (out.data_ptr() != x.data_ptr()) cast(x, out);
-  down_.forward(act, params, out, /*accumulate=*/true);
+  down_.forward(act, p, out, /*accumulate=*/true);
 }
 
-void DenseSwiGLU::recompute_cheap(const Tensor& x, const Tensor& params, MlpSaved& saved) const {
+void DenseSwiGLU::recompute_cheap(const Tensor& x, const UnitParams& p, MlpSaved& saved) const {
   auto& s = static_cast<DenseMlpSaved&>(saved);
   const int64_t N = x.size(0), F = ffn_;
   const Tensor gu = s.gu.narrow(0, 0, N);
-  rmsnorm_forward(x, params.narrow(0, norm_, hidden_), s.h2.narrow(0, 0, N), s.rstd2.narrow(0, 0, N), eps_);
+  rmsnorm_forward(x, norm_.value(p), s.h2.narrow(0, 0, N), s.rstd2.narrow(0, 0, N), eps_);
   swiglu_forward(gu.narrow(1, 0, F), gu.narrow(1, F, F), s.act.narrow(0, 0, N));
 }
 
-void DenseSwiGLU::backward(const Tensor& x, const MlpSaved& saved, const Tensor& params, const Tensor& grads,
-                           const Tensor& dres, const Tensor& dh, MlpGrads& grads_scratch) const {
+void DenseSwiGLU::backward(const Tensor& x, const MlpSaved& saved, const UnitParams& p, const Tensor& dres,
+                           const Tensor& dh, MlpGrads& grads_scratch) const {
   const auto& s = static_cast<const DenseMlpSaved&>(saved);
   auto& g = static_cast<DenseMlpGrads&>(grads_scratch);
   const int64_t F = ffn_;
-  down_.backward(dres, s.act, params, grads, g.dact);
+  down_.backward(dres, s.act, p, g.dact);
   swiglu_backward(g.dact, s.gu.narrow(1, 0, F), s.gu.narrow(1, F, F), g.dgu.narrow(1, 0, F), g.dgu.narrow(1, F, F));
-  gate_up_.backward(g.dgu, s.h2, params, grads, dh);
-  rmsnorm_backward(dh, x, params.narrow(0, norm_, hidden_), s.rstd2, dres, grads.narrow(0, norm_, hidden_),
-                   /*accumulate_dx=*/true);
+  gate_up_.backward(g.dgu, s.h2, p, dh);
+  rmsnorm_backward(dh, x, norm_.value(p), s.rstd2, dres, norm_.grad(p), /*accumulate_dx=*/true);
 }
 
 }  // namespace fsdp::model

@@ -28,7 +28,7 @@ MoeMlp::MoeMlp(const LlamaConfig& cfg, const UnitLayout& block)
       experts_(cfg.num_experts),
       k_(cfg.experts_per_token),
       eps_(cfg.norm_eps),
-      norm_(block.slot(block.name + ".mlp_norm").offset),
+      norm_(block, block.name + ".mlp_norm"),
       router_(block, {block.name + ".router"}) {
   for (int64_t e = 0; e < experts_; ++e) {
     gate_up_.emplace_back(block, std::initializer_list<std::string>{expert_slot(block, e, "w1"),
@@ -83,15 +83,15 @@ void MoeMlp::route(const MoeMlpSaved& s, int64_t N) const {
 
 // Each expert's SwiGLU over its contiguous group of rows; an expert no token chose is
 // skipped (its weights get no gradient from this micro-batch, as in transformers).
-void MoeMlp::experts_forward(const MoeMlpSaved& s, const Tensor& params) const {
+void MoeMlp::experts_forward(const MoeMlpSaved& s, const UnitParams& p) const {
   const int64_t F = ffn_;
   for (int64_t e = 0; e < experts_; ++e) {
     const int64_t begin = s.group_begin[size_t(e)], rows = s.group_begin[size_t(e) + 1] - begin;
     if (rows == 0) continue;
     const Tensor gu = s.gu.narrow(0, begin, rows), act = s.act.narrow(0, begin, rows);
-    gate_up_[size_t(e)].forward(s.xs.narrow(0, begin, rows), params, gu);
+    gate_up_[size_t(e)].forward(s.xs.narrow(0, begin, rows), p, gu, false, begin);
     swiglu_forward(gu.narrow(1, 0, F), gu.narrow(1, F, F), act);
-    down_[size_t(e)].forward(act, params, s.ys.narrow(0, begin, rows));
+    down_[size_t(e)].forward(act, p, s.ys.narrow(0, begin, rows), false, begin);
   }
 }
 
@@ -114,29 +114,29 @@ void MoeMlp::read_group_sizes(MoeMlpSaved& s, int64_t N) const {
              s.group_begin[size_t(experts_)], NK);
 }
 
-void MoeMlp::forward(const Tensor& x, const Tensor& params, MlpSaved& saved, const Tensor& out) const {
+void MoeMlp::forward(const Tensor& x, const UnitParams& p, MlpSaved& saved, const Tensor& out) const {
   auto& s = static_cast<MoeMlpSaved&>(saved);
   const int64_t N = x.size(0), NK = N * k_;
   const Tensor h = s.h.narrow(0, 0, N);
-  rmsnorm_forward(x, params.narrow(0, norm_, hidden_), h, s.rstd.narrow(0, 0, N), eps_);
-  router_.forward(h, params, s.logits.narrow(0, 0, N));
+  rmsnorm_forward(x, norm_.value(p), h, s.rstd.narrow(0, 0, N), eps_);
+  router_.forward(h, p, s.logits.narrow(0, 0, N));
   route(s, N);
   read_group_sizes(s, N);
   moe_gather_rows(h, s.order.narrow(0, 0, NK), k_, s.xs.narrow(0, 0, NK));
-  experts_forward(s, params);
+  experts_forward(s, p);
   // out = x + sum_j w_j * y_j, each token's k outputs gathered in choice order.
   moe_combine(s.ys.narrow(0, 0, NK), s.slot.narrow(0, 0, NK), s.weight.narrow(0, 0, N), x, out);
 }
 
 // Selective checkpointing: the routing and the experts' GEMM outputs were kept, so the
 // norm, the gather and each expert's SwiGLU run again over the same groups (no host wait).
-void MoeMlp::recompute_cheap(const Tensor& x, const Tensor& params, MlpSaved& saved) const {
+void MoeMlp::recompute_cheap(const Tensor& x, const UnitParams& p, MlpSaved& saved) const {
   auto& s = static_cast<MoeMlpSaved&>(saved);
   const int64_t N = x.size(0), NK = N * k_;
   FSDP_CHECK(int64_t(s.group_begin.size()) == experts_ + 1 && s.record.tokens == N,
              "moe: recompute over {} rows without a matching forward", N);
   const Tensor h = s.h.narrow(0, 0, N);
-  rmsnorm_forward(x, params.narrow(0, norm_, hidden_), h, s.rstd.narrow(0, 0, N), eps_);
+  rmsnorm_forward(x, norm_.value(p), h, s.rstd.narrow(0, 0, N), eps_);
   moe_gather_rows(h, s.order.narrow(0, 0, NK), k_, s.xs.narrow(0, 0, NK));
   experts_swiglu(s);
 }
@@ -151,22 +151,21 @@ void MoeMlp::experts_swiglu(const MoeMlpSaved& s) const {
   }
 }
 
-void MoeMlp::experts_backward(const MoeMlpSaved& s, const Tensor& params, const Tensor& grads,
-                              MoeMlpGrads& g) const {
+void MoeMlp::experts_backward(const MoeMlpSaved& s, const UnitParams& p, MoeMlpGrads& g) const {
   const int64_t F = ffn_;
   for (int64_t e = 0; e < experts_; ++e) {
     const int64_t begin = s.group_begin[size_t(e)], rows = s.group_begin[size_t(e) + 1] - begin;
     if (rows == 0) continue;
     const Tensor gu = s.gu.narrow(0, begin, rows), dgu = g.dgu.narrow(0, begin, rows);
     const Tensor dact = g.dact.narrow(0, begin, rows);
-    down_[size_t(e)].backward(g.dys.narrow(0, begin, rows), s.act.narrow(0, begin, rows), params, grads, dact);
+    down_[size_t(e)].backward(g.dys.narrow(0, begin, rows), s.act.narrow(0, begin, rows), p, dact, begin);
     swiglu_backward(dact, gu.narrow(1, 0, F), gu.narrow(1, F, F), dgu.narrow(1, 0, F), dgu.narrow(1, F, F));
-    gate_up_[size_t(e)].backward(dgu, s.xs.narrow(0, begin, rows), params, grads, g.dxs.narrow(0, begin, rows));
+    gate_up_[size_t(e)].backward(dgu, s.xs.narrow(0, begin, rows), p, g.dxs.narrow(0, begin, rows), begin);
   }
 }
 
-void MoeMlp::backward(const Tensor& x, const MlpSaved& saved, const Tensor& params, const Tensor& grads,
-                      const Tensor& dres, const Tensor& dh, MlpGrads& grads_scratch) const {
+void MoeMlp::backward(const Tensor& x, const MlpSaved& saved, const UnitParams& p, const Tensor& dres,
+                      const Tensor& dh, MlpGrads& grads_scratch) const {
   const auto& s = static_cast<const MoeMlpSaved&>(saved);
   auto& g = static_cast<MoeMlpGrads&>(grads_scratch);
   const int64_t N = x.size(0), NK = N * k_;
@@ -175,14 +174,13 @@ void MoeMlp::backward(const Tensor& x, const MlpSaved& saved, const Tensor& para
   const Tensor slot = s.slot.narrow(0, 0, NK), weight = s.weight.narrow(0, 0, N);
   const Tensor dweight = g.dweight.narrow(0, 0, N), dlogits = g.dlogits.narrow(0, 0, N);
   moe_combine_backward(dres, s.ys.narrow(0, 0, NK), slot, weight, g.dys.narrow(0, 0, NK), dweight);
-  experts_backward(s, params, grads, g);
+  experts_backward(s, p, g);
   moe_router_backward(dweight, s.probs.narrow(0, 0, N), s.lse.narrow(0, 0, N), s.expert.narrow(0, 0, N), weight,
                       g.router_loss.aux_grad, g.router_loss.z_scale, dlogits);
   // dh = dlogits W_router (+) the gathered expert inputs' gradients.
-  router_.backward(dlogits, s.h.narrow(0, 0, N), params, grads, dh);
+  router_.backward(dlogits, s.h.narrow(0, 0, N), p, dh);
   moe_gather_rows_backward(g.dxs.narrow(0, 0, NK), slot, k_, dh, /*accumulate=*/true);
-  rmsnorm_backward(dh, x, params.narrow(0, norm_, hidden_), s.rstd.narrow(0, 0, N), dres,
-                   grads.narrow(0, norm_, hidden_), /*accumulate_dx=*/true);
+  rmsnorm_backward(dh, x, norm_.value(p), s.rstd.narrow(0, 0, N), dres, norm_.grad(p), /*accumulate_dx=*/true);
 }
 
 }  // namespace fsdp::model

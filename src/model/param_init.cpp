@@ -1,5 +1,6 @@
 // Seeded parameter initialisation, shard-independent (param_init.h).
 #include <algorithm>
+#include <cmath>
 
 #include "fsdp/core/random.h"
 #include "fsdp/model/param_init.h"
@@ -15,10 +16,20 @@ void init_unit(const UnitLayout& unit, int unit_index, uint64_t seed, double ini
   FSDP_CHECK(begin >= 0, "init_unit: negative begin {}", begin);
   float* out = flat.data<float>();
   const uint64_t key = mix_key(seed, 0x1417u, uint64_t(unit_index));
+  // Adapters draw from a stream of their own: a seeded base and its adapters are independent.
+  const uint64_t lora_key = mix_key(seed, 0x10a4au, uint64_t(unit_index));
   for (const ParamSlot& s : unit.params) {
     const int64_t lo = std::max(begin, s.offset), hi = std::min(end, s.offset + s.numel);
-    for (int64_t i = lo; i < hi; ++i)
-      out[i - begin] = s.init_kind == 1 ? 1.0f : float(init_std * normal01(key, uint64_t(i)));
+    // PEFT's lora_A: torch's kaiming_uniform_(a = sqrt(5)), i.e. uniform in +-1/sqrt(fan_in).
+    const double bound = s.init_kind == 2 ? 1.0 / std::sqrt(double(s.shape[1])) : 0.0;
+    for (int64_t i = lo; i < hi; ++i) {
+      switch (s.init_kind) {
+        case 1: out[i - begin] = 1.0f; break;
+        case 2: out[i - begin] = float(bound * (2.0 * uniform01(lora_key, uint64_t(i)) - 1.0)); break;
+        case 3: out[i - begin] = 0.0f; break;
+        default: out[i - begin] = float(init_std * normal01(key, uint64_t(i)));
+      }
+    }
   }
   // Padding past the unit's parameters (FSDP shards) is zero.
   for (int64_t i = std::max(begin, unit.numel); i < end; ++i) out[i - begin] = 0.0f;

@@ -10,6 +10,26 @@ const ParamSlot& UnitLayout::slot(const std::string& n) const {
   FSDP_FAIL("unit '{}' has no parameter '{}'", name, n);
 }
 
+const FrozenSlot& UnitLayout::frozen_slot(const std::string& n) const {
+  for (const auto& p : frozen)
+    if (p.name == n) return p;
+  FSDP_FAIL("unit '{}' has no frozen parameter '{}'", name, n);
+}
+
+bool UnitLayout::has(const std::string& n) const {
+  for (const auto& p : params)
+    if (p.name == n) return true;
+  return false;
+}
+
+SlotRef UnitLayout::find(const std::string& n) const {
+  for (const auto& p : params)
+    if (p.name == n) return SlotRef{&p, nullptr};
+  for (const auto& p : frozen)
+    if (p.name == n) return SlotRef{nullptr, &p};
+  FSDP_FAIL("unit '{}' has no parameter '{}'", name, n);
+}
+
 Tensor UnitLayout::view(const Tensor& flat, const std::string& n) const {
   const ParamSlot& s = slot(n);
   FSDP_CHECK(flat.dim() == 1 && flat.numel() >= numel, "flat buffer {} too small for unit '{}' ({} elements)",
@@ -63,14 +83,16 @@ std::vector<UnitLayout> llama_units(const LlamaConfig& c) {
   const int64_t C = c.hidden_size, F = c.intermediate_size, V = c.vocab_size;
   std::vector<UnitLayout> units;
 
-  UnitLayout emb{"embedding", {}, 0};
+  UnitLayout emb;
+  emb.name = "embedding";
   add(emb, "tok_embeddings", "model.embed_tokens.weight", {V, C}, true, 0);
   units.push_back(std::move(emb));
 
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const std::string p = "layers." + std::to_string(l) + ".";
     const std::string hf = "model.layers." + std::to_string(l) + ".";
-    UnitLayout b{"layers." + std::to_string(l), {}, 0};
+    UnitLayout b;
+    b.name = "layers." + std::to_string(l);
     add(b, p + "wq", hf + "self_attn.q_proj.weight", {c.q_dim(), C}, true, 0);
     add(b, p + "wk", hf + "self_attn.k_proj.weight", {c.kv_dim(), C}, true, 0);
     add(b, p + "wv", hf + "self_attn.v_proj.weight", {c.kv_dim(), C}, true, 0);
@@ -87,7 +109,8 @@ std::vector<UnitLayout> llama_units(const LlamaConfig& c) {
     units.push_back(std::move(b));
   }
 
-  UnitLayout head{"head", {}, 0};
+  UnitLayout head;
+  head.name = "head";
   if (c.tie_word_embeddings) {
     head.reads_unit = embedding_unit();  // lm_head is tok_embeddings
   } else {

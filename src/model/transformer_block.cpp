@@ -40,34 +40,34 @@ BlockGrads TransformerBlock::make_grads(int64_t N, DType dt, Device dev) const {
   return g;
 }
 
-void TransformerBlock::forward(const Tensor& x, const Tensor& params, BlockActivations& a, const Tensor& out,
+void TransformerBlock::forward(const Tensor& x, const UnitParams& p, BlockActivations& a, const Tensor& out,
                                int64_t B, int64_t T) const {
-  attention_.forward(x, params, a.attn, a.x2, B, T);
-  mlp_->forward(a.x2, params, *a.mlp, out);
+  attention_.forward(x, p, a.attn, a.x2, B, T);
+  mlp_->forward(a.x2, p, *a.mlp, out);
 }
 
-void TransformerBlock::recompute(const Tensor& x, const Tensor& params, BlockActivations& a, const Tensor& out,
+void TransformerBlock::recompute(const Tensor& x, const UnitParams& p, BlockActivations& a, const Tensor& out,
                                  Recompute mode, int64_t B, int64_t T) const {
   switch (mode) {
     case Recompute::None: return;
-    case Recompute::Full: forward(x, params, a, out, B, T); return;
+    case Recompute::Full: forward(x, p, a, out, B, T); return;
     case Recompute::Selective:
-      attention_.recompute_cheap(x, params, a.attn);
-      mlp_->recompute_cheap(a.x2, params, *a.mlp);
+      attention_.recompute_cheap(x, p, a.attn);
+      mlp_->recompute_cheap(a.x2, p, *a.mlp);
       return;
   }
 }
 
-void TransformerBlock::backward(const Tensor& x, const BlockActivations& a, const Tensor& params,
-                                const Tensor& grads, BlockGrads& g, int64_t B, int64_t T) const {
-  mlp_->backward(a.x2, *a.mlp, params, grads, g.dres, g.dh, *g.mlp);
-  attention_.backward(x, a.attn, params, grads, g.dres, g.dh, g.attn, B, T);
+void TransformerBlock::backward(const Tensor& x, const BlockActivations& a, const UnitParams& p, BlockGrads& g,
+                                int64_t B, int64_t T) const {
+  mlp_->backward(a.x2, *a.mlp, p, g.dres, g.dh, *g.mlp);
+  attention_.backward(x, a.attn, p, g.dres, g.dh, g.attn, B, T);
 }
 
-void TransformerBlock::forward_cached(const Tensor& x, const Tensor& params, BlockActivations& scratch,
+void TransformerBlock::forward_cached(const Tensor& x, const UnitParams& p, BlockActivations& scratch,
                                       const KVCache& cache, int layer, int64_t B, int64_t T) const {
-  attention_.forward_cached(x, params, scratch.attn, cache, layer, B, T);
-  mlp_->forward(x, params, *scratch.mlp, x);
+  attention_.forward_cached(x, p, scratch.attn, cache, layer, B, T);
+  mlp_->forward(x, p, *scratch.mlp, x);
 }
 
 }  // namespace fsdp::model

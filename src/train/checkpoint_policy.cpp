@@ -9,6 +9,7 @@
 #include <spdlog/spdlog.h>
 
 #include "fsdp/ckpt/checkpoint_reader.h"
+#include "fsdp/train/base_model.h"
 #include "fsdp/train/run_ownership.h"
 
 namespace fsdp::train {
@@ -65,6 +66,8 @@ ckpt::TrainState CheckpointPolicy::restore(const std::string& path, const model:
   const ckpt::CheckpointReader reader(path);
   reader.check_model(model.config(), model.units());
   const ckpt::Manifest& m = reader.manifest();
+  // The units matched, so both or neither are LoRA runs; the base must be the same one.
+  if (m.base && base_) check_same_base(*m.base, *base_, path);
   uint64_t bytes = 0;
   Tensor staging;  // shards on a GPU are read into host memory, then uploaded
   for (int u = 0; u < engine.num_units(); ++u) {
@@ -123,6 +126,7 @@ ckpt::SaveStats CheckpointPolicy::save(const ckpt::TrainState& state, const mode
   meta.shard_group_size = groups_.shard->size();
   meta.config_yaml = config::dump_yaml(cfg_);
   meta.run_id = run_id_;
+  meta.base = base_;
   std::vector<ckpt::UnitShard> shards(size_t(engine.num_units()));
   for (int u = 0; u < engine.num_units(); ++u) {
     shards[size_t(u)] = ckpt::UnitShard{engine.shard_range(u).begin, engine.master(u), engine.exp_avg(u),

@@ -16,6 +16,8 @@
 #include "fsdp/data/shard_manifest.h"
 #include "fsdp/model/param_units.h"
 #include "fsdp/train/exit_codes.h"
+#include "fsdp/ckpt/peft_adapter.h"
+#include "fsdp/train/lora_model.h"
 
 namespace fsdp::train {
 
@@ -36,6 +38,15 @@ const char* export_help() {
          "                       prepare` recorded for the run's data.path, if it still exists\n"
          "  --max-shard-size N   largest safetensors file in bytes, or with a GB/MB suffix\n"
          "                       (default 5GB, as transformers' save_pretrained)\n"
+         "\n"
+         "A LoRA checkpoint (lora.enabled) holds adapters only; export one of:\n"
+         "  --adapter            a PEFT adapter folder (adapter_config.json, adapter_model.safetensors\n"
+         "                       with PEFT's names; float32 unless --dtype bfloat16), which\n"
+         "                       PeftModel.from_pretrained loads on the base\n"
+         "  --merge              a plain Hugging Face model with W + scale * B A merged into the base\n"
+         "                       (an NF4 base dequantized first, as PEFT's merge_and_unload does)\n"
+         "  --base DIR           the base folder, if it moved since training (default: the one the\n"
+         "                       checkpoint names; its bytes must be the ones trained on)\n"
          "\n"
          "Exit status: 0 done, 1 the export failed, 2 usage error.\n";
 }
@@ -73,13 +84,40 @@ std::string tokenizer_of_run(const ckpt::Manifest& m) {
   }
 }
 
+// A LoRA checkpoint as a PEFT adapter folder or as a merged Hugging Face model.
+void export_lora(const std::string& path, const std::string& output, bool adapter, const std::string& base,
+                 ckpt::HfExportOptions opt, bool dtype_given, bool tokenizer_given) {
+  const auto lora = LoraModel::from_checkpoint(path, base);
+  const ckpt::CheckpointReader reader(path);
+  const ckpt::Manifest& m = reader.manifest();
+  if (adapter) {
+    ckpt::PeftExportOptions popt;
+    popt.dtype = dtype_given ? opt.dtype : DType::F32;  // adapters are small: exact by default
+    popt.base_model_name_or_path = lora->base_path();
+    spdlog::info("export: {} (step {}) adapters -> {} (PEFT folder, {})", path, m.state.step, output,
+                 dtype_name(popt.dtype));
+    ckpt::write_peft_adapter(output, lora->config(), lora->lora(), lora->lora_units(),
+                             [&](int u) { return lora->adapters(u); }, popt);
+    spdlog::info("export: done; load it with PeftModel.from_pretrained(base, \"{}\") or lora.init_from", output);
+    return;
+  }
+  if (!tokenizer_given) opt.tokenizer_model = tokenizer_of_run(m);
+  opt.metadata["fsdp_train_step"] = std::to_string(m.state.step);
+  spdlog::info("export: {} (step {}) merged into {} -> {} as {}", path, m.state.step,
+               lora->base_path().empty() ? std::string("the seeded base") : lora->base_path(), output,
+               dtype_name(opt.dtype));
+  ckpt::write_hf_llama(output, lora->config(), lora->plain_units(), [&](int u) { return lora->merged(u); }, opt);
+  spdlog::info("export: done; load it with {}.from_pretrained(\"{}\")",
+               lora->config().is_moe() ? "MixtralForCausalLM" : "LlamaForCausalLM", output);
+}
+
 }  // namespace
 
 int export_main(int argc, char** argv) {
   apply_log_level_from_env();  // SPDLOG_LEVEL=debug shows where an error was raised
-  std::string checkpoint, output;
+  std::string checkpoint, output, base;
   ckpt::HfExportOptions opt;
-  bool tokenizer_given = false;
+  bool tokenizer_given = false, adapter = false, merge = false, dtype_given = false;
   try {
     ArgCursor args(argc, argv);
     while (args.next()) {
@@ -97,6 +135,13 @@ int export_main(int argc, char** argv) {
         if (d == "bfloat16") opt.dtype = DType::BF16;
         else if (d == "float32") opt.dtype = DType::F32;
         else throw UsageError{"--dtype must be bfloat16 or float32, not '" + d + "'"};
+        dtype_given = true;
+      } else if (a == "--adapter") {
+        adapter = true;
+      } else if (a == "--merge") {
+        merge = true;
+      } else if (a == "--base") {
+        base = value();
       } else if (a == "--tokenizer") {
         opt.tokenizer_model = value();
         tokenizer_given = true;
@@ -108,6 +153,8 @@ int export_main(int argc, char** argv) {
     }
     if (checkpoint.empty()) throw UsageError{"--checkpoint DIR is required"};
     if (output.empty()) throw UsageError{"--output HF_DIR is required"};
+    if (adapter && merge) throw UsageError{"--adapter and --merge exclude each other"};
+    if (!base.empty() && !merge) throw UsageError{"--base is for --merge (the adapter folder needs no base)"};
   } catch (const UsageError& e) {
     std::fprintf(stderr, "error: fsdp_train export: %s\n\n%s", e.message.c_str(), export_help());
     return kExitUsage;
@@ -124,6 +171,16 @@ int export_main(int argc, char** argv) {
     const ckpt::CheckpointReader reader(path);
     reader.verify();
     const ckpt::Manifest& m = reader.manifest();
+    FSDP_CHECK(m.base || (!adapter && !merge), "--{}: {} is not a LoRA checkpoint (export it as it is)",
+               adapter ? "adapter" : "merge", path);
+    FSDP_CHECK(!m.base || adapter || merge,
+               "{} is a LoRA checkpoint (adapters only, on the base {}): export --adapter (a PEFT folder) or --merge "
+               "(a full model)",
+               path, m.base ? (m.base->path.empty() ? "seeded from train.seed" : m.base->path) : "");
+    if (m.base) {
+      export_lora(path, output, adapter, base, opt, dtype_given, tokenizer_given);
+      return kExitOk;
+    }
     const auto units = model::llama_units(m.model);
     reader.check_model(m.model, units);
     if (!tokenizer_given) {

@@ -23,6 +23,7 @@
 #include "fsdp/model/generate.h"
 #include "fsdp/model/llama_decode.h"
 #include "fsdp/model/sampling.h"
+#include "fsdp/train/lora_model.h"
 #if defined(FSDP_WITH_CUDA)
 #include "fsdp/core/cuda.h"
 #endif
@@ -40,6 +41,9 @@ const char* generate_help() {
          "  --checkpoint DIR        the model (required): a Hugging Face Llama folder (config.json\n"
          "                          plus *.safetensors), an fsdp_train checkpoint (step_<N>/), or a\n"
          "                          checkpoint.dir, whose newest complete checkpoint is used\n"
+         "                          (a LoRA checkpoint runs with its adapters merged into its base)\n"
+         "  --adapter DIR           a PEFT LoRA adapter folder to merge into the --checkpoint Hugging\n"
+         "                          Face folder (its base; a bitsandbytes 4-bit one is dequantized)\n"
          "  --tokenizer MODEL       sentencepiece .model file with the model's vocabulary (required);\n"
          "                          the prompt gets its BOS first where it defines one\n"
          "  --prompt TEXT           the text to continue (required; may be empty when the\n"
@@ -63,7 +67,7 @@ const char* generate_help() {
 namespace {
 
 struct GenerateArgs {
-  std::string checkpoint, tokenizer, prompt;
+  std::string checkpoint, tokenizer, prompt, adapter;
   bool has_prompt = false;
   int64_t max_new_tokens = 64;
   model::SamplingOptions sampling;
@@ -112,6 +116,8 @@ GenerateArgs parse_generate_args(int argc, char** argv) {
       a.checkpoint = value();
     } else if (arg == "--tokenizer") {
       a.tokenizer = value();
+    } else if (arg == "--adapter") {
+      a.adapter = value();
     } else if (arg == "--prompt") {
       a.prompt = value();
       a.has_prompt = true;
@@ -211,13 +217,32 @@ std::string find_checkpoint(const std::string& path) {
   return "";
 }
 
+// A LoRA model's units with the adapters merged (train/lora_model.h).
+LoadedModel merged_model(LoraModel& lora, std::string kind) {
+  LoadedModel m;
+  m.kind = std::move(kind);
+  m.config = lora.config();
+  m.params = std::make_unique<InferenceParams>(lora.plain_units());
+  for (int u = 0; u < int(lora.plain_units().size()); ++u) m.params->params(u).copy_(lora.merged(u));
+  return m;
+}
+
 // Loads the weights at `path` (--checkpoint) into full float32 units.
-//   Hugging Face folder: config.json + *.safetensors (ckpt/hf_import.h).
+//   Hugging Face folder: config.json + *.safetensors (ckpt/hf_import.h); with --adapter, a
+//   PEFT folder merged into it.
 //   fsdp_train checkpoint: step_<N>/ or a checkpoint.dir holding them (ckpt/checkpoint_reader.h);
-//   the fp32 master weights, whatever rank count saved them.
-LoadedModel load_weights(const std::string& path) {
+//   the fp32 master weights, whatever rank count saved them; a LoRA checkpoint's adapters
+//   merged into the base it names.
+LoadedModel load_weights(const std::string& path, const std::string& adapter) {
   FSDP_CHECK(fs::is_directory(path), "--checkpoint {}: no such directory", path);
   LoadedModel m;
+  if (!adapter.empty()) {
+    FSDP_CHECK(fs::exists(fs::path(path) / "config.json"),
+               "--adapter {} needs --checkpoint to be its base's Hugging Face folder ({} not found)", adapter,
+               (fs::path(path) / "config.json").string());
+    const auto lora = LoraModel::from_peft(path, adapter);
+    return merged_model(*lora, "Hugging Face folder " + path + " with the PEFT adapter " + adapter + " merged");
+  }
   if (fs::exists(fs::path(path) / "config.json")) {
     m.kind = "Hugging Face folder " + path;
     m.config = ckpt::read_hf_llama_config(path);
@@ -229,6 +254,12 @@ LoadedModel load_weights(const std::string& path) {
   }
   if (const std::string dir = find_checkpoint(path); !dir.empty()) {
     const ckpt::CheckpointReader reader(dir);
+    if (reader.manifest().base) {
+      const auto lora = LoraModel::from_checkpoint(dir);
+      return merged_model(*lora, fmt::format("fsdp_train LoRA checkpoint {} (step {}) merged into {}", dir,
+                                             reader.manifest().state.step,
+                                             lora->base_path().empty() ? "its seeded base" : lora->base_path()));
+    }
     m.kind = fmt::format("fsdp_train checkpoint {} (step {})", dir, reader.manifest().state.step);
     m.config = reader.manifest().model;
     const auto units = model::llama_units(m.config);
@@ -271,7 +302,7 @@ class CompletionPrinter {
 int run_generate(const GenerateArgs& a) {
   FSDP_CHECK(fs::exists(a.tokenizer), "--tokenizer {}: no such file", a.tokenizer);
   const data::Tokenizer tok(a.tokenizer);
-  LoadedModel m = load_weights(a.checkpoint);
+  LoadedModel m = load_weights(a.checkpoint, a.adapter);
   const model::LlamaConfig& c = m.config;
   spdlog::info("model: {} ({})", m.kind, c.summary());
   FSDP_CHECK(tok.vocab_size() == c.vocab_size,

@@ -8,6 +8,9 @@
 
 #include "fsdp/fsdp/engine_memory.h"
 #include "fsdp/model/activation_memory.h"
+#include "fsdp/model/lora_adapter.h"
+#include "fsdp/model/peft.h"
+#include "fsdp/train/base_model.h"
 #include "fsdp/train/setup.h"
 #include "fsdp/train/step_votes.h"
 
@@ -31,11 +34,36 @@ std::string human(double bytes) {
 }
 
 // The model's units as the engine shards them: the embedding, L blocks, the head.
-std::vector<UnitShape> unit_shapes(const model::LlamaConfig& c) {
+std::vector<UnitShape> plain_shapes(const model::LlamaConfig& c) {
   const double C = double(c.hidden_size), F = double(c.intermediate_size), V = double(c.vocab_size);
   const double attention = C * double(c.qkv_dim()) + double(c.q_dim()) * C;
   const double mlp = c.is_moe() ? C * double(c.num_experts) + double(c.num_experts) * 3 * C * F : 3 * C * F;
-  return {{V * C, 1}, {attention + mlp + 2 * C, double(c.num_layers)}, {V * C + C, 1}};
+  const double head = c.tie_word_embeddings ? C : V * C + C;  // a tied head holds only the norm
+  return {{V * C, 1}, {attention + mlp + 2 * C, double(c.num_layers)}, {head, 1}};
+}
+
+// LoRA's layout (model/peft.h) of a one-block model: every block's is the same, so the
+// embedding, one block (times L) and the head give the shapes without laying out L blocks.
+std::vector<model::UnitLayout> lora_layout(const config::Config& cfg, const model::LlamaConfig& c) {
+  model::LlamaConfig one = c;
+  one.num_layers = 1;
+  return checked_lora_units(one, peft_keys(cfg));
+}
+
+// Under LoRA: trainable adapters and frozen bytes per unit; otherwise plain_shapes.
+std::vector<UnitShape> unit_shapes(const config::Config& cfg, const model::LlamaConfig& c) {
+  if (!cfg.lora.enabled) return plain_shapes(c);
+  const std::vector<model::UnitLayout> units = lora_layout(cfg, c);
+  std::vector<UnitShape> shapes;
+  for (size_t u = 0; u < units.size(); ++u)
+    shapes.push_back({double(units[u].numel), u == 1 ? double(c.num_layers) : 1.0, double(units[u].frozen_bytes)});
+  return shapes;
+}
+
+double parameter_count(const std::vector<UnitShape>& shapes) {
+  double n = 0;
+  for (const UnitShape& s : shapes) n += s.numel * s.count;
+  return n;
 }
 
 int shard_group(const config::Config& cfg, const PlanTarget& t) {
@@ -58,11 +86,18 @@ std::string mode_name(const config::TrainConfig& t) {
 
 void add_engine_rows(MemoryPlan& p, const config::Config& cfg, const model::LlamaConfig& m, int group) {
   const FsdpOptions o = fsdp_options(cfg, p.target.gpu ? Device::cuda(0) : Device::cpu());
-  const EngineMemory e = engine_memory(unit_shapes(m), group, o, cfg.train.grad_accum_steps);
-  const std::string shards = fmt::format("{} parameters over a shard group of {}", human_count(p.parameters), group);
+  const std::vector<UnitShape> shapes = unit_shapes(cfg, m);
+  const EngineMemory e = engine_memory(shapes, group, o, cfg.train.grad_accum_steps);
+  const std::string shards =
+      cfg.lora.enabled ? fmt::format("{} adapter parameters (LoRA) over a shard group of {}",
+                                     human_count(parameter_count(shapes)), group)
+                       : fmt::format("{} parameters over a shard group of {}", human_count(p.parameters), group);
   p.rows.push_back({"fp32 master weights (shards)", e.master, shards});
   p.rows.push_back({"AdamW moments (shards)", e.moments, "exp_avg and exp_avg_sq, fp32"});
   p.rows.push_back({"fp32 gradients (shards)", e.grads, "reduce-scatter results, summed over micro-batches"});
+  if (e.frozen > 0)
+    p.rows.push_back({"frozen base (shards)", e.frozen,
+                      fmt::format("{} base, never reduced or updated", cfg.model.quantization == "nf4" ? "NF4" : "dense")});
   if (e.shard_casts > 0)
     p.rows.push_back({"param/reduce dtype shard copies", e.shard_casts,
                       fmt::format("fsdp.param_dtype {}, reduce_dtype {}", dtype_name(o.param_dtype),
@@ -76,6 +111,10 @@ void add_engine_rows(MemoryPlan& p, const config::Config& cfg, const model::Llam
     p.rows.push_back({"no_sync's unsharded gradients", e.kept_gradients * e.buffer_bytes,
                       fmt::format("{:.0f} x {}: every unit's between micro-batches (grad_accum_steps {})",
                                   e.kept_gradients, human(e.buffer_bytes), cfg.train.grad_accum_steps)});
+  if (e.frozen_buffers > 0)
+    p.rows.push_back({"gathered frozen units in flight", e.frozen_buffers * e.frozen_buffer_bytes,
+                      fmt::format("{:.0f} x {} (the largest frozen unit's bytes)", e.frozen_buffers,
+                                  human(e.frozen_buffer_bytes))});
   if (e.staging > 0)
     p.rows.push_back({"collective staging", e.staging, "all-gather in param_dtype, reduce-scatter out in reduce_dtype"});
   p.rows.push_back({"optimizer scratch", e.scalars, "AdamW steps in place; the gradient norm's float64"});
@@ -89,6 +128,13 @@ void add_activation_rows(MemoryPlan& p, const config::Config& cfg, const model::
                     fmt::format("{} x {} tokens, activation_checkpointing {}", B, T, p.checkpointing)});
   p.rows.push_back({"logits and cross-entropy", a.head, fmt::format("[{}, {}] in {}", N, m.vocab_size, dtype_name(t.dtype))});
   p.rows.push_back({"backward scratch", a.scratch, "one block's gradients, shared by every block"});
+  // LoRA keeps nothing of its own for backward (lora_adapter.h recomputes u and d(x) from
+  // the Linear's input, which the block's bind() lists keep): one scratch serves them all.
+  if (cfg.lora.enabled) {
+    const double lora = model::linear_scratch_bytes(lora_layout(cfg, m), double(N), t.dtype);
+    if (lora > 0) p.rows.push_back({"LoRA and NF4 scratch", lora, "an adapter's input and rank-r temporaries, one "
+                                    "dequantized NF4 unit; shared by every Linear"});
+  }
   if (a.host > 0) {
     const PlanRow row{"offloaded activations", a.host, "what checkpointed blocks keep, between forward and backward"};
     if (p.target.gpu) p.host.push_back(row);
@@ -154,8 +200,7 @@ MemoryPlan plan_memory(const config::Config& cfg, const model::LlamaConfig& m, c
   p.target = target;
   p.micro_batch_size = cfg.train.micro_batch_size;
   p.checkpointing = mode_name(cfg.train);
-  p.parameters = double(unit_shapes(m)[0].numel) + double(unit_shapes(m)[1].numel) * double(m.num_layers) +
-                 double(unit_shapes(m)[2].numel);
+  p.parameters = parameter_count(plain_shapes(m));
   add_engine_rows(p, cfg, m, shard_group(cfg, target));
   add_activation_rows(p, cfg, m);
   add_outside_rows(p, cfg, m);

@@ -15,6 +15,7 @@
 #include "fsdp/core/trace.h"
 #include "fsdp/data/synthetic.h"
 #include "fsdp/dist/watchdog.h"
+#include "fsdp/train/base_model.h"
 #include "fsdp/train/device_peak.h"
 #include "fsdp/train/divergence.h"
 #include "fsdp/train/exit_codes.h"
@@ -53,7 +54,8 @@ Trainer::Trainer(const config::Config& cfg, dist::ProcessGroups& groups, Trainer
       device_(resolve_device(cfg, groups.world_info)),
       memory_plan_(check_memory(cfg, groups.world_info, device_)),
       engine_groups_(engine_groups(groups, device_)),
-      model_(training_model_config(cfg), cfg.train.dtype, device_),
+      model_(training_model_config(cfg), cfg.train.dtype, device_, peft_spec(cfg, training_model_config(cfg)),
+             uint64_t(cfg.train.seed)),
       engine_(model_.units(), engine_groups_, fsdp_options(cfg, device_)),
       act_(model_.config(), cfg.train.micro_batch_size, cfg.train.seq_len, cfg.train.dtype, device_,
            activation_checkpointing(cfg.train)),
@@ -78,9 +80,17 @@ Trainer::Trainer(const config::Config& cfg, dist::ProcessGroups& groups, Trainer
   }
 #endif
   data_ = make_data_sources(cfg, model_.config().vocab_size, *groups.world);
+  // A LoRA run's frozen base is never in a checkpoint: it loads from its source every
+  // time, and a checkpoint records which one it was (a resume on another base is refused).
+  if (cfg.lora.enabled) {
+    init_frozen_base(cfg, model_, engine_);
+    checkpoints_.set_base(base_reference(cfg, engine_, *groups.shard));
+  }
   // Each rank fills only its own shards: from a checkpoint, the files or the seeded generator.
   if (const std::string path = checkpoints_.start(purpose == TrainerPurpose::Train); !path.empty()) {
     restore(path);
+  } else if (cfg.lora.enabled) {
+    init_adapters(cfg, model_, engine_);
   } else {
     init_parameters(cfg, model_.units(), engine_);
   }
@@ -196,10 +206,14 @@ model::LossSum Trainer::accumulate_gradients(double grad_scale, double router_sc
   engine_.begin_step(int(accum));
   if (expert_load_) expert_load_->begin_step();
   model::LossSum local;
+  const int64_t world = groups_.world->size(), micro = cfg_.train.micro_batch_size;
   for (int64_t a = 0; a < accum; ++a) {
     const trace::Span span("micro-batch", "step", "index", a);
     engine_.begin_micro_batch(int(a));
     load_micro_batch(*data_.train_loader, a);
+    // Where this micro-batch's samples sit in the global order (the loader's rule): LoRA's
+    // dropout masks follow the samples, not the rank that happens to hold them.
+    act_.first_sample = samples_seen_ + (a * world + groups_.world->rank()) * micro;
     if (device_.is_cpu()) {
       add_to(local, model_.forward_backward(act_, engine_, grad_scale, router_scale));
       if (expert_load_) expert_load_->add(model_, act_);
@@ -331,6 +345,20 @@ double Trainer::evaluate(int batches) {
   return total.sum / double(total.tokens);
 }
 
+void Trainer::log_lora() const {
+  const model::PeftSpec& p = model_.peft();
+  int64_t trainable = 0;
+  for (const auto& u : model_.units()) trainable += u.numel;
+  const int64_t total = model_.config().num_parameters();
+  spdlog::info("lora: r {} alpha {} ({}scale {:.4g}), dropout {}, on {}: {} trainable parameters ({:.3f}% of {}); "
+               "the base is frozen{} ({:.1f} MiB of frozen shards on this rank, from {})",
+               p.lora.rank, p.lora.alpha, p.lora.rslora ? "rslora, " : "", p.lora.scale(), p.lora.dropout,
+               fmt::join(p.lora.targets, ", "), trainable, 100.0 * double(trainable) / double(total), total,
+               p.quantization == model::Quantization::Nf4 ? " in NF4" : "",
+               double(engine_.frozen_bytes()) / (1 << 20),
+               cfg_.model.init_from.empty() ? std::string("the seeded initialiser") : cfg_.model.init_from);
+}
+
 void Trainer::log_run_start() const {
   const auto& t = cfg_.train;
   spdlog::info("model: {}", model_.config().summary());
@@ -344,6 +372,7 @@ void Trainer::log_run_start() const {
                config::to_string(cfg_.fsdp.sharding_strategy), world, groups_.world_info.num_nodes,
                groups_.shard->size(), groups_.replicate->size(), dtype_name(cfg_.fsdp.param_dtype),
                dtype_name(cfg_.fsdp.reduce_dtype), double(engine_.persistent_bytes()) / (1 << 20));
+  if (cfg_.lora.enabled) log_lora();
   if (world > 1) {
     spdlog::info("fsdp: rank 0's shard group is {}; its replicate group {}",
                  describe_placement(*groups_.shard, groups_.world_info),

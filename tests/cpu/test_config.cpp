@@ -148,6 +148,14 @@ TEST(ConfigFile, EveryKeyIsRead) {
   EXPECT_EQ(c.model.rope_original_max_position_embeddings, 8192);
   EXPECT_EQ(c.model.tie_word_embeddings, true);
   EXPECT_EQ(c.model.init_std, 0.01);
+  EXPECT_EQ(c.model.quantization, "nf4");
+  EXPECT_TRUE(c.lora.enabled);
+  EXPECT_EQ(c.lora.rank, 16);
+  EXPECT_EQ(c.lora.alpha, 32.0);
+  EXPECT_EQ(c.lora.dropout, 0.05);
+  EXPECT_EQ(c.lora.targets, (std::vector<std::string>{"q_proj", "k_proj", "v_proj", "o_proj"}));
+  EXPECT_TRUE(c.lora.rslora);
+  EXPECT_EQ(c.lora.init_from, "/adapters/previous");
   EXPECT_EQ(c.data.source, DataSource::Shards);
   EXPECT_EQ(c.data.path, "data/shards/train");
   EXPECT_EQ(c.data.val_path, "data/shards/val");
@@ -367,6 +375,37 @@ TEST(ConfigErrors, RulesOverTwoKeysBlameTheOneSetLast) {
             "configs/x.yaml:3: key 'model.num_experts' must be >= model.experts_per_token (2), got 1");
   EXPECT_EQ(error_of("data:\n  source: shards\n"),
             "configs/x.yaml:2: key 'data.source' is 'shards', which needs data.path (the folder of token shards)");
+  EXPECT_EQ(error_of("model:\n  quantization: nf4\n"),
+            "configs/x.yaml:2: key 'model.quantization' is 'nf4', which needs lora.enabled: true (a quantized base "
+            "trains only through adapters)");
+  EXPECT_EQ(error_of("lora:\n  enabled: true\nmodel:\n  quantization: nf4\n", {"lora.enabled=false"}),
+            "--set lora.enabled=false: key 'lora.enabled' must be true when model.quantization is 'nf4'");
+  EXPECT_EQ(error_of("lora:\n  init_from: /a\n"), "configs/x.yaml:2: key 'lora.init_from' needs lora.enabled: true");
+}
+
+// lora.targets: a YAML list, one name, or names separated by commas (the --set spelling),
+// written back as a flow list that reads back equal.
+TEST(ConfigLora, TargetsTakeAListOrCommaSeparatedNames) {
+  EXPECT_EQ(load_config_string("", "x").lora.targets, (std::vector<std::string>{"q_proj", "v_proj"}));
+  EXPECT_EQ(load_config_string("lora:\n  targets: [q_proj, o_proj]\n", "x").lora.targets,
+            (std::vector<std::string>{"q_proj", "o_proj"}));
+  EXPECT_EQ(load_config_string("lora:\n  targets:\n    - gate_proj\n    - up_proj\n", "x").lora.targets,
+            (std::vector<std::string>{"gate_proj", "up_proj"}));
+  EXPECT_EQ(load_config_string("", "x", {"lora.targets=all-linear"}).lora.targets,
+            (std::vector<std::string>{"all-linear"}));
+  EXPECT_EQ(load_config_string("", "x", {"lora.targets=q_proj, k_proj,v_proj"}).lora.targets,
+            (std::vector<std::string>{"q_proj", "k_proj", "v_proj"}));
+  const Config c = load_config_string("lora:\n  enabled: true\n  targets: [k_proj]\n", "x");
+  EXPECT_NE(dump_yaml(c).find("lora:\n  enabled: true\n  rank: 8\n  alpha: 16.0\n  dropout: 0.0\n  targets: [k_proj]\n"),
+            std::string::npos)
+      << dump_yaml(c);
+  EXPECT_EQ(load_config_string(dump_yaml(c), "dump"), c);
+  EXPECT_EQ(error_of("lora:\n  targets: []\n"), "configs/x.yaml:2: key 'lora.targets' must name at least one module");
+  EXPECT_EQ(error_of("lora:\n  targets: {a: 1}\n"), "configs/x.yaml:2: key 'lora.targets' expects a list of names, got a map");
+  EXPECT_EQ(error_of("lora:\n  rank: 0\n"), "configs/x.yaml:2: key 'lora.rank' must be >= 1, got 0");
+  EXPECT_EQ(error_of("lora:\n  dropout: 1\n"), "configs/x.yaml:2: key 'lora.dropout' must be in [0, 1), got 1");
+  EXPECT_EQ(error_of("model:\n  quantization: int8\n"),
+            "configs/x.yaml:2: key 'model.quantization' must be one of none, nf4, got 'int8'");
 }
 
 // The model shape a preset and the model keys resolve to is checked with the config (the
@@ -530,7 +569,7 @@ TEST(ConfigDump, EveryKeyInSectionOrder) {
                                "  vocab_size: null\n"))
       << text;
   size_t last = 0;
-  for (const char* section : {"\nmodel:", "\ndata:", "\ntrain:", "\noptim:", "\ncheckpoint:", "\nfsdp:",
+  for (const char* section : {"\nmodel:", "\nlora:", "\ndata:", "\ntrain:", "\noptim:", "\ncheckpoint:", "\nfsdp:",
                               "\ndist:", "\nlogging:", "\neval:"}) {
     const size_t at = text.find(section);
     ASSERT_NE(at, std::string::npos) << section;
@@ -543,7 +582,7 @@ TEST(ConfigDump, EveryKeyInSectionOrder) {
   EXPECT_NE(text.find("  sharding_strategy: FULL_SHARD\n"), std::string::npos);
   EXPECT_NE(text.find("  dtype: float32\n"), std::string::npos);
   const size_t lines = static_cast<size_t>(std::count(text.begin(), text.end(), '\n'));
-  EXPECT_EQ(lines, 10 + 80u);  // 10 sections, 80 keys
+  EXPECT_EQ(lines, 11 + 88u);  // 11 sections, 88 keys
 }
 
 TEST(ConfigDump, HashIsDeterministicAndSeesEveryChange) {

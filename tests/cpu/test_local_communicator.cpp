@@ -110,7 +110,7 @@ TEST(LocalCommunicator, BadArgumentsThrowTheSameErrorsAsMpi) {
                {"all_gather on group 'shard' (rank 0 of 1)", "full has 5 elements", "= 4 * 1 = 4"});
   expect_error([&] { c.reduce_scatter(Tensor::zeros({4}, DType::F64), t); }, {"reduce_scatter", "same dtype"});
   expect_error([&] { c.all_reduce(Tensor::zeros({2, 3}, DType::F32).transpose(0, 1)); }, {"must be contiguous"});
-  expect_error([&] { c.all_reduce(Tensor::zeros({2}, DType::I64)); }, {"float32, float64, bfloat16 or float16"});
+  expect_error([&] { c.all_reduce(Tensor::zeros({2}, DType::I64)); }, {"float32, float64, bfloat16, float16 or uint8"});
   expect_error([&] { c.broadcast(t, 1); }, {"root 1 is not a rank of the group (0 .. 0)"});
   const Tensor full = Tensor::zeros({8}, DType::F32);
   expect_error([&] { c.reduce_scatter(full, full); }, {"reduce_scatter", "overlap"});

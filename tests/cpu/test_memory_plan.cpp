@@ -4,7 +4,9 @@
 // trainer's refusal, and `fsdp_train plan` / `train` refusing what cannot fit (a hidden
 // size of 1e9, a billion layers in a Hugging Face config.json, a 1.3B model under an 8 GB
 // `ulimit -v`), each with one line naming the key and the bytes. tests/mpi/test_memory_plan.cpp
-// holds the plan to the allocator's measured peak.
+// holds the plan to the allocator's measured peak. LoRA and QLoRA: the seed config plans
+// its frozen NF4 base and adapters and fits its job, and a LoRA trainer's activations and
+// adapter scratch are the plan's, byte for byte, under every checkpointing mode.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -13,10 +15,12 @@
 #include <fstream>
 #include <sstream>
 
+#include "fsdp/core/allocator.h"
 #include "fsdp/train/host_memory.h"
 #include "fsdp/train/memory_check.h"
 #include "fsdp/train/memory_plan.h"
 #include "fsdp/train/setup.h"
+#include "fsdp/train/trainer.h"
 #include "test_util.h"
 
 namespace fsdp {
@@ -147,6 +151,40 @@ TEST(MemoryPlan, ParsesSizesAndRefusesTheRest) {
   EXPECT_FALSE(host.source.empty());
 }
 
+// The adapters keep nothing of their own for backward (lora_adapter.h recomputes them from
+// the Linear's input, which the blocks' bind() lists keep), so a LoRA run's activations are
+// the plan's under every mode, and the one scratch the adapters and NF4 weights share is its
+// own row: both equal, byte for byte, what the trainer allocated by the end of a step.
+TEST(MemoryPlan, LoraActivationsAndScratchAreWhatTheTrainerAllocates) {
+  const std::vector<std::vector<std::string>> modes = {
+      {"train.activation_checkpointing=none"},
+      {"train.activation_checkpointing=selective"},
+      {"train.activation_checkpointing=full", "train.activation_offload=true"}};
+  for (const char* quant : {"none", "nf4"}) {
+    for (std::vector<std::string> o : modes) {
+      const std::string what = std::string(quant) + " " + o[0];
+      o.insert(o.end(), {"model.preset=tiny", "model.num_layers=3", "train.seq_len=32", "train.micro_batch_size=2",
+                         "logging.metrics=false", "checkpoint.resume=none", "data.num_workers=0",
+                         "run.dir=/tmp/fsdp_plan_lora", "lora.enabled=true", "lora.rank=4", "lora.targets=all-linear",
+                         "lora.dropout=0.1", std::string("model.quantization=") + quant});
+      auto groups = dist::local_process_groups();
+      train::Trainer t(load(o), groups);
+      t.train_step();
+      double activations = 0, scratch = 0;
+      for (const MemorySnapshot::Entry& e : allocator_for(Device::cpu()).snapshot().categories) {
+        const std::string name = memory::category_name(e.category);
+        if (name.starts_with("activations/") || name == "scratch/activation recompute") activations += double(e.bytes);
+        if (name == "scratch/lora and nf4") scratch += double(e.bytes);
+      }
+      const train::MemoryPlan& p = t.memory_plan();
+      EXPECT_EQ(activations, row(p, "saved activations") + row(p, "logits and cross-entropy")) << what;
+      EXPECT_GT(scratch, 0.0) << what;
+      EXPECT_EQ(scratch, row(p, "LoRA and NF4 scratch")) << what;
+      EXPECT_EQ(row(p, "frozen base (shards)"), double(t.engine().frozen_bytes())) << what;
+    }
+  }
+}
+
 // ---- through the command line --------------------------------------------------------------
 
 test::CommandResult cli(const std::string& args) {
@@ -175,6 +213,29 @@ TEST(PlanCli, PrintsTheTableAndTheAnswers) {
     if (words >> mode >> fewest >> largest && mode == "full" && words.eof()) found = fewest == "24" && largest == "5";
   }
   EXPECT_TRUE(found) << r.out;
+}
+
+// The QLoRA seed workflow (slurm/qlora.sbatch: one node, 4 GPUs of 24 GB) plans its NF4 base
+// at about 0.53 bytes per block-matrix parameter plus the dense embedding and head, only
+// the adapters' master weights, moments and gradients, and fits.
+TEST(PlanCli, QloraSeedConfigPlansTheFrozenBaseAndFitsItsJob) {
+  const auto r = cli(kBin + " plan --config " + test::source_path("configs/qlora_llama2_7b.yaml") +
+                     " --set model.init_from= --ranks 4 --device-memory 24GB");
+  EXPECT_EQ(r.code, 0) << r.out;
+  for (const char* part : {"adapter parameters (LoRA)", "frozen base (shards)", "NF4 base", "LoRA and NF4 scratch",
+                           "gathered frozen units in flight", "saved activations", "fits:"})
+    EXPECT_NE(r.out.find(part), std::string::npos) << part << " missing in:\n" << r.out;
+  const config::Config cfg = load({"model.init_from="}, "configs/qlora_llama2_7b.yaml");
+  const train::MemoryPlan p = train::plan_memory(cfg, train::training_model_config(cfg), gpus(4, 24e9));
+  // Llama 2 7B: 6.48B parameters in the blocks' matrices at 0.5 + 1/64 + 4/16384 bytes (NF4
+  // codes, absmax codes, nested absmax), 2 x 131M in bf16 (embedding, lm_head), over 4 ranks.
+  const double nf4 = 32 * (4096.0 * 4096 * 4 + 3 * 4096.0 * 11008) * (0.5 + 1.0 / 64 + 4.0 / 16384);
+  const double dense = 2 * 32000.0 * 4096 * 2;
+  EXPECT_NEAR(row(p, "frozen base (shards)"), (nf4 + dense) / 4, 0.01 * (nf4 + dense) / 4) << train::format_plan(p);
+  // r = 16 on the 7 matrices of 32 blocks: 40M adapter parameters, 16 bytes each, over 4 ranks.
+  const double adapters = 32 * 16 * (4 * (4096.0 + 4096) + 2 * (4096.0 + 11008) + (11008.0 + 4096));
+  EXPECT_NEAR(row(p, "fp32 master weights (shards)"), adapters * 4 / 4, 1024.0);
+  EXPECT_TRUE(p.fits()) << train::format_plan(p);
 }
 
 TEST(PlanCli, BadArgumentsAreUsageErrors) {

@@ -136,6 +136,21 @@ TEST(OpRmsnorm, RowStridedViewsGiveTheSameBits) {
   for (int64_t j = 0; j < c; ++j) EXPECT_EQ(dw.get({j}), dw_v.get({j}));
 }
 
+// A frozen weight (LoRA's base): no dw given, the same dx bits, accumulated or not.
+TEST(OpRmsnorm, UndefinedDwGivesTheSameDx) {
+  const int64_t n = 70, c = 33;
+  const Tensor x = random_tensor({n, c}, DType::F32, 41), w = random_tensor({c}, DType::F32, 42);
+  const Tensor dy = random_tensor({n, c}, DType::F32, 43);
+  const Tensor y = Tensor::empty({n, c}, DType::F32), rstd = Tensor::empty({n}, DType::F32);
+  rmsnorm_forward(x, w, y, rstd, kEps);
+  for (bool accumulate : {false, true}) {
+    const Tensor dx = random_tensor({n, c}, DType::F32, 44), dx_frozen = dx.clone();
+    rmsnorm_backward(dy, x, w, rstd, dx, Tensor::zeros({c}, DType::F32), accumulate);
+    rmsnorm_backward(dy, x, w, rstd, dx_frozen, Tensor(), accumulate);
+    EXPECT_TRUE(same_bits(dx_frozen, dx)) << "accumulate " << accumulate;
+  }
+}
+
 TEST(OpRmsnorm, DwSameBitsForAnyThreadCount) {
   // float64 matters most here: float32 dw is summed in double and rounded to float, which
   // would hide a thread-dependent association most of the time.

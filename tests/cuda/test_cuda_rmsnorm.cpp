@@ -101,5 +101,18 @@ TEST_F(CudaOps, RmsNormBackwardInPlace) {
   EXPECT_LE(nmse(on_cpu(gdw), dw), 1e-12);
 }
 
+// A frozen weight: without dw the kernels give the dx they give with it, bit for bit.
+TEST_F(CudaOps, RmsNormBackwardWithoutDw) {
+  const int64_t n = 9, c = 77;
+  const Tensor x = input(n * c, DType::F32, 4).reshape({n, c}), w = input(c, DType::F32, 5);
+  const Tensor dy = input(n * c, DType::F32, 6).reshape({n, c});
+  Tensor rstd = Tensor::empty({n}, DType::F32), y = Tensor::empty({n, c}, DType::F32);
+  rmsnorm_forward(x, w, y, rstd, 1e-5);
+  Tensor with = Tensor::empty({n, c}, DType::F32, kGpu), without = Tensor::empty({n, c}, DType::F32, kGpu);
+  rmsnorm_backward(on_gpu(dy), on_gpu(x), on_gpu(w), on_gpu(rstd), with, Tensor::zeros({c}, DType::F32, kGpu), false);
+  rmsnorm_backward(on_gpu(dy), on_gpu(x), on_gpu(w), on_gpu(rstd), without, Tensor(), false);
+  EXPECT_TRUE(identical(on_cpu(without), on_cpu(with)));
+}
+
 }  // namespace
 }  // namespace fsdp::test

@@ -163,6 +163,13 @@ __global__ void convert_kernel(const float* in, unsigned short* bf, unsigned sho
   back[i] = __bfloat162float(b) + __half2float(h);
 }
 
+// a * b + c with the product rounded on its own (__fmul_rn / __fadd_rn), and with one fma.
+__global__ void rounded_ops_kernel(const float* a, const float* b, const float* c, float* separate, float* fused) {
+  const int i = int(threadIdx.x);
+  separate[i] = __fadd_rn(__fmul_rn(a[i], b[i]), c[i]);
+  fused[i] = fmaf(a[i], b[i], c[i]);
+}
+
 __global__ void write_kernel(float* p, int n) {
   const int i = int(blockIdx.x * blockDim.x + threadIdx.x);
   if (i < n) p[i] = 1.0f;
@@ -410,6 +417,25 @@ TEST(CudaEmulator, SixteenBitConversionsMatchTheCpuDtypes) {
     ASSERT_EQ(b[size_t(i)], fsdp::float_to_bf16(in[size_t(i)]).bits) << in[size_t(i)];
     ASSERT_EQ(h[size_t(i)], fsdp::float_to_f16(in[size_t(i)]).bits) << in[size_t(i)];
   }
+}
+
+// __fmul_rn / __fadd_rn round each operation (what bitsandbytes-exact NF4 needs): on values
+// whose product is inexact, the separate result differs from the fused one, and equals the
+// host's two roundings. GCC would contract a plain a * b + c into that fma.
+TEST(CudaEmulator, RoundedMultiplyAndAddAreNotFused) {
+  const std::vector<float> a = {1.0f + 0x1p-12f, 3.0f, 1.1f}, b = {1.0f + 0x1p-12f, 1.0f / 3.0f, 0.7f},
+                           c = {-1.0f, -1.0f, -0.77f};
+  DeviceBuffer<float> da(a), db(b), dc(c), separate(3), fused(3);
+  FSDP_LAUNCH(rounded_ops_kernel, dim3(1), dim3(3), 0, nullptr, da.ptr, db.ptr, dc.ptr, separate.ptr, fused.ptr);
+  const auto s = separate.get(), f = fused.get();
+  int differ = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    volatile float product = a[i] * b[i];  // volatile: rounded here, never contracted
+    EXPECT_EQ(s[i], product + c[i]) << i;
+    EXPECT_EQ(f[i], std::fma(a[i], b[i], c[i])) << i;
+    differ += s[i] != f[i];
+  }
+  EXPECT_GT(differ, 0);
 }
 
 TEST(CudaEmulator, LaunchLimitsAreEnforced) {

@@ -350,7 +350,7 @@ TEST_F(NcclCommunicator, BadArgumentsGiveClearErrors) {
                  {"broadcast on group 'world'", fmt::format("on cuda:{}", other)});
   }
   expect_error([&] { nccl.all_reduce(cuda::to_device(Tensor::zeros({5}, DType::I32), gpu())); },
-               {"collectives take float32, float64, bfloat16 or float16"});
+               {"collectives take float32, float64, bfloat16, float16 or uint8"});
   expect_error([&] { nccl.all_gather(shard, cuda::to_device(Tensor::zeros({5 * size + 1}, DType::F32), gpu())); },
                {"all_gather on group 'world'", "must have shard.numel() * group size"});
   expect_error([&] { nccl.reduce_scatter(full, cuda::to_device(Tensor::zeros({5}, DType::BF16), gpu())); },

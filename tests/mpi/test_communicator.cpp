@@ -418,6 +418,21 @@ TEST(MpiCommunicator, MpiErrorsNameCallGroupRankAndHost) {
       {where, "truncated"}, {"test_communicator.cpp:"});
 }
 
+// Bytes (a frozen unit's NF4 codes) are all-gathered as they are: every rank's shard, in
+// rank order, bit for bit, and counted as (size - 1) * shard bytes like any all-gather.
+TEST(MpiCommunicator, AllGathersBytesUnchanged) {
+  Communicator& c = world();
+  const int p = c.size();
+  const int64_t n = 13;
+  Tensor shard = Tensor::empty({n}, DType::U8), full = Tensor::zeros({n * p}, DType::U8);
+  for (int64_t i = 0; i < n; ++i) shard.data<uint8_t>()[i] = uint8_t(251 * c.rank() + 7 * i + 1);
+  const uint64_t before = c.stats().bytes_sent;
+  c.wait(c.all_gather(shard, full));
+  EXPECT_EQ(c.stats().bytes_sent - before, uint64_t(p - 1) * uint64_t(n));
+  for (int r = 0; r < p; ++r)
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(full.data<uint8_t>()[r * n + i], uint8_t(251 * r + 7 * i + 1)) << r;
+}
+
 // ---- bad arguments: clear errors, raised before any communication ----
 
 TEST(MpiCommunicator, BadArgumentsThrowClearErrors) {
@@ -429,7 +444,10 @@ TEST(MpiCommunicator, BadArgumentsThrowClearErrors) {
                 "shard.numel() * group size"});
   expect_error([&] { c.reduce_scatter(full, Tensor::zeros({4}, DType::BF16)); }, {"reduce_scatter", "same dtype"});
   expect_error([&] { c.all_reduce(Tensor::zeros({3, 4}, DType::F32).transpose(0, 1)); }, {"must be contiguous"});
-  expect_error([&] { c.all_reduce(Tensor::zeros({3}, DType::I32)); }, {"float32, float64, bfloat16 or float16"});
+  expect_error([&] { c.all_reduce(Tensor::zeros({3}, DType::I32)); }, {"float32, float64, bfloat16, float16 or uint8"});
+  expect_error([&] { c.all_reduce(Tensor::zeros({3}, DType::U8)); }, {"all_reduce", "uint8", "not summed"});
+  expect_error([&] { c.reduce_scatter(Tensor::zeros({3 * p}, DType::U8), Tensor::zeros({3}, DType::U8)); },
+               {"reduce_scatter", "not summed"});
   expect_error([&] { c.all_reduce(Tensor()); }, {"undefined tensor"});
   expect_error([&] { c.broadcast(shard, p); }, {"root " + std::to_string(p) + " is not a rank"});
   expect_error([&] { c.broadcast(shard, -1); }, {"root -1 is not a rank"});

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,7 @@ struct CheckpointMeta {
   int shard_group_size = 1;  // of the run that saved
   std::string config_yaml;   // the effective config
   std::string run_id;        // the run saving (Manifest::run_id)
+  std::optional<BaseReference> base;  // a LoRA run: its frozen base (not saved, referenced)
 };
 
 // Timings of one save, for the log line.

@@ -16,6 +16,11 @@
 
 namespace fsdp::ckpt {
 
+// Where a slot's values are in the folder: its own tensor, or (an expert's weight in
+// transformers 5's layout) its range of a fused tensor; the entry covers exactly the slot's
+// elements. Errors name the folder and tensor (missing, wrong shape, not a float dtype).
+TensorEntry hf_source_of(const SafetensorsFolder& folder, const model::ParamSlot& slot);
+
 // Reads <folder>/config.json into a LlamaConfig.
 model::LlamaConfig read_hf_llama_config(const std::string& folder);
 

@@ -20,6 +20,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -51,6 +52,17 @@ struct TrainState {
   int64_t skipped_steps = 0;
 };
 
+// The frozen base a LoRA checkpoint's adapters were trained on (the base itself is not in
+// the checkpoint): where it came from and a fingerprint of exactly the bytes trained
+// against, so a resume or an export on another base is refused.
+struct BaseReference {
+  std::string path;          // model.init_from; "" = the seeded initialiser (train_seed)
+  std::string quantization;  // "none" or "nf4"
+  uint32_t crc32 = 0;        // of every unit's frozen bytes, concatenated in unit order
+  uint64_t bytes = 0;        // how many
+  bool operator==(const BaseReference&) const = default;
+};
+
 struct ManifestFile {
   std::string name;  // relative to the checkpoint directory
   uint64_t bytes = 0;
@@ -78,6 +90,7 @@ struct Manifest {
   std::string config_yaml;  // the effective config
   std::vector<ManifestFile> files;
   std::vector<ManifestUnit> units;
+  std::optional<BaseReference> base;  // a LoRA run's frozen base ("base" in the JSON)
 };
 
 // "step_<N>" for a step.

@@ -130,5 +130,8 @@ WrittenFile write_safetensors(const std::string& path, const std::vector<WriteEn
 // CRC-32 of `size` bytes continuing from `crc` (0 to start), computed in parallel chunks
 // joined with crc32_combine: the same value as zlib's crc32 over the whole buffer.
 uint32_t crc32_parallel(const void* data, size_t size, uint32_t crc = 0);
+// The CRC-32 of a concatenation from the CRCs of its two parts (zlib's crc32_combine):
+// ranks that each hold a piece of a buffer agree on the whole buffer's CRC.
+uint32_t crc32_concat(uint32_t crc_a, uint32_t crc_b, uint64_t len_b);
 
 }  // namespace fsdp::ckpt

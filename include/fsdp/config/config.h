@@ -85,7 +85,20 @@ struct ModelConfig {
   std::optional<int> rope_original_max_position_embeddings;
   std::optional<bool> tie_word_embeddings;  // the head reads the embedding table
   double init_std = 0.02;
+  std::string quantization = "none";  // none | nf4: the frozen base's weights as NF4 (needs lora.enabled)
   bool operator==(const ModelConfig&) const = default;
+};
+
+// LoRA adapters on a frozen base (PEFT's LoraConfig; model/peft.h).
+struct LoraConfig {
+  bool enabled = false;
+  int rank = 8;         // r
+  double alpha = 16;    // lora_alpha
+  double dropout = 0;   // lora_dropout
+  std::vector<std::string> targets = {"q_proj", "v_proj"};  // PEFT's default for Llama
+  bool rslora = false;  // use_rslora: scale alpha / sqrt(r)
+  std::string init_from;  // a PEFT adapter folder to continue; "" = PEFT's initialisation
+  bool operator==(const LoraConfig&) const = default;
 };
 
 struct DataConfig {
@@ -192,6 +205,7 @@ struct KeyOrigins {
 struct Config {
   RunConfig run;
   ModelConfig model;
+  LoraConfig lora;
   DataConfig data;
   TrainConfig train;
   OptimConfig optim;

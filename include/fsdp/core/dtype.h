@@ -12,7 +12,8 @@
 
 namespace fsdp {
 
-enum class DType : uint8_t { F32, F64, BF16, F16, I32, I64, U16, U32 };
+// U8: raw bytes (NF4 codes, a frozen unit's byte buffer); gathered and copied, never summed.
+enum class DType : uint8_t { F32, F64, BF16, F16, I32, I64, U16, U32, U8 };
 
 size_t dtype_size(DType t);
 const char* dtype_name(DType t);  // "float32", "bfloat16", ...
@@ -54,6 +55,7 @@ template <> struct DTypeOf<int32_t> { static constexpr DType value = DType::I32;
 template <> struct DTypeOf<int64_t> { static constexpr DType value = DType::I64; };
 template <> struct DTypeOf<uint16_t> { static constexpr DType value = DType::U16; };
 template <> struct DTypeOf<uint32_t> { static constexpr DType value = DType::U32; };
+template <> struct DTypeOf<uint8_t> { static constexpr DType value = DType::U8; };
 template <typename T>
 inline constexpr DType dtype_of = DTypeOf<T>::value;
 

@@ -115,6 +115,11 @@ class Tensor {
   // range of a fused buffer can be viewed as [.., heads, head_dim].
   Tensor unflatten(int d, int64_t a, int64_t b) const;
   Tensor flatten() const { return reshape({numel_}); }
+  // A contiguous view of `sizes` elements of `dtype` over this contiguous tensor's bytes,
+  // starting `byte_offset` bytes in (a multiple of dtype's size from the storage start): how
+  // one byte buffer holds pieces of several dtypes (a frozen unit: NF4 codes, float32
+  // statistics and norm weights side by side). Errors past the end or misaligned.
+  Tensor reinterpret(DType dtype, int64_t byte_offset, const Dims& sizes) const;
 
   // ---- element access for tests and small host-side work (CPU tensors only) ----
   template <typename T>

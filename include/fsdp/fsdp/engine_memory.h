@@ -13,9 +13,11 @@
 // every count grows by a fixed number per unit. tests/mpi holds it to the engine's
 // buffer_bytes() for each strategy, dtype mix, prefetch and accumulation.
 //
-// A unit is trainable today; a frozen one (a LoRA base, an NF4 weight) would add no
-// gradient shard, moments or unsharded gradient, and an NF4 one its own bytes per element:
-// fields of UnitShape and a term each below.
+// A unit's frozen bytes (a LoRA base, dense or NF4: frozen_shards.h) add a uint8 shard and
+// uint8 pool buffers (the largest padded frozen unit each), gathered and released with the
+// unit, with no gradient, moments or reduction; a unit with nothing trainable (numel 0)
+// has no trainable shard or buffer, and a frozen embedding's backward gather is skipped
+// (ParamProvider::skip_backward), as the model does.
 #pragma once
 
 #include <vector>
@@ -25,8 +27,9 @@
 namespace fsdp {
 
 struct UnitShape {
-  double numel = 0;  // elements of one unit
-  double count = 1;  // consecutive units of this shape (a model's blocks)
+  double numel = 0;         // trainable elements of one unit
+  double count = 1;         // consecutive units of this shape (a model's blocks)
+  double frozen_bytes = 0;  // its frozen bytes (LoRA's base; param_units.h)
 };
 
 struct EngineMemory {
@@ -39,9 +42,12 @@ struct EngineMemory {
   double kept_gradients = 0;   // of those, the unsharded gradients no_sync keeps between micro-batches
   double staging = 0;          // param_dtype / reduce_dtype buffers (all-gather in, reduce-scatter out)
   double scalars = 8;          // the gradient norm's float64
+  double frozen = 0;               // frozen shards (uint8)
+  double frozen_buffer_bytes = 0;  // one gathered frozen buffer (the largest padded frozen unit)
+  double frozen_buffers = 0;       // frozen buffers in use at once
 
-  double sharded() const { return master + grads + moments + shard_casts; }
-  double gathered() const { return compute_buffers * buffer_bytes; }
+  double sharded() const { return master + grads + moments + shard_casts + frozen; }
+  double gathered() const { return compute_buffers * buffer_bytes + frozen_buffers * frozen_buffer_bytes; }
   double total() const { return sharded() + gathered() + staging + scalars; }
 };
 

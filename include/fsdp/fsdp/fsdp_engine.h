@@ -1,6 +1,12 @@
 // The FSDP engine: owns each unit's shard of the flat parameters (fp32 master) with its
 // gradient and AdamW moments, and serves the model full parameters on demand.
 //
+// Frozen parameters (LoRA's base, param_units.h) live apart, in FrozenShards
+// (frozen_shards.h): sharded and gathered with their unit, never reduced or updated, with
+// no gradient or optimizer state. A unit whose parameters are all frozen (the embedding
+// and the head under LoRA) has an empty trainable buffer: nothing of it is gathered,
+// reduced or stepped.
+//
 // Per micro-batch, for unit u (see Note [FSDP unit lifecycle] in fsdp_engine.cpp):
 //   before_forward(u)   wait for u's all-gather (issued earlier as a prefetch, or now),
 //                       issue the all-gathers of the next units up to prefetch_limit
@@ -11,6 +17,7 @@
 //                       (asynchronously: the next unit's backward overlaps it), free u's
 //                       full parameters and complete unit u+1's reduce-scatter; on earlier
 //                       micro-batches keep the full gradient and accumulate (FSDP's no_sync)
+//   skip_backward(u)    u's backward will not run this pass: backward prefetching passes it
 //   finish()            wait for outstanding reduce-scatters, replicate-group
 //                       all-reduce (HYBRID_SHARD), free whatever is still gathered
 //
@@ -41,6 +48,8 @@
 #include <vector>
 
 #include "fsdp/dist/communicator.h"
+#include "fsdp/fsdp/buffer_pool.h"
+#include "fsdp/fsdp/frozen_shards.h"
 #include "fsdp/fsdp/shard_math.h"
 #include "fsdp/fsdp/sharding_strategy.h"
 #include "fsdp/model/param_provider.h"
@@ -72,6 +81,7 @@ class FsdpEngine final : public model::ParamProvider {
     for (int u = 0; u < num_units(); ++u) {
       Unit& x = units_[u];
       x.shard_cast_stale = true;
+      if (x.numel == 0) continue;
       if (x.master.device().is_cpu()) {
         fill(u, x.shard_range.begin, x.master);
       } else {
@@ -80,6 +90,12 @@ class FsdpEngine final : public model::ParamProvider {
         x.master.copy_(host);
       }
     }
+  }
+
+  // Fills every rank's frozen shards (FrozenShards::init): fill(u, begin, host uint8 tensor).
+  template <typename Fill>
+  void init_frozen(Fill&& fill) {
+    frozen_.init(std::forward<Fill>(fill));
   }
 
   // Step structure: begin_step(accum) zeroes gradient state; before each micro-batch
@@ -96,10 +112,12 @@ class FsdpEngine final : public model::ParamProvider {
   // model::ParamProvider
   Tensor params(int unit) override;
   Tensor grads(int unit) override;
+  Tensor frozen(int unit) override { return frozen_.full(unit); }
   void before_forward(int unit) override;
   void after_forward(int unit) override;
   void before_backward(int unit) override;
   void after_backward(int unit) override;
+  void skip_backward(int unit) override;
   void finish() override;
 
   int num_units() const { return int(units_.size()); }
@@ -110,21 +128,21 @@ class FsdpEngine final : public model::ParamProvider {
   const Tensor& grad_shard(int unit) const { return units_[unit].grad; }
   const Tensor& exp_avg(int unit) const { return units_[unit].exp_avg; }
   const Tensor& exp_avg_sq(int unit) const { return units_[unit].exp_avg_sq; }
-  // Bytes of persistent sharded state (master + grad + two moments) on this rank.
+  // This rank's shard of unit u's frozen bytes and where it lies (empty when none).
+  const Tensor& frozen_shard(int unit) const { return frozen_.shard(unit); }
+  const ShardRange& frozen_range(int unit) const { return frozen_.range(unit); }
+  // Bytes of persistent sharded state (master + grad + two moments, and frozen shards) on this rank.
   uint64_t persistent_bytes() const;
-  // Bytes of the reusable gathered buffers (parameters, unsharded gradients, staging),
-  // which the pool never gives back: what the memory plan's engine_memory predicts.
+  uint64_t frozen_bytes() const { return frozen_.persistent_bytes(); }
+  // Bytes of the reusable gathered buffers (parameters, unsharded gradients, staging, and
+  // gathered frozen bytes), which the pool never gives back: what the memory plan's
+  // engine_memory predicts.
   uint64_t buffer_bytes() const;
   // A whole unit's fp32 parameters gathered on every rank (tests, export): a collective.
   Tensor gather_full(int unit);
 
  private:
-  // A reusable flat buffer: "freeing" full parameters returns their buffer here, so after
-  // the first step the engine allocates nothing (a caching allocator in miniature).
-  struct Buffer {
-    Tensor t;
-    bool in_use = false;
-  };
+  using Buffer = BufferPool::Buffer;
   struct Unit {
     int64_t numel = 0;
     int64_t padded = 0;  // shard_range.size * shard-group size: the gathered buffer's extent
@@ -143,10 +161,8 @@ class FsdpEngine final : public model::ParamProvider {
     dist::Request reduce_req;
     bool reduce_pending = false;
     std::string nvtx_forward, nvtx_backward;  // range names, made once ("layers.3 forward")
+    bool skips_backward = false;               // this pass runs no backward for it (skip_backward)
   };
-  // A free pool buffer (or a new one), counted as gathered parameters or gradients while in use.
-  Buffer* acquire(DType dtype, bool for_gradients);
-  void release(Buffer*& b);
   void issue_gather(int unit);
   void wait_gather(int unit);
   void reduce_gradient(int unit);
@@ -154,7 +170,7 @@ class FsdpEngine final : public model::ParamProvider {
   void build_schedule();
   int forward_position(int unit) const;   // of the unit's current forward use
   int backward_position(int unit) const;  // of the unit's current backward use
-  void prefetch(const std::vector<int>& order, int position);
+  void prefetch(const std::vector<int>& order, int position, bool backward);
 
   std::vector<model::UnitLayout> layouts_;
   std::vector<Unit> units_;
@@ -165,16 +181,16 @@ class FsdpEngine final : public model::ParamProvider {
   std::vector<std::vector<int>> forward_positions_, backward_positions_;
   std::vector<int> forward_uses_, backward_uses_;
   int last_unit_position_ = 0;
-  std::vector<std::unique_ptr<Buffer>> pool_;
   dist::Communicator& shard_;
   dist::Communicator& replicate_;
   FsdpOptions opt_;
+  BufferPool pool_;
+  FrozenShards frozen_;
   int accum_steps_ = 1;
   bool sync_ = true;    // this micro-batch reduces gradients
   bool direct_ = false; // one-rank shard group in fp32: the master shard IS the full unit
   Tensor grad_flat_;    // every unit's fp32 gradient shard, back to back (Unit::grad are slices)
   Tensor norm_buf_;     // [1] float64 on the device, for the grad-norm all-reduce (no per-step allocation)
-  int64_t max_padded_ = 0;
 };
 
 }  // namespace fsdp

@@ -52,6 +52,10 @@ struct LlamaActivations {
   int64_t batch = 0, seq_len = 0;
   ActivationCheckpointing checkpointing;
   Tensor ids, targets;           // [N] int32
+  // The global position of this micro-batch's first sequence in the run's sample order
+  // (train/trainer.h): LoRA's dropout numbers row (b, t) as (first_sample + b) * T + t,
+  // so every rank count draws the same masks for the same samples.
+  int64_t first_sample = 0;
   // L+1 of [N, C]: input of each block, then the final hidden. An offloaded block's input
   // is a view of its device slot.
   std::vector<Tensor> resid;

@@ -20,6 +20,7 @@
 #include "fsdp/model/llama_config.h"
 #include "fsdp/model/param_units.h"
 #include "fsdp/model/saved_tensors.h"
+#include "fsdp/model/unit_params.h"
 #include "fsdp/ops/rope.h"
 
 namespace fsdp::model {
@@ -62,18 +63,19 @@ class AttentionSublayer {
   AttentionSublayer(const LlamaConfig& cfg, const UnitLayout& block, RopeTables rope);
 
   // out = x + attention(x) over B sequences of T tokens (x, out: [B*T, C]; out != x).
-  void forward(const Tensor& x, const Tensor& params, AttentionSaved& s, const Tensor& out, int64_t B,
+  void forward(const Tensor& x, const UnitParams& p, AttentionSaved& s, const Tensor& out, int64_t B,
                int64_t T) const;
   // Selective checkpointing: the Cheap members of `s` again (h1 and rstd1, from x), the
   // same bits as the forward wrote; the Expensive ones are s's own, kept from the forward.
-  void recompute_cheap(const Tensor& x, const Tensor& params, AttentionSaved& s) const;
-  // On entry dres = dL/d(out); on exit dres = dL/dx. dh is [N, C] scratch.
-  void backward(const Tensor& x, const AttentionSaved& s, const Tensor& params, const Tensor& grads,
-                const Tensor& dres, const Tensor& dh, AttentionGrads& g, int64_t B, int64_t T) const;
+  void recompute_cheap(const Tensor& x, const UnitParams& p, AttentionSaved& s) const;
+  // On entry dres = dL/d(out); on exit dres = dL/dx. dh is [N, C] scratch. Parameter
+  // gradients go into p.grads.
+  void backward(const Tensor& x, const AttentionSaved& s, const UnitParams& p, const Tensor& dres, const Tensor& dh,
+                AttentionGrads& g, int64_t B, int64_t T) const;
   // Inference: x += attention(x) for T new tokens per sequence at positions cache.length ..,
   // their keys and values appended to layer `layer` of the cache (cache.length is not
   // advanced here). `scratch` may hold more rows than x.
-  void forward_cached(const Tensor& x, const Tensor& params, AttentionSaved& scratch, const KVCache& cache, int layer,
+  void forward_cached(const Tensor& x, const UnitParams& p, AttentionSaved& scratch, const KVCache& cache, int layer,
                       int64_t B, int64_t T) const;
 
  private:
@@ -82,13 +84,13 @@ class AttentionSublayer {
   struct QKV {
     Tensor q, k, v;
   };
-  QKV project(const Tensor& x, const Tensor& params, const Tensor& h, const Tensor& rstd, const Tensor& qkv,
+  QKV project(const Tensor& x, const UnitParams& p, const Tensor& h, const Tensor& rstd, const Tensor& qkv,
               int64_t B, int64_t T, int64_t pos) const;
   QKV split_heads(const Tensor& qkv, int64_t B, int64_t T) const;
 
   LlamaConfig cfg_;
   RopeTables rope_;
-  int64_t norm_ = 0;  // offset of attn_norm in the unit
+  ParamRef norm_;  // attn_norm
   Linear qkv_, o_;
 };
 

@@ -22,13 +22,14 @@
 #include "fsdp/model/activations.h"
 #include "fsdp/model/embed_and_head.h"
 #include "fsdp/model/llama_config.h"
+#include "fsdp/model/lora_adapter.h"
 #include "fsdp/model/param_provider.h"
 #include "fsdp/model/param_units.h"
+#include "fsdp/model/peft.h"
 #include "fsdp/model/router_loss.h"
 #include "fsdp/model/transformer_block.h"
 
 namespace fsdp::model {
-
 
 struct LossSum {
   double sum = 0;       // sum of per-token losses over non-ignored targets
@@ -45,9 +46,13 @@ LossSum sum_losses(const Tensor& losses, const Tensor& targets);
 
 class Llama {
  public:
-  explicit Llama(const LlamaConfig& cfg, DType dtype = DType::F32, Device device = Device::cpu());
+  // With peft.lora.enabled the units are lora_units' (a frozen base, trainable adapters;
+  // dense frozen weights in `dtype`); `dropout_seed` keys the adapters' dropout masks.
+  explicit Llama(const LlamaConfig& cfg, DType dtype = DType::F32, Device device = Device::cpu(),
+                 const PeftSpec& peft = {}, uint64_t dropout_seed = 0);
 
   const LlamaConfig& config() const { return cfg_; }
+  const PeftSpec& peft() const { return peft_; }
   const std::vector<UnitLayout>& units() const { return units_; }
   DType dtype() const { return dtype_; }
   Device device() const { return device_; }
@@ -80,11 +85,18 @@ class Llama {
   void blocks_backward(LlamaActivations& act, ParamProvider& params);
   void head_backward(LlamaActivations& act, ParamProvider& params, double grad_scale);
   LossSum loss_sum(const LlamaActivations& act) const;
+  // The LoRA / NF4 scratch for `act` (sized on first use), set up for a training pass or
+  // an evaluation; null when the model has neither.
+  LinearScratch* scratch_for(const LlamaActivations& act, bool training);
 
   LlamaConfig cfg_;
   DType dtype_;
   Device device_;
+  PeftSpec peft_;
+  uint64_t dropout_key_ = 0;
   std::vector<UnitLayout> units_;
+  LinearScratch scratch_;
+  bool needs_scratch_ = false;
   TokenEmbedding embedding_;
   std::vector<TransformerBlock> blocks_;
   OutputHead head_;

@@ -21,32 +21,28 @@
 #include "fsdp/model/llama_config.h"
 #include "fsdp/model/param_provider.h"
 #include "fsdp/model/param_units.h"
+#include "fsdp/model/unit_params.h"
 
 namespace fsdp::model {
 
 class TokenEmbedding {
  public:
-  explicit TokenEmbedding(const LlamaConfig& cfg) : vocab_(cfg.vocab_size), hidden_(cfg.hidden_size) {}
-  // The [V, C] table inside the embedding unit's flat buffer (parameters or gradients).
-  Tensor table(const Tensor& flat) const;
+  // Resolves the table in the embedding unit's layout (trainable, or frozen under LoRA).
+  explicit TokenEmbedding(const UnitLayout& embedding) : table_(embedding, "tok_embeddings") {}
   // out[n] = table[ids[n]]; ids [N] int32, out [N, C].
-  void forward(const Tensor& ids, const Tensor& params, const Tensor& out) const;
-  // table gradient += scatter of dout by ids.
-  void backward(const Tensor& ids, const Tensor& dout, const Tensor& grads) const;
+  void forward(const Tensor& ids, const UnitParams& p, const Tensor& out) const;
+  // table gradient += scatter of dout by ids (nothing when the table is frozen).
+  void backward(const Tensor& ids, const Tensor& dout, const UnitParams& p) const;
+  bool frozen() const { return table_.frozen(); }
 
  private:
-  int64_t vocab_ = 0, hidden_ = 0;
-};
-
-// A unit's flat parameters and gradients, as a ParamProvider hands them out.
-struct UnitBuffers {
-  Tensor params, grads;
+  ParamRef table_;
 };
 
 class OutputHead {
  public:
   // Resolves the norm in the head unit's layout and lm_head in it, or (tied) the table in
-  // the embedding unit's; `units` are llama_units(cfg).
+  // the embedding unit's; `units` are the model's units (llama_units or lora_units).
   OutputHead(const LlamaConfig& cfg, const std::vector<UnitLayout>& units);
   // The unit holding Wlm: head_unit(cfg), or embedding_unit() when tied.
   int weight_unit() const { return weight_unit_; }
@@ -58,18 +54,17 @@ class OutputHead {
   void before_backward(ParamProvider& p) const;
   void after_backward(ParamProvider& p) const;
   // hf = rmsnorm(x) (rstd saved), logits = hf @ Wlm^T. x: [rows, C] (rows may be strided);
-  // `params` the head unit's, `weight_params` weight_unit()'s (the same tensor untied).
-  void forward(const Tensor& x, const Tensor& params, const Tensor& weight_params, const Tensor& hf,
+  // `head` the head unit's buffers, `weight` weight_unit()'s (the same untied).
+  void forward(const Tensor& x, const UnitParams& head, const UnitParams& weight, const Tensor& hf,
                const Tensor& rstd, const Tensor& logits) const;
   // From dlogits (in the logits buffer): the norm's gradient added into head.grads, Wlm's
-  // into weight.grads (weight_unit()'s), dx = dL/dx overwritten; dh is [rows, C] scratch.
-  void backward(const Tensor& dlogits, const Tensor& x, const Tensor& hf, const Tensor& rstd, const UnitBuffers& head,
-                const UnitBuffers& weight, const Tensor& dh, const Tensor& dx) const;
+  // into weight.grads (when they train), dx = dL/dx overwritten; dh is [rows, C] scratch.
+  void backward(const Tensor& dlogits, const Tensor& x, const Tensor& hf, const Tensor& rstd, const UnitParams& head,
+                const UnitParams& weight, const Tensor& dh, const Tensor& dx) const;
 
  private:
-  int64_t hidden_ = 0;
   double eps_ = 0;
-  int64_t norm_ = 0;  // offset of the final norm in the head unit
+  ParamRef norm_;  // the final norm
   int head_unit_ = 0, weight_unit_ = 0;
   Linear lm_head_;
 };

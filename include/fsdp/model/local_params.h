@@ -1,4 +1,5 @@
-// Every unit's full parameters and gradients in this process, zero-initialised, on one
+// Every unit's full parameters, gradients and frozen bytes (LoRA's base, when the layout
+// has one) in this process, zero-initialised, on one
 // device in one dtype (float32 on the host unless asked otherwise; the model's compute
 // dtype and device when it runs elsewhere): the simplest ParamProvider, for tests that
 // drive the model directly (the golden test). Training always goes through the FSDP
@@ -19,14 +20,16 @@ class LocalParams final : public ParamProvider {
     for (const auto& u : units) {
       params_.push_back(Tensor::zeros({u.numel}, dtype, device));
       grads_.push_back(Tensor::zeros({u.numel}, dtype, device));
+      frozen_.push_back(u.frozen.empty() ? Tensor() : Tensor::zeros({u.frozen_bytes}, DType::U8, device));
     }
   }
   Tensor params(int unit) override { return params_[unit]; }
   Tensor grads(int unit) override { return grads_[unit]; }
+  Tensor frozen(int unit) override { return frozen_[unit]; }
   int num_units() const { return int(params_.size()); }
 
  private:
-  std::vector<Tensor> params_, grads_;
+  std::vector<Tensor> params_, grads_, frozen_;
 };
 
 }  // namespace fsdp::model

@@ -18,6 +18,7 @@
 #include "fsdp/model/llama_config.h"
 #include "fsdp/model/param_units.h"
 #include "fsdp/model/saved_tensors.h"
+#include "fsdp/model/unit_params.h"
 
 namespace fsdp::model {
 
@@ -72,14 +73,14 @@ class MlpSublayer {
   // out = x + mlp(rmsnorm(x)) over the rows of x ([rows, C]). out may be x itself (the
   // inference path updates the residual stream in place); `saved` may hold more rows than
   // x (an inference decoder's scratch, sized for its longest chunk).
-  virtual void forward(const Tensor& x, const Tensor& params, MlpSaved& saved, const Tensor& out) const = 0;
+  virtual void forward(const Tensor& x, const UnitParams& p, MlpSaved& saved, const Tensor& out) const = 0;
   // Selective checkpointing: the Cheap members of `saved` again from x and the Expensive
   // members kept from the forward, the same bits as the forward wrote.
-  virtual void recompute_cheap(const Tensor& x, const Tensor& params, MlpSaved& saved) const = 0;
+  virtual void recompute_cheap(const Tensor& x, const UnitParams& p, MlpSaved& saved) const = 0;
   // On entry dres = dL/d(out); on exit dres = dL/dx. Parameter gradients are added into
-  // `grads` (the unit's flat gradient buffer). dh is [rows, C] scratch.
-  virtual void backward(const Tensor& x, const MlpSaved& saved, const Tensor& params, const Tensor& grads,
-                        const Tensor& dres, const Tensor& dh, MlpGrads& g) const = 0;
+  // p.grads (the unit's flat gradient buffer). dh is [rows, C] scratch.
+  virtual void backward(const Tensor& x, const MlpSaved& saved, const UnitParams& p, const Tensor& dres,
+                        const Tensor& dh, MlpGrads& g) const = 0;
 
  protected:
   LlamaConfig cfg_;

@@ -33,15 +33,15 @@ class DenseSwiGLU final : public MlpSublayer {
   // Resolves mlp_norm, w_gate|w_up and w_down in a block's unit layout.
   DenseSwiGLU(const LlamaConfig& cfg, const UnitLayout& block);
 
-  void forward(const Tensor& x, const Tensor& params, MlpSaved& saved, const Tensor& out) const override;
-  void recompute_cheap(const Tensor& x, const Tensor& params, MlpSaved& saved) const override;
-  void backward(const Tensor& x, const MlpSaved& saved, const Tensor& params, const Tensor& grads,
-                const Tensor& dres, const Tensor& dh, MlpGrads& g) const override;
+  void forward(const Tensor& x, const UnitParams& p, MlpSaved& saved, const Tensor& out) const override;
+  void recompute_cheap(const Tensor& x, const UnitParams& p, MlpSaved& saved) const override;
+  void backward(const Tensor& x, const MlpSaved& saved, const UnitParams& p, const Tensor& dres, const Tensor& dh,
+                MlpGrads& g) const override;
 
  private:
   int64_t hidden_ = 0, ffn_ = 0;  // C, F
   double eps_ = 0;
-  int64_t norm_ = 0;              // offset of mlp_norm in the unit
+  ParamRef norm_;                 // mlp_norm
   Linear gate_up_, down_;
 };
 

@@ -70,21 +70,21 @@ class MoeMlp final : public MlpSublayer {
   // Resolves mlp_norm, the router and every expert's w1|w3 and w2 in a block's layout.
   MoeMlp(const LlamaConfig& cfg, const UnitLayout& block);
 
-  void forward(const Tensor& x, const Tensor& params, MlpSaved& saved, const Tensor& out) const override;
-  void recompute_cheap(const Tensor& x, const Tensor& params, MlpSaved& saved) const override;
-  void backward(const Tensor& x, const MlpSaved& saved, const Tensor& params, const Tensor& grads,
-                const Tensor& dres, const Tensor& dh, MlpGrads& g) const override;
+  void forward(const Tensor& x, const UnitParams& p, MlpSaved& saved, const Tensor& out) const override;
+  void recompute_cheap(const Tensor& x, const UnitParams& p, MlpSaved& saved) const override;
+  void backward(const Tensor& x, const MlpSaved& saved, const UnitParams& p, const Tensor& dres, const Tensor& dh,
+                MlpGrads& g) const override;
 
  private:
   void route(const MoeMlpSaved& s, int64_t N) const;
   void read_group_sizes(MoeMlpSaved& s, int64_t N) const;
-  void experts_forward(const MoeMlpSaved& s, const Tensor& params) const;
+  void experts_forward(const MoeMlpSaved& s, const UnitParams& p) const;
   void experts_swiglu(const MoeMlpSaved& s) const;
-  void experts_backward(const MoeMlpSaved& s, const Tensor& params, const Tensor& grads, MoeMlpGrads& g) const;
+  void experts_backward(const MoeMlpSaved& s, const UnitParams& p, MoeMlpGrads& g) const;
 
   int64_t hidden_ = 0, ffn_ = 0, experts_ = 0, k_ = 0;  // C, F, E, k
   double eps_ = 0;
-  int64_t norm_ = 0;  // offset of mlp_norm in the unit
+  ParamRef norm_;  // mlp_norm
   Linear router_;
   std::vector<Linear> gate_up_, down_;  // per expert: w1|w3 [2F, C], w2 [C, F]
 };

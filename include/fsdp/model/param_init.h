@@ -11,7 +11,9 @@
 namespace fsdp::model {
 
 // `flat` holds the elements [begin, begin + flat.numel()) of the unit. float32, CPU.
-// Matrices get normal(0, init_std), norm weights ones, padding past the unit zero.
+// Matrices get normal(0, init_std), norm weights ones, LoRA's A Kaiming-uniform (bound
+// 1/sqrt(fan_in)) and B zeros (ParamSlot::init_kind), padding past the unit zero. A LoRA
+// layout's adapters draw from the key of their unit index like any parameter.
 void init_unit(const UnitLayout& unit, int unit_index, uint64_t seed, double init_std, const Tensor& flat,
                int64_t begin = 0);
 

@@ -7,6 +7,7 @@
 #pragma once
 
 #include "fsdp/core/tensor.h"
+#include "fsdp/model/unit_params.h"
 
 namespace fsdp::model {
 
@@ -17,12 +18,27 @@ class ParamProvider {
   virtual ~ParamProvider() = default;
   virtual Tensor params(int unit) = 0;  // [unit numel], valid between before_* and after_*
   virtual Tensor grads(int unit) = 0;   // [unit numel], gradients are accumulated (+=) into it
+  // The unit's frozen bytes (uint8 [frozen_bytes], param_units.h), valid like params();
+  // undefined for a unit with nothing frozen.
+  virtual Tensor frozen(int /*unit*/) { return Tensor(); }
   virtual void before_forward(int /*unit*/) {}
   virtual void after_forward(int /*unit*/) {}
   virtual void before_backward(int /*unit*/) {}
   virtual void after_backward(int /*unit*/) {}
+  // Said before a backward pass: unit u's backward will not run in it (a frozen embedding
+  // has nothing to compute), so nothing should be gathered for it.
+  virtual void skip_backward(int /*unit*/) {}
   // End of a forward (or forward + backward) pass: nothing may stay in flight.
   virtual void finish() {}
+
+  // Unit u's buffers as a sublayer takes them, for a forward pass (no gradients) or a
+  // backward pass; `scratch` serves its LoRA adapters and NF4 weights.
+  UnitParams forward_view(int unit, LinearScratch* scratch = nullptr) {
+    return UnitParams{params(unit), frozen(unit), Tensor(), scratch};
+  }
+  UnitParams backward_view(int unit, LinearScratch* scratch = nullptr) {
+    return UnitParams{params(unit), frozen(unit), grads(unit), scratch};
+  }
 };
 
 }  // namespace fsdp::model

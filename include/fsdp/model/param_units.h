@@ -9,6 +9,13 @@
 // A mixture-of-experts block holds, instead of the dense MLP, the router [E, C], then
 // every expert's w1|w3 ([2F, C] each, adjacent: one fused GEMM), then every expert's w2
 // [C, F]: the order of transformers 5's fused gate_up_proj and down_proj tensors.
+//
+// Fine-tuning with LoRA (model/peft.h) splits a unit in two: its trainable flat buffer
+// holds only the adapters (lora_A, lora_B of each targeted weight: the params below), and
+// the frozen base goes to a second buffer of bytes (the frozen slots), which FSDP shards
+// and gathers but never reduces or updates. A frozen weight is stored dense in the compute
+// dtype, or as NF4 (fsdp/ops/nf4.h) pieces when the base is quantized. Frozen slots keep
+// the order above, so a fused q|k|v is three adjacent dense ranges or three NF4 weights.
 #pragma once
 
 #include <cstdint>
@@ -27,7 +34,9 @@ struct ParamSlot {
   int64_t offset = 0;   // elements from the start of the unit's flat buffer
   int64_t numel = 0;
   bool weight_decay = true;  // matrices decay, norm weights do not (as nanoGPT / llm.c)
-  int init_kind = 0;         // 0: normal(0, init_std), 1: ones (norm weights)
+  // 0: normal(0, init_std), 1: ones (norm weights), 2: Kaiming-uniform with a = sqrt(5)
+  // (PEFT's lora_A: uniform in +-1/sqrt(fan_in)), 3: zeros (PEFT's lora_B)
+  int init_kind = 0;
   // Where the same values sit in transformers 5's fused expert layout, if anywhere: a
   // tensor holding every expert's weight (e.g. "model.layers.3.mlp.experts.gate_up_proj",
   // [E, 2F, C]) and this slot's first element in it. Empty for everything but experts.
@@ -35,16 +44,52 @@ struct ParamSlot {
   int64_t hf_fused_offset = 0;
 };
 
+// How a frozen weight's values are stored in its unit's frozen bytes.
+enum class FrozenFormat : uint8_t { Dense, Nf4 };
+
+// One frozen parameter: where its bytes lie in the unit's frozen buffer.
+struct FrozenSlot {
+  std::string name;     // ours, as the trainable slot it replaces ("layers.3.wq")
+  std::string hf_name;  // Hugging Face's ("model.layers.3.self_attn.q_proj.weight")
+  std::string hf_fused_name;  // as ParamSlot's (an expert in transformers 5's fused layout)
+  int64_t hf_fused_offset = 0;
+  Dims shape;
+  int64_t numel = 0;
+  FrozenFormat format = FrozenFormat::Dense;
+  // Dense: the element dtype stored (the compute dtype). Nf4: the weight's dtype before
+  // quantization (bitsandbytes' quant_state.dtype), which dequantized values are rounded to.
+  DType dtype = DType::F32;
+  int64_t byte_offset = 0;  // first byte in the unit's frozen buffer
+  int64_t bytes = 0;        // bytes it takes (Nf4: all its pieces)
+  // Nf4: each piece's first byte, from byte_offset (fsdp/ops/nf4.h for their sizes).
+  struct Nf4Pieces {
+    int64_t packed = 0, absmax = 0, nested_absmax = 0, offset = 0, nested_code = 0, code = 0;
+  } nf4;
+};
+
+// A parameter of a unit, wherever it lives: exactly one of the two is set.
+struct SlotRef {
+  const ParamSlot* trainable = nullptr;
+  const FrozenSlot* frozen = nullptr;
+};
+
 struct UnitLayout {
   std::string name;  // "embedding", "layers.N", "head"
-  std::vector<ParamSlot> params;
+  std::vector<ParamSlot> params;  // trainable
   int64_t numel = 0;
   // Another unit whose parameters this unit's computation reads too (-1: none). The tied
   // head reads the embedding unit: a ParamProvider hands out both while the head runs,
   // and the embedding unit's gradient sums the head's use and its own (fsdp_engine.h).
   int reads_unit = -1;
+  std::vector<FrozenSlot> frozen;  // frozen (LoRA's base): empty when everything trains
+  int64_t frozen_bytes = 0;
+  // The adapters' scale and dropout (model/peft.h), when the unit has any.
+  double lora_scale = 0, lora_dropout = 0;
 
-  const ParamSlot& slot(const std::string& name) const;  // by our name; error if absent
+  const ParamSlot& slot(const std::string& name) const;  // trainable, by our name; error if absent
+  const FrozenSlot& frozen_slot(const std::string& name) const;  // error if absent
+  bool has(const std::string& name) const;  // a trainable slot of that name exists
+  SlotRef find(const std::string& name) const;  // trainable or frozen; error if neither
   // View of one parameter inside the unit's flat buffer `flat` (1-D, numel() elements).
   Tensor view(const Tensor& flat, const std::string& name) const;
 };

@@ -60,20 +60,20 @@ class TransformerBlock {
   BlockGrads make_grads(int64_t rows, DType dtype, Device device) const;
 
   // out = block(x) over B sequences of T tokens; x, out: [B*T, C], distinct.
-  void forward(const Tensor& x, const Tensor& params, BlockActivations& a, const Tensor& out, int64_t B,
+  void forward(const Tensor& x, const UnitParams& p, BlockActivations& a, const Tensor& out, int64_t B,
                int64_t T) const;
   // A checkpointed block's activations again, right before its backward: Full runs
   // forward (writing `out` again, the same bits); Selective recomputes the Cheap tensors
   // from x and the kept Expensive ones (out untouched).
-  void recompute(const Tensor& x, const Tensor& params, BlockActivations& a, const Tensor& out, Recompute mode,
+  void recompute(const Tensor& x, const UnitParams& p, BlockActivations& a, const Tensor& out, Recompute mode,
                  int64_t B, int64_t T) const;
   // On entry g.dres holds dL/d(block output); on exit dL/d(block input). Parameter
-  // gradients are added into `grads`, the unit's flat gradient buffer.
-  void backward(const Tensor& x, const BlockActivations& a, const Tensor& params, const Tensor& grads, BlockGrads& g,
-                int64_t B, int64_t T) const;
+  // gradients are added into p.grads, the unit's flat gradient buffer.
+  void backward(const Tensor& x, const BlockActivations& a, const UnitParams& p, BlockGrads& g, int64_t B,
+                int64_t T) const;
   // Inference: x = block(x) in place for T new tokens per sequence, attending to layer
   // `layer` of the KV cache (see AttentionSublayer::forward_cached).
-  void forward_cached(const Tensor& x, const Tensor& params, BlockActivations& scratch, const KVCache& cache,
+  void forward_cached(const Tensor& x, const UnitParams& p, BlockActivations& scratch, const KVCache& cache,
                       int layer, int64_t B, int64_t T) const;
 
  private:

@@ -4,8 +4,9 @@
 // rstd: [N] float32 (float64 when x is float64), saved by forward for backward.
 // Backward: dx = rstd * (dy*w - x * rstd^2 * mean_c(dy*w*x)); with accumulate_dx the
 // result is added to dx (the residual stream's gradient) instead of overwriting it.
-// dw is always accumulated (dw += sum_n dy*x*rstd), summed over rows in fixed-size blocks
-// in a fixed order so the bits do not depend on the thread count.
+// dw is accumulated (dw += sum_n dy*x*rstd), summed over rows in fixed-size blocks in a
+// fixed order so the bits do not depend on the thread count; an undefined dw (a frozen
+// weight, LoRA's base) skips it.
 #pragma once
 
 #include "fsdp/core/tensor.h"

@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "fsdp/ckpt/checkpoint_writer.h"
@@ -61,6 +62,9 @@ class CheckpointPolicy {
   void finish();
 
   const std::string& resumed_from() const { return resumed_from_; }
+  // A LoRA run's frozen base: recorded in every save, and a restore from a checkpoint of
+  // another base is refused (base_model.h).
+  void set_base(const ckpt::BaseReference& base) { base_ = base; }
 
  private:
   // Runs a writer call under checkpoint.stop_on_error: rethrows, or logs and returns false.
@@ -76,6 +80,7 @@ class CheckpointPolicy {
   int64_t last_committed_step_ = -1;
   std::string resumed_from_;
   std::string run_id_;
+  std::optional<ckpt::BaseReference> base_;
 };
 
 }  // namespace fsdp::train

@@ -100,6 +100,7 @@ class Trainer {
   void check_final_checkpoint(const char* which) const;
   // run()'s steps, evaluations, logging and checkpoints; throws Diverged (divergence.h).
   int train_loop(MetricsWriter* metrics);
+  void log_lora() const;
   void log_device() const;
 
   config::Config cfg_;

@@ -101,6 +101,7 @@ ncclDataType_t nccl_type(DType t) {
     case DType::F64: return ncclFloat64;
     case DType::BF16: return ncclBfloat16;
     case DType::F16: return ncclFloat16;
+    case DType::U8: return ncclUint8;
     default: FSDP_FAIL("no NCCL datatype for {}", dtype_name(t));
   }
 }

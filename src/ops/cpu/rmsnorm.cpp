@@ -82,7 +82,7 @@ void backward_impl(const Tensor& dy_t, const Tensor& x_t, const Tensor& w_t, con
   const T* w = w_t.data<T>();
   const T* rstd = rstd_t.data<T>();
   T* dx = dx_t.data<T>();
-  T* dw = dw_t.data<T>();
+  T* dw = dw_t.defined() ? dw_t.data<T>() : nullptr;  // null: a frozen weight, no gradient
 
   const int64_t blocks = (n + kRowBlock - 1) / kRowBlock;
   thread_local std::vector<double> scratch;
@@ -93,7 +93,7 @@ void backward_impl(const Tensor& dy_t, const Tensor& x_t, const Tensor& w_t, con
 #pragma omp parallel for schedule(static) if (parallel)
   for (int64_t b = 0; b < blocks; ++b) {
     double* pw = partial + b * c;
-    std::fill_n(pw, c, 0.0);
+    if (dw != nullptr) std::fill_n(pw, c, 0.0);
     for (int64_t i = b * kRowBlock; i < std::min(n, (b + 1) * kRowBlock); ++i) {
       const T* dyr = dy + i * dys;
       const T* xr = x + i * xs;
@@ -105,19 +105,20 @@ void backward_impl(const Tensor& dy_t, const Tensor& x_t, const Tensor& w_t, con
       if (accumulate_dx) {
         for (int64_t j = 0; j < c; ++j) {
           const T g = dyr[j] * w[j], xv = xr[j];
-          pw[j] += double(dyr[j]) * double(xv) * double(r);
+          if (dw != nullptr) pw[j] += double(dyr[j]) * double(xv) * double(r);
           dxr[j] += r * (g - xv * k);
         }
       } else {
         for (int64_t j = 0; j < c; ++j) {
           const T g = dyr[j] * w[j], xv = xr[j];
-          pw[j] += double(dyr[j]) * double(xv) * double(r);
+          if (dw != nullptr) pw[j] += double(dyr[j]) * double(xv) * double(r);
           dxr[j] = r * (g - xv * k);
         }
       }
     }
   }
 
+  if (dw == nullptr) return;
   // Combine the block partials in block order, parallel over column chunks.
   const int64_t chunks = (c + kColChunk - 1) / kColChunk;
 #pragma omp parallel for schedule(static) if (parallel)

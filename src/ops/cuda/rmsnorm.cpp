@@ -22,7 +22,7 @@ void rmsnorm_backward_cuda(const Tensor& dy, const Tensor& x, const Tensor& w, c
   if (x.size(0) == 0 || x.size(1) == 0) return;
   cuda::DeviceGuard guard(x.device().index);
   cuda::launch_rmsnorm_backward(x.dtype(), cuda::rows(dy), cuda::rows(x), w.data_ptr(), rstd.data_ptr(), cuda::rows(dx),
-                                dw.data_ptr(), x.size(0), x.size(1), accumulate_dx, cuda::stream_of(x));
+                                dw.defined() ? dw.data_ptr() : nullptr, x.size(0), x.size(1), accumulate_dx, cuda::stream_of(x));
 }
 
 }  // namespace

@@ -103,10 +103,9 @@ void forward_t(RowsView x, const void* w, RowsView y, void* rstd, int64_t n, int
               static_cast<const T*>(w), static_cast<T*>(y.data), y.stride, static_cast<Stat<T>*>(rstd), c, eps);
 }
 
+// dw += sum_n dy * x * rstd, by row chunks into double partials summed in chunk order.
 template <typename T>
-void backward_t(RowsView dy, RowsView x, const void* w, const void* rstd, RowsView dx, void* dw, int64_t n, int64_t c,
-                bool accumulate_dx, cudaStream_t s) {
-  // dw first: dx may alias dy.
+void backward_dw(RowsView dy, RowsView x, const void* rstd, void* dw, int64_t n, int64_t c, cudaStream_t s) {
   const int64_t rows_per_chunk = n / kRowChunk < 65535 ? kRowChunk : (n + 65534) / 65535;
   const int64_t chunks = (n + rows_per_chunk - 1) / rows_per_chunk;
   double* partial = nullptr;
@@ -117,6 +116,13 @@ void backward_t(RowsView dy, RowsView x, const void* w, const void* rstd, RowsVi
   FSDP_LAUNCH(rmsnorm_bwd_dw_sum_kernel<T>, blocks_for(c, kThreads), kThreads, 0, s, partial, chunks,
               static_cast<T*>(dw), c);
   FSDP_CUDA_CHECK(cudaFreeAsync(partial, s));
+}
+
+template <typename T>
+void backward_t(RowsView dy, RowsView x, const void* w, const void* rstd, RowsView dx, void* dw, int64_t n, int64_t c,
+                bool accumulate_dx, cudaStream_t s) {
+  // dw first: dx may alias dy. A frozen weight (dw null) gets no gradient.
+  if (dw != nullptr) backward_dw<T>(dy, x, rstd, dw, n, c, s);
   FSDP_LAUNCH(rmsnorm_bwd_dx_kernel<T>, unsigned(n), kThreads, 0, s, static_cast<const T*>(dy.data), dy.stride,
               static_cast<const T*>(x.data), x.stride, static_cast<const T*>(w), static_cast<const Stat<T>*>(rstd),
               static_cast<T*>(dx.data), dx.stride, c, accumulate_dx);

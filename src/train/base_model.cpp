@@ -1,0 +1,162 @@
+// A LoRA run's frozen base and adapters from the config; see base_model.h.
+#include "fsdp/train/base_model.h"
+
+#include <vector>
+
+#include <spdlog/spdlog.h>
+
+#include "fsdp/ckpt/hf_frozen.h"
+#include "fsdp/ckpt/hf_import.h"
+#include "fsdp/ckpt/peft_adapter.h"
+#include "fsdp/ckpt/safetensors.h"
+#include "fsdp/model/frozen_bytes.h"
+#include "fsdp/model/param_init.h"
+
+namespace fsdp::train {
+
+namespace {
+
+// The seeded initialiser as a frozen base: a slot's values are those the plain layout's
+// slot of the same name gets from init_unit, so LoRA on a seeded base starts from exactly
+// the model a full fine-tune with this seed would.
+class SeededFrozenSource final : public model::FrozenSource {
+ public:
+  SeededFrozenSource(const model::UnitLayout& plain, int unit, uint64_t seed, double init_std)
+      : plain_(plain), unit_(unit), seed_(seed), std_(init_std) {}
+  void values(const model::FrozenSlot& slot, int64_t first, const Tensor& out) override {
+    model::init_unit(plain_, unit_, seed_, std_, out, plain_.slot(slot.name).offset + first);
+  }
+
+ private:
+  const model::UnitLayout& plain_;
+  int unit_;
+  uint64_t seed_;
+  double std_;
+};
+
+}  // namespace
+
+model::PeftSpec peft_keys(const config::Config& cfg) {
+  model::PeftSpec p;
+  p.lora.enabled = cfg.lora.enabled;
+  p.lora.rank = cfg.lora.rank;
+  p.lora.alpha = cfg.lora.alpha;
+  p.lora.dropout = cfg.lora.dropout;
+  p.lora.rslora = cfg.lora.rslora;
+  p.lora.targets = cfg.lora.targets;
+  p.quantization = cfg.model.quantization == "nf4" ? model::Quantization::Nf4 : model::Quantization::None;
+  p.frozen_dtype = cfg.train.dtype;
+  return p;
+}
+
+model::PeftSpec peft_spec(const config::Config& cfg, const model::LlamaConfig& model_cfg) {
+  model::PeftSpec p = peft_keys(cfg);
+  if (!cfg.lora.enabled) return p;
+  if (!cfg.model.init_from.empty()) {
+    ckpt::is_bnb_4bit_folder(cfg.model.init_from);  // refuses a quantization we cannot load, by name
+    if (p.quantization == model::Quantization::Nf4)
+      p.nf4_value_dtype = ckpt::base_weight_dtype(ckpt::SafetensorsFolder(cfg.model.init_from));
+  }
+  checked_lora_units(model_cfg, p);
+  return p;
+}
+
+std::vector<model::UnitLayout> checked_lora_units(const model::LlamaConfig& model_cfg, const model::PeftSpec& p) {
+  // The layout's checks (targets, rank, NF4 block multiples) are the config's errors.
+  try {
+    return model::lora_units(model_cfg, p);
+  } catch (const config::ConfigError&) {
+    throw;
+  } catch (const Error& e) {
+    throw config::ConfigError(e.what());
+  }
+}
+
+BaseSource::BaseSource(const config::Config& cfg, const model::LlamaConfig& model_cfg)
+    : seed_(uint64_t(cfg.train.seed)), init_std_(cfg.model.init_std) {
+  if (!cfg.model.init_from.empty()) folder_ = std::make_unique<ckpt::SafetensorsFolder>(cfg.model.init_from);
+  else plain_ = model::llama_units(model_cfg);
+}
+
+BaseSource::~BaseSource() = default;
+
+void BaseSource::fill(const model::UnitLayout& unit, int u, const Tensor& host, int64_t begin) {
+  if (folder_) {
+    ckpt::HfFrozenSource source(*folder_);
+    model::fill_frozen_bytes(unit, host, begin, source);
+    return;
+  }
+  SeededFrozenSource source(plain_[size_t(u)], u, seed_, init_std_);
+  model::fill_frozen_bytes(unit, host, begin, source);
+}
+
+void init_frozen_base(const config::Config& cfg, const model::Llama& model, FsdpEngine& engine) {
+  if (!cfg.lora.enabled) return;
+  BaseSource base(cfg, model.config());
+  engine.init_frozen([&](int u, int64_t begin, const Tensor& host) {
+    base.fill(model.units()[size_t(u)], u, host, begin);
+  });
+}
+
+void init_adapters(const config::Config& cfg, const model::Llama& model, FsdpEngine& engine) {
+  const std::vector<model::UnitLayout>& units = model.units();
+  if (cfg.lora.init_from.empty()) {
+    engine.init_shards([&](int u, int64_t begin, const Tensor& shard) {
+      model::init_unit(units[size_t(u)], u, uint64_t(cfg.train.seed), cfg.model.init_std, shard, begin);
+    });
+    return;
+  }
+  const std::string& dir = cfg.lora.init_from;
+  const ckpt::PeftAdapterConfig adapter = ckpt::read_peft_adapter_config(dir);
+  ckpt::check_peft_adapter_matches(adapter, model.peft().lora, model.config(), dir);
+  const ckpt::SafetensorsFolder folder(dir);
+  engine.init_shards([&](int u, int64_t begin, const Tensor& shard) {
+    ckpt::load_hf_unit(folder, units[size_t(u)], shard, begin);
+  });
+  spdlog::info("lora: adapters from {} (trained on {})", dir,
+               adapter.base_model_name_or_path.empty() ? std::string("an unnamed base") : adapter.base_model_name_or_path);
+}
+
+ckpt::BaseReference base_reference(const config::Config& cfg, const FsdpEngine& engine, dist::Communicator& shard) {
+  const int units = engine.num_units();
+  // This rank's CRC and byte count of each unit's frozen bytes, gathered in rank order.
+  Tensor mine = Tensor::zeros({2 * units}, DType::F64);
+  for (int u = 0; u < units; ++u) {
+    const Tensor& s = engine.frozen_shard(u);
+    const int64_t valid = s.defined() ? engine.frozen_range(u).valid : 0;
+    if (valid == 0) continue;
+    const Tensor host = s.device().is_cpu() ? s : s.to(Device::cpu());
+    mine.data<double>()[2 * u] = double(ckpt::crc32_parallel(host.data_ptr(), size_t(valid)));
+    mine.data<double>()[2 * u + 1] = double(valid);
+  }
+  Tensor all = Tensor::zeros({2 * units * shard.size()}, DType::F64);
+  shard.wait(shard.all_gather(mine, all));
+  ckpt::BaseReference ref;
+  ref.path = cfg.model.init_from;
+  ref.quantization = cfg.model.quantization;
+  for (int u = 0; u < units; ++u) {
+    for (int r = 0; r < shard.size(); ++r) {
+      const double* p = all.data<double>() + 2 * (r * units + u);
+      if (p[1] == 0) continue;
+      ref.crc32 = ckpt::crc32_concat(ref.crc32, uint32_t(p[0]), uint64_t(p[1]));
+      ref.bytes += uint64_t(p[1]);
+    }
+  }
+  return ref;
+}
+
+void check_same_base(const ckpt::BaseReference& saved, const ckpt::BaseReference& loaded,
+                     const std::string& checkpoint) {
+  auto named = [](const ckpt::BaseReference& b) {
+    return fmt::format("{} ({}, {} bytes, CRC-32 {:08x})", b.path.empty() ? "the seeded base" : b.path,
+                       b.quantization, b.bytes, b.crc32);
+  };
+  FSDP_CHECK(saved.crc32 == loaded.crc32 && saved.bytes == loaded.bytes && saved.quantization == loaded.quantization,
+             "checkpoint {} holds adapters trained on {}, but this run's base is {}: not the same base model (set "
+             "model.init_from and model.quantization to the base the adapters were trained on)",
+             checkpoint, named(saved), named(loaded));
+  if (saved.path != loaded.path)
+    spdlog::info("checkpoint: the base moved from {} to {} (same fingerprint)", saved.path, loaded.path);
+}
+
+}  // namespace fsdp::train
