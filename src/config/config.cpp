@@ -155,6 +155,9 @@ void apply_override(const std::string& text, long index, Config& cfg, Origins& o
   if (const size_t bad = detail::first_unprintable(text); bad != std::string::npos)
     fail("--set", fmt::format("byte 0x{:02x} at column {} is not printable UTF-8 text",
                               static_cast<unsigned char>(text[bad]), bad + 1));
+  if (const size_t cr = text.find_first_of("\r\n"); cr != std::string::npos)
+    fail("--set", fmt::format("a line break (byte 0x{:02x}) at column {}: a --set value is one line",
+                              static_cast<unsigned char>(text[cr]), cr + 1));
   const std::string where = "--set " + text;
   const size_t eq = text.find('=');
   if (eq == std::string::npos) fail(where, "expected section.key=value, e.g. --set train.max_steps=5");
@@ -304,8 +307,9 @@ void validate(const Config& cfg, const Origins& origins, const std::string& name
 
 }  // namespace
 
-Config load_config_string(const std::string& yaml_text, const std::string& display_name,
+Config load_config_string(const std::string& raw_text, const std::string& display_name,
                           const std::vector<std::string>& overrides) {
+  const std::string yaml_text = detail::with_lf_line_breaks(raw_text);
   if (const size_t bad = detail::first_unprintable(yaml_text); bad != std::string::npos) {
     const detail::TextPosition at = detail::position_of(yaml_text, bad);
     fail(fmt::format("{}:{}", display_name, at.line),

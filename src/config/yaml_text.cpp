@@ -83,4 +83,17 @@ size_t document_content_line(std::string_view text, int n) {
   return 0;
 }
 
+std::string with_lf_line_breaks(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != '\r') {
+      out += text[i];
+    } else if (i + 1 >= text.size() || text[i + 1] != '\n') {
+      out += '\n';  // a lone CR; a CR before LF is dropped, the LF follows
+    }
+  }
+  return out;
+}
+
 }  // namespace fsdp::config::detail

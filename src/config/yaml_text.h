@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 #include <string_view>
 
 namespace fsdp::config::detail {
@@ -30,5 +31,10 @@ TextPosition position_of(std::string_view text, size_t offset);
 // on the text because yaml-cpp 0.7's LoadAll never returns for some inputs (a stray ',' at
 // the top level: found by tests/fuzz/fuzz_config_yaml.cpp).
 size_t document_content_line(std::string_view text, int n);
+
+// `text` with every line break as LF: CRLF and a lone CR are line breaks in YAML 1.2
+// (b-break), but yaml-cpp 0.7 takes a lone CR into a plain scalar, and dump_yaml then writes
+// a value that loads back different (found by tests/fuzz/fuzz_config_yaml.cpp).
+std::string with_lf_line_breaks(std::string_view text);
 
 }  // namespace fsdp::config::detail

@@ -45,6 +45,18 @@ TEST(FuzzRegressions, AStrayTopLevelCommaIsRefusedInsteadOfHanging) {
   EXPECT_EQ(config_error("# only comments\n\n"), "") << "an empty config is all defaults";
 }
 
+// yaml-cpp 0.7 took lone carriage returns (line breaks in YAML) into a plain scalar, and the
+// dumped config loaded back different: every line break is read as LF now.
+TEST(FuzzRegressions, LoneCarriageReturnsAreLineBreaks) {
+  const config::Config c =
+      config::load_config_string(corpus_input("config_yaml", "crash_lone_carriage_returns.yaml"), "fuzz.yaml");
+  EXPECT_EQ(c.data.path, "data/llama2");
+  EXPECT_EQ(c.data.num_workers, 2);
+  EXPECT_EQ(config::load_config_string(config::dump_yaml(c), "dumped.yaml"), c);
+  EXPECT_EQ(config::load_config_string("data:\r\n  path: a\r\n  num_workers: 3\r\n", "crlf.yaml").data.num_workers, 3);
+  EXPECT_EQ(config_error("", {"data.path=a\rb"}), "--set: a line break (byte 0x0d) at column 12: a --set value is one line");
+}
+
 // yaml-cpp took invalid UTF-8 into a scalar and dump_yaml wrote it back as U+FFFD, so the
 // effective config logged and stored in checkpoints was not the one loaded.
 TEST(FuzzRegressions, ConfigThatIsNotPrintableUtf8IsRefusedWithItsLine) {
