@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <type_traits>
 #include <filesystem>
 #include <limits>
 #include <optional>
