@@ -93,7 +93,7 @@ Row measure(const Options& o, const std::string& mode, const std::vector<std::st
   r.ms = r.cpu_ms = 1e300;
   for (int i = 0; i < o.steps; ++i) {
     const double cpu0 = cpu_ms_now();
-    const fsdp::train::StepMetrics m = t.train_step();
+    const fsdp::obs::StepMetrics m = t.train_step();
     r.cpu_ms = std::min(r.cpu_ms, cpu_ms_now() - cpu0);
     r.ms = std::min(r.ms, m.step_ms);
     r.peak = std::max(r.peak, double(m.peak_tensor_bytes));

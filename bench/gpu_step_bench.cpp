@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "fsdp/config/config.h"
+#include "fsdp/config/model_options.h"
 #include "fsdp/core/allocator.h"
 #include "fsdp/core/cli_args.h"
 #include "fsdp/core/cuda.h"
@@ -150,7 +151,7 @@ void run_case(const Case& c, const Options& o, const std::string& run_dir) {
   overrides.push_back("train.max_steps=" + std::to_string(o.warmup + o.steps + o.profile_steps));
   overrides.insert(overrides.end(), o.sets.begin(), o.sets.end());
   const fsdp::config::Config cfg = fsdp::config::load_config_string("", "gpu_step_bench", overrides);
-  const fsdp::model::LlamaConfig shape = fsdp::train::resolve_model_config(cfg.model);
+  const fsdp::model::LlamaConfig shape = fsdp::config::resolve_model_config(cfg.model);
 
   auto groups = fsdp::dist::local_process_groups();
   fsdp::train::Trainer trainer(cfg, groups);
@@ -177,7 +178,7 @@ void run_case(const Case& c, const Options& o, const std::string& run_dir) {
   bool have_mfu = true;
   uint64_t peak = 0;
   for (int i = 0; i < o.steps; ++i) {
-    const fsdp::train::StepMetrics m = trainer.train_step();
+    const fsdp::obs::StepMetrics m = trainer.train_step();
     step_ms += m.step_ms / o.steps;
     if (m.mfu) mfu_ms += *m.mfu * m.step_ms / o.steps;  // mfu x step time: constant for a step's FLOPs
     else have_mfu = false;

@@ -1,4 +1,4 @@
-# The module graph: which module may use which (DESIGN.md "Layout"; README.md "Layout").
+# The module graph: which module may use which (DESIGN.md "Layout"; docs/layout.md).
 # The one place it is written down. CMakeLists.txt links the per-module libraries by it,
 # and cmake/check_module_graph.cmake fails the build on an #include "fsdp/<module>/..."
 # that it does not allow. A module may include itself and every module its direct
@@ -8,13 +8,17 @@
 #          ops ← optim ← fsdp                AdamW on element ranges; the engine steps shards
 #          ops ← dist  ← fsdp                ranks: the model and the op set never see them
 #   core ← data ← train                      tokenizer, shards, loader
-#   model, dist ← ckpt ← train               sharded checkpoints, HF import/export
-#   model, fsdp ← config ← train             YAML → typed structs, mapped onto the model's
-#                                            presets and the engine's ShardingStrategy
+#   model, dist ← ckpt ← config, train       sharded checkpoints, HF import/export
+#   model, fsdp, ckpt ← config               YAML → typed structs, mapped onto the model's
+#                                            presets, a model folder's config.json and the
+#                                            engine's ShardingStrategy
+#   config ← plan ← train                    the memory plan, its search, the start-up refusal
+#   config ← obs  ← train                    what a run reports: metrics, traces, TensorBoard,
+#                                            memory snapshots
+#   train ← cli                              src/cli: main.cpp and one file per subcommand
 #
-# cli is src/main.cpp, the command line; the subcommands' own entries (prepare, generate,
-# export) live in train beside the trainer.
-set(FSDP_MODULES core ops dist model optim data ckpt fsdp config train cli)
+# plan and obs never include train: the run uses them, not the other way round.
+set(FSDP_MODULES core ops dist model optim data ckpt fsdp config plan obs train cli)
 set(FSDP_MODULE_DEPS_core "")
 set(FSDP_MODULE_DEPS_ops core)
 set(FSDP_MODULE_DEPS_dist ops)
@@ -23,8 +27,10 @@ set(FSDP_MODULE_DEPS_optim ops)
 set(FSDP_MODULE_DEPS_data core)
 set(FSDP_MODULE_DEPS_ckpt model dist)
 set(FSDP_MODULE_DEPS_fsdp model optim dist)
-set(FSDP_MODULE_DEPS_config model fsdp)
-set(FSDP_MODULE_DEPS_train ckpt config data fsdp)
+set(FSDP_MODULE_DEPS_config model fsdp ckpt)
+set(FSDP_MODULE_DEPS_plan config)
+set(FSDP_MODULE_DEPS_obs config)
+set(FSDP_MODULE_DEPS_train ckpt config data fsdp plan obs)
 set(FSDP_MODULE_DEPS_cli train)
 
 # out_var = every module `module` may include: itself and all it reaches.

@@ -9,6 +9,7 @@
 #include "fsdp/ckpt/hf_import.h"
 #include "fsdp/ckpt/peft_adapter.h"
 #include "fsdp/ckpt/safetensors.h"
+#include "fsdp/config/model_options.h"
 #include "fsdp/model/frozen_bytes.h"
 #include "fsdp/model/param_init.h"
 
@@ -35,42 +36,6 @@ class SeededFrozenSource final : public model::FrozenSource {
 };
 
 }  // namespace
-
-model::PeftSpec peft_keys(const config::Config& cfg) {
-  model::PeftSpec p;
-  p.lora.enabled = cfg.lora.enabled;
-  p.lora.rank = cfg.lora.rank;
-  p.lora.alpha = cfg.lora.alpha;
-  p.lora.dropout = cfg.lora.dropout;
-  p.lora.rslora = cfg.lora.rslora;
-  p.lora.targets = cfg.lora.targets;
-  p.quantization = cfg.model.quantization == "nf4" ? model::Quantization::Nf4 : model::Quantization::None;
-  p.frozen_dtype = cfg.train.dtype;
-  return p;
-}
-
-model::PeftSpec peft_spec(const config::Config& cfg, const model::LlamaConfig& model_cfg) {
-  model::PeftSpec p = peft_keys(cfg);
-  if (!cfg.lora.enabled) return p;
-  if (!cfg.model.init_from.empty()) {
-    ckpt::is_bnb_4bit_folder(cfg.model.init_from);  // refuses a quantization we cannot load, by name
-    if (p.quantization == model::Quantization::Nf4)
-      p.nf4_value_dtype = ckpt::base_weight_dtype(ckpt::SafetensorsFolder(cfg.model.init_from));
-  }
-  checked_lora_units(model_cfg, p);
-  return p;
-}
-
-std::vector<model::UnitLayout> checked_lora_units(const model::LlamaConfig& model_cfg, const model::PeftSpec& p) {
-  // The layout's checks (targets, rank, NF4 block multiples) are the config's errors.
-  try {
-    return model::lora_units(model_cfg, p);
-  } catch (const config::ConfigError&) {
-    throw;
-  } catch (const Error& e) {
-    throw config::ConfigError(e.what());
-  }
-}
 
 BaseSource::BaseSource(const config::Config& cfg, const model::LlamaConfig& model_cfg)
     : seed_(uint64_t(cfg.train.seed)), init_std_(cfg.model.init_std) {

@@ -1,3 +1,5 @@
+// The start-up checks of the launch (process groups, the same config everywhere, Slurm and
+// MPI agreeing, GPUs per node); see launch_checks.h.
 #include "fsdp/train/launch_checks.h"
 
 #include <fcntl.h>

@@ -7,6 +7,7 @@
 #include "fsdp/ckpt/hf_import.h"
 #include "fsdp/ckpt/peft_adapter.h"
 #include "fsdp/ckpt/safetensors.h"
+#include "fsdp/config/model_options.h"
 #include "fsdp/model/lora_merge.h"
 
 namespace fsdp::train {
@@ -21,7 +22,7 @@ std::unique_ptr<LoraModel> LoraModel::from_checkpoint(const std::string& checkpo
   config::Config cfg = config::load_config_string(man.config_yaml, checkpoint + "/manifest.json's config");
   cfg.model.init_from = base.empty() ? man.base->path : base;
   m->cfg_ = man.model;
-  m->spec_ = peft_spec(cfg, m->cfg_);
+  m->spec_ = config::peft_spec(cfg, m->cfg_);
   m->lora_ = model::lora_units(m->cfg_, m->spec_);
   m->plain_ = model::llama_units(m->cfg_);
   m->reader_->check_model(m->cfg_, m->lora_);
@@ -53,7 +54,7 @@ std::unique_ptr<LoraModel> LoraModel::from_peft(const std::string& base, const s
     if (std::find(cfg.lora.targets.begin(), cfg.lora.targets.end(), name) == cfg.lora.targets.end())
       cfg.lora.targets.push_back(name);
   }
-  m->spec_ = peft_spec(cfg, m->cfg_);
+  m->spec_ = config::peft_spec(cfg, m->cfg_);
   ckpt::check_peft_adapter_matches(a, m->spec_.lora, m->cfg_, adapter);
   m->lora_ = model::lora_units(m->cfg_, m->spec_);
   m->plain_ = model::llama_units(m->cfg_);

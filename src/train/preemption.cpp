@@ -1,3 +1,4 @@
+// Preemption signals: the flag the trainer polls at step boundaries; see preemption.h.
 #include "fsdp/train/preemption.h"
 
 #include <unistd.h>

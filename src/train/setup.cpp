@@ -63,104 +63,6 @@ void check_manifest_vocab(const std::string& dir, int64_t model_vocab) {
 
 }  // namespace
 
-namespace {
-
-// The shape keys a model folder's config.json decides: an explicit key must agree with it.
-// Not among them: max_seq_len (a fine-tune may use a shorter context) and the router loss
-// weights (training choices).
-struct FolderKey {
-  const char* key;
-  int64_t model::LlamaConfig::*field;
-};
-constexpr FolderKey kFolderKeys[] = {
-    {"vocab_size", &model::LlamaConfig::vocab_size},     {"hidden_size", &model::LlamaConfig::hidden_size},
-    {"intermediate_size", &model::LlamaConfig::intermediate_size},
-    {"num_layers", &model::LlamaConfig::num_layers},     {"num_heads", &model::LlamaConfig::num_heads},
-    {"num_kv_heads", &model::LlamaConfig::num_kv_heads}, {"num_experts", &model::LlamaConfig::num_experts},
-    {"experts_per_token", &model::LlamaConfig::experts_per_token}};
-
-// The first shape key on which `a` and `b` differ ("" when none), and both values.
-std::string first_difference(const model::LlamaConfig& a, const model::LlamaConfig& b, std::string& va,
-                             std::string& vb) {
-  for (const FolderKey& k : kFolderKeys) {
-    if (a.*k.field == b.*k.field) continue;
-    va = std::to_string(a.*k.field), vb = std::to_string(b.*k.field);
-    return k.key;
-  }
-  for (auto [key, field] : {std::pair{"rope_theta", &model::LlamaConfig::rope_theta},
-                            std::pair{"norm_eps", &model::LlamaConfig::norm_eps}}) {
-    if (a.*field == b.*field) continue;
-    va = fmt::format("{}", a.*field), vb = fmt::format("{}", b.*field);
-    return key;
-  }
-  if (a.tie_word_embeddings != b.tie_word_embeddings) {
-    va = a.tie_word_embeddings ? "true" : "false", vb = b.tie_word_embeddings ? "true" : "false";
-    return "tie_word_embeddings";
-  }
-  return "";
-}
-
-// `cfg`, when given, turns a contradiction into a config error at the key's file:line.
-model::LlamaConfig resolve(const config::ModelConfig& m, const config::Config* cfg) {
-  if (m.init_from.empty()) {
-    model::LlamaConfig c = config::apply_shape_keys(m, model::llama_preset(m.preset));
-    c.validate();
-    return c;
-  }
-  const model::LlamaConfig folder = ckpt::read_hf_llama_config(m.init_from);
-  model::LlamaConfig c = config::apply_shape_keys(m, folder);
-  std::string want, have;
-  c.max_seq_len = folder.max_seq_len;  // compared apart: a shorter context is fine
-  if (const std::string key = first_difference(c, folder, want, have); !key.empty()) {
-    const std::string what = fmt::format("= {} contradicts {}/config.json, which has {}", want, m.init_from, have);
-    if (cfg != nullptr) config::fail_key(*cfg, "model." + key, what);
-    FSDP_FAIL("model.{} {}", key, what);
-  }
-  if (m.max_seq_len) c.max_seq_len = *m.max_seq_len;
-  c.validate();
-  return c;
-}
-
-}  // namespace
-
-model::LlamaConfig resolve_model_config(const config::ModelConfig& m) { return resolve(m, nullptr); }
-
-model::LlamaConfig training_model_config(const config::Config& cfg) {
-  const model::LlamaConfig m = resolve(cfg.model, &cfg);
-  if (!cfg.model.init_from.empty()) {
-    // model.preset names a shape, and a model folder brings its own: say so when they differ.
-    std::string want, have;
-    const model::LlamaConfig preset = model::llama_preset(cfg.model.preset);
-    if (const std::string key = first_difference(preset, m, want, have);
-        cfg.origins.where.count("model.preset") != 0 && !key.empty()) {
-      spdlog::warn("model.preset {} is not used: the shape comes from model.init_from {}/config.json ({} {} there, "
-                   "{} in the preset)",
-                   cfg.model.preset, cfg.model.init_from, key, have, want);
-    }
-  }
-  if (cfg.train.seq_len > m.max_seq_len) {
-    config::fail_key(cfg, "train.seq_len",
-                     fmt::format("{} exceeds the model's max_seq_len {}{}", cfg.train.seq_len, m.max_seq_len,
-                                 cfg.model.init_from.empty() ? "" : " (max_position_embeddings of model.init_from)"));
-  }
-  // config::validate checked this against the preset; a model.init_from folder decides here.
-  if (cfg.train.activation_checkpointing_every > m.num_layers)
-    config::fail_key(cfg, "train.activation_checkpointing_every",
-                     fmt::format("must be at most the model's {} layers ({}/config.json), got {}", m.num_layers,
-                                 cfg.model.init_from, cfg.train.activation_checkpointing_every));
-  return m;
-}
-
-FsdpOptions fsdp_options(const config::Config& cfg, Device device) {
-  FsdpOptions o;
-  o.strategy = cfg.fsdp.sharding_strategy;
-  o.param_dtype = cfg.fsdp.param_dtype;
-  o.reduce_dtype = cfg.fsdp.reduce_dtype;
-  o.prefetch_limit = cfg.fsdp.prefetch_limit;
-  o.device = device;
-  o.compute_dtype = cfg.train.dtype;
-  return o;
-}
 Device resolve_device(const config::Config& cfg, const dist::WorldInfo& world) {
   const std::string& want = cfg.train.device;
   Device d = Device::cpu();
@@ -265,17 +167,6 @@ DataSources make_data_sources(const config::Config& cfg, int64_t vocab, const di
 optim::LrSchedule lr_schedule(const config::Config& cfg) {
   return optim::LrSchedule{cfg.optim.lr, cfg.optim.min_lr, cfg.optim.warmup_steps, cfg.train.max_steps,
                            to_decay(cfg.optim.schedule)};
-}
-
-model::ActivationCheckpointing activation_checkpointing(const config::TrainConfig& t) {
-  model::ActivationCheckpointing ac;
-  ac.mode = t.activation_checkpointing == "full"        ? model::Recompute::Full
-            : t.activation_checkpointing == "selective" ? model::Recompute::Selective
-                                                        : model::Recompute::None;
-  ac.every = t.activation_checkpointing_every;
-  ac.offload = t.activation_offload;
-  ac.offload_horizon = t.activation_offload_horizon;
-  return ac;
 }
 
 optim::AdamWConfig adamw_config(const config::Config& cfg) {

@@ -1,7 +1,12 @@
 // The per-step votes' one encoding; see step_votes.h.
 #include "fsdp/train/step_votes.h"
 
+#include "fsdp/plan/memory_plan.h"
+
 namespace fsdp::train {
+
+// The memory plan counts the votes' buffer without seeing this type.
+static_assert(StepVotes::kSlots == plan::kStepVoteSlots, "plan::kStepVoteSlots must follow StepVotes::kSlots");
 
 void StepVotes::encode(double* s) const {
   s[0] = loss.sum;

@@ -1,3 +1,4 @@
+// The training step and the run loop; see trainer.h.
 #include "fsdp/train/trainer.h"
 
 #include <sys/resource.h>
@@ -11,16 +12,17 @@
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
+#include "fsdp/config/model_options.h"
 #include "fsdp/core/memory_category.h"
 #include "fsdp/core/trace.h"
 #include "fsdp/data/synthetic.h"
 #include "fsdp/dist/watchdog.h"
+#include "fsdp/obs/device_peak.h"
+#include "fsdp/obs/observability.h"
+#include "fsdp/plan/memory_check.h"
 #include "fsdp/train/base_model.h"
-#include "fsdp/train/device_peak.h"
 #include "fsdp/train/divergence.h"
 #include "fsdp/train/exit_codes.h"
-#include "fsdp/train/memory_check.h"
-#include "fsdp/train/observability.h"
 #include "fsdp/train/preemption.h"
 #if defined(FSDP_WITH_CUDA)
 #include "fsdp/core/cuda.h"
@@ -52,13 +54,13 @@ Trainer::Trainer(const config::Config& cfg, dist::ProcessGroups& groups, Trainer
     : cfg_(cfg),
       groups_(groups),
       device_(resolve_device(cfg, groups.world_info)),
-      memory_plan_(check_memory(cfg, groups.world_info, device_)),
+      memory_plan_(plan::check_memory(cfg, groups.world_info, device_)),
       engine_groups_(engine_groups(groups, device_)),
-      model_(training_model_config(cfg), cfg.train.dtype, device_, peft_spec(cfg, training_model_config(cfg)),
+      model_(config::training_model_config(cfg), cfg.train.dtype, device_, config::peft_spec(cfg, config::training_model_config(cfg)),
              uint64_t(cfg.train.seed)),
-      engine_(model_.units(), engine_groups_, fsdp_options(cfg, device_)),
+      engine_(model_.units(), engine_groups_, config::fsdp_options(cfg, device_)),
       act_(model_.config(), cfg.train.micro_batch_size, cfg.train.seq_len, cfg.train.dtype, device_,
-           activation_checkpointing(cfg.train)),
+           config::activation_checkpointing(cfg.train)),
       schedule_(lr_schedule(cfg)),
       adamw_(adamw_config(cfg)),
       checkpoints_(cfg, groups),
@@ -76,7 +78,7 @@ Trainer::Trainer(const config::Config& cfg, dist::ProcessGroups& groups, Trainer
     ids_host_ = cuda::pinned_empty({accum, n}, DType::I32);
     targets_host_ = cuda::pinned_empty({accum, n}, DType::I32);
     step_losses_ = Tensor::empty({accum, n}, act_.losses.dtype(), device_);
-    peak_flops_ = peak_bf16_flops(cuda::device_name(device_.index));
+    peak_flops_ = obs::peak_bf16_flops(cuda::device_name(device_.index));
   }
 #endif
   data_ = make_data_sources(cfg, model_.config().vocab_size, *groups.world);
@@ -239,7 +241,7 @@ model::LossSum Trainer::accumulate_gradients(double grad_scale, double router_sc
   return local;
 }
 
-StepMetrics Trainer::train_step() {
+obs::StepMetrics Trainer::train_step() {
   const auto t0 = std::chrono::steady_clock::now();
   Allocator& mem = allocator_for(device_);
   mem.reset_peak();
@@ -298,7 +300,7 @@ StepMetrics Trainer::train_step() {
   samples_seen_ += global_batch;
 
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  StepMetrics m;
+  obs::StepMetrics m;
   m.step = step_;
   m.loss = loss;
   if (mc.is_moe()) {
@@ -390,14 +392,14 @@ void Trainer::log_run_start() const {
 
 int Trainer::run() {
   const bool rank0 = groups_.world->rank() == 0;
-  std::unique_ptr<MetricsWriter> metrics;
+  std::unique_ptr<obs::MetricsWriter> metrics;
   if (rank0 && cfg_.logging.metrics) {
     std::filesystem::create_directories(cfg_.run.dir);
     const std::string path = (std::filesystem::path(cfg_.run.dir) / "metrics.jsonl").string();
     // A resumed run continues the file: drop the steps logged after the checkpoint (the
     // killed run's), which are about to be trained again.
-    if (!resumed_from().empty()) truncate_metrics_after(path, step_);
-    metrics = std::make_unique<MetricsWriter>(path, /*truncate=*/resumed_from().empty());
+    if (!resumed_from().empty()) obs::truncate_metrics_after(path, step_);
+    metrics = std::make_unique<obs::MetricsWriter>(path, /*truncate=*/resumed_from().empty());
   }
   log_run_start();
   try {
@@ -410,23 +412,23 @@ int Trainer::run() {
   }
 }
 
-int Trainer::train_loop(MetricsWriter* metrics) {
+int Trainer::train_loop(obs::MetricsWriter* metrics) {
   const auto& t = cfg_.train;
   const bool rank0 = groups_.world->rank() == 0;
-  Observability obs(cfg_, groups_, device_, step_ + 1);
+  obs::Observability outputs(cfg_, groups_, device_, step_ + 1);
   while (step_ < t.max_steps) {
-    obs.before_step(step_ + 1);
-    StepMetrics m = train_step();
-    obs.after_train_step(step_);
+    outputs.before_step(step_ + 1);
+    obs::StepMetrics m = train_step();
+    outputs.after_train_step(step_);
     m.max_rss_bytes = max_rss_bytes();
     m.run_id = run_id();
     if (t.eval_every > 0 && (step_ % t.eval_every == 0 || step_ == t.max_steps)) m.val_loss = evaluate(cfg_.eval.batches);
     // metrics.jsonl gets every step (resume and equivalence checks compare whole loss
     // curves); the console gets one line per log_every steps. Rank 0 speaks for all.
     if (metrics) metrics->write(m);
-    obs.log_step(m);
+    outputs.log_step(m);
     if (rank0 && (step_ % t.log_every == 0 || step_ == 1 || step_ == t.max_steps || m.val_loss)) {
-      spdlog::info("{}", format_step_line(m, t.max_steps));
+      spdlog::info("{}", obs::format_step_line(m, t.max_steps));
     }
     checkpoints_.commit_ready(last_votes_.busy_writers);
     if (last_votes_.preempted_ranks > 0) {
@@ -436,16 +438,16 @@ int Trainer::train_loop(MetricsWriter* metrics) {
                    last_votes_.preempted_ranks, step_, kExitPreempted);
       if (!checkpoints_.saved_at(step_)) save_checkpoint();
       finish_checkpoint();
-      obs.finish(step_);
+      outputs.finish(step_);
       check_final_checkpoint("the preemption checkpoint");
       return kExitPreempted;
     }
     if (checkpoints_.due(step_)) save_checkpoint();
-    obs.end_step(step_);
+    outputs.end_step(step_);
   }
   if (!checkpoints_.saved_at(step_)) save_checkpoint();
   finish_checkpoint();
-  obs.finish(step_);
+  outputs.finish(step_);
   check_final_checkpoint("the final checkpoint");
   spdlog::info("done: {} steps, {} tokens", step_, tokens_seen_);
   return kExitOk;

@@ -183,7 +183,7 @@ TEST(Checkpoint, MetricsOfTheKilledRunAfterTheCheckpointAreDropped) {
     std::ofstream out(dir + "/metrics.jsonl");
     for (int s = 1; s <= 7; ++s) out << "{\"step\":" << s << ",\"loss\":1.0}\n";
   }
-  train::truncate_metrics_after(dir + "/metrics.jsonl", 4);
+  obs::truncate_metrics_after(dir + "/metrics.jsonl", 4);
   std::ifstream in(dir + "/metrics.jsonl");
   std::string line;
   int n = 0;

@@ -19,6 +19,7 @@
 #include "fsdp/ckpt/hf_export.h"
 #include "fsdp/ckpt/hf_import.h"
 #include "fsdp/config/config.h"
+#include "fsdp/config/model_options.h"
 #include "fsdp/model/decoder.h"
 #include "fsdp/model/local_params.h"
 #include "fsdp/model/rope_scaling.h"
@@ -242,7 +243,7 @@ TEST(Llama3Config, RopeScalingAndTyingReadFromConfigJson) {
 TEST(Llama3Config, RopeKeysOverridePresetsAndFoldersTyingMustAgree) {
   const std::string folder = test::source_path("tests/golden/llama3_tied_tiny");
   const auto resolve = [](std::vector<std::string> sets) {
-    return train::resolve_model_config(config::load_config_string("", "test", sets).model);
+    return config::resolve_model_config(config::load_config_string("", "test", sets).model);
   };
   const model::LlamaConfig l31 = resolve({"model.preset=llama3.1_8b", "model.rope_scaling_factor=16"});
   EXPECT_EQ(l31.rope_scaling, (model::RopeScaling{model::RopeScaling::Type::Llama3, 16.0, 1.0, 4.0, 8192}));

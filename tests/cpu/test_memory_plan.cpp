@@ -1,4 +1,4 @@
-// The memory plan (fsdp/train/memory_plan.h): its arithmetic on shapes no machine holds
+// The memory plan (fsdp/plan/memory_plan.h): its arithmetic on shapes no machine holds
 // (no overflow, no allocation), its answers (largest micro-batch, fewest ranks), the
 // shipped configs fitting 80 GB GPUs as their sbatch scripts launch them, byte sizes, the
 // trainer's refusal, and `fsdp_train plan` / `train` refusing what cannot fit (a hidden
@@ -15,10 +15,11 @@
 #include <fstream>
 #include <sstream>
 
+#include "fsdp/config/model_options.h"
 #include "fsdp/core/allocator.h"
-#include "fsdp/train/host_memory.h"
-#include "fsdp/train/memory_check.h"
-#include "fsdp/train/memory_plan.h"
+#include "fsdp/plan/host_memory.h"
+#include "fsdp/plan/memory_check.h"
+#include "fsdp/plan/memory_plan.h"
 #include "fsdp/train/setup.h"
 #include "fsdp/train/trainer.h"
 #include "test_util.h"
@@ -30,8 +31,8 @@ config::Config load(const std::vector<std::string>& o, const std::string& file =
   return file.empty() ? config::load_config_string("", "test", o) : config::load_config(test::source_path(file), o);
 }
 
-train::PlanTarget gpus(int ranks, double bytes = 80e9) {
-  train::PlanTarget t;
+plan::PlanTarget gpus(int ranks, double bytes = 80e9) {
+  plan::PlanTarget t;
   t.ranks = ranks;
   t.ranks_per_node = 8;
   t.gpu = true;
@@ -40,7 +41,7 @@ train::PlanTarget gpus(int ranks, double bytes = 80e9) {
   return t;
 }
 
-double row(const train::MemoryPlan& p, const std::string& name) {
+double row(const plan::MemoryPlan& p, const std::string& name) {
   for (const auto& r : p.rows)
     if (r.name == name) return r.bytes;
   return 0;
@@ -61,15 +62,15 @@ std::string hf_folder(const std::string& name, int64_t layers) {
 // overflow or allocate even so, so the shape is set past the config here.
 TEST(MemoryPlan, AbsurdShapesGiveFiniteNumbersWithoutOverflowOrAllocation) {
   const config::Config cfg = load({"model.num_heads=1", "model.num_kv_heads=1"});
-  model::LlamaConfig m = train::training_model_config(cfg);
+  model::LlamaConfig m = config::training_model_config(cfg);
   m.hidden_size = 2000000000, m.num_layers = 2000000000, m.vocab_size = 2000000000;
   const auto t0 = std::chrono::steady_clock::now();
-  const train::MemoryPlan p = train::plan_memory(cfg, m, gpus(1 << 20));
+  const plan::MemoryPlan p = plan::plan_memory(cfg, m, gpus(1 << 20));
   EXPECT_TRUE(std::isfinite(p.peak));
   EXPECT_GT(p.peak, 4e23);  // 16 bytes x 3.2e28 parameters / 2^20 ranks
   EXPECT_FALSE(p.fits());
-  EXPECT_FALSE(train::largest_micro_batch(cfg, m, gpus(8)));
-  EXPECT_FALSE(train::fewest_ranks(cfg, m, gpus(8), "full"));
+  EXPECT_FALSE(plan::largest_micro_batch(cfg, m, gpus(8)));
+  EXPECT_FALSE(plan::fewest_ranks(cfg, m, gpus(8), "full"));
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0);
 }
 
@@ -79,7 +80,7 @@ TEST(MemoryPlan, ModesOrderAndOffloadMovesBytesToTheHost) {
                                      std::string("train.activation_offload=") + (offload ? "true" : "false"),
                                      "train.dtype=bfloat16", "fsdp.param_dtype=bfloat16"},
                                     "configs/llama2_70b.yaml");
-    return train::plan_memory(cfg, train::training_model_config(cfg), gpus(64));
+    return plan::plan_memory(cfg, config::training_model_config(cfg), gpus(64));
   };
   const double none = row(plan("none", false), "saved activations");
   const double selective = row(plan("selective", false), "saved activations");
@@ -88,7 +89,7 @@ TEST(MemoryPlan, ModesOrderAndOffloadMovesBytesToTheHost) {
   EXPECT_LT(selective, none);
   // Llama 2 70B at 4096 tokens: ~137K bf16 values per token per layer kept (the issue's ~1.1 GB per layer).
   EXPECT_NEAR(none / 80 / 4096 / 2, 137e3, 10e3);
-  const train::MemoryPlan off = plan("full", true);
+  const plan::MemoryPlan off = plan("full", true);
   EXPECT_LT(row(off, "saved activations"), full);
   ASSERT_EQ(off.host.size(), 1u);
   EXPECT_NEAR(off.host[0].bytes, 80.0 * 4096 * 8192 * 2, 1.0);  // every block's input, in page-locked memory
@@ -96,18 +97,18 @@ TEST(MemoryPlan, ModesOrderAndOffloadMovesBytesToTheHost) {
 
 TEST(MemoryPlan, LargestMicroBatchIsTheEdgeOfFitting) {
   const config::Config cfg = load({}, "configs/llama2_70b.yaml");
-  const model::LlamaConfig m = train::training_model_config(cfg);
-  const auto b = train::largest_micro_batch(cfg, m, gpus(64));
+  const model::LlamaConfig m = config::training_model_config(cfg);
+  const auto b = plan::largest_micro_batch(cfg, m, gpus(64));
   ASSERT_TRUE(b);
   config::Config c = cfg;
   c.train.micro_batch_size = *b;
-  EXPECT_TRUE(train::plan_memory(c, m, gpus(64)).fits());
+  EXPECT_TRUE(plan::plan_memory(c, m, gpus(64)).fits());
   c.train.micro_batch_size = *b + 1;
-  EXPECT_FALSE(train::plan_memory(c, m, gpus(64)).fits());
-  const auto n = train::fewest_ranks(cfg, m, gpus(64), "full");
+  EXPECT_FALSE(plan::plan_memory(c, m, gpus(64)).fits());
+  const auto n = plan::fewest_ranks(cfg, m, gpus(64), "full");
   ASSERT_TRUE(n);
-  EXPECT_TRUE(train::plan_memory(cfg, m, gpus(*n)).fits());
-  EXPECT_FALSE(train::plan_memory(cfg, m, gpus(*n - 8)).fits());  // whole nodes past the first
+  EXPECT_TRUE(plan::plan_memory(cfg, m, gpus(*n)).fits());
+  EXPECT_FALSE(plan::plan_memory(cfg, m, gpus(*n - 8)).fits());  // whole nodes past the first
 }
 
 // The presets as their sbatch scripts launch them (nodes x 8 GPUs of 80 GB) fit.
@@ -117,15 +118,15 @@ TEST(MemoryPlan, ShippedConfigsFitTheirJobs) {
                                                                            {"configs/llama2_70b.yaml", 64},
                                                                            {"configs/mixtral_8x7b.yaml", 32}}) {
     const config::Config cfg = load({}, file);
-    const train::MemoryPlan p = train::plan_memory(cfg, train::training_model_config(cfg), gpus(ranks));
-    EXPECT_TRUE(p.fits()) << file << "\n" << train::format_plan(p);
+    const plan::MemoryPlan p = plan::plan_memory(cfg, config::training_model_config(cfg), gpus(ranks));
+    EXPECT_TRUE(p.fits()) << file << "\n" << plan::format_plan(p);
   }
 }
 
 TEST(MemoryPlan, RefusesUnlessOversubscriptionIsAllowed) {
   const config::Config cfg = load({"train.micro_batch_size=64"}, "configs/llama2_70b.yaml");
   try {
-    train::check_memory(cfg, gpus(64), false);
+    plan::check_memory(cfg, gpus(64), false);
     ADD_FAILURE() << "no error";
   } catch (const config::ConfigError& e) {
     const std::string msg = e.what();
@@ -135,18 +136,18 @@ TEST(MemoryPlan, RefusesUnlessOversubscriptionIsAllowed) {
   }
   config::Config allowed = cfg;
   allowed.train.allow_oversubscribe = true;
-  EXPECT_FALSE(train::check_memory(allowed, gpus(64), false).fits());
+  EXPECT_FALSE(plan::check_memory(allowed, gpus(64), false).fits());
 }
 
 TEST(MemoryPlan, ParsesSizesAndRefusesTheRest) {
-  EXPECT_EQ(train::parse_bytes("80GB", "x"), 80e9);
-  EXPECT_EQ(train::parse_bytes("80 GiB", "x"), 80.0 * (1ull << 30));
-  EXPECT_EQ(train::parse_bytes("512MiB", "x"), 512.0 * (1 << 20));
-  EXPECT_EQ(train::parse_bytes("8e9", "x"), 8e9);
-  EXPECT_EQ(train::parse_bytes("1.5T", "x"), 1.5 * (1ull << 40));
+  EXPECT_EQ(plan::parse_bytes("80GB", "x"), 80e9);
+  EXPECT_EQ(plan::parse_bytes("80 GiB", "x"), 80.0 * (1ull << 30));
+  EXPECT_EQ(plan::parse_bytes("512MiB", "x"), 512.0 * (1 << 20));
+  EXPECT_EQ(plan::parse_bytes("8e9", "x"), 8e9);
+  EXPECT_EQ(plan::parse_bytes("1.5T", "x"), 1.5 * (1ull << 40));
   for (const char* bad : {"", "lots", "80XB", "-5GB", "0", "80GB extra", "nan", "1e400"})
-    test::expect_error([&] { train::parse_bytes(bad, "--device-memory"); }, {"--device-memory", "is not a size"});
-  const train::HostMemory host = train::host_memory_limit();
+    test::expect_error([&] { plan::parse_bytes(bad, "--device-memory"); }, {"--device-memory", "is not a size"});
+  const plan::HostMemory host = plan::host_memory_limit();
   EXPECT_GT(host.bytes, 1e8);
   EXPECT_FALSE(host.source.empty());
 }
@@ -176,7 +177,7 @@ TEST(MemoryPlan, LoraActivationsAndScratchAreWhatTheTrainerAllocates) {
         if (name.starts_with("activations/") || name == "scratch/activation recompute") activations += double(e.bytes);
         if (name == "scratch/lora and nf4") scratch += double(e.bytes);
       }
-      const train::MemoryPlan& p = t.memory_plan();
+      const plan::MemoryPlan& p = t.memory_plan();
       EXPECT_EQ(activations, row(p, "saved activations") + row(p, "logits and cross-entropy")) << what;
       EXPECT_GT(scratch, 0.0) << what;
       EXPECT_EQ(scratch, row(p, "LoRA and NF4 scratch")) << what;
@@ -226,16 +227,16 @@ TEST(PlanCli, QloraSeedConfigPlansTheFrozenBaseAndFitsItsJob) {
                            "gathered frozen units in flight", "saved activations", "fits:"})
     EXPECT_NE(r.out.find(part), std::string::npos) << part << " missing in:\n" << r.out;
   const config::Config cfg = load({"model.init_from="}, "configs/qlora_llama2_7b.yaml");
-  const train::MemoryPlan p = train::plan_memory(cfg, train::training_model_config(cfg), gpus(4, 24e9));
+  const plan::MemoryPlan p = plan::plan_memory(cfg, config::training_model_config(cfg), gpus(4, 24e9));
   // Llama 2 7B: 6.48B parameters in the blocks' matrices at 0.5 + 1/64 + 4/16384 bytes (NF4
   // codes, absmax codes, nested absmax), 2 x 131M in bf16 (embedding, lm_head), over 4 ranks.
   const double nf4 = 32 * (4096.0 * 4096 * 4 + 3 * 4096.0 * 11008) * (0.5 + 1.0 / 64 + 4.0 / 16384);
   const double dense = 2 * 32000.0 * 4096 * 2;
-  EXPECT_NEAR(row(p, "frozen base (shards)"), (nf4 + dense) / 4, 0.01 * (nf4 + dense) / 4) << train::format_plan(p);
+  EXPECT_NEAR(row(p, "frozen base (shards)"), (nf4 + dense) / 4, 0.01 * (nf4 + dense) / 4) << plan::format_plan(p);
   // r = 16 on the 7 matrices of 32 blocks: 40M adapter parameters, 16 bytes each, over 4 ranks.
   const double adapters = 32 * 16 * (4 * (4096.0 + 4096) + 2 * (4096.0 + 11008) + (11008.0 + 4096));
   EXPECT_NEAR(row(p, "fp32 master weights (shards)"), adapters * 4 / 4, 1024.0);
-  EXPECT_TRUE(p.fits()) << train::format_plan(p);
+  EXPECT_TRUE(p.fits()) << plan::format_plan(p);
 }
 
 TEST(PlanCli, BadArgumentsAreUsageErrors) {
@@ -292,7 +293,7 @@ TEST(MemoryPlan, CheckpointingEveryAboveAHuggingFaceModelsLayersIsAConfigError) 
   const config::Config cfg = load({"model.init_from=" + dir, "train.activation_checkpointing=full",
                                    "train.activation_checkpointing_every=3"});
   try {
-    train::training_model_config(cfg);
+    config::training_model_config(cfg);
     ADD_FAILURE() << "no error";
   } catch (const config::ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("'train.activation_checkpointing_every' must be at most the model's 2 layers"),

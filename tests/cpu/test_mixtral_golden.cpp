@@ -21,6 +21,7 @@
 
 #include "fsdp/ckpt/hf_export.h"
 #include "fsdp/ckpt/hf_import.h"
+#include "fsdp/config/model_options.h"
 #include "fsdp/model/decoder.h"
 #include "fsdp/model/local_params.h"
 #include "fsdp/model/mlp_moe.h"
@@ -219,18 +220,18 @@ TEST_F(MixtralGolden, AConfigThatContradictsTheFolderIsNamed) {
   config::ModelConfig over_llama;
   over_llama.init_from = test::source_path("tests/golden/llama_gqa_tiny");
   over_llama.num_experts = 4;
-  test::expect_error([&] { train::resolve_model_config(over_llama); },
+  test::expect_error([&] { config::resolve_model_config(over_llama); },
                      {"model.num_experts = 4 contradicts", "llama_gqa_tiny/config.json, which has 0"});
   config::ModelConfig over_mixtral;
   over_mixtral.init_from = dir_;
   over_mixtral.num_experts = 0;
-  test::expect_error([&] { train::resolve_model_config(over_mixtral); },
+  test::expect_error([&] { config::resolve_model_config(over_mixtral); },
                      {"model.num_experts = 0 contradicts", "mixtral_tiny/config.json, which has 4"});
   // The loss weights are training choices: overriding them is fine.
   config::ModelConfig reweighted;
   reweighted.init_from = dir_;
   reweighted.router_aux_loss_coef = 0.001;
-  EXPECT_EQ(train::resolve_model_config(reweighted).router_aux_loss_coef, 0.001);
+  EXPECT_EQ(config::resolve_model_config(reweighted).router_aux_loss_coef, 0.001);
 }
 
 }  // namespace

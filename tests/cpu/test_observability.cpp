@@ -1,4 +1,4 @@
-// What a single-process run writes besides metrics.jsonl (fsdp/train/observability.h): the
+// What a single-process run writes besides metrics.jsonl (fsdp/obs/observability.h): the
 // trace window of logging.profile_* (spans per step against the logged step time), the
 // memory snapshot of logging.memory_snapshot_step (categories against the allocator and
 // the engine's own byte counts), TensorBoard scalars (every metrics.jsonl scalar at every
@@ -18,10 +18,10 @@
 
 #include "../common/tfevents_reader.h"
 #include "../common/trace_checks.h"
+#include "fsdp/obs/profiler.h"
+#include "fsdp/obs/tensorboard.h"
+#include "fsdp/obs/trace_merge.h"
 #include "fsdp/train/exit_codes.h"
-#include "fsdp/train/profiler.h"
-#include "fsdp/train/tensorboard.h"
-#include "fsdp/train/trace_merge_main.h"
 #include "fsdp/train/trainer.h"
 #include "test_util.h"
 
@@ -127,7 +127,7 @@ TEST(Observability, TraceMergeWritesAProcessPerRankAndRefusesMixedRecordings) {
   ASSERT_EQ(run(small(dir, {"logging.profile_active=1"})), train::kExitOk);
   const fs::path traces = dir / "traces";
   fs::copy_file(traces / "rank_0.trace.json", traces / "rank_1.trace.json");
-  const train::MergedTraces m = train::merge_traces(traces.string(), (traces / "trace.json").string());
+  const obs::MergedTraces m = obs::merge_traces(traces.string(), (traces / "trace.json").string());
   EXPECT_EQ(m.ranks, (std::vector<int>{0, 1}));
   const nlohmann::json merged = read_json(traces / "trace.json");
   std::set<int> pids;
@@ -137,12 +137,12 @@ TEST(Observability, TraceMergeWritesAProcessPerRankAndRefusesMixedRecordings) {
   nlohmann::json other = read_json(traces / "rank_1.trace.json");
   other["otherData"]["steps"] = {7, 9};
   std::ofstream(traces / "rank_1.trace.json") << other.dump();
-  test::expect_error([&] { train::merge_traces(traces.string(), (traces / "t2.json").string()); },
+  test::expect_error([&] { obs::merge_traces(traces.string(), (traces / "t2.json").string()); },
                      {"rank_1.trace.json", "different recordings"});
   std::ofstream(traces / "rank_1.trace.json") << "{\"traceEvents\": [";
-  test::expect_error([&] { train::merge_traces(traces.string(), (traces / "t2.json").string()); },
+  test::expect_error([&] { obs::merge_traces(traces.string(), (traces / "t2.json").string()); },
                      {"rank_1.trace.json", "not JSON"});
-  test::expect_error([&] { train::merge_traces((dir / "nope").string(), "x"); }, {"nope", "not a directory"});
+  test::expect_error([&] { obs::merge_traces((dir / "nope").string(), "x"); }, {"nope", "not a directory"});
   fs::remove_all(dir);
 }
 
@@ -264,14 +264,14 @@ TEST(Observability, TensorBoardHoldsEveryMetricsScalarAndOneCurveAcrossAResume) 
 TEST(Observability, TensorBoardFilesOfRunsStartedInOneSecondSortInStartOrder) {
   const fs::path dir = fresh_dir("tb_names");
   std::vector<std::string> made;
-  for (int i = 0; i < 3; ++i) made.push_back(train::TensorBoardWriter(dir.string(), 1 + i).path());
+  for (int i = 0; i < 3; ++i) made.push_back(obs::TensorBoardWriter(dir.string(), 1 + i).path());
   EXPECT_EQ(event_files(dir), made) << "three files, in the order they were opened";
   for (size_t i = 0; i < made.size(); ++i) EXPECT_EQ(test::decode_event(test::read_tfrecords(made[i])[1]).step, 1 + int(i));
   fs::remove_all(dir);
 }
 
 TEST(Observability, TensorBoardTagsOfAMixtureOfExperts) {
-  train::StepMetrics m;
+  obs::StepMetrics m;
   m.step = 4;
   m.loss = 2.5;
   m.ce_loss = 2.4;
@@ -280,7 +280,7 @@ TEST(Observability, TensorBoardTagsOfAMixtureOfExperts) {
   m.expert_load = {{3, 5}, {4, 4}};
   m.skipped = true;
   std::map<std::string, float> tags;
-  for (const auto& [tag, v] : train::tensorboard_scalars(m)) tags[tag] = v;
+  for (const auto& [tag, v] : obs::tensorboard_scalars(m)) tags[tag] = v;
   EXPECT_EQ(tags.at("loss/loss"), 2.5f);
   EXPECT_EQ(tags.at("loss/aux_loss"), 5.0f);
   EXPECT_EQ(tags.at("moe/expert_imbalance/layer_1"), 1.25f);
@@ -308,11 +308,11 @@ TEST(Observability, GoldenEventFilesReadAsTensorBoardReadThem) {
 
 TEST(Observability, AWindowPastMaxStepsIsNamed) {
   const fs::path dir = fresh_dir("window");
-  EXPECT_EQ(train::profile_window_warning(small(dir, {"logging.profile_active=2"})), "");
-  EXPECT_EQ(train::profile_window_warning(small(dir, {"logging.profile_wait=3", "logging.profile_active=3"})),
+  EXPECT_EQ(obs::profile_window_warning(small(dir, {"logging.profile_active=2"})), "");
+  EXPECT_EQ(obs::profile_window_warning(small(dir, {"logging.profile_wait=3", "logging.profile_active=3"})),
             "logging.profile_wait 3 + logging.profile_warmup 1 + logging.profile_active 3 end the trace at step 7, "
             "past train.max_steps 5: the trace will hold steps 5-5 only");
-  EXPECT_EQ(train::profile_window_warning(small(dir, {"logging.profile_wait=5", "logging.profile_active=1"})),
+  EXPECT_EQ(obs::profile_window_warning(small(dir, {"logging.profile_wait=5", "logging.profile_active=1"})),
             "logging.profile_wait 5 + logging.profile_warmup 1 put the first traced step at 7, past "
             "train.max_steps 5: no trace will be written");
   // The run writes what the window holds.

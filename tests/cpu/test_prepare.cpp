@@ -18,12 +18,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include "fsdp/cli/commands.h"
 #include "fsdp/core/error.h"
 #include "fsdp/data/indexed_dataset.h"
 #include "fsdp/data/loader.h"
 #include "fsdp/data/prepare.h"
 #include "fsdp/data/shard_manifest.h"
-#include "fsdp/train/prepare_main.h"
 #include "fsdp/data/tokenizer.h"
 #include "test_util.h"
 
@@ -496,7 +496,7 @@ TEST_F(Prepare, CommandLine) {
   auto run = [](std::vector<std::string> args) {
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
-    return fsdp::train::prepare_main(int(argv.size()), argv.data());
+    return fsdp::cli::prepare_command(int(argv.size()), argv.data());
   };
   write_bytes(root / "cli.jsonl", jsonl_of(paras));
   testing::internal::CaptureStdout();

@@ -13,7 +13,7 @@
 
 #include "fsdp/ckpt/safetensors.h"
 #include "fsdp/data/synthetic.h"
-#include "fsdp/train/device_peak.h"
+#include "fsdp/obs/device_peak.h"
 #include "fsdp/train/trainer.h"
 #include "test_util.h"
 #if defined(FSDP_WITH_CUDA)
@@ -145,15 +145,15 @@ TEST(Trainer, DeviceAndDtypeChoicesAreCheckedAtStart) {
 // FSDP_PEAK_TFLOPS overrides; an unknown GPU gets none (the log then shows FLOP/s only).
 TEST(DevicePeak, KnownGpusByNameAndTheOverride) {
   unsetenv("FSDP_PEAK_TFLOPS");
-  EXPECT_EQ(train::peak_bf16_flops("NVIDIA H100 80GB HBM3"), 989e12);
-  EXPECT_EQ(train::peak_bf16_flops("NVIDIA H100 PCIe"), 756e12);
-  EXPECT_EQ(train::peak_bf16_flops("NVIDIA A100-SXM4-80GB"), 312e12);
-  EXPECT_EQ(train::peak_bf16_flops("NVIDIA H200"), 989e12);
-  EXPECT_FALSE(train::peak_bf16_flops("fsdp_emu CPU emulator").has_value());
+  EXPECT_EQ(obs::peak_bf16_flops("NVIDIA H100 80GB HBM3"), 989e12);
+  EXPECT_EQ(obs::peak_bf16_flops("NVIDIA H100 PCIe"), 756e12);
+  EXPECT_EQ(obs::peak_bf16_flops("NVIDIA A100-SXM4-80GB"), 312e12);
+  EXPECT_EQ(obs::peak_bf16_flops("NVIDIA H200"), 989e12);
+  EXPECT_FALSE(obs::peak_bf16_flops("fsdp_emu CPU emulator").has_value());
   setenv("FSDP_PEAK_TFLOPS", "500", 1);
-  EXPECT_EQ(train::peak_bf16_flops("NVIDIA H100 80GB HBM3"), 500e12);
+  EXPECT_EQ(obs::peak_bf16_flops("NVIDIA H100 80GB HBM3"), 500e12);
   setenv("FSDP_PEAK_TFLOPS", "fast", 1);
-  test::expect_error([] { train::peak_bf16_flops("x"); }, {"FSDP_PEAK_TFLOPS must be a positive number", "'fast'"});
+  test::expect_error([] { obs::peak_bf16_flops("x"); }, {"FSDP_PEAK_TFLOPS must be a positive number", "'fast'"});
   unsetenv("FSDP_PEAK_TFLOPS");
 }
 

@@ -1,4 +1,4 @@
-// `fsdp_train generate --device cuda` (src/train/generate_main.cpp) in-process on the golden
+// `fsdp_train generate --device cuda` (src/cli/generate_command.cpp) in-process on the golden
 // tiny Llama: the weights load on the host and move to the device in the compute dtype, the
 // KV-cache decoder runs there, and greedy decoding prints what the CPU prints. (The decoder
 // itself is held to the CPU and to transformers in test_cuda_llama_decode.cpp; this is the
@@ -11,7 +11,7 @@
 
 #include "../common/made_up_tokenizer.h"
 #include "cuda_test_util.h"
-#include "fsdp/train/generate_main.h"
+#include "fsdp/cli/commands.h"
 
 namespace fsdp::test {
 namespace {
@@ -29,7 +29,7 @@ Printed generate(std::vector<std::string> args) {
   for (std::string& a : args) argv.push_back(a.data());
   ::testing::internal::CaptureStdout();
   Printed p;
-  p.code = train::generate_main(int(argv.size()), argv.data());
+  p.code = cli::generate_command(int(argv.size()), argv.data());
   p.out = ::testing::internal::GetCapturedStdout();
   return p;
 }

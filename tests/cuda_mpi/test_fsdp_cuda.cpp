@@ -231,7 +231,7 @@ TEST_F(CudaTrainer, Fp16SkipsOverflowingStepsHalvingTheScaleThenTrains) {
   train::Trainer t(cfg, groups);
   ASSERT_TRUE(t.loss_scaler().enabled());
   const Tensor before = t.engine().gather_full(0).to(Device::cpu());
-  std::vector<train::StepMetrics> steps;
+  std::vector<obs::StepMetrics> steps;
   for (int i = 0; i < 10; ++i) steps.push_back(t.train_step());
   // The first step overflows; from then on each skipped step halves the scale the next
   // one runs with, and an applied step keeps it (growth is 1000 clean steps away). As

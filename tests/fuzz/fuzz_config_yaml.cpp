@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "fsdp/config/config.h"
+#include "fsdp/config/model_options.h"
 #include "fsdp/train/setup.h"
 #include "fuzz_util.h"
 
@@ -46,7 +47,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FUZZ_EXPECT(again == cfg);
   if (cfg.model.init_from.empty()) {  // a Hugging Face folder is the config.json target's
     try {
-      const fsdp::model::LlamaConfig m = fsdp::train::resolve_model_config(cfg.model);
+      const fsdp::model::LlamaConfig m = fsdp::config::resolve_model_config(cfg.model);
       FUZZ_EXPECT(m.num_parameters() > 0);
     } catch (const fsdp::Error&) {
     }

@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "fsdp/config/model_options.h"
 #include "fsdp/fsdp/fsdp_engine.h"
 #include "fsdp/train/launch_checks.h"
 #include "fsdp/train/step_votes.h"
@@ -234,7 +235,7 @@ TEST(FsdpVolume, BytesPerStepEqualTheTheoreticalVolume) {
 TEST(FsdpMemory, ShardedStateShrinksAsOneOverN) {
   dist::ProcessGroups& world = test::world_groups();
   const int n = world.world->size();
-  const auto units = model::llama_units(train::resolve_model_config(tiny().model));
+  const auto units = model::llama_units(config::resolve_model_config(tiny().model));
   int64_t total = 0;
   for (const auto& u : units) total += u.numel;
   // Persistent state = fp32 master + grad + two moments = 16 bytes per owned element,

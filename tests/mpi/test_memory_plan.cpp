@@ -1,4 +1,4 @@
-// The memory plan (fsdp/train/memory_plan.h) against what the trainer really allocates, on
+// The memory plan (fsdp/plan/memory_plan.h) against what the trainer really allocates, on
 // 1, 2 and 4 ranks: for each configuration (dense and MoE; LoRA and QLoRA; every strategy;
 // none, selective and full checkpointing, with offloading; accumulation on and off; bf16
 // collectives) a
@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "fsdp/config/model_options.h"
 #include "fsdp/core/allocator.h"
 #include "fsdp/core/copy_stream.h"
 #include "fsdp/fsdp/engine_memory.h"
@@ -98,16 +99,16 @@ TEST(MemoryPlan, PeakMatchesTheAllocatorAndTheEngineExactly) {
     train::Trainer t(cfg, groups);
     t.train_step();  // the peak: every buffer is allocated by the end of the first step
     const double measured = double(mem.stats().peak_bytes - before);
-    const train::MemoryPlan& plan = t.memory_plan();
+    const plan::MemoryPlan& plan = t.memory_plan();
     EXPECT_NEAR(plan.tensor_peak / measured, 1.0, 0.01) << c.name << " on " << n << " ranks";
     double arena = 0;
-    for (const train::PlanRow& r : plan.rows)
+    for (const plan::PlanRow& r : plan.rows)
       if (r.name.find("host arena") != std::string::npos) arena = r.bytes;
     EXPECT_EQ(arena, double(CopyStream::host_stats().current_bytes - host_before)) << c.name;
 
     std::vector<UnitShape> units;
     for (const auto& u : t.model().units()) units.push_back({double(u.numel), 1, double(u.frozen_bytes)});
-    const EngineMemory e = engine_memory(units, groups.shard->size(), train::fsdp_options(cfg), cfg.train.grad_accum_steps);
+    const EngineMemory e = engine_memory(units, groups.shard->size(), config::fsdp_options(cfg), cfg.train.grad_accum_steps);
     EXPECT_EQ(e.master + e.grads + e.moments + e.frozen, double(t.engine().persistent_bytes())) << c.name;
     EXPECT_EQ(e.frozen, double(t.engine().frozen_bytes())) << c.name;
     EXPECT_EQ(e.gathered() + e.staging, double(t.engine().buffer_bytes())) << c.name;

@@ -15,8 +15,8 @@
 
 #include "../common/distributed_train_checks.h"
 #include "../common/trace_checks.h"
+#include "fsdp/obs/trace_merge.h"
 #include "fsdp/train/exit_codes.h"
-#include "fsdp/train/trace_merge_main.h"
 #include "fsdp/train/trainer.h"
 #include "mpi_test_env.h"
 
@@ -127,7 +127,7 @@ TEST(Trace, FullShardTraceHoldsEveryCollectiveWithItsBytes) {
   world.barrier();
   if (rank == 0) {
     const fs::path traces = fs::path(dir) / "traces";
-    const train::MergedTraces m = train::merge_traces(traces.string(), (traces / "trace.json").string());
+    const obs::MergedTraces m = obs::merge_traces(traces.string(), (traces / "trace.json").string());
     EXPECT_EQ(int(m.ranks.size()), world.size());
     EXPECT_EQ(m.world_size, world.size());
     std::map<int, int> names;

@@ -2,7 +2,7 @@
 // CUDA, cuBLAS(Lt), NCCL or MPI (fail_call, behind FSDP_CUDA_CHECK, FSDP_MPI_CHECK, ...)
 // throws fsdp::Error, whose what() is the one line a user reads — naming the file, key,
 // tensor, call or rank at fault — and whose where() keeps the internals (the failed
-// condition, the source file and line) for the debug log (train/error_report.h prints it
+// condition, the source file and line) for the debug log (cli/error_report.h prints it
 // under SPDLOG_LEVEL=debug), not for the user.
 #pragma once
 

@@ -2,7 +2,7 @@
 // chrome://tracing and ui.perfetto.dev open, and torch.profiler's export_chrome_trace
 // writes): what each thread of this process did and when, what each GPU stream ran, and
 // counters (memory, bytes sent). The trainer records the steps logging.profile_* choose
-// (train/profiler.h); everything else only reports into it.
+// (obs/profiler.h); everything else only reports into it.
 //
 //   { trace::Span s("optimizer step"); ... }       // a span on this thread's track
 //   trace::counter("bytes sent", {{"bytes", n}});  // a point on a counter track

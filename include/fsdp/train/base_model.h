@@ -1,11 +1,6 @@
 // A LoRA run's two halves from the config (model/peft.h): the frozen base and the
 // adapters, each rank filling only its shards.
 //
-//   peft_spec          lora.* and model.quantization as the model takes them; the NF4
-//                      weights' dtype is that of model.init_from's block matrices (float32
-//                      for a seeded base). A target naming no module, a rank outside a
-//                      layer's width or an NF4 weight that is not a multiple of 64 is a
-//                      ConfigError naming the key (exit 2), found before any work.
 //   init_frozen_base   the base from model.init_from (a plain Hugging Face folder, NF4
 //                      quantized shard by shard as it loads; or a bitsandbytes 4-bit folder,
 //                      its pieces as stored), or from the seeded initialiser: the very base a
@@ -28,14 +23,6 @@
 #include "fsdp/model/peft.h"
 
 namespace fsdp::train {
-
-model::PeftSpec peft_spec(const config::Config& cfg, const model::LlamaConfig& model_cfg);
-// The same from the keys alone (no model folder read, no layout checked): the memory
-// plan's, where NF4 values' dtype before quantization changes no size.
-model::PeftSpec peft_keys(const config::Config& cfg);
-// model::lora_units, its errors (a target naming no module, a rank above a layer's width,
-// an NF4 weight off the block size) thrown as config errors (exit 2).
-std::vector<model::UnitLayout> checked_lora_units(const model::LlamaConfig& model_cfg, const model::PeftSpec& p);
 
 // The frozen base the config names, as the bytes of any range of a unit's frozen buffer:
 // model.init_from's folder (plain or bitsandbytes), or the seeded initialiser.

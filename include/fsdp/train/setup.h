@@ -1,7 +1,8 @@
 // Turning a validated config into the parts a training run is made of: where this rank
-// computes, the process groups the engine runs on, the model shape, the FSDP options, the
-// data sources and loaders, the optimizer's schedule, and the initial parameters. Pure
-// construction: nothing here trains, logs a step or writes a checkpoint.
+// computes, the process groups the engine runs on, the data sources and loaders, the
+// optimizer's schedule, and the initial parameters (the model's shape and the engine's
+// options: config/model_options.h). Pure construction: nothing here trains, logs a step or
+// writes a checkpoint.
 #pragma once
 
 #include <memory>
@@ -17,16 +18,6 @@
 #include "fsdp/optim/optimizer.h"
 
 namespace fsdp::train {
-
-// The model shape a config asks for: the preset, or config.json of model.init_from, with
-// the config's explicit shape keys applied on top (an override that contradicts an
-// init_from folder is an error naming the key).
-model::LlamaConfig resolve_model_config(const config::ModelConfig& m);
-// resolve_model_config, and train.seq_len within the model's context.
-model::LlamaConfig training_model_config(const config::Config& cfg);
-
-// fsdp.* as engine options for a model computing in train.dtype on `device`.
-FsdpOptions fsdp_options(const config::Config& cfg, Device device = Device::cpu());
 
 // Where this rank computes (train.device): cpu, or cuda:<local rank> (cuda:0 when the rank
 // sees a single GPU, as under srun --gpus-per-task=1). auto is cuda when this build has
@@ -52,9 +43,6 @@ DataSources make_data_sources(const config::Config& cfg, int64_t vocab_size, con
 
 optim::LrSchedule lr_schedule(const config::Config& cfg);
 optim::AdamWConfig adamw_config(const config::Config& cfg);
-// train.activation_checkpointing and _every as the model's policy.
-model::ActivationCheckpointing activation_checkpointing(const config::TrainConfig& t);
-
 // Fills every rank's shards for a fresh start: from model.init_from (a Hugging Face folder,
 // each rank reading only its ranges) or from the seeded initialiser.
 void init_parameters(const config::Config& cfg, const std::vector<model::UnitLayout>& units, FsdpEngine& engine);

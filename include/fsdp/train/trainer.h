@@ -1,8 +1,9 @@
 // The training step and the run loop: micro-batches, gradient accumulation, clipping,
-// AdamW, the LR schedule, evaluation, step logging and metrics.jsonl, on any number of
-// ranks. The parts come from the config through train/setup.h; checkpoints are the
-// business of train/checkpoint_policy.h; the parameters live in the FSDP engine (with one
-// rank it holds every unit whole and the loop is plain single-process training).
+// AdamW, the LR schedule, evaluation, on any number of ranks, reported through obs/ (the
+// step line, metrics.jsonl, traces). The parts come from the config through
+// train/setup.h; checkpoints are the business of train/checkpoint_policy.h; the parameters
+// live in the FSDP engine (with one rank it holds every unit whole and the loop is plain
+// single-process training).
 //
 // Global batch and sample order: step s (1-based) trains on the global positions
 // [(s-1)*G, s*G), G = micro_batch_size * grad_accum_steps * world_size; rank r's
@@ -38,12 +39,12 @@
 #include "fsdp/dist/communicator.h"
 #include "fsdp/fsdp/fsdp_engine.h"
 #include "fsdp/model/decoder.h"
+#include "fsdp/obs/expert_load.h"
+#include "fsdp/obs/metrics.h"
 #include "fsdp/optim/loss_scaler.h"
+#include "fsdp/plan/memory_plan.h"
 #include "fsdp/train/checkpoint_policy.h"
-#include "fsdp/train/metrics.h"
 #include "fsdp/train/setup.h"
-#include "fsdp/train/expert_load.h"
-#include "fsdp/train/memory_plan.h"
 #include "fsdp/train/step_votes.h"
 
 namespace fsdp::train {
@@ -57,7 +58,7 @@ class Trainer {
   Trainer(const config::Config& cfg, dist::ProcessGroups& groups, TrainerPurpose purpose = TrainerPurpose::Train);
 
   // One optimizer step over train.grad_accum_steps micro-batches on every rank.
-  StepMetrics train_step();
+  obs::StepMetrics train_step();
   // Mean loss over `batches` validation steps of micro_batch_size samples per rank (a
   // held-out synthetic stream). Every rank must call it.
   double evaluate(int batches);
@@ -79,7 +80,7 @@ class Trainer {
   Device device() const { return device_; }
   const optim::DynamicLossScaler& loss_scaler() const { return scaler_; }
   // The start-up memory plan of this rank (what `fsdp_train plan` prints).
-  const MemoryPlan& memory_plan() const { return memory_plan_; }
+  const plan::MemoryPlan& memory_plan() const { return memory_plan_; }
   const config::Config& config() const { return cfg_; }
 
  private:
@@ -99,14 +100,14 @@ class Trainer {
   // Throws unless the state at step_ is committed to disk (`which` names the save).
   void check_final_checkpoint(const char* which) const;
   // run()'s steps, evaluations, logging and checkpoints; throws Diverged (divergence.h).
-  int train_loop(MetricsWriter* metrics);
+  int train_loop(obs::MetricsWriter* metrics);
   void log_lora() const;
   void log_device() const;
 
   config::Config cfg_;
   dist::ProcessGroups& groups_;   // host groups (MPI or local): world, checkpoints
   Device device_;
-  MemoryPlan memory_plan_;  // checked before anything below allocates (memory_check.h)
+  plan::MemoryPlan memory_plan_;  // checked before anything below allocates (plan/memory_check.h)
   dist::ProcessGroups engine_groups_;  // the engine's: groups_, with NCCL shard/replicate on a GPU
   model::Llama model_;
   FsdpEngine engine_;
@@ -119,7 +120,7 @@ class Trainer {
   optim::LrSchedule schedule_;
   optim::AdamWConfig adamw_;
   CheckpointPolicy checkpoints_;
-  std::optional<ExpertLoad> expert_load_;  // a mixture of experts only
+  std::optional<obs::ExpertLoad> expert_load_;  // a mixture of experts only
   Tensor votes_buf_;      // [StepVotes::kSlots] float64, reused every step
   StepVotes last_votes_;  // the last all-reduce's sums
   double flops_per_token_ = 0;

@@ -1,5 +1,5 @@
 // What a device is (host code): its name and memory, for the step log's MFU (the device's
-// peak comes from its name, train/device_peak.h) and for start-up messages.
+// peak comes from its name, obs/device_peak.h) and for start-up messages.
 #include <cuda_runtime.h>
 
 #include <memory>

@@ -1,0 +1,36 @@
+// How a mixture of experts spreads its tokens: per layer, the (token, choice) pairs each
+// expert received during a step, summed over the step's micro-batches and every rank, and
+// the layer's imbalance max/mean (1 = perfectly balanced, E/k = every token on the same k
+// experts). What MoE users watch to see routing collapse; in metrics.jsonl as
+// expert_load (layers x experts) and expert_imbalance (per layer).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "fsdp/core/tensor.h"
+#include "fsdp/dist/communicator.h"
+#include "fsdp/model/decoder.h"
+
+namespace fsdp::obs {
+
+class ExpertLoad {
+ public:
+  ExpertLoad(int64_t layers, int64_t experts);
+
+  void begin_step();
+  // Adds the counts the last forward over `act` left (host values: no wait).
+  void add(const model::Llama& model, const model::LlamaActivations& act);
+  // Collective over `world`: sums every rank's counts (one small host all-reduce).
+  void all_reduce(dist::Communicator& world);
+
+  // counts()[layer][expert] after all_reduce.
+  std::vector<std::vector<int64_t>> counts() const;
+  std::vector<double> imbalance() const;  // max / mean per layer
+
+ private:
+  int64_t layers_, experts_;
+  Tensor sums_;  // [layers * experts] float64 on the host (exact below 2^53)
+};
+
+}  // namespace fsdp::obs

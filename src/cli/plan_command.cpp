@@ -1,0 +1,130 @@
+// `fsdp_train plan --config FILE [--set ...] [--ranks N] [--device-memory SIZE]`: the memory
+// plan (fsdp/plan/memory_plan.h) of a training run per rank, without allocating anything:
+// the bytes of each category, the peak and whether it fits, the largest
+// train.micro_batch_size that fits, and the fewest ranks per activation checkpointing mode.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "fsdp/cli/commands.h"
+#include "fsdp/cli/error_report.h"
+#include "fsdp/config/config.h"
+#include "fsdp/config/model_options.h"
+#include "fsdp/core/cli_args.h"
+#include "fsdp/plan/memory_plan.h"
+#include "fsdp/plan/plan_target.h"
+#include "fsdp/train/exit_codes.h"
+
+namespace fsdp::cli {
+
+using train::kExitError;
+using train::kExitOk;
+using train::kExitUsage;
+
+const char* plan_help() {
+  return "usage: fsdp_train plan --config FILE [--set section.key=value]... [options]\n"
+         "\n"
+         "Prints what one rank of the training run will hold, by category (sharded weights, gradients\n"
+         "and AdamW state; gathered units in flight; saved activations under the checkpointing mode;\n"
+         "logits; scratch; headroom), its peak and whether it fits, the largest train.micro_batch_size\n"
+         "that fits, and the fewest ranks that fit under each activation checkpointing mode. Nothing\n"
+         "is allocated; `fsdp_train train` runs the same plan at start-up.\n"
+         "\n"
+         "options:\n"
+         "  --ranks N              the world size (default 1)\n"
+         "  --ranks-per-node M     ranks per node: HYBRID_SHARD's default shard group, and on the CPU the\n"
+         "                         ranks sharing the host's memory (default 8 on a GPU, N on the CPU)\n"
+         "  --device cpu|cuda      plan for this backend (default: what train.device resolves to here;\n"
+         "                         cuda when train.dtype is not float32)\n"
+         "  --device-memory SIZE   memory of one GPU, or of the host on the CPU (80GB = 8e10 bytes,\n"
+         "                         80GiB = 80 x 2^30; default: this machine's GPU, or on the CPU the smallest\n"
+         "                         of physical memory, the cgroup's limit, RLIMIT_AS and RLIMIT_DATA)\n"
+         "\n"
+         "Exit status: 0 the run fits, 1 it does not, 2 usage or config error.\n";
+}
+
+namespace {
+
+struct PlanArgs {
+  std::string config;
+  std::vector<std::string> overrides;
+  plan::PlanRequest request;
+};
+
+int positive_int(const std::string& v, const char* flag) {
+  try {
+    size_t used = 0;
+    const long n = std::stol(v, &used);
+    if (used == v.size() && n >= 1 && n <= (1 << 24)) return int(n);
+  } catch (const std::exception&) {
+  }
+  throw UsageError{fmt::format("{} needs a whole number from 1 to {}, not '{}'", flag, 1 << 24, v)};
+}
+
+PlanArgs parse(int argc, char** argv, bool& help) {
+  PlanArgs p;
+  ArgCursor args(argc, argv);
+  while (args.next()) {
+    const std::string& a = args.arg();
+    if (a == "--help" || a == "-h") help = true;
+    else if (a == "--config") p.config = args.value();
+    else if (a == "--set") p.overrides.push_back(args.value());
+    else if (a == "--ranks") p.request.ranks = positive_int(args.value(), "--ranks");
+    else if (a == "--ranks-per-node") p.request.ranks_per_node = positive_int(args.value(), "--ranks-per-node");
+    else if (a == "--device") p.request.device = args.value();
+    else if (a == "--device-memory") p.request.memory = args.value();
+    else throw UsageError{"unknown argument '" + args.raw() + "'"};
+  }
+  if (help) return p;
+  if (p.config.empty()) throw UsageError{"--config FILE is required"};
+  if (!p.request.device.empty() && p.request.device != "cpu" && p.request.device != "cuda")
+    throw UsageError{"--device must be cpu or cuda, not '" + p.request.device + "'"};
+  return p;
+}
+
+}  // namespace
+
+int plan_command(int argc, char** argv) {
+  apply_log_level_from_env();
+  PlanArgs args;
+  config::Config cfg;
+  plan::PlanTarget target;
+  try {
+    bool help = false;
+    args = parse(argc, argv, help);
+    if (help) {
+      std::fputs(plan_help(), stdout);
+      return kExitOk;
+    }
+    cfg = config::load_config(args.config, args.overrides);
+    target = plan::requested_plan_target(args.request, cfg);
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "error: fsdp_train plan: %s\n\n%s", e.message.c_str(), plan_help());
+    return kExitUsage;
+  } catch (const config::ConfigError& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return kExitUsage;
+  }
+  try {
+    const model::LlamaConfig model = config::training_model_config(cfg);
+    const plan::MemoryPlan memory_plan = plan::plan_memory(cfg, model, target);
+    // Not model.summary(): its integer parameter count would overflow on absurd shapes.
+    std::printf("model: vocab %lld hidden %lld intermediate %lld layers %lld heads %lld kv_heads %lld%s, seq_len %d\n%s%s",
+                (long long)model.vocab_size, (long long)model.hidden_size, (long long)model.intermediate_size,
+                (long long)model.num_layers, (long long)model.num_heads, (long long)model.num_kv_heads,
+                model.is_moe() ? fmt::format(", {} experts top-{}", model.num_experts, model.experts_per_token).c_str() : "",
+                cfg.train.seq_len, plan::format_plan(memory_plan).c_str(), plan::format_searches(cfg, model, memory_plan).c_str());
+    if (!memory_plan.fits()) std::printf("%s\n", plan::advise(cfg, model, memory_plan).c_str());
+    return memory_plan.fits() ? kExitOk : kExitError;
+  } catch (const config::ConfigError& e) {
+    report_error(e);
+    return kExitUsage;
+  } catch (const std::exception& e) {
+    report_error(e);
+    return kExitError;
+  }
+}
+
+}  // namespace fsdp::cli

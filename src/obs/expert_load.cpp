@@ -1,0 +1,51 @@
+// The step's expert load; see expert_load.h.
+#include "fsdp/obs/expert_load.h"
+
+#include <algorithm>
+
+#include "fsdp/core/error.h"
+
+namespace fsdp::obs {
+
+ExpertLoad::ExpertLoad(int64_t layers, int64_t experts)
+    : layers_(layers), experts_(experts), sums_(Tensor::zeros({layers * experts}, DType::F64)) {}
+
+void ExpertLoad::begin_step() { sums_.zero_(); }
+
+void ExpertLoad::add(const model::Llama& model, const model::LlamaActivations& act) {
+  const auto records = model.router_records(act);
+  FSDP_CHECK(int64_t(records.size()) == layers_, "expert load: {} layers recorded, expected {}", records.size(),
+             layers_);
+  double* s = sums_.data<double>();
+  for (int64_t l = 0; l < layers_; ++l) {
+    const model::RouterRecord* r = records[size_t(l)];
+    FSDP_CHECK(r != nullptr && int64_t(r->count.size()) == experts_, "expert load: layer {} has no routing record",
+               l);
+    for (int64_t e = 0; e < experts_; ++e) s[l * experts_ + e] += double(r->count[size_t(e)]);
+  }
+}
+
+void ExpertLoad::all_reduce(dist::Communicator& world) { world.wait(world.all_reduce(sums_)); }
+
+std::vector<std::vector<int64_t>> ExpertLoad::counts() const {
+  std::vector<std::vector<int64_t>> out(size_t(layers_), std::vector<int64_t>(size_t(experts_), 0));
+  const double* s = sums_.data<double>();
+  for (int64_t l = 0; l < layers_; ++l)
+    for (int64_t e = 0; e < experts_; ++e) out[size_t(l)][size_t(e)] = int64_t(s[l * experts_ + e]);
+  return out;
+}
+
+std::vector<double> ExpertLoad::imbalance() const {
+  std::vector<double> out;
+  const double* s = sums_.data<double>();
+  for (int64_t l = 0; l < layers_; ++l) {
+    const double* row = s + l * experts_;
+    double total = 0;
+    for (int64_t e = 0; e < experts_; ++e) total += row[e];
+    const double mean = total / double(experts_);
+    out.push_back(mean > 0 ? *std::max_element(row, row + experts_) / mean : 0.0);
+  }
+  return out;
+}
+
+}  // namespace fsdp::obs

@@ -1,0 +1,108 @@
+// The host's memory limits and byte-size parsing; see host_memory.h.
+#include "fsdp/plan/host_memory.h"
+
+#include <sys/resource.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "fsdp/core/error.h"
+
+namespace fsdp::plan {
+namespace {
+
+void take(HostMemory& m, double bytes, const std::string& source, bool node_wide) {
+  if (bytes > 0 && bytes < m.bytes) m = HostMemory{bytes, source, node_wide};
+}
+
+double meminfo_total() {
+  std::ifstream f("/proc/meminfo");
+  std::string key;
+  double kib = 0;
+  std::string unit;
+  while (f >> key >> kib >> unit)
+    if (key == "MemTotal:") return kib * 1024;
+  return 0;
+}
+
+// A cgroup limit file's value ("max" or a huge v1 number = none).
+double read_limit(const std::string& path) {
+  std::ifstream f(path);
+  std::string v;
+  if (!(f >> v) || v == "max") return 0;
+  const double x = std::strtod(v.c_str(), nullptr);
+  return x >= 1e18 ? 0 : x;
+}
+
+// The tightest memory limit on this process's cgroup and its ancestors.
+void take_cgroup(HostMemory& m) {
+  std::ifstream f("/proc/self/cgroup");
+  std::string line;
+  while (std::getline(f, line)) {
+    const size_t a = line.find(':'), b = line.find(':', a + 1);
+    if (a == std::string::npos || b == std::string::npos) continue;
+    const std::string controllers = line.substr(a + 1, b - a - 1);
+    std::string path = line.substr(b + 1);
+    const bool v2 = line.compare(0, a, "0") == 0 && controllers.empty();
+    const bool v1 = controllers.find("memory") != std::string::npos;
+    if (!v2 && !v1) continue;
+    const std::string root = v2 ? "/sys/fs/cgroup" : "/sys/fs/cgroup/memory";
+    const std::string file = v2 ? "memory.max" : "memory.limit_in_bytes";
+    const std::string source = v2 ? "cgroup memory.max" : "cgroup memory.limit_in_bytes";
+    while (true) {
+      take(m, read_limit(root + (path == "/" ? "" : path) + "/" + file), source + " (" + (path.empty() ? "/" : path) + ")",
+           true);
+      if (path.empty() || path == "/") break;
+      const size_t slash = path.rfind('/');
+      path = slash == 0 || slash == std::string::npos ? "/" : path.substr(0, slash);
+    }
+  }
+}
+
+void take_rlimit(HostMemory& m, int resource, const char* name) {
+  rlimit r{};
+  if (getrlimit(resource, &r) == 0 && r.rlim_cur != RLIM_INFINITY) take(m, double(r.rlim_cur), name, false);
+}
+
+}  // namespace
+
+HostMemory host_memory_limit(int divide_among) {
+  const double share = std::max(divide_among, 1);
+  HostMemory m{INFINITY, "no limit found", false};
+  take(m, meminfo_total() / share, "physical memory", true);
+  HostMemory node{INFINITY, "", true};
+  take_cgroup(node);
+  if (std::isfinite(node.bytes)) take(m, node.bytes / share, node.source, true);
+  take_rlimit(m, RLIMIT_AS, "RLIMIT_AS (ulimit -v)");
+  take_rlimit(m, RLIMIT_DATA, "RLIMIT_DATA (ulimit -d)");
+  return m;
+}
+
+double parse_bytes(const std::string& text, const std::string& what) {
+  std::istringstream in(text);
+  double value = 0;
+  std::string unit;
+  const bool number = bool(in >> value);
+  in >> unit;
+  std::string rest;
+  const bool clean = !(in >> rest);
+  struct Unit {
+    const char* name;
+    double scale;
+  };
+  static const Unit kUnits[] = {{"", 1},          {"B", 1},         {"kB", 1e3},      {"KB", 1e3},
+                                {"MB", 1e6},      {"GB", 1e9},      {"TB", 1e12},     {"KiB", 1024.0},
+                                {"MiB", 1048576.0}, {"GiB", 1073741824.0}, {"TiB", 1099511627776.0},
+                                {"K", 1024.0},    {"M", 1048576.0}, {"G", 1073741824.0}, {"T", 1099511627776.0}};
+  if (number && clean && std::isfinite(value) && value > 0) {
+    for (const Unit& u : kUnits)
+      if (unit == u.name) return value * u.scale;
+  }
+  FSDP_FAIL("{} '{}' is not a size: write a positive number with an optional unit, e.g. 80GiB, 80GB, 512MiB or 8e9 "
+            "(bytes)",
+            what, text);
+}
+
+}  // namespace fsdp::plan

@@ -1,0 +1,106 @@
+// A checkpoint out as a Hugging Face or PEFT folder; see checkpoint_export.h.
+#include "fsdp/train/checkpoint_export.h"
+
+#include <filesystem>
+#include <string>
+
+#include <spdlog/spdlog.h>
+
+#include "fsdp/ckpt/checkpoint_reader.h"
+#include "fsdp/ckpt/peft_adapter.h"
+#include "fsdp/config/config.h"
+#include "fsdp/core/error.h"
+#include "fsdp/data/shard_manifest.h"
+#include "fsdp/dist/communicator.h"
+#include "fsdp/model/param_units.h"
+#include "fsdp/train/lora_model.h"
+
+namespace fsdp::train {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// The tokenizer `prepare` recorded beside the run's training shards, if it still exists.
+std::string tokenizer_of_run(const ckpt::Manifest& m) {
+  try {
+    const config::Config cfg = config::load_config_string(m.config_yaml, "checkpoint config");
+    if (cfg.data.source != config::DataSource::Shards) return "";
+    const auto m = data::read_shard_manifest(cfg.data.path);
+    return m && !m->tokenizer_path.empty() && fs::exists(m->tokenizer_path) ? m->tokenizer_path : "";
+  } catch (const std::exception&) {
+    return "";
+  }
+}
+
+// A LoRA checkpoint as a PEFT adapter folder or as a merged Hugging Face model.
+void export_lora(const std::string& path, const std::string& output, bool adapter, const std::string& base,
+                 ckpt::HfExportOptions opt, bool dtype_given, bool tokenizer_given) {
+  const auto lora = LoraModel::from_checkpoint(path, base);
+  const ckpt::CheckpointReader reader(path);
+  const ckpt::Manifest& m = reader.manifest();
+  if (adapter) {
+    ckpt::PeftExportOptions popt;
+    popt.dtype = dtype_given ? opt.dtype : DType::F32;  // adapters are small: exact by default
+    popt.base_model_name_or_path = lora->base_path();
+    spdlog::info("export: {} (step {}) adapters -> {} (PEFT folder, {})", path, m.state.step, output,
+                 dtype_name(popt.dtype));
+    ckpt::write_peft_adapter(output, lora->config(), lora->lora(), lora->lora_units(),
+                             [&](int u) { return lora->adapters(u); }, popt);
+    spdlog::info("export: done; load it with PeftModel.from_pretrained(base, \"{}\") or lora.init_from", output);
+    return;
+  }
+  if (!tokenizer_given) opt.tokenizer_model = tokenizer_of_run(m);
+  opt.metadata["fsdp_train_step"] = std::to_string(m.state.step);
+  spdlog::info("export: {} (step {}) merged into {} -> {} as {}", path, m.state.step,
+               lora->base_path().empty() ? std::string("the seeded base") : lora->base_path(), output,
+               dtype_name(opt.dtype));
+  ckpt::write_hf_llama(output, lora->config(), lora->plain_units(), [&](int u) { return lora->merged(u); }, opt);
+  spdlog::info("export: done; load it with {}.from_pretrained(\"{}\")",
+               lora->config().is_moe() ? "MixtralForCausalLM" : "LlamaForCausalLM", output);
+}
+
+}  // namespace
+
+void export_checkpoint(const ExportRequest& r) {
+  ckpt::HfExportOptions opt = r.options;
+  const bool adapter = r.as == ExportAs::PeftAdapter, merge = r.as == ExportAs::Merged;
+  std::string path = r.checkpoint;
+  if (!ckpt::is_checkpoint_dir(path)) {
+    // A checkpoint directory: its newest complete, verified checkpoint.
+    auto groups = dist::local_process_groups();
+    path = ckpt::find_latest_checkpoint(r.checkpoint, *groups.world);
+    FSDP_CHECK(!path.empty(), "--checkpoint {}: neither a checkpoint nor a directory holding one", r.checkpoint);
+  }
+  const ckpt::CheckpointReader reader(path);
+  reader.verify();
+  const ckpt::Manifest& m = reader.manifest();
+  FSDP_CHECK(m.base || (!adapter && !merge), "--{}: {} is not a LoRA checkpoint (export it as it is)",
+             adapter ? "adapter" : "merge", path);
+  FSDP_CHECK(!m.base || adapter || merge,
+             "{} is a LoRA checkpoint (adapters only, on the base {}): export --adapter (a PEFT folder) or --merge "
+             "(a full model)",
+             path, m.base ? (m.base->path.empty() ? "seeded from train.seed" : m.base->path) : "");
+  if (m.base) {
+    export_lora(path, r.output, adapter, r.base, opt, r.dtype_given, r.tokenizer_given);
+    return;
+  }
+  const auto units = model::llama_units(m.model);
+  reader.check_model(m.model, units);
+  if (!r.tokenizer_given) {
+    opt.tokenizer_model = tokenizer_of_run(m);
+    if (!opt.tokenizer_model.empty()) spdlog::info("export: including the run's tokenizer {}", opt.tokenizer_model);
+  }
+  opt.metadata["fsdp_train_step"] = std::to_string(m.state.step);
+  spdlog::info("export: {} (step {}, {}, written by {} rank(s)) -> {} as {}", path, m.state.step, m.model.summary(),
+               m.world_size, r.output, dtype_name(opt.dtype));
+  ckpt::write_hf_llama(r.output, m.model, units, [&](int u) {
+    Tensor full = Tensor::empty({units[size_t(u)].numel}, DType::F32);
+    reader.read(u, "master", 0, full);
+    return full;
+  }, opt);
+  spdlog::info("export: done; load it with {}.from_pretrained(\"{}\") or model.init_from",
+               m.model.is_moe() ? "MixtralForCausalLM" : "LlamaForCausalLM", r.output);
+}
+
+}  // namespace fsdp::train
