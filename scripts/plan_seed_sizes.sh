@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# The README's "seeds' sizes" table from `fsdp_train plan`: Llama 2 7B, 13B, 70B, CodeLlama-7B
+# The seeds' sizes table of docs/memory-and-plan.md from `fsdp_train plan`: Llama 2 7B, 13B, 70B, CodeLlama-7B
 # and Mixtral 8x7B at sequence length 4096 on 80 GB GPUs (--device-memory 80GB = 8e10 bytes,
 # below the ~85e9 an H100 80GB reports), every model FULL_SHARD over all GPUs with its
 # config's bf16 compute, collectives and prefetch: the fewest GPUs per activation
 # checkpointing mode at micro-batch 1, and the largest micro-batch per GPU on 8 and on 32
-# GPUs. CTest `plan_seed_sizes_table` checks README.md holds what this prints.
+# GPUs. CTest `plan_seed_sizes_table` checks docs/memory-and-plan.md holds what this prints.
 #   bash scripts/plan_seed_sizes.sh [path/to/fsdp_train]
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

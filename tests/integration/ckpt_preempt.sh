@@ -91,8 +91,8 @@ echo "ok: 2 ranks stop together at step $stopped"
 
 # SIGUSR1 to mpiexec: OpenMPI forwards it to every rank, and its exit code is the ranks' 75.
 # (SIGTERM or Ctrl-C to mpiexec is not forwarded: OpenMPI signals the ranks itself one
-# odls_base_sigkill_timeout later and SIGKILLs them one more later, and exits 1; README,
-# "Preemption".)
+# odls_base_sigkill_timeout later and SIGKILLs them one more later, and exits 1;
+# docs/checkpoints-and-resume.md, "Preemption".)
 dir="$work/mpi_launcher"
 "$mpiexec" --allow-run-as-root --oversubscribe -np 2 "$bin" train "${common[@]}" --set run.dir="$dir" \
   --set train.micro_batch_size=2 > "$dir.log" 2>&1 &
