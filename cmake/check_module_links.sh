@@ -45,7 +45,7 @@ for m in "${modules[@]}"; do
   done
 done
 if ((violations > 0)); then
-  echo "$violations symbol use(s) run against the module graph (cmake/module_graph.cmake, README.md's Layout)." >&2
+  echo "$violations symbol use(s) run against the module graph (cmake/module_graph.cmake, docs/layout.md)." >&2
   exit 1
 fi
 echo "module links ok" >"$stamp"
