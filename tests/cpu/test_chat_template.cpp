@@ -175,7 +175,7 @@ TEST(ChatTemplateErrors, RenderErrorsNameWhereTheyHappen) {
   EXPECT_EQ(error_of("{{ 1 }}\n{{ messages[0].content.x.y }}", {{"messages", json::array({{{"content", "hi"}}})}}),
             "chat_template:2:26: 'str object' has no attribute 'x'");
   EXPECT_EQ(error_of("{{ 1 + 'a' }}"), "chat_template:1:6: unsupported operand type(s) for +: 'int' and 'str'");
-  EXPECT_EQ(error_of("{{ undefined_thing.attr }}"), "chat_template:1:19: 'undefined_thing' is undefined");
+  EXPECT_EQ(error_of("{{ undefined_thing.attr }}"), "chat_template:1:20: 'undefined_thing' is undefined");
   EXPECT_EQ(error_of("{{ raise_exception('Roles must alternate') }}"),
             "chat_template:1:4: the template raised an error: Roles must alternate");
   EXPECT_EQ(error_of("{% set x = 3 %}{% set x.y = 1 %}"),
