@@ -1,7 +1,8 @@
 // The one error a chat template gives: where in the template (line and column, 1-based,
 // columns in characters) and what, e.g.
 //   chat_template:3:17: filter 'wordwrap' is not supported
-//   chat_template:1:412: the template raised an error: Conversation roles must alternate user/assistant/user/assistant/...
+//   Llama-2-7b-chat-hf/tokenizer_config.json: chat_template:1:314: the template raised an error: Conversation
+//     roles must alternate user/assistant/user/assistant/...
 // `origin` names the template: "chat_template" by default, the file and key when the template
 // came from a model folder ("model/tokenizer_config.json: chat_template").
 #pragma once
