@@ -22,7 +22,8 @@ struct ParsedTemplate {
 // Throws TemplateError (origin:line:col: message).
 ParsedTemplate parse_template(std::string_view source, const std::string& origin = "chat_template");
 
-// What the interpreter implements (template_builtins.cpp); the parser checks names against these.
+// What the interpreter implements (defined in template_filters.cpp beside the filters and tests
+// themselves); the parser checks names against these.
 bool is_supported_filter(std::string_view name);
 bool is_supported_test(std::string_view name);
 bool is_supported_method(std::string_view name);
