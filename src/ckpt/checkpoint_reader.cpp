@@ -98,6 +98,67 @@ FileScan scan_file(const std::string& path, uint64_t expect_bytes) {
   return scan;
 }
 
+// A unit's elements as one rank lays it out: a stored unit's (its slots' slices times the
+// tensor degree) or a run's (its slots' whole shapes).
+int64_t whole_numel(const ManifestUnit& u, int tensor_parallel) {
+  if (u.slots.empty()) return u.numel;
+  int64_t n = 0;
+  for (const ManifestSlot& s : u.slots) {
+    const int64_t slice = s.shape.size() == 2 ? s.shape[0] * s.shape[1] : s.shape[0];
+    n += s.split >= 0 ? slice * tensor_parallel : slice;
+  }
+  return n;
+}
+
+int64_t whole_numel(const model::UnitLayout& u) {
+  int64_t n = 0;
+  for (const model::ParamSlot& s : u.params) n += s.whole_shape().numel();
+  return n;
+}
+
+// The tensor degree and rank a run's unit is laid out for (1, 0: one rank's whole unit, or
+// a unit of whole slots only).
+std::pair<int, int> tensor_slice_of(const model::UnitLayout& u) {
+  for (const model::ParamSlot& s : u.params)
+    if (!s.tp.replicated()) return {s.tp.parts, s.tp.index};
+  return {1, 0};
+}
+
+bool same_slots(const ManifestUnit& u, const model::UnitLayout& target) {
+  if (u.slots.size() != target.params.size()) return false;
+  for (size_t i = 0; i < u.slots.size(); ++i) {
+    const ManifestSlot& m = u.slots[i];
+    const model::ParamSlot& s = target.params[i];
+    if (m.name != s.name || m.offset != s.offset || m.split != s.tp.dim ||
+        m.shape != std::vector<int64_t>(s.shape.begin(), s.shape.end()))
+      return false;
+  }
+  return true;
+}
+
+// Where a stored unit holds a parameter: its offset, the slice's rows and columns (a 1-D
+// parameter is one row) and the split dimension (-1: whole on every tensor rank).
+struct StoredSlot {
+  int64_t offset = 0, rows = 1, cols = 1;
+  int split = -1;
+};
+
+StoredSlot stored_slot(const ManifestUnit& u, int tensor_parallel, const model::ParamSlot& s, const std::string& dir) {
+  const Dims w = s.whole_shape();
+  const int64_t wr = w.size() == 2 ? w[0] : 1, wc = w.size() == 2 ? w[1] : w.numel();
+  if (u.slots.empty()) return StoredSlot{s.whole_offset, wr, wc, -1};  // one rank's layout: the whole unit
+  for (const ManifestSlot& m : u.slots) {
+    if (m.name != s.name) continue;
+    StoredSlot r{m.offset, m.shape.size() == 2 ? m.shape[0] : 1, m.shape.size() == 2 ? m.shape[1] : m.shape[0], m.split};
+    const int64_t T = tensor_parallel;
+    const bool fits = (r.split == 0 ? r.rows * T : r.rows) == wr && (r.split == 1 ? r.cols * T : r.cols) == wc;
+    FSDP_CHECK(fits, "checkpoint {}: {} is stored as {} slices of {}x{} (split {}), the model's is {}", dir, s.name, T,
+               r.rows, r.cols, r.split, w.str());
+    return r;
+  }
+  FSDP_FAIL("checkpoint {}: unit {} has no parameter '{}'", dir, u.name, s.name);
+}
+
 }  // namespace
 
 struct CheckpointReader::OpenFiles {
@@ -113,16 +174,23 @@ CheckpointReader::CheckpointReader(const std::string& dir) : dir_(dir), open_(st
   check_structure();
 }
 
-// Pieces tile [0, numel) of every unit and point at listed files, which exist with their
-// recorded sizes.
+// Each tensor rank's pieces tile [0, numel) of every unit and point at listed files, which
+// exist with their recorded sizes.
 void CheckpointReader::check_structure() const {
   const Manifest& m = manifest_;
   const std::string path = (fs::path(dir_) / kManifestFile).string();
   for (const ManifestUnit& u : m.units) {
     int64_t next = 0;
+    int rank = 0;
     for (const ManifestPiece& p : u.pieces) {
       FSDP_CHECK(p.file >= 0 && p.file < int(m.files.size()), "{}: unit {} names file #{}, which is not listed", path,
                  u.name, p.file);
+      if (p.tensor_rank != rank) {  // sorted by tensor rank: the previous rank's tiling is complete
+        FSDP_CHECK(next == u.numel && p.tensor_rank == rank + 1,
+                   "{}: unit {} pieces of tensor rank {} cover {} of its {} elements", path, u.name, rank, next,
+                   u.numel);
+        rank = p.tensor_rank, next = 0;
+      }
       // extent <= numel - next: no piece reaches past the unit, and next never overflows
       // (an extent of 2^63 - 1 did: found by tests/fuzz/fuzz_checkpoint_manifest.cpp).
       FSDP_CHECK(p.begin == next && p.extent > 0 && p.extent <= u.numel - next,
@@ -130,7 +198,8 @@ void CheckpointReader::check_structure() const {
                  u.numel, next);
       next += p.extent;
     }
-    FSDP_CHECK(next == u.numel, "{}: unit {} pieces cover {} of its {} elements", path, u.name, next, u.numel);
+    FSDP_CHECK(next == u.numel && (u.numel == 0 || rank == m.tensor_parallel - 1),
+               "{}: unit {} pieces of tensor rank {} cover {} of its {} elements", path, u.name, rank, next, u.numel);
   }
   for (const ManifestFile& f : m.files) {
     const fs::path fp = fs::path(dir_) / f.name;
@@ -184,22 +253,84 @@ void CheckpointReader::check_model(const model::LlamaConfig& cfg, const std::vec
   FSDP_CHECK(manifest_.units.size() == units.size(), "checkpoint {} has {} parameter units, the model {}", dir_,
              manifest_.units.size(), units.size());
   for (size_t u = 0; u < units.size(); ++u) {
-    FSDP_CHECK(manifest_.units[u].name == units[u].name && manifest_.units[u].numel == units[u].numel,
+    const int64_t have = whole_numel(manifest_.units[u], manifest_.tensor_parallel), want = whole_numel(units[u]);
+    FSDP_CHECK(manifest_.units[u].name == units[u].name && have == want,
                "checkpoint {}: unit {} is '{}' with {} elements, the model's is '{}' with {}", dir_, u,
-               manifest_.units[u].name, manifest_.units[u].numel, units[u].name, units[u].numel);
+               manifest_.units[u].name, have, units[u].name, want);
   }
 }
 
 void CheckpointReader::read(int unit, std::string_view kind, int64_t begin, const Tensor& out) const {
-  FSDP_CHECK(unit >= 0 && unit < int(manifest_.units.size()), "checkpoint {}: no unit {}", dir_, unit);
-  FSDP_CHECK(out.dtype() == DType::F32 && out.is_contiguous() && out.device().is_cpu(),
-             "checkpoint read needs a contiguous float32 CPU tensor");
+  check_read(unit, out);
+  float* dst = out.data<float>();
+  std::fill(dst, dst + out.numel(), 0.0f);
+  read_stored(unit, kind, 0, begin, out.numel(), dst);
+}
+
+// Note [Reading another tensor layout]
+// Element i of a target slot is element whole_index(i) of the whole parameter (row r,
+// column c); the stored layout's slot of that name says which tensor rank holds (r, c)
+// and where in its unit (slice t of its split dimension: t = r / rows or c / cols). A run
+// of elements contiguous on both sides (up to the end of a row of whichever side is split
+// by columns, or of the stored slice) is read at once. The same tensor degree reads each
+// rank's own stored unit as it is.
+void CheckpointReader::read(const model::UnitLayout& target, int unit, std::string_view kind, int64_t begin,
+                            const Tensor& out) const {
+  check_read(unit, out);
   const ManifestUnit& u = manifest_.units[size_t(unit)];
   float* dst = out.data<float>();
   const int64_t n = out.numel(), end = begin + n;
   std::fill(dst, dst + n, 0.0f);
+  const int T = manifest_.tensor_parallel;
+  const auto [parts, index] = tensor_slice_of(target);
+  if (parts == T && (T == 1 || same_slots(u, target))) {
+    read_stored(unit, kind, index, begin, std::min(n, std::max<int64_t>(target.numel - begin, 0)), dst);
+    return;
+  }
+  for (const model::ParamSlot& s : target.params) {
+    const int64_t lo = std::max(begin, s.offset), hi = std::min(end, s.offset + s.numel);
+    if (lo >= hi) continue;
+    const StoredSlot ss = stored_slot(u, T, s, dir_);
+    const Dims whole = s.whole_shape();
+    const int64_t wc = whole.size() == 2 ? whole[1] : whole.numel();  // a 1-D slot is one row
+    for (int64_t at = lo; at < hi;) {
+      const int64_t li = at - s.offset, wi = s.whole_index(li), r = wi / wc, c = wi % wc;
+      int t = 0;
+      int64_t at_stored = 0, run = hi - at;
+      if (s.tp.dim == 1) run = std::min(run, s.shape[1] - li % s.shape[1]);
+      if (ss.split == 0) {
+        t = int(r / ss.rows);
+        const int64_t rr = r - int64_t(t) * ss.rows;
+        at_stored = rr * wc + c;
+        run = std::min(run, (ss.rows - rr) * wc - c);
+      } else if (ss.split == 1) {
+        t = int(c / ss.cols);
+        const int64_t cc = c - int64_t(t) * ss.cols;
+        at_stored = r * ss.cols + cc;
+        run = std::min(run, ss.cols - cc);
+      } else {
+        at_stored = wi;
+        run = std::min(run, ss.rows * ss.cols - wi);
+      }
+      read_stored(unit, kind, t, ss.offset + at_stored, run, dst + (at - begin));
+      at += run;
+    }
+  }
+}
+
+void CheckpointReader::check_read(int unit, const Tensor& out) const {
+  FSDP_CHECK(unit >= 0 && unit < int(manifest_.units.size()), "checkpoint {}: no unit {}", dir_, unit);
+  FSDP_CHECK(out.dtype() == DType::F32 && out.is_contiguous() && out.device().is_cpu(),
+             "checkpoint read needs a contiguous float32 CPU tensor");
+}
+
+void CheckpointReader::read_stored(int unit, std::string_view kind, int tensor_rank, int64_t begin, int64_t n,
+                                   float* dst) const {
+  const ManifestUnit& u = manifest_.units[size_t(unit)];
+  const int64_t end = begin + n;
   const std::string name = state_tensor_name(u.name, kind);
   for (const ManifestPiece& p : u.pieces) {
+    if (p.tensor_rank != tensor_rank) continue;
     const int64_t lo = std::max(begin, p.begin), hi = std::min(end, p.begin + p.extent);
     if (lo >= hi) continue;
     auto& file = open_->files[p.file];

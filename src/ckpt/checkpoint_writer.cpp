@@ -112,6 +112,9 @@ void CheckpointWriter::write_local(Job& job) {
       std::map<std::string, std::string> metadata{{"format", std::string(kCheckpointFormat)},
                                                   {"step", std::to_string(job.step)},
                                                   {"rank", std::to_string(groups_.world->rank())}};
+      // Which tensor rank's slices the file holds (manifest.h); absent without tensor parallelism.
+      if (groups_.tensor != nullptr && groups_.tensor->size() > 1)
+        metadata["tensor_rank"] = std::to_string(groups_.tensor->rank());
       for (size_t u = 0; u < job.shards->size(); ++u) {
         const UnitShard& s = (*job.shards)[u];
         const model::UnitLayout& unit = job.meta.units[u];
@@ -267,22 +270,35 @@ Manifest CheckpointWriter::build_manifest(const Job& job, const std::vector<Rank
   m.config_yaml = job.meta.config_yaml;
   m.run_id = job.meta.run_id;
   m.base = job.meta.base;
-  for (const model::UnitLayout& u : job.meta.units) m.units.push_back(ManifestUnit{u.name, u.numel, {}});
+  m.tensor_parallel = int(job.meta.model.tensor_parallel);
+  m.format_version = m.tensor_parallel > 1 ? 2 : 1;
+  for (const model::UnitLayout& u : job.meta.units) {
+    ManifestUnit mu{u.name, u.numel, {}, {}};
+    if (m.tensor_parallel > 1) {
+      for (const model::ParamSlot& s : u.params)
+        mu.slots.push_back(ManifestSlot{s.name, std::vector<int64_t>(s.shape.begin(), s.shape.end()), s.offset, s.tp.dim});
+    }
+    m.units.push_back(std::move(mu));
+  }
   for (int i = 0; i < int(status.size()); ++i) {
     if (!status[size_t(i)].wrote) continue;
     const std::string name = rank_file_name(i);
     const int index = int(m.files.size());
     m.files.push_back(ManifestFile{name, status[size_t(i)].bytes, status[size_t(i)].crc32});
     const SafetensorsFile f((job.tmp_dir / name).string());
+    const auto tensor_rank = f.metadata().find("tensor_rank");
+    const int t = tensor_rank == f.metadata().end() ? 0 : std::stoi(tensor_rank->second);
     for (ManifestUnit& unit : m.units) {
       auto it = f.metadata().find("begin." + unit.name);
       if (it == f.metadata().end()) continue;
-      unit.pieces.push_back(ManifestPiece{index, std::stoll(it->second), f.entry(state_tensor_name(unit.name, "master")).numel()});
+      unit.pieces.push_back(
+          ManifestPiece{index, std::stoll(it->second), f.entry(state_tensor_name(unit.name, "master")).numel(), t});
     }
   }
   for (ManifestUnit& unit : m.units) {
-    std::sort(unit.pieces.begin(), unit.pieces.end(),
-              [](const ManifestPiece& a, const ManifestPiece& b) { return a.begin < b.begin; });
+    std::sort(unit.pieces.begin(), unit.pieces.end(), [](const ManifestPiece& a, const ManifestPiece& b) {
+      return std::pair(a.tensor_rank, a.begin) < std::pair(b.tensor_rank, b.begin);
+    });
   }
   return m;
 }

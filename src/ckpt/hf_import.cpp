@@ -75,18 +75,21 @@ void check_float(const TensorEntry& e, const std::string& name) {
 }  // namespace
 
 TensorEntry hf_source_of(const SafetensorsFolder& folder, const model::ParamSlot& p) {
+  // The whole parameter: a tensor-parallel slot is a slice of it (load_hf_unit picks it out).
+  const Dims shape = p.whole_shape();
+  const int64_t whole_numel = shape.numel();
   if (!folder.contains(p.hf_name) && !p.hf_fused_name.empty() && folder.contains(p.hf_fused_name)) {
     TensorEntry e = folder.entry(p.hf_fused_name);
     check_float(e, p.hf_fused_name);
     int64_t numel = 1;
     for (int64_t d : e.shape) numel *= d;
-    FSDP_CHECK(!e.shape.empty() && p.hf_fused_offset + p.numel <= numel && numel % e.shape[0] == 0,
+    FSDP_CHECK(!e.shape.empty() && p.hf_fused_offset + whole_numel <= numel && numel % e.shape[0] == 0,
                "{}: tensor '{}' has shape {}, too small for {} ({} elements from {})", e.file, p.hf_fused_name,
-               shape_string(e.shape), p.name, p.numel, p.hf_fused_offset);
+               shape_string(e.shape), p.name, whole_numel, p.hf_fused_offset);
     const size_t es = safetensors_dtype_size(e.dtype);
     e.data += size_t(p.hf_fused_offset) * es;
-    e.nbytes = size_t(p.numel) * es;
-    e.shape = std::vector<int64_t>(p.shape.begin(), p.shape.end());
+    e.nbytes = size_t(whole_numel) * es;
+    e.shape = std::vector<int64_t>(shape.begin(), shape.end());
     return e;
   }
   FSDP_CHECK(folder.contains(p.hf_name), "{}: missing tensor '{}' (needed for {}){}", folder.dir(), p.hf_name, p.name,
@@ -96,9 +99,9 @@ TensorEntry hf_source_of(const SafetensorsFolder& folder, const model::ParamSlot
              "{}: tensor '{}' is a bitsandbytes 4-bit weight: a quantized base trains only through adapters (set "
              "lora.enabled: true and model.quantization: nf4)",
              e.file, p.hf_name);
-  std::vector<int64_t> want(p.shape.begin(), p.shape.end());
+  std::vector<int64_t> want(shape.begin(), shape.end());
   FSDP_CHECK(e.shape == want, "{}: tensor '{}' has shape {} but the model expects {}", e.file, p.hf_name,
-             shape_string(e.shape), p.shape.str());
+             shape_string(e.shape), shape.str());
   check_float(e, p.hf_name);
   return e;
 }
@@ -251,13 +254,20 @@ void load_hf_unit(const SafetensorsFolder& folder, const model::UnitLayout& unit
     const model::ParamSlot& p = unit.params[i];
     const int64_t lo = std::max(begin, p.offset), hi = std::min(end, p.offset + p.numel);
     if (lo >= hi) continue;
-    // Only the elements [lo, hi) of the slot: convert them via a sub-entry.
-    TensorEntry part = sources[i];
-    const size_t es = safetensors_dtype_size(part.dtype);
-    part.data += size_t(lo - p.offset) * es;
-    part.nbytes = size_t(hi - lo) * es;
-    part.shape = {hi - lo};
-    read_as_f32(part, out + (lo - begin));
+    // Only the elements [lo, hi) of the slot: convert them via sub-entries, one per run of
+    // the slot that is contiguous in the whole parameter (the whole slot, or a row of a
+    // column slice under tensor parallelism: ParamSlot::whole_index).
+    const size_t es = safetensors_dtype_size(sources[i].dtype);
+    for (int64_t at = lo; at < hi;) {
+      const int64_t local = at - p.offset;
+      const int64_t run = p.tp.dim == 1 ? std::min(hi - at, p.shape[1] - local % p.shape[1]) : hi - at;
+      TensorEntry part = sources[i];
+      part.data += size_t(p.whole_index(local)) * es;
+      part.nbytes = size_t(run) * es;
+      part.shape = {run};
+      read_as_f32(part, out + (at - begin));
+      at += run;
+    }
   }
   for (int64_t i = std::max(begin, unit.numel); i < end; ++i) out[i - begin] = 0.0f;
 }

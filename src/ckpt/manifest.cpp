@@ -9,8 +9,8 @@
 // "broken": resume: auto skips it for the previous one, as for a CRC mismatch. Integers
 // must be JSON integers in range (nlohmann would silently truncate 1e30 or 2.5), every
 // model size within model::ShapeLimits, and the counts must agree with each other: the
-// rank files are one per rank of a shard group (FULL_SHARD and SHARD_GRAD_OP: the world,
-// HYBRID_SHARD: shard_group_size, NO_SHARD: one), a step is at most INT32_MAX (train.max_steps
+// rank files are one per rank of a shard group and tensor rank (FULL_SHARD and
+// SHARD_GRAD_OP: the world, HYBRID_SHARD: shard_group_size x T, NO_SHARD: T), a step is at most INT32_MAX (train.max_steps
 // is an int), every step consumed at least one sample and every sample at least one token.
 #include "fsdp/ckpt/manifest.h"
 
@@ -158,20 +158,56 @@ void from_json(const json& j, ManifestFile& f) {
   f.crc32 = integer_at<uint32_t>(j, "crc32", 0, std::numeric_limits<uint32_t>::max());
 }
 
-void to_json(json& j, const ManifestPiece& p) { j = {{"file", p.file}, {"begin", p.begin}, {"extent", p.extent}}; }
+// The tensor rank only under tensor parallelism, so a version 1 manifest is what it was.
+void to_json(json& j, const ManifestPiece& p) {
+  j = {{"file", p.file}, {"begin", p.begin}, {"extent", p.extent}};
+  if (p.tensor_rank != 0) j["tensor_rank"] = p.tensor_rank;
+}
 
 void from_json(const json& j, ManifestPiece& p) {
   p.file = integer_at<int>(j, "file", 0, kMaxWorld);
   p.begin = integer_at<int64_t>(j, "begin", 0, kMaxInt64);
   p.extent = integer_at<int64_t>(j, "extent", 0, kMaxInt64);
+  if (j.contains("tensor_rank")) p.tensor_rank = integer_at<int>(j, "tensor_rank", 0, kMaxWorld);
 }
 
-void to_json(json& j, const ManifestUnit& u) { j = {{"name", u.name}, {"numel", u.numel}, {"pieces", u.pieces}}; }
+void to_json(json& j, const ManifestSlot& s) {
+  j = {{"name", s.name}, {"shape", s.shape}, {"offset", s.offset}, {"split", s.split}};
+}
+
+void from_json(const json& j, ManifestSlot& s) {
+  s.name = j.at("name").get<std::string>();
+  const json& shape = j.at("shape");
+  FSDP_CHECK(shape.is_array() && !shape.empty() && shape.size() <= 2, "slot '{}': 'shape' must be 1 or 2 sizes, got {}",
+             s.name, shape.dump());
+  s.shape.clear();
+  for (const json& d : shape) {
+    FSDP_CHECK(d.is_number_integer() && d.get<int64_t>() >= 1 && d.get<int64_t>() <= (int64_t(1) << 40),
+               "slot '{}': a size must be an integer in [1, 2^40], got {}", s.name, d.dump());
+    s.shape.push_back(d.get<int64_t>());
+  }
+  s.offset = integer_at<int64_t>(j, "offset", 0, kMaxInt64);
+  s.split = integer_at<int>(j, "split", -1, int(s.shape.size()) - 1);
+}
+
+void to_json(json& j, const ManifestUnit& u) {
+  j = {{"name", u.name}, {"numel", u.numel}, {"pieces", u.pieces}};
+  if (!u.slots.empty()) j["slots"] = u.slots;
+}
 
 void from_json(const json& j, ManifestUnit& u) {
   u.name = j.at("name").get<std::string>();
   u.numel = integer_at<int64_t>(j, "numel", 0, kMaxInt64);
   u.pieces = j.at("pieces").get<std::vector<ManifestPiece>>();
+  if (j.contains("slots")) u.slots = j.at("slots").get<std::vector<ManifestSlot>>();
+  int64_t next = 0;
+  for (const ManifestSlot& s : u.slots) {
+    const int64_t n = s.shape.size() == 1 ? s.shape[0] : s.shape[0] * s.shape[1];
+    FSDP_CHECK(s.offset == next && n <= u.numel - next, "unit {}: slot '{}' at {} does not follow the one before (at {})",
+               u.name, s.name, s.offset, next);
+    next += n;
+  }
+  FSDP_CHECK(u.slots.empty() || next == u.numel, "unit {}: its slots hold {} of its {} elements", u.name, next, u.numel);
 }
 
 void to_json(json& j, const Manifest& m) {
@@ -187,6 +223,7 @@ void to_json(json& j, const Manifest& m) {
        {"units", m.units},
        {"config", m.config_yaml}};
   if (m.base) j["base"] = *m.base;  // only a LoRA run has one
+  if (m.tensor_parallel > 1) j["tensor_parallel"] = m.tensor_parallel;
 }
 
 // The strategies config::to_string spells (fsdp/sharding_strategy.h; ckpt sits below fsdp).
@@ -205,21 +242,36 @@ void from_json(const json& j, Manifest& m) {
              m.strategy);
   m.world_size = integer_at<int>(j, "world_size", 1, kMaxWorld);
   m.shard_group_size = integer_at<int>(j, "shard_group_size", 1, m.world_size);
-  FSDP_CHECK(m.world_size % m.shard_group_size == 0, "shard_group_size {} does not divide world_size {}",
-             m.shard_group_size, m.world_size);
+  if (j.contains("tensor_parallel")) {
+    FSDP_CHECK(m.format_version >= 2, "'tensor_parallel' needs format_version 2, got {}", m.format_version);
+    m.tensor_parallel = integer_at<int>(j, "tensor_parallel", 1, m.world_size);
+  }
+  const int T = m.tensor_parallel;
+  FSDP_CHECK(m.world_size % (int64_t(m.shard_group_size) * T) == 0,
+             "shard_group_size {} x tensor_parallel {} does not divide world_size {}", m.shard_group_size, T,
+             m.world_size);
   const bool whole_world = m.strategy == "FULL_SHARD" || m.strategy == "SHARD_GRAD_OP";
-  FSDP_CHECK(!whole_world || m.shard_group_size == m.world_size,
-             "strategy {} shards over the whole world, but shard_group_size {} differs from world_size {}",
-             m.strategy, m.shard_group_size, m.world_size);
+  FSDP_CHECK(!whole_world || m.shard_group_size * T == m.world_size,
+             "strategy {} shards over every data-parallel rank, but shard_group_size {}{} differs from world_size {}",
+             m.strategy, m.shard_group_size, T > 1 ? fmt::format(" x tensor_parallel {}", T) : std::string(),
+             m.world_size);
   FSDP_CHECK(m.strategy != "NO_SHARD" || m.shard_group_size == 1, "strategy NO_SHARD with shard_group_size {}",
              m.shard_group_size);
   m.config_yaml = j.value("config", std::string());
   m.files = j.at("files").get<std::vector<ManifestFile>>();
-  // One file per rank of a shard group: replicas are not written twice (checkpoint_writer.h).
-  FSDP_CHECK(int(m.files.size()) == m.shard_group_size,
-             "{} rank files listed, but a {} checkpoint of {} rank(s) (shard group {}) has {}", m.files.size(),
-             m.strategy, m.world_size, m.shard_group_size, m.shard_group_size);
+  // One file per rank of a shard group and tensor rank: replicas are not written twice
+  // (checkpoint_writer.h).
+  FSDP_CHECK(int(m.files.size()) == m.shard_group_size * T,
+             "{} rank files listed, but a {} checkpoint of {} rank(s) (shard group {}, tensor parallel {}) has {}",
+             m.files.size(), m.strategy, m.world_size, m.shard_group_size, T, m.shard_group_size * T);
   m.units = j.at("units").get<std::vector<ManifestUnit>>();
+  for (const ManifestUnit& u : m.units) {
+    FSDP_CHECK(T == 1 || !u.slots.empty() || u.numel == 0, "unit {}: a tensor-parallel checkpoint lists its slots",
+               u.name);
+    for (const ManifestPiece& p : u.pieces)
+      FSDP_CHECK(p.tensor_rank < T, "unit {}: a piece of tensor rank {} in a checkpoint of tensor_parallel {}", u.name,
+                 p.tensor_rank, T);
+  }
   if (j.contains("base")) m.base = j.at("base").get<BaseReference>();
 }
 

@@ -75,7 +75,11 @@ int run_on_ranks(const ConfigArgs& args, const char* about, const RankBody& body
                                 spdlog::default_logger()->flush();
                               }});
     try {
-      groups = dist::init_process_groups(train::shard_group_size(cfg));
+      groups = dist::init_world();
+      train::check_mesh(cfg, groups.world_info);  // a layout the world cannot hold: a config error
+      groups = dist::split_process_groups(groups, train::mesh_spec(cfg));
+    } catch (const config::ConfigError&) {
+      throw;
     } catch (const Error& e) {
       FSDP_FAIL("cannot set up the ranks for fsdp.sharding_strategy {} with fsdp.shard_group_size {}: {}",
                 config::to_string(cfg.fsdp.sharding_strategy), cfg.fsdp.shard_group_size, e.what());

@@ -17,6 +17,7 @@
 #include "fsdp/config/config.h"
 #include "fsdp/model/llama_config.h"
 #include "fsdp/model/rope_scaling.h"
+#include "fsdp/model/tensor_parallel.h"
 #include "yaml_text.h"
 
 namespace fsdp::config {
@@ -220,6 +221,8 @@ void validate_shape(const Config& cfg, const OriginOf& origin) {
     fail(origin(key).where, fmt::format("key '{}': train.seq_len {} exceeds the model's max_seq_len {}{}", key,
                                         cfg.train.seq_len, shape.max_seq_len, preset));
   }
+  if (const auto why = model::tensor_parallel_problem(shape, cfg.parallel.tensor, cfg.train.seq_len))
+    fail(origin("parallel.tensor").where, fmt::format("key 'parallel.tensor' {}{}", *why, preset));
 }
 
 // ---- The one validation pass ---------------------------------------------------------------

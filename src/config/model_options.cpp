@@ -10,6 +10,7 @@
 #include "fsdp/ckpt/hf_import.h"
 #include "fsdp/ckpt/safetensors.h"
 #include "fsdp/core/error.h"
+#include "fsdp/model/tensor_parallel.h"
 
 namespace fsdp::config {
 
@@ -93,7 +94,9 @@ model::LlamaConfig training_model_config(const config::Config& cfg) {
                      fmt::format("{} exceeds the model's max_seq_len {}{}", cfg.train.seq_len, m.max_seq_len,
                                  cfg.model.init_from.empty() ? "" : " (max_position_embeddings of model.init_from)"));
   }
-  // config::validate checked this against the preset; a model.init_from folder decides here.
+  // config::validate checked these against the preset; a model.init_from folder decides here.
+  if (const auto why = model::tensor_parallel_problem(m, cfg.parallel.tensor, cfg.train.seq_len))
+    config::fail_key(cfg, "parallel.tensor", fmt::format("{} ({}/config.json)", *why, cfg.model.init_from));
   if (cfg.train.activation_checkpointing_every > m.num_layers)
     config::fail_key(cfg, "train.activation_checkpointing_every",
                      fmt::format("must be at most the model's {} layers ({}/config.json), got {}", m.num_layers,

@@ -302,6 +302,16 @@ void add_checkpoint_rows(std::vector<detail::Field>& t) {
            "<checkpoint.dir>/replaced-<time>/ (and metrics.jsonl beside itself). false = refuse to start.");
 }
 
+void add_parallel_rows(std::vector<detail::Field>& t) {
+  SectionRows(t, "parallel", &Config::parallel)
+      .add("tensor", &ParallelConfig::tensor,
+           "Tensor-parallel degree T: consecutive ranks of one node split each block's matrices (q/k/v, gate/up by "
+           "rows; o, down by columns), the vocabulary and each micro-batch's tokens (sequence parallelism); FSDP "
+           "shards over the rest. Must divide the ranks per node, the heads, the key/value heads, the MLP width, "
+           "the vocabulary and train.seq_len; 1 = off.",
+           ge(1));
+}
+
 void add_fsdp_rows(std::vector<detail::Field>& t) {
   SectionRows(t, "fsdp", &Config::fsdp)
       .add("sharding_strategy", &FsdpConfig::sharding_strategy,
@@ -309,7 +319,9 @@ void add_fsdp_rows(std::vector<detail::Field>& t) {
       .add("param_dtype", &FsdpConfig::param_dtype, "Dtype parameters are all-gathered in.")
       .add("reduce_dtype", &FsdpConfig::reduce_dtype, "Dtype gradients are reduce-scattered in.")
       .add("shard_group_size", &FsdpConfig::shard_group_size,
-           "Ranks a unit is sharded over (HYBRID_SHARD); 0 = the ranks of one node.", ge(0))
+           "Ranks a unit is sharded over (HYBRID_SHARD); 0 = the ranks of one node. With parallel.tensor T these "
+           "are data-parallel ranks (each holding one tensor rank's slices): 0 = a node's ranks / T.",
+           ge(0))
       .add("prefetch_limit", &FsdpConfig::prefetch_limit, "Units whose all-gather may run ahead of compute.", ge(0));
 }
 
@@ -368,6 +380,7 @@ std::vector<detail::Field> build_table() {
   add_train_rows(t);
   add_optim_rows(t);
   add_checkpoint_rows(t);
+  add_parallel_rows(t);
   add_fsdp_rows(t);
   add_dist_rows(t);
   add_logging_rows(t);
@@ -397,6 +410,7 @@ std::span<const Section> sections() {
       {"train", "The training loop."},
       {"optim", "AdamW and the learning-rate schedule."},
       {"checkpoint", "Saving and resuming."},
+      {"parallel", "Parallel dimensions beside FSDP: tensor (and sequence) parallelism."},
       {"fsdp", "Sharding and mixed precision."},
       {"dist", "Communication between ranks: the collective watchdog."},
       {"logging", "Console log, metrics.jsonl, TensorBoard, traces and memory snapshots."},

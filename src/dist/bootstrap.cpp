@@ -96,18 +96,6 @@ void finalize_at_exit() {
   }
 }
 
-// Resolves shard_group_size (0: whole world, -1: one node) to a group size dividing the
-// world size, or throws naming both and the rank. The inputs are the same on every rank
-// (split_process_groups makes node sizes agree first), so all ranks throw together.
-int resolve_shard_group_size(int shard_group_size, int world_size, int rank, int local_size) {
-  const int s = shard_group_size == 0 ? world_size : shard_group_size == -1 ? local_size : shard_group_size;
-  FSDP_CHECK(shard_group_size >= -1 && s > 0 && world_size % s == 0,
-             "shard_group_size {} does not divide the world size {} (rank {}); use a divisor of {}, 0 for the whole "
-             "world or -1 for the ranks of one node",
-             shard_group_size, world_size, rank, world_size);
-  return s;
-}
-
 const std::string& host_name_cached() {
   static const std::string h = host_name();
   return h;
@@ -152,18 +140,17 @@ ProcessGroups local_process_groups() {
   g.world_info.hostname = host_name_cached();
   g.world_info.launcher = "none";
   g.world_info.hosts = {g.world_info.hostname};
+  g.world_info.node_of_rank = {0};
   g.world = detail::make_local_communicator("world");
   g.shard = detail::make_local_communicator("shard");
   g.replicate = detail::make_local_communicator("replicate");
+  g.tensor = detail::make_local_communicator("tensor");
   return g;
 }
 
-ProcessGroups init_process_groups(int shard_group_size) {
+ProcessGroups init_world() {
   const Launch launch = detect_launch();
-  if (launch.launcher == "none") {
-    resolve_shard_group_size(shard_group_size, 1, 0, 1);
-    return local_process_groups();
-  }
+  if (launch.launcher == "none") return local_process_groups();
 
   ensure_mpi(launch);
   MPI_Comm world = MPI_COMM_NULL;
@@ -196,47 +183,54 @@ ProcessGroups init_process_groups(int shard_group_size) {
     w.num_nodes += leaders[size_t(r)];
     if (r < leader) w.node_index += leaders[size_t(r)];
   }
-  return split_process_groups(base, shard_group_size);
+  // Every rank's node: what the device mesh orders ranks by (mesh.h).
+  w.node_of_rank.assign(size_t(w.size), 0);
+  FSDP_MPI_CHECK(MPI_Allgather(&w.node_index, 1, MPI_INT, w.node_of_rank.data(), 1, MPI_INT, world), "world", w.rank,
+                 w.size);
+  return base;  // the mesh and its groups come with split_process_groups
 }
 
+ProcessGroups init_process_groups(const MeshSpec& spec) { return split_process_groups(init_world(), spec); }
+
+ProcessGroups init_process_groups(int shard_group_size) { return init_process_groups(MeshSpec{1, shard_group_size}); }
+
 ProcessGroups split_process_groups(const ProcessGroups& base, int shard_group_size) {
+  return split_process_groups(base, MeshSpec{1, shard_group_size});
+}
+
+ProcessGroups split_process_groups(const ProcessGroups& base, const MeshSpec& spec) {
   FSDP_CHECK(base.world != nullptr, "split_process_groups: the base groups have no world communicator");
   const WorldInfo& w = base.world_info;
   const MPI_Comm world = detail::mpi_comm_of(*base.world);
   if (world == MPI_COMM_NULL) {  // a single-rank world: every group is this rank
     FSDP_CHECK(base.world->size() == 1, "split_process_groups: world '{}' of {} ranks is not an MPI communicator",
                base.world->name(), base.world->size());
-    resolve_shard_group_size(shard_group_size, 1, 0, 1);
+    resolve_mesh_shape(spec, 1, {0}, 0);
     ProcessGroups g = local_process_groups();
     g.world_info = w;
     g.world = base.world;
     return g;
   }
-  // -1 needs equal nodes: agree on the smallest and largest before anyone throws.
-  if (shard_group_size == -1) {
-    int sizes[2] = {-w.local_size, w.local_size};  // max of the negation = -min
-    FSDP_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, sizes, 2, MPI_INT, MPI_MAX, world), "world", w.rank, w.size);
-    FSDP_CHECK(-sizes[0] == sizes[1],
-               "shard_group_size -1 (the ranks of one node) needs the same number of ranks on every node, but nodes "
-               "run between {} and {} ranks (rank {} on host {})",
-               -sizes[0], sizes[1], w.rank, w.hostname);
-  }
-  const int s = resolve_shard_group_size(shard_group_size, w.size, w.rank, w.local_size);
-  // shard: s consecutive ranks, or for -1 the node's ranks (the same thing under the
-  // default block mapping of mpirun and srun, and still right under any other);
-  // replicate: the ranks at the same position of their shard groups. Keys keep world
-  // order, so a rank's place in its shard group is the index of the shard it holds.
-  const bool by_node = shard_group_size == -1;
-  const int shard_color = by_node ? w.node_index : w.rank / s;
-  const int replicate_color = by_node ? w.local_rank : w.rank % s;
+  // The inputs are the same on every rank (node_of_rank was all-gathered), so every rank
+  // accepts or throws alike.
+  const MeshShape shape = resolve_mesh_shape(spec, w.size, w.node_of_rank, w.rank);
   ProcessGroups g;
   g.world_info = w;
   g.world = base.world;
-  MPI_Comm shard = MPI_COMM_NULL, replicate = MPI_COMM_NULL;
-  FSDP_MPI_CHECK(MPI_Comm_split(world, shard_color, w.rank, &shard), "world", w.rank, w.size);
-  g.shard = detail::make_mpi_communicator(shard, "shard");
-  FSDP_MPI_CHECK(MPI_Comm_split(world, replicate_color, w.rank, &replicate), "world", w.rank, w.size);
-  g.replicate = detail::make_mpi_communicator(replicate, "replicate");
+  g.mesh = DeviceMesh(shape, w.node_of_rank);
+  // One MPI_Comm_split per group kind: color = which group of that kind, key = the place
+  // in it (mesh.h), so group ranks follow the mesh. Without tensor parallelism, shard
+  // groups are consecutive ranks (or a node's ranks) and replicate groups the ranks at the
+  // same place of their shard groups, as before the mesh.
+  auto split = [&](std::initializer_list<MeshDim> dims, const char* name) {
+    MPI_Comm comm = MPI_COMM_NULL;
+    FSDP_MPI_CHECK(MPI_Comm_split(world, g.mesh.group_color(w.rank, dims), g.mesh.group_rank(w.rank, dims), &comm),
+                   "world", w.rank, w.size);
+    return std::shared_ptr<Communicator>(detail::make_mpi_communicator(comm, name));
+  };
+  g.shard = split({MeshDim::Shard, MeshDim::Expert}, "shard");
+  g.replicate = split({MeshDim::Replicate}, "replicate");
+  g.tensor = split({MeshDim::Tensor}, "tensor");
   return g;
 }
 

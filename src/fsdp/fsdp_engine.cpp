@@ -83,6 +83,7 @@ FsdpEngine::FsdpEngine(const std::vector<model::UnitLayout>& units, dist::Proces
       opt_(options),
       pool_(options.device, max_padded_numel(units, groups.shard->size()),
             FrozenShards::max_padded_bytes(units, groups.shard->size())),
+      tensor_(groups.tensor != nullptr && groups.tensor->size() > 1 ? groups.tensor.get() : nullptr),
       frozen_(units, *groups.shard, pool_, options.device) {
   auto floating = [](DType t) { return t == DType::F32 || t == DType::BF16 || t == DType::F16; };
   FSDP_CHECK(floating(opt_.param_dtype), "fsdp.param_dtype must be float32, bfloat16 or float16, got {}",
@@ -133,6 +134,32 @@ FsdpEngine::FsdpEngine(const std::vector<model::UnitLayout>& units, dist::Proces
     }
     x.nvtx_forward = layouts_[u].name + " forward";
     x.nvtx_backward = layouts_[u].name + " backward";
+    if (tensor_ != nullptr) find_tensor_runs(layouts_[u], x);
+  }
+}
+
+// The unit's whole (replicated) slots as merged runs, and the split slots' runs inside
+// this rank's shard; every tensor rank's unit has the same layout of both (the splits are
+// even), so the all-reduces over the tensor group match element for element.
+void FsdpEngine::find_tensor_runs(const model::UnitLayout& layout, Unit& x) {
+  const int64_t begin = x.shard_range.begin, end = begin + x.shard_range.valid;
+  for (const model::ParamSlot& slot : layout.params) {
+    const int64_t a = slot.offset, b = slot.offset + slot.numel;
+    if (slot.tp.replicated()) {
+      if (!x.whole_runs.empty() && x.whole_runs.back().second == a) {
+        x.whole_runs.back().second = b;
+      } else {
+        x.whole_runs.emplace_back(a, b);
+      }
+      continue;
+    }
+    const int64_t lo = std::max(a, begin), hi = std::min(b, end);
+    if (lo >= hi) continue;
+    if (!x.split_runs_in_shard.empty() && x.split_runs_in_shard.back().second == lo - begin) {
+      x.split_runs_in_shard.back().second = hi - begin;
+    } else {
+      x.split_runs_in_shard.emplace_back(lo - begin, hi - begin);
+    }
   }
 }
 
@@ -315,6 +342,13 @@ void FsdpEngine::after_backward(int unit) {
 
 void FsdpEngine::reduce_gradient(int unit) {
   Unit& x = units_[unit];
+  if (tensor_ != nullptr) {
+    // The whole slots' gradients are this rank's rows' share: sum them over the tensor
+    // group first (Megatron's all-reduce of sequence-parallel norm gradients), so every
+    // tensor rank reduce-scatters and steps the same values.
+    const Tensor full = direct_ ? x.grad : x.full_grad->t;
+    for (const auto& [a, b] : x.whole_runs) tensor_->wait(tensor_->all_reduce(full.narrow(0, a, b - a)));
+  }
   if (direct_) {
     if (replicate_.size() > 1) {
       x.reduce_req = replicate_.all_reduce(x.grad);
@@ -367,10 +401,19 @@ void FsdpEngine::finish() {
 
 double FsdpEngine::grad_norm() {
   FSDP_NVTX_RANGE("grad norm");
-  const double sq = sum_squares(grad_flat_);
-  // Replicas hold identical shards, so the shard group alone covers every element once.
+  double sq = 0;
+  if (tensor_ == nullptr || tensor_->rank() == 0) {
+    sq = sum_squares(grad_flat_);
+  } else {
+    // Every tensor rank holds the whole slots: only tensor rank 0 counts them.
+    for (const Unit& x : units_)
+      for (const auto& [a, b] : x.split_runs_in_shard) sq += sum_squares(x.grad.narrow(0, a, b - a));
+  }
+  // Replicas hold identical shards, so the shard group alone covers every element once;
+  // the tensor group then adds the other slices.
   fill_(norm_buf_, sq);
   shard_.wait(shard_.all_reduce(norm_buf_));
+  if (tensor_ != nullptr) tensor_->wait(tensor_->all_reduce(norm_buf_));
   const Tensor total = norm_buf_.device().is_cpu() ? norm_buf_ : norm_buf_.to(Device::cpu());
   return std::sqrt(total.data<double>()[0]);
 }

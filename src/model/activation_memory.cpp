@@ -32,11 +32,12 @@ BlockBytes block_bytes(const LlamaConfig& c, int64_t B, int64_t T, DType dt, con
 ActivationMemory activation_memory(const LlamaConfig& c, int64_t B, int64_t T, DType dt,
                                    const ActivationCheckpointing& ac) {
   const double N = double(B) * double(T), C = double(c.hidden_size), L = double(c.num_layers);
+  const double tp = double(c.tensor_parallel), rows = N / tp;  // this tensor rank's rows of the residual stream
   const double d = double(dtype_size(dt)), st = double(dtype_size(stat_dtype(dt)));
   const double ckpt = double(ac.count(c.num_layers));
   const bool offloading = ac.offload && ckpt > 0;
   const BlockBytes block = block_bytes(c, B, T, dt, ac);
-  const double input = N * C * d;  // one block input
+  const double input = rows * C * d;  // one block input
 
   ActivationMemory m;
   m.batch = 2 * N * 4;
@@ -47,9 +48,10 @@ ActivationMemory activation_memory(const LlamaConfig& c, int64_t B, int64_t T, D
     m.saved += slots * (input + block.offloaded) + input;  // the slots and the recompute output
     m.host = ckpt * (input + block.offloaded);
   }
-  m.head = N * C * d + N * st + N * double(c.vocab_size) * d + N * st;
+  m.head = rows * C * d + rows * st + N * double(c.local_vocab()) * d + N * st;
   BlockGrads grads;
   grads.bind(c, B * T, dt, [&](Tensor&, const SavedSpec& s) { m.scratch += spec_bytes(s); });
+  if (c.tensor_parallel > 1) m.scratch += 2 * N * C * d + (1 + tp) * N * 3 * 8;  // Note [Sequence parallelism]
   return m;
 }
 

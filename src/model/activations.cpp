@@ -49,6 +49,9 @@ LlamaActivations::LlamaActivations(const LlamaConfig& c, int64_t B, int64_t T, D
   FSDP_CHECK(!ac.offload || ac.mode != Recompute::None,
              "activation offloading needs activation checkpointing (full or selective)");
   const int64_t N = B * T, C = c.hidden_size, L = c.num_layers;
+  FSDP_CHECK(c.tensor_parallel >= 1 && N % c.tensor_parallel == 0,
+             "tensor parallelism: {} ranks cannot share the {} tokens of a micro-batch", c.tensor_parallel, N);
+  const int64_t rows = N / c.tensor_parallel;  // this tensor rank's rows of the residual stream
   {
     const memory::CategoryScope tag("batch");
     ids = Tensor::empty({N}, DType::I32, dev);
@@ -72,14 +75,14 @@ LlamaActivations::LlamaActivations(const LlamaConfig& c, int64_t B, int64_t T, D
     const memory::CategoryScope tag("activations/offload slots");
     for (int64_t s = 0; s < ActivationOffload::num_slots(ac.offload_horizon, int64_t(checkpointed.size())); ++s) {
       Bound slot = bind_only(c, B, T, dt, dev, ac, Placement::Offloaded);
-      std::vector<Tensor> list{Tensor::empty({N, C}, dt, dev)};
+      std::vector<Tensor> list{Tensor::empty({rows, C}, dt, dev)};
       for (const Tensor& t : slot.tensors)
         if (t.defined()) list.push_back(t);
       slot_members.push_back(std::move(slot.tensors));
       slot_tensors.push_back(std::move(list));
     }
     offload = std::make_unique<ActivationOffload>(checkpointed, ac.offload_horizon, dev, slot_tensors);
-    recompute_out = Tensor::empty({N, C}, dt, dev);
+    recompute_out = Tensor::empty({rows, C}, dt, dev);
   }
 
   // Memory categories (fsdp/core/memory_category.h): what block l saves for its backward,
@@ -87,7 +90,7 @@ LlamaActivations::LlamaActivations(const LlamaConfig& c, int64_t B, int64_t T, D
   for (int64_t l = 0; l <= L; ++l) {
     const memory::CategoryScope tag(l < L ? fmt::format("activations/layers.{}", l) : std::string("activations/head"));
     const bool slotted = offloading && l < L && ac.checkpointed(l);
-    resid.push_back(slotted ? slot_tensors[size_t(offload->slot_of(l))][0] : Tensor::empty({N, C}, dt, dev));
+    resid.push_back(slotted ? slot_tensors[size_t(offload->slot_of(l))][0] : Tensor::empty({rows, C}, dt, dev));
   }
   for (int64_t l = 0; l < L; ++l) {
     const memory::CategoryScope tag(fmt::format("activations/layers.{}", l));
@@ -110,13 +113,21 @@ LlamaActivations::LlamaActivations(const LlamaConfig& c, int64_t B, int64_t T, D
   }
   {
     const memory::CategoryScope tag("activations/head");
-    hf = Tensor::empty({N, C}, dt, dev);
-    rstdf = Tensor::empty({N}, stat_dtype(dt), dev);
-    logits = Tensor::empty({N, c.vocab_size}, dt, dev);
+    hf = Tensor::empty({rows, C}, dt, dev);
+    rstdf = Tensor::empty({rows}, stat_dtype(dt), dev);
+    logits = Tensor::empty({N, c.local_vocab()}, dt, dev);
     losses = Tensor::empty({N}, stat_dtype(dt), dev);
   }
-  const memory::CategoryScope tag("scratch/backward");
-  grads.bind(c, N, dt, allocate_on(dev));
+  {
+    const memory::CategoryScope tag("scratch/backward");
+    grads.bind(c, N, dt, allocate_on(dev));
+  }
+  if (c.tensor_parallel > 1) {
+    const memory::CategoryScope tag("scratch/tensor parallel");
+    tp_gathered = Tensor::empty({N, C}, dt, dev);
+    tp_partial = Tensor::empty({N, C}, dt, dev);
+    tp_stats = VocabParallelStats(N, int(c.tensor_parallel), dev);
+  }
 }
 
 LlamaActivations::~LlamaActivations() = default;

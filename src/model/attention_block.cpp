@@ -14,14 +14,17 @@ AttentionSaved::AttentionSaved(const LlamaConfig& c, int64_t B, int64_t T, DType
   bind(c, B, T, dt, allocate_on(dev), with_lse);
 }
 
+// Under tensor parallelism the norm's rows are this rank's N / T (Note [Sequence
+// parallelism]) and q|k|v, the attention output and its statistics are this rank's heads
+// over all N rows.
 void AttentionSaved::bind(const LlamaConfig& c, int64_t B, int64_t T, DType dt, const SavedBinder& b, bool with_lse) {
-  const int64_t N = B * T;
+  const int64_t N = B * T, rows = N / c.tensor_parallel;
   const DType st = stat_dtype(dt);
-  b(h1, {"attention h1", {N, c.hidden_size}, dt, SavedKind::Cheap});
-  b(rstd1, {"attention rstd1", {N}, st, SavedKind::Cheap});
-  b(qkv, {"attention qkv", {N, c.qkv_dim()}, dt, SavedKind::Expensive});
-  b(att, {"attention att", {N, c.q_dim()}, dt, SavedKind::Expensive});
-  if (with_lse) b(lse, {"attention lse", {B, c.num_heads, T}, st, SavedKind::Expensive});
+  b(h1, {"attention h1", {rows, c.hidden_size}, dt, SavedKind::Cheap});
+  b(rstd1, {"attention rstd1", {rows}, st, SavedKind::Cheap});
+  b(qkv, {"attention qkv", {N, c.local_qkv_dim()}, dt, SavedKind::Expensive});
+  b(att, {"attention att", {N, c.local_q_dim()}, dt, SavedKind::Expensive});
+  if (with_lse) b(lse, {"attention lse", {B, c.local_heads(), T}, st, SavedKind::Expensive});
 }
 
 AttentionGrads::AttentionGrads(const LlamaConfig& c, int64_t N, DType dt, Device dev) {
@@ -29,32 +32,35 @@ AttentionGrads::AttentionGrads(const LlamaConfig& c, int64_t N, DType dt, Device
 }
 
 void AttentionGrads::bind(const LlamaConfig& c, int64_t N, DType dt, const SavedBinder& b) {
-  b(dqkv, {"attention dqkv", {N, c.qkv_dim()}, dt, SavedKind::Cheap});
-  b(datt, {"attention datt", {N, c.q_dim()}, dt, SavedKind::Cheap});
+  b(dqkv, {"attention dqkv", {N, c.local_qkv_dim()}, dt, SavedKind::Cheap});
+  b(datt, {"attention datt", {N, c.local_q_dim()}, dt, SavedKind::Cheap});
 }
 
-AttentionSublayer::AttentionSublayer(const LlamaConfig& cfg, const UnitLayout& block, RopeTables rope)
+AttentionSublayer::AttentionSublayer(const LlamaConfig& cfg, const UnitLayout& block, RopeTables rope,
+                                     const SequenceParallel* sp)
     : cfg_(cfg),
+      sp_(sp != nullptr ? sp : &kNoSequenceParallel),
       rope_(std::move(rope)),
       norm_(block, block.name + ".attn_norm"),
       qkv_(block, {block.name + ".wq", block.name + ".wk", block.name + ".wv"}),
       o_(block, {block.name + ".wo"}) {}
 
-// q, k, v as [B, T, heads, D] views of the fused [N, qkv_dim] buffer.
+// q, k, v as [B, T, heads, D] views of the fused [N, qkv_dim] buffer (this tensor rank's
+// heads: its query heads and the key/value heads of their GQA groups, which the layout
+// keeps together).
 AttentionSublayer::QKV AttentionSublayer::split_heads(const Tensor& qkv, int64_t B, int64_t T) const {
   const LlamaConfig& c = cfg_;
-  const int64_t D = c.head_dim();
-  const Tensor x = qkv.reshape({B, T, c.qkv_dim()});
-  return QKV{x.narrow(2, 0, c.q_dim()).unflatten(2, c.num_heads, D),
-             x.narrow(2, c.q_dim(), c.kv_dim()).unflatten(2, c.num_kv_heads, D),
-             x.narrow(2, c.q_dim() + c.kv_dim(), c.kv_dim()).unflatten(2, c.num_kv_heads, D)};
+  const int64_t D = c.head_dim(), q = c.local_q_dim(), kv = c.local_kv_dim();
+  const Tensor x = qkv.reshape({B, T, c.local_qkv_dim()});
+  return QKV{x.narrow(2, 0, q).unflatten(2, c.local_heads(), D), x.narrow(2, q, kv).unflatten(2, c.local_kv_heads(), D),
+             x.narrow(2, q + kv, kv).unflatten(2, c.local_kv_heads(), D)};
 }
 
 AttentionSublayer::QKV AttentionSublayer::project(const Tensor& x, const UnitParams& p, const Tensor& h,
                                                   const Tensor& rstd, const Tensor& qkv, int64_t B, int64_t T,
                                                   int64_t pos) const {
   rmsnorm_forward(x, norm_.value(p), h, rstd, cfg_.norm_eps);
-  qkv_.forward(h, p, qkv);
+  qkv_.forward(sp_->gather(h), p, qkv);  // column-parallel: every rank's rows of h
   const QKV heads = split_heads(qkv, B, T);
   rope_forward(heads.q, heads.q, rope_, pos);
   rope_forward(heads.k, heads.k, rope_, pos);
@@ -64,9 +70,8 @@ AttentionSublayer::QKV AttentionSublayer::project(const Tensor& x, const UnitPar
 void AttentionSublayer::forward(const Tensor& x, const UnitParams& p, AttentionSaved& s, const Tensor& out,
                                 int64_t B, int64_t T) const {
   const QKV heads = project(x, p, s.h1, s.rstd1, s.qkv, B, T, 0);
-  attention_forward(heads.q, heads.k, heads.v, s.att.reshape({B, T, cfg_.num_heads, cfg_.head_dim()}), s.lse);
-  cast(x, out);  // out = x + att @ Wo^T, the residual add folded into the GEMM's beta
-  o_.forward(s.att, p, out, /*accumulate=*/true);
+  attention_forward(heads.q, heads.k, heads.v, s.att.reshape({B, T, cfg_.local_heads(), cfg_.head_dim()}), s.lse);
+  sp_->scatter(o_, s.att, p, x, out);  // out = x + att @ Wo^T (row-parallel: reduce-scattered to this rank's rows)
 }
 
 void AttentionSublayer::recompute_cheap(const Tensor& x, const UnitParams& p, AttentionSaved& s) const {
@@ -76,14 +81,16 @@ void AttentionSublayer::recompute_cheap(const Tensor& x, const UnitParams& p, At
 void AttentionSublayer::backward(const Tensor& x, const AttentionSaved& s, const UnitParams& p, const Tensor& dres,
                                  const Tensor& dh, AttentionGrads& g, int64_t B, int64_t T) const {
   const LlamaConfig& c = cfg_;
-  o_.backward(dres, s.att, p, g.datt);
+  o_.backward(sp_->scatter_backward(dres), s.att, p, g.datt);  // d(out) on every rank's rows
   const QKV qkv = split_heads(s.qkv, B, T);
   const QKV dqkv = split_heads(g.dqkv, B, T);
-  attention_backward(g.datt.reshape({B, T, c.num_heads, c.head_dim()}), qkv.q, qkv.k, qkv.v,
-                     s.att.reshape({B, T, c.num_heads, c.head_dim()}), s.lse, dqkv.q, dqkv.k, dqkv.v);
+  attention_backward(g.datt.reshape({B, T, c.local_heads(), c.head_dim()}), qkv.q, qkv.k, qkv.v,
+                     s.att.reshape({B, T, c.local_heads(), c.head_dim()}), s.lse, dqkv.q, dqkv.k, dqkv.v);
   rope_backward(dqkv.q, dqkv.q, rope_, 0);
   rope_backward(dqkv.k, dqkv.k, rope_, 0);
-  qkv_.backward(g.dqkv, s.h1, p, dh);
+  const Tensor dh_all = sp_->partial_for(dh);
+  qkv_.backward(g.dqkv, sp_->gather(s.h1), p, dh_all);  // h gathered again: See Note [Sequence parallelism]
+  sp_->gather_backward(dh_all, dh);
   rmsnorm_backward(dh, x, norm_.value(p), s.rstd1, dres, norm_.grad(p), /*accumulate_dx=*/true);
 }
 

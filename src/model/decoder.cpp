@@ -7,14 +7,17 @@
 #include "fsdp/core/random.h"
 #include "fsdp/model/activation_offload.h"
 #include "fsdp/model/rope_scaling.h"
-#include "fsdp/ops/cross_entropy.h"
+#include "fsdp/ops/cross_entropy.h"  // kIgnoreIndex
 
 namespace fsdp::model {
 
 namespace {
 
-LlamaConfig validated(const LlamaConfig& c) {
+LlamaConfig validated(const LlamaConfig& c, const TensorGroup* tensor) {
   c.validate();
+  const int group = tensor != nullptr ? tensor->size() : 1;
+  FSDP_CHECK(c.tensor_parallel == group, "the model is split over {} tensor ranks but its tensor group has {}",
+             c.tensor_parallel, group);
   return c;
 }
 
@@ -29,22 +32,28 @@ constexpr uint64_t kLoraDropoutPurpose = 0x10a4d40u;
 
 }  // namespace
 
-Llama::Llama(const LlamaConfig& cfg, DType dtype, Device device, const PeftSpec& peft, uint64_t dropout_seed)
-    : cfg_(validated(cfg)),
+Llama::Llama(const LlamaConfig& cfg, DType dtype, Device device, const PeftSpec& peft, uint64_t dropout_seed,
+             TensorGroup* tensor)
+    : cfg_(validated(cfg, tensor)),
       dtype_(dtype),
       device_(device),
+      sp_(std::make_unique<SequenceParallel>(cfg.tensor_parallel > 1 ? tensor : nullptr)),
       peft_(in_dtype(peft, dtype)),
       dropout_key_(mix_key(dropout_seed, kLoraDropoutPurpose)),
-      units_(lora_units(cfg_, peft_)),
-      embedding_(units_[embedding_unit()]),
-      head_(cfg_, units_) {
+      units_(lora_units(cfg_, peft_, sp_->rank())),
+      embedding_(units_[embedding_unit()], sp_.get()),
+      head_(cfg_, units_, sp_.get()) {
   // Computed on the host (in double, rounded once) and moved once.
   const memory::CategoryScope tag("constants/rope tables");
   const RopeTables rope = llama_rope_tables(cfg_, cfg_.max_seq_len, device_);
-  for (int l = 0; l < int(cfg_.num_layers); ++l) blocks_.emplace_back(cfg_, units_[block_unit(l)], rope);
+  for (int l = 0; l < int(cfg_.num_layers); ++l) blocks_.emplace_back(cfg_, units_[block_unit(l)], rope, sp_.get());
   for (const UnitLayout& u : units_)
     for (const FrozenSlot& f : u.frozen) needs_scratch_ = needs_scratch_ || f.format == FrozenFormat::Nf4;
   needs_scratch_ = needs_scratch_ || peft_.lora.enabled;
+}
+
+void Llama::use_scratch(LlamaActivations& a) {
+  if (sp_->on()) sp_->use(a.tp_gathered, a.tp_partial, &a.tp_stats);
 }
 
 LinearScratch* Llama::scratch_for(const LlamaActivations& a, bool training) {
@@ -121,12 +130,13 @@ void Llama::trunk_forward(LlamaActivations& a, ParamProvider& p, bool for_backwa
 
 LossSum Llama::forward(LlamaActivations& a, ParamProvider& p) {
   LinearScratch* scratch = scratch_for(a, /*training=*/false);
+  use_scratch(a);
   trunk_forward(a, p, /*for_backward=*/false);
   const int h = head_unit(cfg_), w = head_.weight_unit();
   head_.before_forward(p);
   head_.forward(a.resid[size_t(cfg_.num_layers)], p.forward_view(h, scratch), p.forward_view(w, scratch), a.hf,
                 a.rstdf, a.logits);
-  cross_entropy_forward(a.logits, a.targets, a.losses);
+  head_.loss(a.logits, a.targets, a.losses, Tensor(), 1.0);
   head_.after_forward(p);
   p.finish();
   return loss_sum(a);
@@ -146,7 +156,7 @@ void Llama::head_backward(LlamaActivations& a, ParamProvider& p, double grad_sca
   const Tensor& x = a.resid[size_t(cfg_.num_layers)];
   head_.before_forward(p);
   head_.forward(x, p.forward_view(h, scratch), p.forward_view(w, scratch), a.hf, a.rstdf, a.logits);
-  cross_entropy_forward_backward(a.logits, a.targets, a.losses, a.logits, grad_scale);
+  head_.loss(a.logits, a.targets, a.losses, a.logits, grad_scale);
   head_.after_forward(p);
   head_.before_backward(p);
   head_.backward(a.logits, x, a.hf, a.rstdf, p.backward_view(h, scratch), p.backward_view(w, scratch), a.grads.dh,
@@ -181,6 +191,7 @@ void Llama::blocks_backward(LlamaActivations& a, ParamProvider& p) {
 void Llama::enqueue_forward_backward(LlamaActivations& a, ParamProvider& p, double grad_scale,
                                      double router_scale) {
   scratch_for(a, /*training=*/true);
+  use_scratch(a);
   trunk_forward(a, p, /*for_backward=*/true);
   // The router losses' gradient is known once every layer has routed: the same for every
   // layer's backward (the loss-scale factor of grad_scale is the caller's to include).

@@ -9,6 +9,7 @@
 
 #include "fsdp/core/error.h"
 #include "fsdp/model/rope_scaling.h"
+#include "fsdp/model/tensor_parallel.h"
 
 namespace fsdp::model {
 
@@ -146,6 +147,10 @@ std::optional<ShapeProblem> LlamaConfig::problem() const {
   if (!(norm_eps > 0)) return ShapeProblem{{"norm_eps"}, fmt::format("model.norm_eps must be > 0, got {}", norm_eps)};
   if (Problem p = routing_problem(*this)) return p;
   if (Problem p = rope_problem(rope_scaling)) return p;
+  if (tensor_parallel != 1) {
+    if (const auto why = tensor_parallel_problem(*this, tensor_parallel))
+      return ShapeProblem{{"tensor_parallel"}, fmt::format("tensor_parallel {}", *why)};
+  }
   if (const double n = parameters_in_double(*this); n > ShapeLimits::parameters)
     return ShapeProblem{{"hidden_size", "num_layers", "vocab_size", "intermediate_size"},
                         fmt::format("the model would have {:.3g} parameters, more than the {:.3g} this trainer takes "

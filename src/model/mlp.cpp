@@ -2,14 +2,21 @@
 // chosen from the config, for the sublayer and for the structs its forward and backward use.
 #include "fsdp/model/mlp.h"
 
+#include "fsdp/core/error.h"
 #include "fsdp/model/mlp_dense.h"
 #include "fsdp/model/mlp_moe.h"
 
 namespace fsdp::model {
 
-std::unique_ptr<MlpSublayer> make_mlp(const LlamaConfig& cfg, const UnitLayout& block) {
-  if (cfg.is_moe()) return std::make_unique<MoeMlp>(cfg, block);
-  return std::make_unique<DenseSwiGLU>(cfg, block);
+std::unique_ptr<MlpSublayer> make_mlp(const LlamaConfig& cfg, const UnitLayout& block, const SequenceParallel* sp) {
+  if (cfg.is_moe()) {
+    FSDP_CHECK(cfg.tensor_parallel == 1,
+               "a mixture of experts with parallel.tensor {}: experts under tensor parallelism are not built yet (run "
+               "it with parallel.tensor: 1)",
+               cfg.tensor_parallel);
+    return std::make_unique<MoeMlp>(cfg, block);
+  }
+  return std::make_unique<DenseSwiGLU>(cfg, block, sp);
 }
 
 std::unique_ptr<MlpSaved> new_mlp_saved(const LlamaConfig& cfg) {

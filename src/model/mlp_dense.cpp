@@ -7,46 +7,48 @@
 
 namespace fsdp::model {
 
-DenseSwiGLU::DenseSwiGLU(const LlamaConfig& cfg, const UnitLayout& block)
+DenseSwiGLU::DenseSwiGLU(const LlamaConfig& cfg, const UnitLayout& block, const SequenceParallel* sp)
     : MlpSublayer(cfg),
+      sp_(sp != nullptr ? sp : &kNoSequenceParallel),
       hidden_(cfg.hidden_size),
-      ffn_(cfg.intermediate_size),
+      ffn_(cfg.local_intermediate()),
       eps_(cfg.norm_eps),
       norm_(block, block.name + ".mlp_norm"),
       gate_up_(block, {block.name + ".w_gate", block.name + ".w_up"}),
       down_(block, {block.name + ".w_down"}) {}
 
+// Under tensor parallelism the norm's rows are this rank's N / T and gate|up, act this
+// rank's F / T columns over all N rows (Note [Sequence parallelism]).
 void DenseMlpSaved::bind(const LlamaConfig& c, int64_t N, DType dt, const SavedBinder& b) {
-  const int64_t C = c.hidden_size, F = c.intermediate_size;
-  b(h2, {"mlp h2", {N, C}, dt, SavedKind::Cheap});
-  b(rstd2, {"mlp rstd2", {N}, stat_dtype(dt), SavedKind::Cheap});
+  const int64_t C = c.hidden_size, F = c.local_intermediate(), rows = N / c.tensor_parallel;
+  b(h2, {"mlp h2", {rows, C}, dt, SavedKind::Cheap});
+  b(rstd2, {"mlp rstd2", {rows}, stat_dtype(dt), SavedKind::Cheap});
   b(gu, {"mlp gate|up", {N, 2 * F}, dt, SavedKind::Expensive});
   b(act, {"mlp act", {N, F}, dt, SavedKind::Cheap});
 }
 
 void DenseMlpGrads::bind(const LlamaConfig& c, int64_t N, DType dt, const SavedBinder& b) {
-  const int64_t F = c.intermediate_size;
+  const int64_t F = c.local_intermediate();
   b(dgu, {"mlp dgate|up", {N, 2 * F}, dt, SavedKind::Cheap});
   b(dact, {"mlp dact", {N, F}, dt, SavedKind::Cheap});
 }
 
 void DenseSwiGLU::forward(const Tensor& x, const UnitParams& p, MlpSaved& saved, const Tensor& out) const {
   auto& s = static_cast<DenseMlpSaved&>(saved);
-  const int64_t N = x.size(0), F = ffn_;
-  const Tensor h = s.h2.narrow(0, 0, N), gu = s.gu.narrow(0, 0, N), act = s.act.narrow(0, 0, N);
-  rmsnorm_forward(x, norm_.value(p), h, s.rstd2.narrow(0, 0, N), eps_);
-  gate_up_.forward(h, p, gu);
+  // x holds this rank's rows; the GEMMs run on every rank's (N of them).
+  const int64_t rows = x.size(0), N = rows * sp_->size(), F = ffn_;
+  const Tensor h = s.h2.narrow(0, 0, rows), gu = s.gu.narrow(0, 0, N), act = s.act.narrow(0, 0, N);
+  rmsnorm_forward(x, norm_.value(p), h, s.rstd2.narrow(0, 0, rows), eps_);
+  gate_up_.forward(sp_->gather(h), p, gu);  // column-parallel
   swiglu_forward(gu.narrow(1, 0, F), gu.narrow(1, F, F), act);
-  // out = x + act @ Wdown^T, the residual add folded into the GEMM's beta.
-  if (out.data_ptr() != x.data_ptr()) cast(x, out);
-  down_.forward(act, p, out, /*accumulate=*/true);
+  sp_->scatter(down_, act, p, x, out);  // out = x + act @ Wdown^T (row-parallel)
 }
 
 void DenseSwiGLU::recompute_cheap(const Tensor& x, const UnitParams& p, MlpSaved& saved) const {
   auto& s = static_cast<DenseMlpSaved&>(saved);
-  const int64_t N = x.size(0), F = ffn_;
+  const int64_t rows = x.size(0), N = rows * sp_->size(), F = ffn_;
   const Tensor gu = s.gu.narrow(0, 0, N);
-  rmsnorm_forward(x, norm_.value(p), s.h2.narrow(0, 0, N), s.rstd2.narrow(0, 0, N), eps_);
+  rmsnorm_forward(x, norm_.value(p), s.h2.narrow(0, 0, rows), s.rstd2.narrow(0, 0, rows), eps_);
   swiglu_forward(gu.narrow(1, 0, F), gu.narrow(1, F, F), s.act.narrow(0, 0, N));
 }
 
@@ -55,9 +57,11 @@ void DenseSwiGLU::backward(const Tensor& x, const MlpSaved& saved, const UnitPar
   const auto& s = static_cast<const DenseMlpSaved&>(saved);
   auto& g = static_cast<DenseMlpGrads&>(grads_scratch);
   const int64_t F = ffn_;
-  down_.backward(dres, s.act, p, g.dact);
+  down_.backward(sp_->scatter_backward(dres), s.act, p, g.dact);  // d(out) on every rank's rows
   swiglu_backward(g.dact, s.gu.narrow(1, 0, F), s.gu.narrow(1, F, F), g.dgu.narrow(1, 0, F), g.dgu.narrow(1, F, F));
-  gate_up_.backward(g.dgu, s.h2, p, dh);
+  const Tensor dh_all = sp_->partial_for(dh);
+  gate_up_.backward(g.dgu, sp_->gather(s.h2), p, dh_all);  // h2 gathered again: Note [Sequence parallelism]
+  sp_->gather_backward(dh_all, dh);
   rmsnorm_backward(dh, x, norm_.value(p), s.rstd2, dres, norm_.grad(p), /*accumulate_dx=*/true);
 }
 

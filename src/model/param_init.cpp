@@ -23,11 +23,14 @@ void init_unit(const UnitLayout& unit, int unit_index, uint64_t seed, double ini
     // PEFT's lora_A: torch's kaiming_uniform_(a = sqrt(5)), i.e. uniform in +-1/sqrt(fan_in).
     const double bound = s.init_kind == 2 ? 1.0 / std::sqrt(double(s.shape[1])) : 0.0;
     for (int64_t i = lo; i < hi; ++i) {
+      // Numbered as in one rank's layout, so a tensor-parallel slice draws the whole
+      // parameter's values (ParamSlot::whole_index).
+      const uint64_t at = uint64_t(s.whole_offset + s.whole_index(i - s.offset));
       switch (s.init_kind) {
         case 1: out[i - begin] = 1.0f; break;
-        case 2: out[i - begin] = float(bound * (2.0 * uniform01(lora_key, uint64_t(i)) - 1.0)); break;
+        case 2: out[i - begin] = float(bound * (2.0 * uniform01(lora_key, at) - 1.0)); break;
         case 3: out[i - begin] = 0.0f; break;
-        default: out[i - begin] = float(init_std * normal01(key, uint64_t(i)));
+        default: out[i - begin] = float(init_std * normal01(key, at));
       }
     }
   }

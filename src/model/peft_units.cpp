@@ -82,6 +82,7 @@ void add_adapter(UnitLayout& u, const ParamSlot& base, int64_t rank, const char*
   s.hf_name = peft_tensor_name(base.hf_name, which);
   s.shape = a ? Dims{rank, base.shape[1]} : Dims{base.shape[0], rank};
   s.offset = u.numel;
+  s.whole_offset = u.numel;
   s.numel = s.shape.numel();
   s.weight_decay = true;
   s.init_kind = a ? 2 : 3;
@@ -110,8 +111,12 @@ std::set<std::string> resolve_targets(const LlamaConfig& cfg, const LoraSpec& lo
 
 }  // namespace
 
-std::vector<UnitLayout> lora_units(const LlamaConfig& cfg, const PeftSpec& peft) {
-  std::vector<UnitLayout> plain = llama_units(cfg);
+std::vector<UnitLayout> lora_units(const LlamaConfig& cfg, const PeftSpec& peft, int tensor_rank) {
+  std::vector<UnitLayout> plain = llama_units(cfg, tensor_rank);
+  FSDP_CHECK(!peft.lora.enabled || cfg.tensor_parallel == 1,
+             "lora.enabled with parallel.tensor {}: LoRA under tensor parallelism is not built yet (run it with "
+             "parallel.tensor: 1)",
+             cfg.tensor_parallel);
   if (!peft.lora.enabled) {
     FSDP_CHECK(peft.quantization == Quantization::None,
                "model.quantization nf4 needs lora.enabled: true (a quantized base can only be fine-tuned through "

@@ -3,19 +3,22 @@
 
 namespace fsdp::model {
 
-TransformerBlock::TransformerBlock(const LlamaConfig& cfg, const UnitLayout& block, const RopeTables& rope)
-    : cfg_(cfg), attention_(cfg, block, rope), mlp_(make_mlp(cfg, block)) {}
+TransformerBlock::TransformerBlock(const LlamaConfig& cfg, const UnitLayout& block, const RopeTables& rope,
+                                   const SequenceParallel* sp)
+    : cfg_(cfg), attention_(cfg, block, rope, sp), mlp_(make_mlp(cfg, block, sp)) {}
 
+// The residual stream's tensors hold this tensor rank's rows (Note [Sequence parallelism]).
 void BlockActivations::bind(const LlamaConfig& cfg, int64_t B, int64_t T, DType dt, const SavedBinder& b) {
   attn.bind(cfg, B, T, dt, b);
-  b(x2, {"block x2", {B * T, cfg.hidden_size}, dt, SavedKind::Expensive});
+  b(x2, {"block x2", {B * T / cfg.tensor_parallel, cfg.hidden_size}, dt, SavedKind::Expensive});
   if (!mlp) mlp = new_mlp_saved(cfg);
   mlp->bind(cfg, B * T, dt, b);
 }
 
 void BlockGrads::bind(const LlamaConfig& cfg, int64_t N, DType dt, const SavedBinder& b) {
-  b(dres, {"block dres", {N, cfg.hidden_size}, dt, SavedKind::Cheap});
-  b(dh, {"block dh", {N, cfg.hidden_size}, dt, SavedKind::Cheap});
+  const int64_t rows = N / cfg.tensor_parallel;
+  b(dres, {"block dres", {rows, cfg.hidden_size}, dt, SavedKind::Cheap});
+  b(dh, {"block dh", {rows, cfg.hidden_size}, dt, SavedKind::Cheap});
   attn.bind(cfg, N, dt, b);
   if (!mlp) mlp = new_mlp_grads(cfg);
   mlp->bind(cfg, N, dt, b);

@@ -11,6 +11,8 @@
 namespace fsdp {
 
 FSDP_DEFINE_DISPATCH(cross_entropy_stub);
+FSDP_DEFINE_DISPATCH(cross_entropy_shard_stats_stub);
+FSDP_DEFINE_DISPATCH(cross_entropy_shard_finish_stub);
 
 namespace {
 
@@ -66,6 +68,48 @@ void cross_entropy_forward_backward(const Tensor& logits, const Tensor& targets,
   check_alias(logits, dlogits);
   FSDP_CHECK(std::isfinite(grad_scale), "grad_scale must be finite, got {}", grad_scale);
   cross_entropy_stub(logits.device(), logits, targets, losses, dlogits, grad_scale, ignore_index);
+}
+
+void cross_entropy_shard_stats(const Tensor& logits, const Tensor& targets, const Tensor& stats, int64_t vocab_begin,
+                               int64_t vocab_size, int64_t ignore_index) {
+  detail::check_float_rows(logits, "logits");
+  check_defined(targets, "targets");
+  FSDP_CHECK(targets.dtype() == DType::I32 || targets.dtype() == DType::I64,
+             "targets must be int32 or int64, got {}", targets.str());
+  check_shape(targets, Dims{logits.size(0)}, "targets");
+  check_contiguous(targets, "targets");
+  check_same_device(targets, logits, "targets", "logits");
+  check_dtype(stats, DType::F64, "stats");
+  check_shape(stats, Dims{logits.size(0), 3}, "stats");
+  check_contiguous(stats, "stats");
+  check_same_device(stats, logits, "stats", "logits");
+  FSDP_CHECK(vocab_begin >= 0 && vocab_begin + logits.size(1) <= vocab_size,
+             "the logits' vocabulary rows [{}, {}) are not inside the vocabulary [0, {})", vocab_begin,
+             vocab_begin + logits.size(1), vocab_size);
+  cross_entropy_shard_stats_stub(logits.device(), logits, targets, stats, vocab_begin, vocab_size, ignore_index);
+}
+
+void cross_entropy_shard_finish(const Tensor& logits, const Tensor& targets, const Tensor& all_stats,
+                                const Tensor& losses, const Tensor& dlogits, double grad_scale, int64_t vocab_begin,
+                                int64_t ignore_index) {
+  check_common(logits, targets, losses);
+  check_dtype(all_stats, DType::F64, "all_stats");
+  check_dim(all_stats, 3, "all_stats");
+  FSDP_CHECK(all_stats.size(0) >= 1 && all_stats.size(1) == logits.size(0) && all_stats.size(2) == 3,
+             "all_stats must be [ranks, {}, 3], got {}", logits.size(0), all_stats.str());
+  check_contiguous(all_stats, "all_stats");
+  check_same_device(all_stats, logits, "all_stats", "logits");
+  FSDP_CHECK(vocab_begin >= 0, "vocab_begin must be >= 0, got {}", vocab_begin);
+  if (dlogits.defined()) {
+    check_shape(dlogits, logits.sizes(), "dlogits");
+    check_same_dtype(dlogits, logits, "dlogits", "logits");
+    check_rows_packed(dlogits, "dlogits");
+    check_same_device(dlogits, logits, "dlogits", "logits");
+    check_alias(logits, dlogits);
+  }
+  FSDP_CHECK(std::isfinite(grad_scale), "grad_scale must be finite, got {}", grad_scale);
+  cross_entropy_shard_finish_stub(logits.device(), logits, targets, all_stats, losses, dlogits, grad_scale,
+                                  vocab_begin, ignore_index);
 }
 
 }  // namespace fsdp

@@ -9,6 +9,8 @@ namespace fsdp {
 
 FSDP_DEFINE_DISPATCH(embedding_forward_stub);
 FSDP_DEFINE_DISPATCH(embedding_backward_stub);
+FSDP_DEFINE_DISPATCH(embedding_shard_forward_stub);
+FSDP_DEFINE_DISPATCH(embedding_shard_backward_stub);
 
 namespace {
 
@@ -28,7 +30,35 @@ void check_rows(const Tensor& rows, const Tensor& ids, const Tensor& table, cons
   check_rows_packed(rows, what);
 }
 
+void check_shard(const Tensor& table, int64_t vocab_begin, int64_t vocab_size) {
+  FSDP_CHECK(vocab_begin >= 0 && vocab_begin + table.size(0) <= vocab_size,
+             "the table's rows [{}, {}) are not inside the vocabulary [0, {})", vocab_begin,
+             vocab_begin + table.size(0), vocab_size);
+}
+
 }  // namespace
+
+void embedding_shard_forward(const Tensor& ids, const Tensor& table, const Tensor& out, int64_t vocab_begin,
+                             int64_t vocab_size) {
+  check_ids(ids);
+  detail::check_float_rows(table, "table");
+  check_rows(out, ids, table, "out", "table");
+  check_same_device(table, ids, "table", "ids");
+  check_same_device(out, ids, "out", "ids");
+  check_shard(table, vocab_begin, vocab_size);
+  embedding_shard_forward_stub(table.device(), ids, table, out, vocab_begin, vocab_size);
+}
+
+void embedding_shard_backward(const Tensor& ids, const Tensor& dout, const Tensor& dtable, int64_t vocab_begin,
+                              int64_t vocab_size) {
+  check_ids(ids);
+  detail::check_float_rows(dtable, "dtable");
+  check_rows(dout, ids, dtable, "dout", "dtable");
+  check_same_device(dtable, ids, "dtable", "ids");
+  check_same_device(dout, ids, "dout", "ids");
+  check_shard(dtable, vocab_begin, vocab_size);
+  embedding_shard_backward_stub(dtable.device(), ids, dout, dtable, vocab_begin, vocab_size);
+}
 
 void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out) {
   check_ids(ids);

@@ -95,8 +95,9 @@ void export_checkpoint(const ExportRequest& r) {
   spdlog::info("export: {} (step {}, {}, written by {} rank(s)) -> {} as {}", path, m.state.step, m.model.summary(),
                m.world_size, r.output, dtype_name(opt.dtype));
   ckpt::write_hf_llama(r.output, m.model, units, [&](int u) {
+    // One rank's whole unit, whatever tensor layout saved it.
     Tensor full = Tensor::empty({units[size_t(u)].numel}, DType::F32);
-    reader.read(u, "master", 0, full);
+    reader.read(units[size_t(u)], u, "master", 0, full);
     return full;
   }, opt);
   spdlog::info("export: done; load it with {}.from_pretrained(\"{}\") or model.init_from",

@@ -74,12 +74,14 @@ ckpt::TrainState CheckpointPolicy::restore(const std::string& path, const model:
     const int64_t begin = engine.shard_range(u).begin;
     for (const auto& [kind, dst] : {std::pair<const char*, const Tensor&>{"master", engine.master(u)},
                                     {"exp_avg", engine.exp_avg(u)}, {"exp_avg_sq", engine.exp_avg_sq(u)}}) {
+      // In this run's layout of the unit, whatever the saving run's (tensor degree, shards).
+      const model::UnitLayout& layout = model.units()[size_t(u)];
       if (dst.device().is_cpu()) {
-        reader.read(u, kind, begin, dst);
+        reader.read(layout, u, kind, begin, dst);
       } else {
         if (!staging.defined() || staging.numel() < dst.numel()) staging = Tensor::empty({dst.numel()}, DType::F32);
         const Tensor host = staging.narrow(0, 0, dst.numel());
-        reader.read(u, kind, begin, host);
+        reader.read(layout, u, kind, begin, host);
         dst.copy_(host);
       }
       bytes += dst.nbytes();
@@ -89,9 +91,11 @@ ckpt::TrainState CheckpointPolicy::restore(const std::string& path, const model:
   last_committed_step_ = m.state.step;
   resumed_from_ = path;
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  spdlog::info("checkpoint: resumed from {} at step {} ({} tokens seen; saved by {} rank(s) with {}); loaded {:.1f} MiB "
-               "on this rank in {:.2f} s",
-               path, m.state.step, m.state.tokens_seen, m.world_size, m.strategy, double(bytes) / (1 << 20), secs);
+  spdlog::info("checkpoint: resumed from {} at step {} ({} tokens seen; saved by {} rank(s) with {}{}); loaded {:.1f} "
+               "MiB on this rank in {:.2f} s",
+               path, m.state.step, m.state.tokens_seen, m.world_size, m.strategy,
+               m.tensor_parallel > 1 ? fmt::format(", tensor parallel {}", m.tensor_parallel) : std::string(),
+               double(bytes) / (1 << 20), secs);
   if (m.state.data_seed != uint64_t(cfg_.data.seed)) {
     spdlog::warn("checkpoint: data.seed {} differs from the checkpoint's {}: the data order from here on is not the "
                  "original run's",

@@ -113,7 +113,8 @@ InferenceModel load_inference_model(const std::string& path, const std::string& 
     const auto units = model::llama_units(m.config);
     reader.check_model(m.config, units);
     m.params = std::make_unique<InferenceParams>(units);
-    for (int u = 0; u < int(units.size()); ++u) reader.read(u, "master", 0, m.params->params(u));
+    // One rank's whole units, whatever tensor layout saved them.
+    for (int u = 0; u < int(units.size()); ++u) reader.read(units[size_t(u)], u, "master", 0, m.params->params(u));
     return m;
   }
   FSDP_FAIL("--checkpoint {}: not a model: expected a Hugging Face Llama folder ({} not found) or an fsdp_train "

@@ -240,6 +240,14 @@ int shard_group_size(const config::Config& cfg) {
   return 0;
 }
 
+dist::MeshSpec mesh_spec(const config::Config& cfg) { return dist::MeshSpec{cfg.parallel.tensor, shard_group_size(cfg)}; }
+
+void check_mesh(const config::Config& cfg, const dist::WorldInfo& world) {
+  std::vector<int> nodes = world.node_of_rank;
+  if (nodes.empty()) nodes.assign(size_t(world.size), 0);
+  if (const auto p = dist::mesh_problem(mesh_spec(cfg), world.size, nodes)) config::fail_key(cfg, p->key, p->text());
+}
+
 Filesystem classify_filesystem(int64_t f_type) {
   struct Known {
     uint32_t magic;

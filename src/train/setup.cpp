@@ -9,6 +9,7 @@
 
 #include "fsdp/ckpt/hf_import.h"
 #include "fsdp/ckpt/safetensors.h"
+#include "fsdp/config/model_options.h"
 #include "fsdp/data/shard_manifest.h"
 #include "fsdp/data/synthetic_samples.h"
 #include "fsdp/model/param_init.h"
@@ -114,14 +115,31 @@ dist::ProcessGroups engine_groups(dist::ProcessGroups& host, Device device) {
 #endif
 }
 
-DataSources make_data_sources(const config::Config& cfg, int64_t vocab, const dist::Communicator& world) {
+model::LlamaConfig rank_model_config(const config::Config& cfg, const dist::ProcessGroups& groups, Device device) {
+  model::LlamaConfig m = config::training_model_config(cfg);
+  m.tensor_parallel = groups.mesh.shape().tensor;
+  if (m.tensor_parallel == 1) return m;
+  const auto not_yet = [&](const char* what) {
+    config::fail_key(cfg, "parallel.tensor",
+                     fmt::format("is {}, but {} under tensor parallelism is not built yet: set parallel.tensor: 1",
+                                 m.tensor_parallel, what));
+  };
+  if (cfg.lora.enabled) not_yet("LoRA (lora.enabled)");
+  if (m.is_moe()) not_yet("a mixture of experts (model.num_experts)");
+  if (!device.is_cpu()) not_yet("training on a GPU (train.device)");
+  return m;
+}
+
+DataSources make_data_sources(const config::Config& cfg, int64_t vocab, const dist::ProcessGroups& groups) {
+  const dist::Communicator& world = *groups.world;
   const int64_t T = cfg.train.seq_len;
   data::LoaderOptions lo;
   lo.micro_batch = cfg.train.micro_batch_size;
   lo.seq_len = T;
   lo.accum = cfg.train.grad_accum_steps;
-  lo.rank = world.rank();
-  lo.world = world.size();
+  // The data-parallel rank: the ranks of a tensor group read the same micro-batches.
+  lo.rank = groups.mesh.data_parallel_rank(world.rank());
+  lo.world = groups.mesh.data_parallel_size();
   lo.seed = uint64_t(cfg.data.seed);
   lo.num_workers = cfg.data.num_workers;
   lo.name = "train loader";

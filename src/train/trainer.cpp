@@ -56,8 +56,9 @@ Trainer::Trainer(const config::Config& cfg, dist::ProcessGroups& groups, Trainer
       device_(resolve_device(cfg, groups.world_info)),
       memory_plan_(plan::check_memory(cfg, groups.world_info, device_)),
       engine_groups_(engine_groups(groups, device_)),
-      model_(config::training_model_config(cfg), cfg.train.dtype, device_, config::peft_spec(cfg, config::training_model_config(cfg)),
-             uint64_t(cfg.train.seed)),
+      tensor_group_(*engine_groups_.tensor),
+      model_(rank_model_config(cfg, groups, device_), cfg.train.dtype, device_,
+             config::peft_spec(cfg, config::training_model_config(cfg)), uint64_t(cfg.train.seed), &tensor_group_),
       engine_(model_.units(), engine_groups_, config::fsdp_options(cfg, device_)),
       act_(model_.config(), cfg.train.micro_batch_size, cfg.train.seq_len, cfg.train.dtype, device_,
            config::activation_checkpointing(cfg.train)),
@@ -81,7 +82,7 @@ Trainer::Trainer(const config::Config& cfg, dist::ProcessGroups& groups, Trainer
     peak_flops_ = obs::peak_bf16_flops(cuda::device_name(device_.index));
   }
 #endif
-  data_ = make_data_sources(cfg, model_.config().vocab_size, *groups.world);
+  data_ = make_data_sources(cfg, model_.config().vocab_size, groups);
   // A LoRA run's frozen base is never in a checkpoint: it loads from its source every
   // time, and a checkpoint records which one it was (a resume on another base is refused).
   if (cfg.lora.enabled) {
@@ -129,14 +130,15 @@ ckpt::SaveStats Trainer::save_checkpoint() {
 void Trainer::finish_checkpoint() { checkpoints_.finish(); }
 
 uint64_t Trainer::comm_bytes() const {
-  // The engine's shard and replicate groups carry the FSDP traffic; world carries the loss.
+  // The engine's shard and replicate groups carry the FSDP traffic, the tensor group the
+  // model's tensor-parallel collectives; world carries the loss.
   return groups_.world->stats().bytes_sent + engine_groups_.shard->stats().bytes_sent +
-         engine_groups_.replicate->stats().bytes_sent;
+         engine_groups_.replicate->stats().bytes_sent + engine_groups_.tensor->stats().bytes_sent;
 }
 
 double Trainer::comm_wait_seconds() const {
   return groups_.world->stats().wait_seconds + engine_groups_.shard->stats().wait_seconds +
-         engine_groups_.replicate->stats().wait_seconds;
+         engine_groups_.replicate->stats().wait_seconds + engine_groups_.tensor->stats().wait_seconds;
 }
 
 void Trainer::log_device() const {
@@ -182,6 +184,9 @@ void Trainer::load_micro_batch(data::Loader& loader, int64_t index) {
 
 StepVotes Trainer::all_reduce_votes(model::LossSum local) {
   StepVotes mine;
+  // The ranks of a tensor group computed the same losses on the same micro-batch: one of
+  // them counts them.
+  if (engine_groups_.tensor->rank() != 0) local = model::LossSum{};
   mine.loss = local;
   mine.preempted_ranks = preemption_signal() != 0 ? 1 : 0;
   mine.busy_writers = checkpoints_.local_busy() ? 1 : 0;
@@ -208,14 +213,16 @@ model::LossSum Trainer::accumulate_gradients(double grad_scale, double router_sc
   engine_.begin_step(int(accum));
   if (expert_load_) expert_load_->begin_step();
   model::LossSum local;
-  const int64_t world = groups_.world->size(), micro = cfg_.train.micro_batch_size;
+  const int64_t micro = cfg_.train.micro_batch_size;
+  const int64_t data_ranks = groups_.mesh.data_parallel_size();
+  const int64_t data_rank = groups_.mesh.data_parallel_rank(groups_.world->rank());
   for (int64_t a = 0; a < accum; ++a) {
     const trace::Span span("micro-batch", "step", "index", a);
     engine_.begin_micro_batch(int(a));
     load_micro_batch(*data_.train_loader, a);
     // Where this micro-batch's samples sit in the global order (the loader's rule): LoRA's
     // dropout masks follow the samples, not the rank that happens to hold them.
-    act_.first_sample = samples_seen_ + (a * world + groups_.world->rank()) * micro;
+    act_.first_sample = samples_seen_ + (a * data_ranks + data_rank) * micro;
     if (device_.is_cpu()) {
       add_to(local, model_.forward_backward(act_, engine_, grad_scale, router_scale));
       if (expert_load_) expert_load_->add(model_, act_);
@@ -249,7 +256,8 @@ obs::StepMetrics Trainer::train_step() {
   const double wait0 = comm_wait_seconds();
   const double data_wait0 = data_.train_loader->wait_seconds();
   const int world = groups_.world->size();
-  const int64_t global_batch = int64_t(cfg_.train.micro_batch_size) * cfg_.train.grad_accum_steps * world;
+  const int data_ranks = groups_.mesh.data_parallel_size();
+  const int64_t global_batch = int64_t(cfg_.train.micro_batch_size) * cfg_.train.grad_accum_steps * data_ranks;
   ++step_;
   dist::set_watchdog_step(step_);
   const trace::Span step_span("step", "step", "step", step_);
@@ -261,7 +269,7 @@ obs::StepMetrics Trainer::train_step() {
   const double loss_scale = scaler_.scale();
   // A mixture of experts' router losses: the mean over every micro-batch of every rank, as
   // each forward of transformers computes its own.
-  const double router_scale = loss_scale / double(cfg_.train.grad_accum_steps * world);
+  const double router_scale = loss_scale / double(cfg_.train.grad_accum_steps * data_ranks);
   const model::LossSum total =
       all_reduce_votes(accumulate_gradients(loss_scale / double(step_tokens), router_scale)).loss;
   const model::LlamaConfig& mc = model_.config();
@@ -365,10 +373,17 @@ void Trainer::log_run_start() const {
   const auto& t = cfg_.train;
   spdlog::info("model: {}", model_.config().summary());
   log_device();
-  const int world = groups_.world->size();
-  spdlog::info("batch: {} sequences x {} tokens per micro-batch, {} accumulation steps, {} ranks = {} tokens per step",
-               t.micro_batch_size, t.seq_len, t.grad_accum_steps, world,
-               int64_t(t.micro_batch_size) * t.grad_accum_steps * world * t.seq_len);
+  const int world = groups_.world->size(), data_ranks = groups_.mesh.data_parallel_size();
+  spdlog::info("batch: {} sequences x {} tokens per micro-batch, {} accumulation steps, {} {} = {} tokens per step",
+               t.micro_batch_size, t.seq_len, t.grad_accum_steps, data_ranks,
+               data_ranks == world ? "ranks" : "data-parallel ranks",
+               int64_t(t.micro_batch_size) * t.grad_accum_steps * data_ranks * t.seq_len);
+  if (groups_.mesh.shape().tensor > 1) {
+    spdlog::info("mesh {} (replicate x shard x tensor): tensor parallelism over {} ranks with sequence parallelism; "
+                 "rank 0's tensor group is {}",
+                 groups_.mesh.shape().str(), groups_.mesh.shape().tensor,
+                 describe_placement(*groups_.tensor, groups_.world_info));
+  }
   spdlog::info("fsdp: {} over {} ranks on {} node(s) (shard group {}, replicate group {}), params {} / reduce {}, "
                "{:.1f} MiB of sharded state on this rank",
                config::to_string(cfg_.fsdp.sharding_strategy), world, groups_.world_info.num_nodes,
@@ -385,7 +400,7 @@ void Trainer::log_run_start() const {
                  data::SyntheticSource::entropy_rate(), std::log(double(model_.config().vocab_size)));
   } else {
     spdlog::info("data: {} ({} windows of {} tokens per epoch, {} per step; validation: {})", cfg_.data.path,
-                 data_.train->num_samples(), t.seq_len + 1, int64_t(t.micro_batch_size) * t.grad_accum_steps * world,
+                 data_.train->num_samples(), t.seq_len + 1, int64_t(t.micro_batch_size) * t.grad_accum_steps * data_ranks,
                  data_.val ? std::to_string(data_.val->num_samples()) + " windows" : std::string("none"));
   }
 }

@@ -286,6 +286,15 @@ TEST(CheckpointBadInput, MalformedManifestIsSkippedOrRefused) {
       {[](json& j) { j["files"][0]["name"] = "../../etc/passwd"; }, "'../../etc/passwd' is not a plain file name"},
       {[](json& j) { j["model"]["hidden_size"] = 64.5; }, "'hidden_size' must be an integer, got 64.5"},
       {[](json& j) { j["model"]["num_heads"] = 0; }, "'num_heads' must be in [1, 4096], got 0"},
+      // Tensor parallelism's fields (manifest.h): only in version 2, within the world, tiling.
+      {[](json& j) { j["tensor_parallel"] = 2; }, "'tensor_parallel' needs format_version 2, got 1"},
+      {[](json& j) { j["format_version"] = 2, j["tensor_parallel"] = 2; }, "'tensor_parallel' must be in [1, 1], got 2"},
+      {[](json& j) { j["units"][1]["pieces"][0]["tensor_rank"] = 1; },
+       "a piece of tensor rank 1 in a checkpoint of tensor_parallel 1"},
+      {[](json& j) { j["units"][1]["slots"] = json::array({{{"name", "x"}, {"shape", {3}}, {"offset", 0}, {"split", -1}}}); },
+       "its slots hold 3 of its"},
+      {[](json& j) { j["units"][1]["slots"] = json::array({{{"name", "x"}, {"shape", {3}}, {"offset", 0}, {"split", 1}}}); },
+       "'split' must be in [-1, 0], got 1"},
   };
   TwoCheckpoints c("manifest_schema");
   const std::string path = c.newest() + "/manifest.json";

@@ -3,7 +3,9 @@
 //
 // Resharding: shards carry their global offsets, so any rank of any world size reads its
 // new range from whichever files overlap it (CheckpointReader::read); that is how a run
-// resumes on a different number of ranks.
+// resumes on a different number of ranks. Under tensor parallelism the offsets are in a
+// tensor rank's slices, which the manifest's slot table places in the whole parameters, so
+// any tensor layout reads any other's (or one rank's whole model, for export).
 #pragma once
 
 #include <memory>
@@ -31,16 +33,25 @@ class CheckpointReader {
   // CRC of file i (index into manifest().files) against the manifest.
   void verify_file(int i) const;
   void verify() const;  // every file
-  // Errors unless the checkpoint holds exactly these units (names and sizes) of this model
-  // shape; the message names the first difference.
+  // Errors unless the checkpoint holds exactly these units (names and whole sizes: the
+  // units may be any tensor rank's of any degree) of this model shape; the message names
+  // the first difference.
   void check_model(const model::LlamaConfig& cfg, const std::vector<model::UnitLayout>& units) const;
   // Fills `out` (float32, CPU, contiguous) with elements [begin, begin + out.numel()) of
-  // unit `unit`'s `kind` tensor ("master", "exp_avg", "exp_avg_sq") from whichever files
-  // hold them; elements past the unit's numel (padding) become 0.
+  // unit `unit`'s `kind` tensor ("master", "exp_avg", "exp_avg_sq") laid out as `target`
+  // (this run's layout of the unit: a tensor rank's slices at any degree, or one rank's
+  // whole unit) from whichever files and tensor ranks hold them; elements past
+  // target.numel (padding) become 0.
+  void read(const model::UnitLayout& target, int unit, std::string_view kind, int64_t begin, const Tensor& out) const;
+  // The same in the stored layout of tensor rank 0 (without tensor parallelism: the unit).
   void read(int unit, std::string_view kind, int64_t begin, const Tensor& out) const;
 
  private:
   void check_structure() const;
+  // Elements [begin, begin + n) of tensor rank t's stored unit into dst (untouched where
+  // no piece covers them).
+  void read_stored(int unit, std::string_view kind, int tensor_rank, int64_t begin, int64_t n, float* dst) const;
+  void check_read(int unit, const Tensor& out) const;
 
   struct OpenFiles;
   std::string dir_;

@@ -14,6 +14,14 @@
 //                            tensors "<unit>.master|exp_avg|exp_avg_sq", fp32, each covering
 //                            elements [begin, begin + extent) of that unit's flat buffer
 //                            (padding past the unit's numel is never stored)
+// Tensor parallelism (format_version 2, tensor_parallel T > 1): each tensor rank's units
+// hold its slices of the parameters (model/param_units.h, Note [Tensor parallel layout]),
+// so a unit's pieces carry the tensor rank whose flat buffer they cover (each rank's
+// pieces tile [0, numel), numel being every tensor rank's), and the unit lists its slots
+// (name, slice shape, offset, split dimension): with the rank, every stored element's
+// place in the whole parameter, which is how a checkpoint saved at one (shard, tensor)
+// layout loads at any other (CheckpointReader::read). Without tensor parallelism a
+// manifest is format_version 1, as before, and one process's layout is the whole model's.
 // How one is written and committed so that a crash never leaves half of one:
 // checkpoint_writer.h; how one is verified and read back on any number of ranks:
 // checkpoint_reader.h.
@@ -30,7 +38,7 @@
 
 namespace fsdp::ckpt {
 
-inline constexpr int kCheckpointFormatVersion = 1;
+inline constexpr int kCheckpointFormatVersion = 2;  // the newest this build reads and writes
 inline constexpr std::string_view kCheckpointFormat = "fsdp_train.checkpoint";
 inline constexpr const char* kManifestFile = "manifest.json";
 
@@ -70,16 +78,28 @@ struct ManifestFile {
 };
 struct ManifestPiece {
   int file = 0;        // index into Manifest::files
-  int64_t begin = 0;   // global element offset in the unit
+  int64_t begin = 0;   // global element offset in the unit (in tensor rank tensor_rank's layout)
   int64_t extent = 0;  // elements stored (clipped to the unit's numel)
+  int tensor_rank = 0;
+};
+// A parameter of a unit under tensor parallelism: tensor rank t holds slice t of `split`
+// (-1: the whole parameter on every rank; 0: rows; 1: columns) at `offset`.
+struct ManifestSlot {
+  std::string name;
+  std::vector<int64_t> shape;  // the slice's
+  int64_t offset = 0;
+  int split = -1;
 };
 struct ManifestUnit {
   std::string name;
   int64_t numel = 0;
-  std::vector<ManifestPiece> pieces;  // sorted by begin; together cover [0, numel) exactly
+  // Sorted by (tensor_rank, begin); each tensor rank's cover [0, numel) exactly.
+  std::vector<ManifestPiece> pieces;
+  std::vector<ManifestSlot> slots;  // tensor parallelism only: in offset order
 };
 struct Manifest {
-  int format_version = kCheckpointFormatVersion;
+  // 1 without tensor parallelism (readable by builds from before it), 2 with.
+  int format_version = 1;
   // The run that wrote it (train/run_ownership.h): a fresh start makes a new id, a resumed
   // run keeps its checkpoint's. "" in manifests written before run ids existed.
   std::string run_id;
@@ -87,6 +107,7 @@ struct Manifest {
   model::LlamaConfig model;
   std::string strategy;
   int world_size = 0, shard_group_size = 0;
+  int tensor_parallel = 1;  // T; world_size is a multiple of shard_group_size * T
   std::string config_yaml;  // the effective config
   std::vector<ManifestFile> files;
   std::vector<ManifestUnit> units;

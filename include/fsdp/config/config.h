@@ -157,6 +157,12 @@ struct CheckpointConfig {
   bool operator==(const CheckpointConfig&) const = default;
 };
 
+// The device mesh's dimensions beside FSDP's (dist/mesh.h; docs/tensor-parallelism.md).
+struct ParallelConfig {
+  int tensor = 1;  // ranks each block's matrices, the vocabulary and the tokens are split over
+  bool operator==(const ParallelConfig&) const = default;
+};
+
 struct FsdpConfig {
   ShardingStrategy sharding_strategy = ShardingStrategy::FULL_SHARD;
   DType param_dtype = DType::F32;
@@ -210,6 +216,7 @@ struct Config {
   TrainConfig train;
   OptimConfig optim;
   CheckpointConfig checkpoint;
+  ParallelConfig parallel;
   FsdpConfig fsdp;
   DistConfig dist;
   LoggingConfig logging;

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "fsdp/core/tensor.h"
+#include "fsdp/dist/mesh.h"
 
 namespace fsdp::dist {
 
@@ -81,30 +82,43 @@ struct WorldInfo {
   std::string hostname;
   std::string launcher;                // "none", "mpirun", "srun" (how it was detected)
   std::vector<std::string> hosts;      // every world rank's host name, by world rank
+  std::vector<int> node_of_rank;       // every world rank's node_index, by world rank
 };
 
-// The process groups an FSDP run needs:
+// The process groups a run needs, each a group of the device mesh (mesh.h):
 //   world:     every rank
 //   shard:     the ranks that shard parameters among themselves (FULL_SHARD,
-//              SHARD_GRAD_OP: all of them; HYBRID_SHARD: shard_group_size consecutive
-//              ranks; NO_SHARD: only this rank)
-//   replicate: the ranks holding the same shard (world / shard)
+//              SHARD_GRAD_OP: every data-parallel rank; HYBRID_SHARD: shard_group_size of
+//              them; NO_SHARD: only this rank)
+//   replicate: the ranks holding the same shard (data-parallel ranks / shard)
+//   tensor:    the ranks holding the other tensor-parallel slices (parallel.tensor of
+//              them; this rank alone without tensor parallelism)
 struct ProcessGroups {
   WorldInfo world_info;
-  std::shared_ptr<Communicator> world, shard, replicate;  // shared: split groups reuse world
+  DeviceMesh mesh;
+  // shared: split groups reuse world
+  std::shared_ptr<Communicator> world, shard, replicate, tensor;
 };
 
 // Initialises MPI if the process was started by mpirun / mpiexec / srun --mpi=pmix
 // (detected from the environment: OMPI_COMM_WORLD_SIZE, PMIX_RANK, PMI_RANK, ...) and
-// returns MPI communicators; otherwise returns single-rank communicators without ever
-// touching MPI. shard_group_size must divide the world size (error naming both, and the
-// rank); 0 means the whole world and -1 the ranks of one node (HYBRID_SHARD's default;
-// every node must then run the same number of ranks). Call once per process.
+// learns the node layout; returns the world alone (the other groups null, the mesh
+// unset) for split_process_groups to make the mesh's. Otherwise returns single-rank
+// groups without ever touching MPI. Call once per process.
+ProcessGroups init_world();
+
+// init_world, then split_process_groups. A layout the world cannot hold (mesh_problem) is
+// an error naming the key and the rank.
+ProcessGroups init_process_groups(const MeshSpec& spec);
+// Without tensor parallelism: shard_group_size must divide the world size (error naming
+// both, and the rank); 0 means the whole world and -1 the ranks of one node (HYBRID_SHARD's
+// default; every node must then run the same number of ranks).
 ProcessGroups init_process_groups(int shard_group_size);
 
-// New shard / replicate groups over an existing world (a collective over base.world; the
-// world communicator is shared, not duplicated): lets one process run several strategies
-// (tests) and is how init_process_groups builds its own. Same size rules as above.
+// The mesh's groups over an existing world (a collective over base.world; the world
+// communicator is shared, not duplicated): lets one process run several layouts (tests)
+// and is how init_process_groups builds its own. Same rules as above.
+ProcessGroups split_process_groups(const ProcessGroups& base, const MeshSpec& spec);
 ProcessGroups split_process_groups(const ProcessGroups& base, int shard_group_size);
 
 // Single-rank groups that never touch MPI: what init_process_groups returns for a

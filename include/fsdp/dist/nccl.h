@@ -52,8 +52,8 @@ class NcclCommunicator : public Communicator {
 std::unique_ptr<NcclCommunicator> make_nccl_communicator(Communicator& bootstrap_group, int cuda_device,
                                                          void* comm_stream = nullptr);
 
-// The process groups of a run on CUDA (a collective over host's groups): the shard and
-// replicate groups, which carry the FSDP engine's CUDA tensors, re-made as NCCL
+// The process groups of a run on CUDA (a collective over host's groups): the shard,
+// replicate and tensor groups, which carry the FSDP engine's and the model's CUDA tensors, re-made as NCCL
 // communicators over the same ranks, each bootstrapped through its host counterpart, with
 // a communication stream of its own (a HYBRID_SHARD all-gather and a replicate all-reduce
 // may overlap). A group of one rank stays a local communicator, which needs no NCCL (a

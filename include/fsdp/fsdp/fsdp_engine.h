@@ -37,6 +37,15 @@
 // On the CPU backend compute is fp32: a bf16 param_dtype halves the all-gather volume
 // and the model computes on the bf16-rounded parameters held in fp32.
 //
+// Tensor parallelism (model/tensor_parallel.h; groups.tensor of more than one rank): each
+// unit's layout is this tensor rank's slices, and its flat buffer is sharded over the
+// shard group exactly as one rank's would be. The slots every tensor rank holds whole (the
+// norm weights) get partial gradients (each rank saw its rows of the sequence): on the
+// micro-batch that reduces, their part of the full gradient is all-reduced over the tensor
+// group before the reduce-scatter. grad_norm counts every element of the model once: the
+// split slots on every tensor rank, the whole ones on tensor rank 0, summed over the shard
+// group and then the tensor group.
+//
 // Device: every buffer lives on options.device (the host, or the rank's GPU, where the
 // collectives are NCCL's on tensors and all the engine's work is stream-ordered: nothing
 // here makes the host wait for the GPU except grad_norm, which reads back the local sum of
@@ -105,7 +114,8 @@ class FsdpEngine final : public model::ParamProvider {
   void begin_micro_batch(int index);
 
   // After the last micro-batch: the global gradient norm (one all-reduce of the local
-  // squared sums over the shard group), then AdamW on the local shards.
+  // squared sums over the shard group, and one over the tensor group), then AdamW on the
+  // local shards.
   double grad_norm();
   void optimizer_step(const optim::AdamWConfig& cfg, double lr, int64_t step, double grad_scale);
 
@@ -162,7 +172,12 @@ class FsdpEngine final : public model::ParamProvider {
     bool reduce_pending = false;
     std::string nvtx_forward, nvtx_backward;  // range names, made once ("layers.3 forward")
     bool skips_backward = false;               // this pass runs no backward for it (skip_backward)
+    // Tensor parallelism: the slots every tensor rank holds whole, as [begin, end) runs of
+    // the unit (adjacent slots merged), and the runs of this rank's shard (in shard
+    // coordinates) that hold split slots: what grad_norm counts off tensor rank 0.
+    std::vector<std::pair<int64_t, int64_t>> whole_runs, split_runs_in_shard;
   };
+  void find_tensor_runs(const model::UnitLayout& layout, Unit& x);
   void issue_gather(int unit);
   void wait_gather(int unit);
   void reduce_gradient(int unit);
@@ -183,6 +198,7 @@ class FsdpEngine final : public model::ParamProvider {
   int last_unit_position_ = 0;
   dist::Communicator& shard_;
   dist::Communicator& replicate_;
+  dist::Communicator* tensor_ = nullptr;  // null: no tensor parallelism
   FsdpOptions opt_;
   BufferPool pool_;
   FrozenShards frozen_;

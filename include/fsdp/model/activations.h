@@ -11,6 +11,7 @@
 #include "fsdp/model/llama_config.h"
 #include "fsdp/model/saved_tensors.h"
 #include "fsdp/model/transformer_block.h"
+#include "fsdp/model/vocab_parallel.h"
 
 namespace fsdp::model {
 
@@ -57,7 +58,9 @@ struct LlamaActivations {
   // so every rank count draws the same masks for the same samples.
   int64_t first_sample = 0;
   // L+1 of [N, C]: input of each block, then the final hidden. An offloaded block's input
-  // is a view of its device slot.
+  // is a view of its device slot. Under tensor parallelism every [N, C] tensor of the
+  // residual stream (these, the blocks' norm outputs, hf, the gradients dres and dh) holds
+  // this rank's N / T rows (Note [Sequence parallelism]).
   std::vector<Tensor> resid;
   std::vector<BlockActivations> blocks;  // bound by placement(): own, shared or a slot's
   BlockActivations shared;               // the checkpointed blocks' recomputed tensors
@@ -65,8 +68,12 @@ struct LlamaActivations {
   // itself, unless offloading (then that slot may hold another block's input by then).
   Tensor recompute_out;
   std::unique_ptr<ActivationOffload> offload;  // when checkpointing.offload
-  Tensor hf, rstdf, logits, losses;  // final norm output, its rstd, [N, V], [N]
+  Tensor hf, rstdf, logits, losses;  // final norm output, its rstd, [N, V] (V / T), [N]
   BlockGrads grads;                  // backward scratch shared by the head and every block
+  // Tensor parallelism only: the sequence-parallel mappings' [N, C] buffers and the
+  // vocabulary-parallel cross-entropy's statistics, shared by every block and the head.
+  Tensor tp_gathered, tp_partial;
+  VocabParallelStats tp_stats;
 
   LlamaActivations(const LlamaConfig& cfg, int64_t batch, int64_t seq_len, DType dtype, Device device,
                    ActivationCheckpointing checkpointing = {});

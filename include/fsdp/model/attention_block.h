@@ -20,6 +20,7 @@
 #include "fsdp/model/llama_config.h"
 #include "fsdp/model/param_units.h"
 #include "fsdp/model/saved_tensors.h"
+#include "fsdp/model/sequence_parallel.h"
 #include "fsdp/model/unit_params.h"
 #include "fsdp/ops/rope.h"
 
@@ -59,8 +60,11 @@ struct AttentionGrads {
 
 class AttentionSublayer {
  public:
-  // Resolves the sublayer's slots (attn_norm, wq|wk|wv, wo) in a block's unit layout.
-  AttentionSublayer(const LlamaConfig& cfg, const UnitLayout& block, RopeTables rope);
+  // Resolves the sublayer's slots (attn_norm, wq|wk|wv, wo) in a block's unit layout. With
+  // tensor parallelism (cfg.tensor_parallel > 1) `sp` joins the rank's heads to the
+  // residual stream's rows (Note [Sequence parallelism]); null: none.
+  AttentionSublayer(const LlamaConfig& cfg, const UnitLayout& block, RopeTables rope,
+                    const SequenceParallel* sp = nullptr);
 
   // out = x + attention(x) over B sequences of T tokens (x, out: [B*T, C]; out != x).
   void forward(const Tensor& x, const UnitParams& p, AttentionSaved& s, const Tensor& out, int64_t B,
@@ -89,6 +93,7 @@ class AttentionSublayer {
   QKV split_heads(const Tensor& qkv, int64_t B, int64_t T) const;
 
   LlamaConfig cfg_;
+  const SequenceParallel* sp_;
   RopeTables rope_;
   ParamRef norm_;  // attn_norm
   Linear qkv_, o_;

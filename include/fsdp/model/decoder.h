@@ -27,6 +27,8 @@
 #include "fsdp/model/param_units.h"
 #include "fsdp/model/peft.h"
 #include "fsdp/model/router_loss.h"
+#include "fsdp/model/sequence_parallel.h"
+#include "fsdp/model/tensor_parallel.h"
 #include "fsdp/model/transformer_block.h"
 
 namespace fsdp::model {
@@ -48,8 +50,12 @@ class Llama {
  public:
   // With peft.lora.enabled the units are lora_units' (a frozen base, trainable adapters;
   // dense frozen weights in `dtype`); `dropout_seed` keys the adapters' dropout masks.
+  // With cfg.tensor_parallel T > 1 the model is its tensor rank's share (units: the rank's
+  // slices; activations: its rows and heads, model/tensor_parallel.h) and `tensor` its
+  // group of T ranks, which must outlive the model; every rank of the group runs the same
+  // passes on the same micro-batch, and gets the same losses.
   explicit Llama(const LlamaConfig& cfg, DType dtype = DType::F32, Device device = Device::cpu(),
-                 const PeftSpec& peft = {}, uint64_t dropout_seed = 0);
+                 const PeftSpec& peft = {}, uint64_t dropout_seed = 0, TensorGroup* tensor = nullptr);
 
   const LlamaConfig& config() const { return cfg_; }
   const PeftSpec& peft() const { return peft_; }
@@ -89,9 +95,14 @@ class Llama {
   // an evaluation; null when the model has neither.
   LinearScratch* scratch_for(const LlamaActivations& act, bool training);
 
+  // The pass's tensor-parallel scratch into sp_ (nothing without tensor parallelism).
+  void use_scratch(LlamaActivations& act);
+
   LlamaConfig cfg_;
   DType dtype_;
   Device device_;
+  // Heap-held: the sublayers keep its address (a moved Llama keeps it valid).
+  std::unique_ptr<SequenceParallel> sp_;
   PeftSpec peft_;
   uint64_t dropout_key_ = 0;
   std::vector<UnitLayout> units_;

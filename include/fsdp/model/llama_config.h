@@ -71,6 +71,11 @@ struct LlamaConfig {
   // own (Hugging Face's tie_word_embeddings; Llama 3.2 1B/3B). param_units.h: the head
   // unit then holds only the final norm.
   bool tie_word_embeddings = false;
+  // Tensor parallelism (model/tensor_parallel.h): the ranks each block's matrices, the
+  // vocabulary and each micro-batch's tokens are split over. Not a shape: the fields above
+  // stay the whole model's, and the local_* accessors are the share one tensor rank
+  // computes (1: all of it).
+  int64_t tensor_parallel = 1;
 
   bool is_moe() const { return num_experts > 0; }
 
@@ -79,6 +84,14 @@ struct LlamaConfig {
   int64_t kv_dim() const { return num_kv_heads * head_dim(); }
   int64_t qkv_dim() const { return q_dim() + 2 * kv_dim(); }
 
+  int64_t local_heads() const { return num_heads / tensor_parallel; }
+  int64_t local_kv_heads() const { return num_kv_heads / tensor_parallel; }
+  int64_t local_q_dim() const { return q_dim() / tensor_parallel; }
+  int64_t local_kv_dim() const { return kv_dim() / tensor_parallel; }
+  int64_t local_qkv_dim() const { return qkv_dim() / tensor_parallel; }
+  int64_t local_intermediate() const { return intermediate_size / tensor_parallel; }
+  int64_t local_vocab() const { return vocab_size / tensor_parallel; }
+
   int64_t num_parameters() const;
   // Parameters one token's forward touches: all but the experts it was not routed to.
   int64_t num_active_parameters() const;
@@ -86,7 +99,8 @@ struct LlamaConfig {
   // 2 FLOPs per multiply-add and the attention score/value products for a causal mask.
   double train_flops_per_token(int64_t seq_len) const;
   // The first problem of this shape (a size out of [1, its ShapeLimits bound], heads that
-  // do not divide, an odd head dim, too many parameters, ...); nullopt when it is valid.
+  // do not divide, an odd head dim, too many parameters, a tensor_parallel that does not
+  // divide the heads, ...); nullopt when it is valid.
   std::optional<ShapeProblem> problem() const;
   // Throws fsdp::Error with problem()'s message.
   void validate() const;

@@ -86,7 +86,11 @@ class MlpSublayer {
   LlamaConfig cfg_;
 };
 
-// The MLP the config asks for, its slots resolved in the block's unit layout.
-std::unique_ptr<MlpSublayer> make_mlp(const LlamaConfig& cfg, const UnitLayout& block);
+class SequenceParallel;  // sequence_parallel.h
+
+// The MLP the config asks for, its slots resolved in the block's unit layout; `sp` joins a
+// tensor-parallel MLP to the residual stream's rows (null: no tensor parallelism).
+std::unique_ptr<MlpSublayer> make_mlp(const LlamaConfig& cfg, const UnitLayout& block,
+                                      const SequenceParallel* sp = nullptr);
 
 }  // namespace fsdp::model

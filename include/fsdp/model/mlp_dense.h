@@ -9,6 +9,7 @@
 
 #include "fsdp/model/linear.h"
 #include "fsdp/model/mlp.h"
+#include "fsdp/model/sequence_parallel.h"
 
 namespace fsdp::model {
 
@@ -30,8 +31,9 @@ struct DenseMlpGrads final : MlpGrads {
 
 class DenseSwiGLU final : public MlpSublayer {
  public:
-  // Resolves mlp_norm, w_gate|w_up and w_down in a block's unit layout.
-  DenseSwiGLU(const LlamaConfig& cfg, const UnitLayout& block);
+  // Resolves mlp_norm, w_gate|w_up and w_down in a block's unit layout; `sp` as for the
+  // attention sublayer (gate|up column-parallel, down row-parallel).
+  DenseSwiGLU(const LlamaConfig& cfg, const UnitLayout& block, const SequenceParallel* sp = nullptr);
 
   void forward(const Tensor& x, const UnitParams& p, MlpSaved& saved, const Tensor& out) const override;
   void recompute_cheap(const Tensor& x, const UnitParams& p, MlpSaved& saved) const override;
@@ -39,7 +41,8 @@ class DenseSwiGLU final : public MlpSublayer {
                 MlpGrads& g) const override;
 
  private:
-  int64_t hidden_ = 0, ffn_ = 0;  // C, F
+  const SequenceParallel* sp_;
+  int64_t hidden_ = 0, ffn_ = 0;  // C, F (this tensor rank's F / T)
   double eps_ = 0;
   ParamRef norm_;                 // mlp_norm
   Linear gate_up_, down_;

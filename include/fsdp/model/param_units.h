@@ -27,6 +27,18 @@
 
 namespace fsdp::model {
 
+// Tensor parallelism: which slice of the whole parameter a slot holds on this tensor rank
+// (See Note [Tensor parallel layout] in param_units.cpp). dim -1: all of it (replicated
+// over the tensor group); 0: rows [index * rows, (index + 1) * rows) of a parameter of
+// `parts` times the slot's rows (column-parallel); 1: columns likewise (row-parallel).
+struct TensorSlice {
+  int dim = -1;
+  int parts = 1;
+  int index = 0;
+  bool replicated() const { return dim < 0; }
+  bool operator==(const TensorSlice&) const = default;
+};
+
 struct ParamSlot {
   std::string name;     // ours, e.g. "layers.3.wq"
   std::string hf_name;  // Hugging Face's, e.g. "model.layers.3.self_attn.q_proj.weight"
@@ -42,6 +54,16 @@ struct ParamSlot {
   // [E, 2F, C]) and this slot's first element in it. Empty for everything but experts.
   std::string hf_fused_name;
   int64_t hf_fused_offset = 0;
+  // Tensor parallelism: the slice this slot holds, and where the whole parameter starts in
+  // the whole model's unit (the unit as one rank lays it out: == offset without tensor
+  // parallelism). Seeded initialisation and checkpoints number elements by it, so every
+  // layout sees the same values.
+  TensorSlice tp;
+  int64_t whole_offset = 0;
+
+  Dims whole_shape() const;
+  // Element i of this slot (row-major in the slice) as an element of the whole parameter.
+  int64_t whole_index(int64_t i) const;
 };
 
 // How a frozen weight's values are stored in its unit's frozen bytes.
@@ -94,8 +116,10 @@ struct UnitLayout {
   Tensor view(const Tensor& flat, const std::string& name) const;
 };
 
-// Units in execution order: embedding, layers.0 .. layers.L-1, head.
-std::vector<UnitLayout> llama_units(const LlamaConfig& cfg);
+// Units in execution order: embedding, layers.0 .. layers.L-1, head. With
+// cfg.tensor_parallel T > 1, tensor rank `tensor_rank`'s slices (model/tensor_parallel.h):
+// the same slots in the same order, each the rank's share of its parameter.
+std::vector<UnitLayout> llama_units(const LlamaConfig& cfg, int tensor_rank = 0);
 
 // Index helpers for that order.
 inline int embedding_unit() { return 0; }

@@ -58,7 +58,9 @@ std::string peft_tensor_name(const std::string& hf_weight_name, const char* whic
 
 // The layout for `peft` (the plain one when LoRA is off). Errors name the key and the
 // module: a target naming no module of the model, a rank outside [1, min(in, out)] of a
-// targeted weight, an NF4 weight whose element count is not a multiple of 64.
-std::vector<UnitLayout> lora_units(const LlamaConfig& cfg, const PeftSpec& peft);
+// targeted weight, an NF4 weight whose element count is not a multiple of 64. Tensor rank
+// `tensor_rank`'s slices with cfg.tensor_parallel > 1 (llama_units), which LoRA does not
+// take yet (an error).
+std::vector<UnitLayout> lora_units(const LlamaConfig& cfg, const PeftSpec& peft, int tensor_rank = 0);
 
 }  // namespace fsdp::model

@@ -50,8 +50,10 @@ struct BlockGrads {
 
 class TransformerBlock {
  public:
-  // `block` is the block's unit layout (param_units.h); rope the model's RoPE tables.
-  TransformerBlock(const LlamaConfig& cfg, const UnitLayout& block, const RopeTables& rope);
+  // `block` is the block's unit layout (param_units.h); rope the model's RoPE tables; sp
+  // the model's sequence parallelism under tensor parallelism (null: none).
+  TransformerBlock(const LlamaConfig& cfg, const UnitLayout& block, const RopeTables& rope,
+                   const SequenceParallel* sp = nullptr);
 
   // Buffers for B sequences of T tokens (training) or for up to `rows` rows (inference
   // scratch: no log-sum-exp is kept).
@@ -59,7 +61,8 @@ class TransformerBlock {
   BlockActivations make_inference_scratch(int64_t rows, DType dtype, Device device) const;
   BlockGrads make_grads(int64_t rows, DType dtype, Device device) const;
 
-  // out = block(x) over B sequences of T tokens; x, out: [B*T, C], distinct.
+  // out = block(x) over B sequences of T tokens; x, out: [B*T, C] (this tensor rank's
+  // B*T / tensor_parallel rows under tensor parallelism), distinct.
   void forward(const Tensor& x, const UnitParams& p, BlockActivations& a, const Tensor& out, int64_t B,
                int64_t T) const;
   // A checkpointed block's activations again, right before its backward: Full runs

@@ -28,6 +28,12 @@ namespace fsdp::train {
 // SHARD_GRAD_OP, one rank for NO_SHARD, fsdp.shard_group_size (default: one node) for
 // HYBRID_SHARD.
 int shard_group_size(const config::Config& cfg);
+// The device mesh the config asks for: parallel.tensor and that shard-group size.
+dist::MeshSpec mesh_spec(const config::Config& cfg);
+// A layout the launched world cannot hold (dist::mesh_problem: parallel.tensor not dividing
+// the world size or a node's ranks, a shard group size not dividing the data-parallel
+// ranks) as a config error naming the key (exit 2), the same on every rank.
+void check_mesh(const config::Config& cfg, const dist::WorldInfo& world);
 
 // Runs check_launch_env on read_launch_env() (errors throw fsdp::Error, warnings are
 // logged; see LaunchFinding for which rank speaks), then throws naming the ranks whose

@@ -25,13 +25,19 @@ namespace fsdp::train {
 // and what is visible.
 Device resolve_device(const config::Config& cfg, const dist::WorldInfo& world);
 
-// The engine's groups: the host groups, with the shard and replicate groups on NCCL when
-// the model is on a GPU.
+// The engine's groups: the host groups, with the shard, replicate and tensor groups on NCCL
+// when the model is on a GPU.
 dist::ProcessGroups engine_groups(dist::ProcessGroups& host, Device device);
 
+// The model this rank trains: training_model_config with the mesh's tensor-parallel degree.
+// What tensor parallelism cannot run with yet (LoRA, a mixture of experts, a GPU) is a
+// config error naming parallel.tensor (exit 2).
+model::LlamaConfig rank_model_config(const config::Config& cfg, const dist::ProcessGroups& groups, Device device);
+
 // The training and validation samples and their loaders (this rank's share of every
-// global batch). The validation side is null when there is none (a run that never
-// evaluates needs none).
+// global batch: its data-parallel rank's, the mesh's, so the ranks of a tensor group read
+// the same micro-batches). The validation side is null when there is none (a run that
+// never evaluates needs none).
 struct DataSources {
   std::shared_ptr<const data::SampleSource> train, val;
   std::unique_ptr<data::Loader> train_loader, val_loader;
@@ -39,7 +45,7 @@ struct DataSources {
   // error an evaluation then reports (which key to set, or what is wrong with the shards).
   std::string val_error;
 };
-DataSources make_data_sources(const config::Config& cfg, int64_t vocab_size, const dist::Communicator& world);
+DataSources make_data_sources(const config::Config& cfg, int64_t vocab_size, const dist::ProcessGroups& groups);
 
 optim::LrSchedule lr_schedule(const config::Config& cfg);
 optim::AdamWConfig adamw_config(const config::Config& cfg);

@@ -6,11 +6,13 @@
 // single-process training).
 //
 // Global batch and sample order: step s (1-based) trains on the global positions
-// [(s-1)*G, s*G), G = micro_batch_size * grad_accum_steps * world_size; rank r's
-// micro-batch a holds positions (s-1)*G + (a*world + r)*micro .. + micro (data::Loader,
-// which maps positions to samples through a seeded per-epoch shuffle). Gradients are
-// scaled by 1 / (tokens in the global batch), so the summed gradient is the global mean
-// whatever the world size or accumulation.
+// [(s-1)*G, s*G), G = micro_batch_size * grad_accum_steps * D, D the data-parallel ranks
+// (the world size / parallel.tensor: the ranks of a tensor group read the same
+// micro-batches); data-parallel rank r's micro-batch a holds positions
+// (s-1)*G + (a*D + r)*micro .. + micro (data::Loader, which maps positions to samples
+// through a seeded per-epoch shuffle), so the global order is the same for every layout.
+// Gradients are scaled by 1 / (tokens in the global batch), so the summed gradient is the
+// global mean whatever the world size, tensor degree or accumulation.
 //
 // Device (train.device): on the CPU everything is host tensors and MPI. On CUDA each rank
 // takes one GPU (its local rank's, or the only one it sees under --gpus-per-task): the
@@ -38,6 +40,7 @@
 #include "fsdp/config/config.h"
 #include "fsdp/dist/communicator.h"
 #include "fsdp/fsdp/fsdp_engine.h"
+#include "fsdp/fsdp/tensor_group.h"
 #include "fsdp/model/decoder.h"
 #include "fsdp/obs/expert_load.h"
 #include "fsdp/obs/metrics.h"
@@ -108,7 +111,8 @@ class Trainer {
   dist::ProcessGroups& groups_;   // host groups (MPI or local): world, checkpoints
   Device device_;
   plan::MemoryPlan memory_plan_;  // checked before anything below allocates (plan/memory_check.h)
-  dist::ProcessGroups engine_groups_;  // the engine's: groups_, with NCCL shard/replicate on a GPU
+  dist::ProcessGroups engine_groups_;  // the engine's: groups_, with NCCL shard/replicate/tensor on a GPU
+  CommTensorGroup tensor_group_;       // the model's tensor-parallel group (engine_groups_.tensor)
   model::Llama model_;
   FsdpEngine engine_;
   model::LlamaActivations act_;

@@ -18,11 +18,13 @@ std::shared_ptr<Communicator> on_device(const std::shared_ptr<Communicator>& hos
 ProcessGroups make_nccl_process_groups(const ProcessGroups& host, int cuda_device) {
   ProcessGroups g;
   g.world_info = host.world_info;
+  g.mesh = host.mesh;
   g.world = host.world;
-  // Every rank creates the shard communicator, then the replicate one: the NCCL bootstraps
-  // (a broadcast over each host group) match one to one on every rank.
+  // Every rank creates the shard communicator, then the replicate one, then the tensor one:
+  // the NCCL bootstraps (a broadcast over each host group) match one to one on every rank.
   g.shard = on_device(host.shard, cuda_device);
   g.replicate = on_device(host.replicate, cuda_device);
+  g.tensor = on_device(host.tensor, cuda_device);
   return g;
 }
 

@@ -128,8 +128,112 @@ void cross_entropy_cpu(const Tensor& logits, const Tensor& targets, const Tensor
   }
 }
 
+// ---- Vocabulary-parallel: the shard's statistics, then the merge (cross_entropy.h) ----
+// The same row max and exp sum as the whole-row op, so one shard of T == 1 is the whole
+// op's arithmetic; the merge rescales each shard's sum by exp(m_r - M) in double.
+
+template <typename T, typename I>
+void shard_stats_impl(const Tensor& logits_t, const Tensor& targets_t, const Tensor& stats_t, int64_t begin,
+                      int64_t vocab, int64_t ignore_index) {
+  const int64_t n = logits_t.size(0), v = logits_t.size(1);
+  const I* targets = targets_t.data<I>();
+  check_targets(targets, n, vocab, ignore_index);
+  const T* logits = logits_t.data<T>();
+  double* stats = stats_t.data<double>();
+  const int64_t ls = logits_t.stride(0);
+#pragma omp parallel for schedule(static) if (n * v >= kMinParallelWork)
+  for (int64_t i = 0; i < n; ++i) {
+    double* st = stats + 3 * i;
+    const int64_t t = int64_t(targets[i]);
+    if (t == ignore_index) {
+      st[0] = 0, st[1] = 1, st[2] = 0;
+      continue;
+    }
+    const T* x = logits + i * ls;
+    const T m = row_max(x, v);
+    st[0] = double(m);
+    st[1] = exp_sum<T>(x, nullptr, v, m);
+    st[2] = t >= begin && t < begin + v ? double(x[t - begin]) : 0.0;
+  }
+}
+
+template <typename T, typename I>
+void shard_finish_impl(const Tensor& logits_t, const Tensor& targets_t, const Tensor& all_t, const Tensor& losses_t,
+                       const Tensor& dlogits_t, double grad_scale, int64_t begin, int64_t ignore_index) {
+  const int64_t n = logits_t.size(0), v = logits_t.size(1), ranks = all_t.size(0);
+  const I* targets = targets_t.data<I>();
+  const T* logits = logits_t.data<T>();
+  const double* all = all_t.data<double>();
+  T* losses = losses_t.data<T>();
+  const int64_t ls = logits_t.stride(0);
+  const bool backward = dlogits_t.defined();
+  T* dlogits = backward ? dlogits_t.data<T>() : nullptr;
+  const int64_t ds = backward ? dlogits_t.stride(0) : 0;
+  const T scale = T(grad_scale);
+#pragma omp parallel for schedule(static) if (n * v >= kMinParallelWork)
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t t = int64_t(targets[i]);
+    if (t == ignore_index) {
+      losses[i] = T(0);
+      if (backward) std::fill_n(dlogits + i * ds, v, T(0));
+      continue;
+    }
+    // In rank order on every rank: the same M, S and loss everywhere.
+    double m = -std::numeric_limits<double>::infinity(), xt = 0;
+    for (int64_t r = 0; r < ranks; ++r) m = std::max(m, all[(r * n + i) * 3]);
+    double s = 0;
+    for (int64_t r = 0; r < ranks; ++r) {
+      const double* st = all + (r * n + i) * 3;
+      s += st[1] * std::exp(st[0] - m);
+      xt += st[2];
+    }
+    losses[i] = T(std::log(s) + (m - xt));
+    if (!backward) continue;
+    const T* x = logits + i * ls;
+    T* d = dlogits + i * ds;
+    const T mt = T(m), f = T(grad_scale / s);
+    for (int64_t j = 0; j < v; ++j) d[j] = std::exp(x[j] - mt) * f;
+    if (t >= begin && t < begin + v) d[t - begin] -= scale;
+  }
+}
+
+void cross_entropy_shard_stats_cpu(const Tensor& logits, const Tensor& targets, const Tensor& stats, int64_t begin,
+                                   int64_t vocab, int64_t ignore_index) {
+  const bool i64 = targets.dtype() == DType::I64;
+  switch (logits.dtype()) {
+    case DType::F32:
+      return i64 ? shard_stats_impl<float, int64_t>(logits, targets, stats, begin, vocab, ignore_index)
+                 : shard_stats_impl<float, int32_t>(logits, targets, stats, begin, vocab, ignore_index);
+    case DType::F64:
+      return i64 ? shard_stats_impl<double, int64_t>(logits, targets, stats, begin, vocab, ignore_index)
+                 : shard_stats_impl<double, int32_t>(logits, targets, stats, begin, vocab, ignore_index);
+    default: cpu::unsupported("cross_entropy_shard_stats", logits.dtype());
+  }
+}
+
+void cross_entropy_shard_finish_cpu(const Tensor& logits, const Tensor& targets, const Tensor& all,
+                                    const Tensor& losses, const Tensor& dlogits, double grad_scale, int64_t begin,
+                                    int64_t ignore_index) {
+  const bool i64 = targets.dtype() == DType::I64;
+  switch (logits.dtype()) {
+    case DType::F32:
+      return i64 ? shard_finish_impl<float, int64_t>(logits, targets, all, losses, dlogits, grad_scale, begin,
+                                                     ignore_index)
+                 : shard_finish_impl<float, int32_t>(logits, targets, all, losses, dlogits, grad_scale, begin,
+                                                     ignore_index);
+    case DType::F64:
+      return i64 ? shard_finish_impl<double, int64_t>(logits, targets, all, losses, dlogits, grad_scale, begin,
+                                                      ignore_index)
+                 : shard_finish_impl<double, int32_t>(logits, targets, all, losses, dlogits, grad_scale, begin,
+                                                      ignore_index);
+    default: cpu::unsupported("cross_entropy_shard_finish", logits.dtype());
+  }
+}
+
 }  // namespace
 
 FSDP_REGISTER_DISPATCH(cross_entropy_stub, DeviceType::CPU, &cross_entropy_cpu);
+FSDP_REGISTER_DISPATCH(cross_entropy_shard_stats_stub, DeviceType::CPU, &cross_entropy_shard_stats_cpu);
+FSDP_REGISTER_DISPATCH(cross_entropy_shard_finish_stub, DeviceType::CPU, &cross_entropy_shard_finish_cpu);
 
 }  // namespace fsdp

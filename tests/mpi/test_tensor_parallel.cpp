@@ -1,0 +1,242 @@
+// Tensor parallelism through the trainer, FSDP on top (issue 27's "Done means"), under
+// mpiexec with 2 and 4 ranks (skipped where the world cannot hold the layout; np1 has
+// none): dense Llama, GQA and MHA, tied and untied, trains 20 steps at
+//   T=2 on one process group (2 ranks: mesh 1x1x2; 4 ranks: T=2 x FULL_SHARD 2, 1x2x2),
+//   T=4 (4 ranks: 1x1x4), T=2 x HYBRID_SHARD (4 ranks: 2x1x2, the replicate all-reduce),
+// under every activation checkpointing mode (none, full, selective, full with offloading),
+// and equals one process training the same global batch: every step's loss within 1e-5
+// relative, every weight after 20 steps within 1e-5 norm-wise (per parameter, its tensor
+// slices stacked in rank order), the same run twice bit for bit, and every checkpointing
+// mode the same bits as none. Per step, the bytes each rank sends equal the theory of
+// (FSDP, T) to the byte (FsdpVolume's for the shard group over this rank's slices, plus
+// the sequence-parallel collectives, the vocabulary-parallel cross-entropy, the whole
+// slots' gradient all-reduce and the two-level grad norm).
+//
+// Tolerances as tests/mpi/test_fsdp.cpp's (the issue's 1e-5): a tensor group sums each
+// row-parallel output and each whole slot's gradient in another order than one process
+// (~1e-7 relative per step). Final parameters: 1e-5 norm-wise per parameter (the issue's
+// bound, tighter than FsdpEquivalence's 5e-5 per unit: measured below 2e-6 here).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <map>
+
+#include "../common/distributed_train_checks.h"
+#include "fsdp/fsdp/tensor_group.h"
+#include "fsdp/train/launch_checks.h"
+#include "fsdp/train/step_votes.h"
+#include "fsdp/train/trainer.h"
+#include "mpi_test_env.h"
+
+namespace fsdp {
+namespace {
+
+constexpr int kSteps = 20;
+constexpr double kTolerance = 1e-5;
+
+// 8 heads of 16, 4 key/value heads (GQA 2), or 4 of 32 (MHA); MLP 96; vocabulary 128:
+// everything divides by 4.
+std::vector<std::string> model_keys(bool gqa, bool tied) {
+  return {"model.preset=tiny",
+          "model.num_layers=2",
+          "model.vocab_size=128",
+          "model.hidden_size=128",
+          std::string("model.num_heads=") + (gqa ? "8" : "4"),
+          "model.num_kv_heads=4",
+          "model.intermediate_size=96",
+          std::string("model.tie_word_embeddings=") + (tied ? "true" : "false")};
+}
+
+config::Config tiny(const std::vector<std::string>& extra) {
+  std::vector<std::string> o = {"train.seq_len=16",     "train.micro_batch_size=2", "optim.lr=3e-3",
+                                "optim.warmup_steps=3", "train.max_steps=20",       "logging.metrics=false",
+                                "checkpoint.resume=none"};
+  o.insert(o.end(), extra.begin(), extra.end());
+  return config::load_config_string("", "test", o);
+}
+
+struct Run {
+  std::vector<double> losses;
+  std::vector<uint64_t> comm_bytes;
+  std::map<std::string, Tensor> weights;  // every parameter, whole
+};
+
+// The whole parameter of slot `s` from every tensor rank's slice of `local` (this rank's
+// unit, gathered over its shard group).
+Tensor whole(const model::ParamSlot& s, const Tensor& local, model::TensorGroup* group) {
+  const Tensor mine = local.narrow(0, s.offset, s.numel).clone();
+  if (group == nullptr || s.tp.replicated()) return mine;
+  const int T = group->size();
+  const Tensor all = Tensor::empty({int64_t(T) * s.numel}, DType::F32);
+  group->all_gather(mine, all);
+  const Tensor out = Tensor::zeros({int64_t(T) * s.numel}, DType::F32);
+  model::ParamSlot slice = s;
+  for (int r = 0; r < T; ++r) {
+    slice.tp.index = r;
+    for (int64_t i = 0; i < s.numel; ++i) out.set_flat(slice.whole_index(i), all.get_flat(int64_t(r) * s.numel + i));
+  }
+  return out;
+}
+
+Run train(const config::Config& cfg, dist::ProcessGroups& groups, int steps = kSteps) {
+  train::Trainer t(cfg, groups);
+  Run r;
+  for (int i = 0; i < steps; ++i) {
+    const auto m = t.train_step();
+    r.losses.push_back(m.loss);
+    r.comm_bytes.push_back(m.comm_bytes);
+  }
+  CommTensorGroup tensor(*groups.tensor);
+  for (int u = 0; u < t.engine().num_units(); ++u) {
+    const Tensor local = t.engine().gather_full(u).clone();
+    for (const model::ParamSlot& s : t.model().units()[size_t(u)].params)
+      r.weights[s.name] = whole(s, local, groups.tensor->size() > 1 ? &tensor : nullptr);
+  }
+  return r;
+}
+
+// One process over the same global batch (the data-parallel ranks' micro-batches become
+// accumulation steps), cached per model.
+const Run& reference(const std::vector<std::string>& model, int data_ranks, int accum) {
+  static std::map<std::string, Run> cache;
+  std::string key = std::to_string(data_ranks * accum);
+  for (const std::string& k : model) key += " " + k;
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  auto local = dist::local_process_groups();
+  std::vector<std::string> o = model;
+  o.push_back("train.grad_accum_steps=" + std::to_string(accum * data_ranks));
+  o.push_back("fsdp.sharding_strategy=NO_SHARD");
+  return cache.emplace(key, train(tiny(o), local)).first->second;
+}
+
+struct Layout {
+  int tensor;
+  std::string strategy;
+  int shard_group_size = 0;  // HYBRID_SHARD
+};
+
+bool fits(const Layout& l) {
+  const int n = test::world_groups().world->size();
+  return l.tensor > 1 && n % l.tensor == 0 && (l.shard_group_size == 0 || (n / l.tensor) % l.shard_group_size == 0) &&
+         !(l.strategy == "HYBRID_SHARD" && n / l.tensor < 2);
+}
+
+std::vector<std::string> layout_keys(const Layout& l) {
+  std::vector<std::string> o = {"parallel.tensor=" + std::to_string(l.tensor), "fsdp.sharding_strategy=" + l.strategy};
+  if (l.shard_group_size > 0) o.push_back("fsdp.shard_group_size=" + std::to_string(l.shard_group_size));
+  return o;
+}
+
+const std::vector<std::vector<std::string>> kCheckpointing = {
+    {},
+    {"train.activation_checkpointing=full"},
+    {"train.activation_checkpointing=selective", "train.activation_checkpointing_every=2"},
+    {"train.activation_checkpointing=full", "train.activation_offload=true", "train.activation_offload_horizon=1"},
+};
+
+void expect_equivalent(const Layout& l, bool gqa, bool tied, int accum = 1) {
+  if (!fits(l)) GTEST_SKIP() << "needs a world the layout divides";
+  dist::ProcessGroups& world = test::world_groups();
+  const std::vector<std::string> model = model_keys(gqa, tied);
+  std::vector<std::string> o = model;
+  for (const std::string& k : layout_keys(l)) o.push_back(k);
+  o.push_back("train.grad_accum_steps=" + std::to_string(accum));
+  const config::Config base = tiny(o);
+  auto groups = dist::split_process_groups(world, train::mesh_spec(base));
+  const Run& want = reference(model, groups.mesh.data_parallel_size(), accum);
+  const Run got = train(base, groups);
+  for (int i = 0; i < kSteps; ++i) {
+    EXPECT_LT(std::abs(got.losses[size_t(i)] - want.losses[size_t(i)]) / want.losses[size_t(i)], kTolerance)
+        << "step " << i + 1 << ": " << got.losses[size_t(i)] << " vs " << want.losses[size_t(i)];
+  }
+  for (const auto& [name, w] : want.weights) {
+    ASSERT_TRUE(got.weights.count(name)) << name;
+    EXPECT_LT(test::rel_norm_error(got.weights.at(name), w), kTolerance) << name;
+  }
+  // Twice, and every checkpointing mode: the same bits.
+  for (const std::vector<std::string>& mode : kCheckpointing) {
+    std::vector<std::string> om = o;
+    om.insert(om.end(), mode.begin(), mode.end());
+    const Run again = train(tiny(om), groups);
+    const std::string what = mode.empty() ? "the same run twice" : mode.back();
+    for (int i = 0; i < kSteps; ++i) EXPECT_EQ(again.losses[size_t(i)], got.losses[size_t(i)]) << what << " step " << i + 1;
+    for (const auto& [name, w] : got.weights)
+      EXPECT_EQ(std::memcmp(again.weights.at(name).data_ptr(), w.data_ptr(), w.nbytes()), 0) << what << ": " << name;
+  }
+}
+
+TEST(TensorParallel, T2GqaUntied) { expect_equivalent({2, "FULL_SHARD"}, true, false); }
+TEST(TensorParallel, T2GqaTied) { expect_equivalent({2, "FULL_SHARD"}, true, true); }
+TEST(TensorParallel, T2MhaUntied) { expect_equivalent({2, "FULL_SHARD"}, false, false); }
+TEST(TensorParallel, T2MhaTiedWithAccumulation) { expect_equivalent({2, "FULL_SHARD"}, false, true, 2); }
+TEST(TensorParallel, T4GqaUntied) { expect_equivalent({4, "FULL_SHARD"}, true, false); }
+TEST(TensorParallel, T4MhaTied) { expect_equivalent({4, "FULL_SHARD"}, false, true); }
+TEST(TensorParallel, T2HybridShardGqaTied) { expect_equivalent({2, "HYBRID_SHARD", 1}, true, true); }
+TEST(TensorParallel, T2HybridShardMhaUntiedWithAccumulation) {
+  expect_equivalent({2, "HYBRID_SHARD", 1}, false, false, 2);
+}
+TEST(TensorParallel, T2ShardGradOpGqaUntied) { expect_equivalent({2, "SHARD_GRAD_OP"}, true, false); }
+
+// Theoretical bytes one rank sends per step (ring volumes of communicator.h), micro-batch
+// of N tokens, one micro-batch, no recompute, mesh R x S x T over W ranks, d = 4 bytes:
+//   FSDP over the shard group, on this rank's slices (FsdpVolume's formula, S_u the bytes
+//     of unit u's shard): FULL_SHARD (S-1) S_u x (2 gathers, 1 for the head, 3 for a tied
+//     table) + (S-1) S_u reduce-scatter; SHARD_GRAD_OP (S-1) S_u x 2; with R > 1 the
+//     replicate all-reduce 2 (R-1)/R S_u
+//   the whole slots' gradients over the tensor group: 2 (T-1)/T x (their elements) x d
+//   sequence parallelism, X = (T-1) x (N/T x C x d) per all-gather or reduce-scatter of the
+//     residual stream: the embedding 2X (reduce-scatter, and its twin); each block 4X
+//     forward (gather, scatter for both sublayers) and 6X backward (scatter's twin, the
+//     gather again and its twin, for both); the head 3X (gather; gather again and its twin)
+//   the vocabulary-parallel cross-entropy: one all-gather of [N, 3] doubles, (T-1) N 24
+//   the grad norm: 2 (S-1)/S 8 over the shard group, 2 (T-1)/T 8 over the tensor group;
+//   the loss and votes: 2 (W-1)/W 8 kSlots over the world.
+double expected_bytes(const train::Trainer& t, const dist::ProcessGroups& g, const config::Config& cfg) {
+  const auto& units = t.model().units();
+  const dist::MeshShape mesh = g.mesh.shape();
+  const double S = mesh.shard, R = mesh.replicate, T = mesh.tensor, W = mesh.world_size();
+  const bool tied = units.back().reads_unit == 0;
+  const std::string strategy(config::to_string(cfg.fsdp.sharding_strategy));
+  double total = 0;
+  for (size_t u = 0; u < units.size(); ++u) {
+    const double Su = double(shard_range(units[u].numel, int(S), 0).size) * 4;
+    const int gathers = u + 1 == units.size() ? 1 : (tied && u == 0 ? 3 : 2);
+    if (strategy == "FULL_SHARD" || strategy == "HYBRID_SHARD") total += (S - 1) * Su * gathers + (S - 1) * Su;
+    if (strategy == "SHARD_GRAD_OP") total += (S - 1) * Su * 2;
+    total += 2 * (R - 1) / R * Su;
+    double whole = 0;
+    for (const model::ParamSlot& s : units[u].params)
+      if (s.tp.replicated()) whole += double(s.numel);
+    total += 2 * (T - 1) / T * whole * 4;
+  }
+  const model::LlamaConfig& m = t.model().config();
+  const double N = double(cfg.train.micro_batch_size) * cfg.train.seq_len;
+  const double X = (T - 1) * (N / T) * double(m.hidden_size) * 4;
+  total += (2 + 10 * double(m.num_layers) + 3) * X + (T - 1) * N * 24;
+  total += 2 * (S - 1) / S * 8 + 2 * (T - 1) / T * 8;
+  total += 2 * (W - 1) / W * 8 * train::StepVotes::kSlots;
+  return total;
+}
+
+TEST(TensorParallel, BytesPerStepEqualTheTheory) {
+  for (const Layout& l : {Layout{2, "FULL_SHARD"}, Layout{4, "FULL_SHARD"}, Layout{2, "SHARD_GRAD_OP"},
+                          Layout{2, "HYBRID_SHARD", 1}}) {
+    if (!fits(l)) continue;
+    for (bool tied : {false, true}) {
+      std::vector<std::string> o = model_keys(true, tied);
+      for (const std::string& k : layout_keys(l)) o.push_back(k);
+      const config::Config cfg = tiny(o);
+      auto groups = dist::split_process_groups(test::world_groups(), train::mesh_spec(cfg));
+      train::Trainer t(cfg, groups);
+      for (int i = 0; i < 2; ++i) {
+        EXPECT_EQ(double(t.train_step().comm_bytes), expected_bytes(t, groups, cfg))
+            << "T=" << l.tensor << " " << l.strategy << " tied " << tied << " step " << i + 1;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace fsdp
