@@ -132,6 +132,9 @@ ckpt::SaveStats CheckpointPolicy::save(const ckpt::TrainState& state, const mode
     shards[size_t(u)] = ckpt::UnitShard{engine.shard_range(u).begin, engine.master(u), engine.exp_avg(u),
                                         engine.exp_avg_sq(u)};
   }
+  // A background save still pending commits first, here rather than inside the writer's
+  // save(), so that its commit is logged and counted like any other.
+  finish();
   last_saved_step_ = state.step;
   ckpt::SaveStats s;
   if (guarded([&] { s = writer_->save(meta, shards); })) log_save(s, !cfg_.checkpoint.async);
@@ -148,9 +151,14 @@ void CheckpointPolicy::commit_ready(int busy_writers) {
   guarded([&] { log_save(writer_->commit(), true); });
 }
 
+// The commit that finish() makes is a commit like commit_ready()'s: it is logged and it
+// moves last_committed_step_. (It once did neither, so every run with checkpoint.async
+// ended by reporting its final, committed checkpoint as not on disk, and exited 1.)
 void CheckpointPolicy::finish() {
   if (!writer_->pending()) return;
-  guarded([&] { writer_->finish(); });
+  guarded([&] {
+    if (const std::optional<ckpt::SaveStats> s = writer_->finish()) log_save(*s, true);
+  });
 }
 
 void CheckpointPolicy::log_save(const ckpt::SaveStats& s, bool committed) {
