@@ -4,6 +4,7 @@
 #include "fsdp/cli/commands.h"
 #include "fsdp/train/output_dirs.h"
 #include "fsdp/train/preemption.h"
+#include "fsdp/train/run_lock.h"
 #include "fsdp/train/trainer.h"
 #include "run_on_ranks.h"
 
@@ -19,6 +20,8 @@ int train_command(const ConfigArgs& args) {
     train::install_preemption_handlers();
     // Outputs that cannot be written fail now, not at the first save after the whole run.
     train::check_output_dirs(cfg, *groups.world);
+    // One run per run.dir (Note [Run lock]), held from before the resume until the exit.
+    const train::RunLock lock = train::lock_run_dirs(cfg, *groups.world);
     train::Trainer trainer(cfg, groups, train::TrainerPurpose::Train);
     return trainer.run();
   });
