@@ -10,7 +10,6 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <iterator>
 
 #include <nlohmann/json.hpp>
@@ -18,6 +17,7 @@
 
 #include "fsdp/ckpt/safetensors.h"
 #include "fsdp/core/error.h"
+#include "fsdp/core/regular_file.h"
 #include "fsdp/model/rope_scaling.h"
 #include "durable_file.h"
 #include "export_folder.h"
@@ -31,12 +31,14 @@ using detail::write_file_synced;
 namespace fs = std::filesystem;
 using nlohmann::json;
 
+// A regular file only: a FIFO given as --tokenizer once hung the export, and a directory
+// surfaced as "basic_filebuf::underflow error reading the file".
 std::string read_file(const std::string& path, const char* what) {
-  std::ifstream in(path, std::ios::binary);
-  FSDP_CHECK(in.good(), "cannot open {} {}", what, path);
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  FSDP_CHECK(!in.bad(), "cannot read {} {}", what, path);
-  return bytes;
+  try {
+    return read_regular_file(path);
+  } catch (const Error& e) {
+    FSDP_FAIL("{}: {}", what, e.what());
+  }
 }
 
 // ---- what goes into the folder ----------------------------------------------------------

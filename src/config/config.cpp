@@ -2,6 +2,8 @@
 // --set overrides, then one validation pass. Every failure is one ConfigError that names
 // where the value came from ("file:line" or "--set text") and the key, so the CLI can print
 // it and stop before any work is done.
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -15,6 +17,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "fsdp/config/config.h"
+#include "fsdp/core/regular_file.h"
 #include "fsdp/model/llama_config.h"
 #include "fsdp/model/rope_scaling.h"
 #include "yaml_text.h"
@@ -346,16 +349,23 @@ Config load_config_string(const std::string& raw_text, const std::string& displa
 }
 
 Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
-  std::FILE* file = std::fopen(path.c_str(), "rb");
-  if (file == nullptr) throw ConfigError(fmt::format("{}: cannot open config file: {}", path, std::strerror(errno)));
+  // A FIFO or /dev/zero as --config once blocked or read forever: regular files only.
+  std::string why;
+  const int fd = open_regular_file(path, why);
+  if (fd < 0) throw ConfigError(fmt::format("{}: cannot open config file: {}", path, why));
   std::string text;
   char buffer[4096];
-  size_t n;
-  while ((n = std::fread(buffer, 1, sizeof buffer, file)) > 0) text.append(buffer, n);
-  const int read_errno = std::ferror(file) ? errno : 0;  // e.g. EISDIR for a folder
-  std::fclose(file);
-  if (read_errno != 0)
-    throw ConfigError(fmt::format("{}: cannot read config file: {}", path, std::strerror(read_errno)));
+  ssize_t n;
+  while ((n = ::read(fd, buffer, sizeof buffer)) != 0) {
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      ::close(fd);
+      throw ConfigError(fmt::format("{}: cannot read config file: {}", path, std::strerror(err)));
+    }
+    text.append(buffer, size_t(n));
+  }
+  ::close(fd);
   return load_config_string(text, path, overrides);
 }
 

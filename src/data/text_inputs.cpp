@@ -1,5 +1,6 @@
 #include "fsdp/data/text_inputs.h"
 
+#include <unistd.h>
 #include <zlib.h>
 #include <zstd.h>
 
@@ -11,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fsdp/core/error.h"
+#include "fsdp/core/regular_file.h"
 
 namespace fsdp::data {
 
@@ -58,11 +60,22 @@ class InputReader::Source {
 
 namespace {
 
+// A regular file only: a FIFO (or /dev/zero) given to prepare would block or never end.
+std::FILE* open_input(const std::string& path) {
+  std::string why;
+  const int fd = open_regular_file(path, why);
+  if (fd < 0) FSDP_FAIL("cannot open input '{}': {}", path, why);
+  std::FILE* f = ::fdopen(fd, "rb");
+  if (f == nullptr) {
+    ::close(fd);
+    FSDP_FAIL("cannot open input '{}': {}", path, std::strerror(errno));
+  }
+  return f;
+}
+
 class PlainSource : public InputReader::Source {
  public:
-  explicit PlainSource(const std::string& path) : path_(path), f_(std::fopen(path.c_str(), "rb")) {
-    if (f_ == nullptr) FSDP_FAIL("cannot open input '{}': {}", path, std::strerror(errno));
-  }
+  explicit PlainSource(const std::string& path) : path_(path), f_(open_input(path)) {}
   ~PlainSource() override { std::fclose(f_); }
   size_t read(char* dst, size_t cap) override {
     const size_t n = std::fread(dst, 1, cap, f_);
@@ -78,15 +91,16 @@ class PlainSource : public InputReader::Source {
 class GzipSource : public InputReader::Source {
  public:
   explicit GzipSource(const std::string& path) : path_(path) {
-    // gzopen would create nothing with "rb", but it opens a missing file lazily on some
-    // zlib versions: check with fopen first for a clear message.
-    if (std::FILE* probe = std::fopen(path.c_str(), "rb")) {
-      std::fclose(probe);
-    } else {
-      FSDP_FAIL("cannot open input '{}': {}", path, std::strerror(errno));
+    // zlib reads the descriptor of the checked regular file (gzopen would open a FIFO and
+    // wait on it; gzclose closes the descriptor).
+    std::string why;
+    const int fd = open_regular_file(path, why);
+    if (fd < 0) FSDP_FAIL("cannot open input '{}': {}", path, why);
+    gz_ = gzdopen(fd, "rb");
+    if (gz_ == nullptr) {
+      ::close(fd);
+      FSDP_FAIL("cannot open input '{}' with zlib", path);
     }
-    gz_ = gzopen(path.c_str(), "rb");
-    if (gz_ == nullptr) FSDP_FAIL("cannot open input '{}' with zlib", path);
     gzbuffer(gz_, 1 << 18);
   }
   ~GzipSource() override { gzclose(gz_); }
@@ -114,8 +128,7 @@ class GzipSource : public InputReader::Source {
 class ZstdSource : public InputReader::Source {
  public:
   explicit ZstdSource(const std::string& path)
-      : path_(path), f_(std::fopen(path.c_str(), "rb")), dctx_(ZSTD_createDCtx()), inbuf_(ZSTD_DStreamInSize()) {
-    if (f_ == nullptr) FSDP_FAIL("cannot open input '{}': {}", path, std::strerror(errno));
+      : path_(path), f_(open_input(path)), dctx_(ZSTD_createDCtx()), inbuf_(ZSTD_DStreamInSize()) {
     FSDP_CHECK(dctx_ != nullptr, "ZSTD_createDCtx failed");
   }
   ~ZstdSource() override {

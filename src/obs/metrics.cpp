@@ -4,12 +4,15 @@
 #include <cstdio>
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "fsdp/core/error.h"
+#include "fsdp/core/regular_file.h"
 
 namespace fsdp::obs {
 
@@ -73,8 +76,10 @@ std::string to_json_line(const StepMetrics& m) {
 }
 
 void truncate_metrics_after(const std::string& path, int64_t step) {
-  std::ifstream in(path);
-  if (!in.good()) return;
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return;
+  // A regular file only: a FIFO here once blocked the resumed run (and its SIGTERM) forever.
+  std::istringstream in(read_regular_file(path));
   std::string kept, line;
   bool dropped = false;
   while (std::getline(in, line)) {
@@ -90,7 +95,6 @@ void truncate_metrics_after(const std::string& path, int64_t step) {
     }
     kept += line + "\n";
   }
-  in.close();
   if (!dropped) return;
   const std::string tmp = path + ".tmp";
   {
@@ -104,8 +108,11 @@ void truncate_metrics_after(const std::string& path, int64_t step) {
 }
 
 MetricsWriter::MetricsWriter(const std::string& path, bool truncate) : path_(path) {
-  f_ = std::fopen(path.c_str(), truncate ? "w" : "a");
-  FSDP_CHECK(f_ != nullptr, "cannot open metrics file {}: {}", path, std::strerror(errno));
+  try {
+    f_ = open_regular_file_stream(path, truncate ? "w" : "a");
+  } catch (const Error& e) {
+    FSDP_FAIL("cannot open metrics file: {}", e.what());
+  }
 }
 
 MetricsWriter::~MetricsWriter() {

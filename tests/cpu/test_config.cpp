@@ -537,7 +537,10 @@ TEST(ConfigErrors, BadOverride) {
 TEST(ConfigErrors, MissingFileAndSyntaxError) {
   const std::string missing = kDataDir + "no_such_file.yaml";
   EXPECT_EQ(file_error_of(missing), missing + ": cannot open config file: No such file or directory");
-  EXPECT_EQ(file_error_of(kDataDir), kDataDir + ": cannot read config file: Is a directory");
+  EXPECT_EQ(file_error_of(kDataDir), kDataDir + ": cannot open config file: it is a directory, not a regular file");
+  // Once a FIFO blocked here until something wrote to it, and /dev/zero was read forever.
+  EXPECT_EQ(file_error_of("/dev/zero"),
+            "/dev/zero: cannot open config file: it is a character device, not a regular file");
   const std::string syntax = file_error_of(kDataDir + "syntax_error.yaml");
   EXPECT_TRUE(syntax.starts_with(kDataDir + "syntax_error.yaml:4: invalid YAML: ")) << syntax;
 }

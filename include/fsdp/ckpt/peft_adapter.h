@@ -16,9 +16,11 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "fsdp/ckpt/safetensors.h"
 #include "fsdp/core/tensor.h"
 #include "fsdp/model/llama_config.h"
 #include "fsdp/model/param_units.h"
@@ -39,6 +41,10 @@ struct PeftAdapterConfig {
 
 // Reads and checks <dir>/adapter_config.json (errors name the file and the key).
 PeftAdapterConfig read_peft_adapter_config(const std::string& dir);
+
+// <dir>'s adapter_model.safetensors, opened; an error naming it (and an adapter_model.bin
+// found instead) when it is not there.
+std::unique_ptr<SafetensorsFolder> open_peft_adapter_weights(const std::string& dir);
 
 // Errors (naming the key on both sides) unless the adapter is the one `lora` asks for on a
 // model of shape `cfg`: the same r, alpha, rslora and set of target modules. The dropout may
