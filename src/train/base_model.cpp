@@ -39,8 +39,12 @@ class SeededFrozenSource final : public model::FrozenSource {
 
 BaseSource::BaseSource(const config::Config& cfg, const model::LlamaConfig& model_cfg)
     : seed_(uint64_t(cfg.train.seed)), init_std_(cfg.model.init_std) {
-  if (!cfg.model.init_from.empty()) folder_ = std::make_unique<ckpt::SafetensorsFolder>(cfg.model.init_from);
-  else plain_ = model::llama_units(model_cfg);
+  if (!cfg.model.init_from.empty()) {
+    folder_ = std::make_unique<ckpt::SafetensorsFolder>(cfg.model.init_from);
+    ckpt::check_unused_tensors(*folder_, model_cfg);
+  } else {
+    plain_ = model::llama_units(model_cfg);
+  }
 }
 
 BaseSource::~BaseSource() = default;

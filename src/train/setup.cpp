@@ -173,9 +173,11 @@ optim::AdamWConfig adamw_config(const config::Config& cfg) {
   return optim::AdamWConfig{cfg.optim.beta1, cfg.optim.beta2, cfg.optim.eps, cfg.optim.weight_decay};
 }
 
-void init_parameters(const config::Config& cfg, const std::vector<model::UnitLayout>& units, FsdpEngine& engine) {
+void init_parameters(const config::Config& cfg, const model::LlamaConfig& model,
+                     const std::vector<model::UnitLayout>& units, FsdpEngine& engine) {
   if (!cfg.model.init_from.empty()) {
     const ckpt::SafetensorsFolder folder(cfg.model.init_from);
+    ckpt::check_unused_tensors(folder, model);
     engine.init_shards([&](int u, int64_t begin, const Tensor& shard) {
       ckpt::load_hf_unit(folder, units[size_t(u)], shard, begin);
     });

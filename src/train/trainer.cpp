@@ -94,7 +94,7 @@ Trainer::Trainer(const config::Config& cfg, dist::ProcessGroups& groups, Trainer
   } else if (cfg.lora.enabled) {
     init_adapters(cfg, model_, engine_);
   } else {
-    init_parameters(cfg, model_.units(), engine_);
+    init_parameters(cfg, model_.config(), model_.units(), engine_);
   }
 }
 

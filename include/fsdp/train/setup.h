@@ -44,7 +44,9 @@ DataSources make_data_sources(const config::Config& cfg, int64_t vocab_size, con
 optim::LrSchedule lr_schedule(const config::Config& cfg);
 optim::AdamWConfig adamw_config(const config::Config& cfg);
 // Fills every rank's shards for a fresh start: from model.init_from (a Hugging Face folder,
-// each rank reading only its ranges) or from the seeded initialiser.
-void init_parameters(const config::Config& cfg, const std::vector<model::UnitLayout>& units, FsdpEngine& engine);
+// each rank reading only its ranges) or from the seeded initialiser. `model` is the shape
+// of `units` (a folder's tensors beyond it are refused: ckpt::check_unused_tensors).
+void init_parameters(const config::Config& cfg, const model::LlamaConfig& model,
+                     const std::vector<model::UnitLayout>& units, FsdpEngine& engine);
 
 }  // namespace fsdp::train
