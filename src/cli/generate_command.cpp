@@ -43,13 +43,16 @@ const char* generate_help() {
          "                          (a LoRA checkpoint runs with its adapters merged into its base)\n"
          "  --adapter DIR           a PEFT LoRA adapter folder to merge into the --checkpoint Hugging\n"
          "                          Face folder (its base; a bitsandbytes 4-bit one is dequantized)\n"
+         "  --base DIR              a LoRA checkpoint's base folder, if it moved since training\n"
+         "                          (default: the one the checkpoint records; its bytes must be the\n"
+         "                          ones trained on)\n"
          "  --tokenizer MODEL       sentencepiece .model file with the model's vocabulary (required);\n"
          "                          the prompt gets its BOS first where it defines one\n"
          "  --prompt TEXT           the text to continue (required; may be empty when the\n"
          "                          tokenizer has a BOS)\n"
          "  --max-new-tokens N      generate at most N tokens (default 64); generation also stops\n"
          "                          after the tokenizer's EOS and at the model's context length\n"
-         "  --temperature T         softmax temperature, 0 = greedy (default 0.8)\n"
+         "  --temperature T         softmax temperature, 0 = greedy (default 0.8; below 1e-6 greedy too)\n"
          "  --top-k K               sample among the K most likely tokens, 0 = off (default 0)\n"
          "  --top-p P               sample from the nucleus of probability mass P, 1 = off (default 1)\n"
          "  --seed S                random seed (default 0): the same seed gives the same text\n"
@@ -66,7 +69,7 @@ const char* generate_help() {
 namespace {
 
 struct GenerateArgs {
-  std::string checkpoint, tokenizer, prompt, adapter;
+  std::string checkpoint, tokenizer, prompt, adapter, base;
   bool has_prompt = false;
   int64_t max_new_tokens = 64;
   model::SamplingOptions sampling;
@@ -117,6 +120,8 @@ GenerateArgs parse_generate_args(int argc, char** argv) {
       a.tokenizer = value();
     } else if (arg == "--adapter") {
       a.adapter = value();
+    } else if (arg == "--base") {
+      a.base = value();
     } else if (arg == "--prompt") {
       a.prompt = value();
       a.has_prompt = true;
@@ -148,6 +153,8 @@ GenerateArgs parse_generate_args(int argc, char** argv) {
   if (a.checkpoint.empty()) throw UsageError{"--checkpoint DIR is required"};
   if (a.tokenizer.empty()) throw UsageError{"--tokenizer MODEL is required"};
   if (!a.has_prompt) throw UsageError{"--prompt TEXT is required"};
+  if (!a.base.empty() && !a.adapter.empty())
+    throw UsageError{"--base is for a LoRA checkpoint; with --adapter, --checkpoint is the base folder"};
   if (a.device == "cpu" && !a.dtype.empty() && a.dtype != "float32")
     throw UsageError{"--dtype " + a.dtype + " needs --device cuda: the CPU computes in float32"};
   return a;
@@ -180,9 +187,10 @@ class CompletionPrinter {
 };
 
 int run_generate(const GenerateArgs& a) {
-  FSDP_CHECK(fs::exists(a.tokenizer), "--tokenizer {}: no such file", a.tokenizer);
+  std::error_code ec;
+  FSDP_CHECK(fs::exists(a.tokenizer, ec), "--tokenizer {}: no such file{}", a.tokenizer, ec ? ": " + ec.message() : "");
   const data::Tokenizer tok(a.tokenizer);
-  train::InferenceModel m = train::load_inference_model(a.checkpoint, a.adapter);
+  train::InferenceModel m = train::load_inference_model(a.checkpoint, a.adapter, a.base);
   const model::LlamaConfig& c = m.config;
   spdlog::info("model: {} ({})", m.kind, c.summary());
   FSDP_CHECK(tok.vocab_size() == c.vocab_size,

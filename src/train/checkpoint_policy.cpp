@@ -66,8 +66,11 @@ ckpt::TrainState CheckpointPolicy::restore(const std::string& path, const model:
   const ckpt::CheckpointReader reader(path);
   reader.check_model(model.config(), model.units());
   const ckpt::Manifest& m = reader.manifest();
-  // The units matched, so both or neither are LoRA runs; the base must be the same one.
+  // The units matched, so both or neither are LoRA runs; the base must be the same one,
+  // and the adapters must mean what they meant: the rank is in the units' sizes, the scale
+  // (lora.alpha, lora.rslora) only in the config the checkpoint recorded.
   if (m.base && base_) check_same_base(*m.base, *base_, path);
+  if (m.base && cfg_.lora.enabled) check_same_lora_scale(m.config_yaml, path);
   uint64_t bytes = 0;
   Tensor staging;  // shards on a GPU are read into host memory, then uploaded
   for (int u = 0; u < engine.num_units(); ++u) {
@@ -103,6 +106,31 @@ ckpt::TrainState CheckpointPolicy::restore(const std::string& path, const model:
                  path, m.state.step, cfg_.train.max_steps);
   }
   return m.state;
+}
+
+// A LoRA adapter's update is scale x B A with scale = alpha / r (alpha / sqrt(r) under
+// rslora): continuing a checkpoint with another alpha or rslora would scale every trained
+// adapter differently from the step it was saved at. A changed rank is refused by the
+// units' sizes (check_model); these two the same way, by name.
+void CheckpointPolicy::check_same_lora_scale(const std::string& saved_yaml, const std::string& path) const {
+  config::Config saved;
+  try {
+    saved = config::load_config_string(saved_yaml, path + "/manifest.json: config");
+  } catch (const std::exception&) {
+    return;  // a config this build cannot read (an older schema): nothing to compare against
+  }
+  const auto& was = saved.lora;
+  const auto& now = cfg_.lora;
+  FSDP_CHECK(was.alpha == now.alpha,
+             "checkpoint {} was trained with lora.alpha {}, but this run has lora.alpha {}: its adapters would be "
+             "scaled differently (by alpha / {}); set lora.alpha: {} to continue it, or start another run in another "
+             "run.dir",
+             path, was.alpha, now.alpha, now.rslora ? "sqrt(r)" : "r", was.alpha);
+  FSDP_CHECK(was.rslora == now.rslora,
+             "checkpoint {} was trained with lora.rslora {}, but this run has lora.rslora {}: its adapters would be "
+             "scaled by alpha / {} instead of alpha / {}; set lora.rslora: {} to continue it, or start another run in "
+             "another run.dir",
+             path, was.rslora, now.rslora, now.rslora ? "sqrt(r)" : "r", was.rslora ? "sqrt(r)" : "r", was.rslora);
 }
 
 template <typename F>

@@ -71,6 +71,8 @@ class CheckpointPolicy {
   template <typename F>
   bool guarded(F&& f);
   std::string resume_point();
+  // Errors unless a LoRA checkpoint's recorded lora.alpha and lora.rslora are this run's.
+  void check_same_lora_scale(const std::string& saved_yaml, const std::string& path) const;
   void log_save(const ckpt::SaveStats& s, bool committed);
 
   config::Config cfg_;
