@@ -255,6 +255,34 @@ TEST(Sampling, TopK1AndTinyTopPAndTemperature0AreGreedy) {
   EXPECT_EQ(model::argmax(std::vector<float>{0.f, 2.f, 1.f, 2.f}), 1);
 }
 
+// A temperature too small for 1 / temperature times a logit to be a number (1e-310 is a
+// subnormal: its inverse is inf) once made every probability NaN, and every draw fell through
+// to the last vocabulary piece. Below kGreedyBelow a temperature is greedy.
+TEST(Sampling, ATinyTemperatureIsGreedyNeverNaN) {
+  for (const double t : {1e-7, 1e-30, 1e-310}) {
+    SCOPED_TRACE(t);
+    Sampler s(SamplingOptions{.temperature = t, .seed = 5});
+    EXPECT_TRUE(s.greedy());
+    EXPECT_NE(s.options().summary().find("greedy (temperature"), std::string::npos) << s.options().summary();
+    for (uint64_t seed = 0; seed < 20; ++seed) {
+      const std::vector<float> l = random_logits(96, seed);
+      EXPECT_EQ(s.sample(l, seed), model::argmax(l));
+      const std::vector<double> d = s.distribution(l);
+      EXPECT_EQ(d[size_t(model::argmax(l))], 1.0);
+    }
+  }
+  // Just above the threshold it still samples, from finite probabilities summing to 1.
+  Sampler s(SamplingOptions{.temperature = 2 * model::kGreedyBelow, .seed = 5});
+  EXPECT_FALSE(s.greedy());
+  const std::vector<double> d = s.distribution(random_logits(96, 1));
+  double sum = 0;
+  for (const double p : d) {
+    EXPECT_TRUE(std::isfinite(p));
+    sum += p;
+  }
+  EXPECT_NEAR(sum, 1.0, 1e-12);
+}
+
 TEST(Sampling, SameSeedSameDrawsOtherSeedOtherDraws) {
   const std::vector<float> flat(1000, 0.0f);
   auto draws = [&](uint64_t seed, uint64_t stream) {
