@@ -50,12 +50,12 @@ const char* prepare_help() {
          "                          deterministic hash of each document's index (default 0)\n"
          "  --text-field NAME       JSONL field holding the text (default text)\n"
          "  --max-bad-fraction F    fail when more than F of all JSONL lines and text paragraphs\n"
-         "                          are malformed JSON or too long (default 0.001); fewer are\n"
-         "                          skipped and reported\n"
+         "                          are malformed JSON, too long or not UTF-8 (default 0.001);\n"
+         "                          fewer are skipped and reported\n"
          "  --max-line-bytes N      a longer line is a bad line, skipped without being read into\n"
          "                          memory whole (default 67108864, 64 MiB)\n"
-         "  --workers N             tokenizer threads (default: every core); the output is the\n"
-         "                          same bytes whatever N\n"
+         "  --workers N             tokenizer threads, 1 to 1024 (default: every core); the output\n"
+         "                          is the same bytes whatever N\n"
          "  --overwrite             replace DIR when it exists and is not empty\n"
          "  --help                  this text\n"
          "\n"
@@ -98,11 +98,16 @@ PrepareOptions parse_prepare_args(int argc, char** argv, bool& help) {
       o.val_fraction = parse_double(arg, value());
     } else if (arg == "--text-field") {
       o.text_field = value();
+      if (o.text_field.empty())
+        throw UsageError{"--text-field needs the name of the JSONL field holding the text, not ''"};
     } else if (arg == "--max-bad-fraction") {
       o.max_bad_fraction = parse_double(arg, value());
     } else if (arg == "--workers") {
-      const double w = parse_double(arg, value());
-      if (w < 1 || w != double(int(w))) throw UsageError{"--workers needs a whole number >= 1"};
+      const std::string v = value();
+      const double w = parse_double(arg, v);
+      if (!(w >= 1 && w <= data::kMaxWorkers) || w != double(int(w)))
+        throw UsageError{"--workers needs a whole number from 1 to " + std::to_string(data::kMaxWorkers) + ", not '" +
+                         v + "'"};
       o.workers = int(w);
     } else if (arg == "--max-line-bytes") {
       const double n = parse_double(arg, value());
@@ -191,7 +196,8 @@ int prepare_command(int argc, char** argv) {
     std::printf("  val:   %lld documents, %lld tokens, %zu shard(s)\n", (long long)r.val.documents,
                 (long long)r.val.tokens, r.val.shards.size());
     if (r.bad_lines > 0) {
-      std::printf("  skipped %lld malformed or over-long line(s) of %lld; the first:\n", (long long)r.bad_lines,
+      std::printf("  skipped %lld malformed, over-long or non-UTF-8 line(s) of %lld; the first:\n",
+                  (long long)r.bad_lines,
                   (long long)(r.jsonl_lines + r.text_records));
       for (const std::string& e : r.bad_examples) std::printf("    %s\n", e.c_str());
     }

@@ -19,6 +19,7 @@
 #include <cstring>
 #include <exception>
 #include <mutex>
+#include <system_error>
 #include <thread>
 
 #include "fsdp/core/error.h"
@@ -168,7 +169,15 @@ struct Loader::Impl {
       s.error = nullptr;
     }
     const int n = std::min(opt.num_workers, opt.prefetch);
-    for (int w = 0; w < n; ++w) workers.emplace_back([this, w] { worker_loop(w); });
+    try {
+      for (int w = 0; w < n; ++w) workers.emplace_back([this, w] { worker_loop(w); });
+    } catch (const std::system_error& e) {
+      const size_t started = workers.size();
+      stop();  // the threads already running, joined: a joinable thread left behind would terminate
+      FSDP_FAIL("the data loader cannot start worker thread {} of {} (data.num_workers): {} (the process's thread "
+                "limit, ulimit -u?)",
+                started + 1, n, e.code().message());
+    }
   }
 
   void stop() {
