@@ -1,5 +1,6 @@
 // `fsdp_train export --checkpoint DIR --output HF_DIR`: the command line over
 // train::export_checkpoint (fsdp/train/checkpoint_export.h).
+#include <cmath>
 #include <cstdio>
 #include <string>
 #include <utility>
@@ -58,11 +59,12 @@ uint64_t parse_size(const std::string& v) {
   }
   try {
     size_t used = 0;
-    const double d = std::stod(num, &used);
-    if (used == num.size() && d > 0) return uint64_t(d * scale);
+    const double bytes = std::stod(num, &used) * scale;
+    // A whole number of bytes, at least one (0.1 once passed as 0 and failed the export).
+    if (used == num.size() && bytes >= 1 && bytes < 9.2e18 && bytes == std::floor(bytes)) return uint64_t(bytes);
   } catch (const std::exception&) {
   }
-  throw UsageError{"--max-shard-size needs a size such as 5GB or 200MB, not '" + v + "'"};
+  throw UsageError{"--max-shard-size needs a size of at least one byte such as 5GB, 200MB or 1000000, not '" + v + "'"};
 }
 
 }  // namespace

@@ -50,10 +50,10 @@ ParsedLine parse_args(int argc, char** argv) {
       a.config.config_path = value("--config");
     } else if (arg.starts_with("--config=")) {
       a.config.config_path = arg.substr(9);
-    } else if (arg == "--split") {
-      a.config.split = value("--split");
-    } else if (arg.starts_with("--split=")) {
-      a.config.split = arg.substr(8);
+    } else if (arg == "--split" || arg.starts_with("--split=")) {
+      a.config.split = arg == "--split" ? value("--split") : arg.substr(8);
+      // An empty one once evaluated eval.split's default (val) without a word.
+      if (a.config.split.empty()) throw fsdp::UsageError{"--split needs a split name (e.g. val or train), not ''"};
     } else if (arg == "--set") {
       a.config.overrides.push_back(value("--set"));
     } else if (arg.starts_with("--set=")) {

@@ -100,6 +100,8 @@ int plan_command(int argc, char** argv) {
     }
     cfg = config::load_config(args.config, args.overrides);
     target = plan::requested_plan_target(args.request, cfg);
+    // The layout `train` would refuse at start-up on this many ranks, refused here too.
+    config::checked_shard_group(cfg, target.ranks, target.ranks_per_node);
   } catch (const UsageError& e) {
     std::fprintf(stderr, "error: fsdp_train plan: %s\n\n%s", e.message.c_str(), plan_help());
     return kExitUsage;

@@ -8,6 +8,7 @@
 #include <spdlog/spdlog.h>
 
 #include "fsdp/cli/error_report.h"
+#include "fsdp/config/model_options.h"
 #include "fsdp/core/cli_args.h"
 #include "fsdp/core/error.h"
 #include "fsdp/dist/watchdog.h"
@@ -74,8 +75,12 @@ int run_on_ranks(const ConfigArgs& args, const char* about, const RankBody& body
                                 spdlog::error("{}", r.line());
                                 spdlog::default_logger()->flush();
                               }});
+    groups = dist::init_world_groups();
+    // The layout against the world's size, as `plan` judges it: a config error (exit 2) on
+    // every rank, not a failure of the run (it was once 1, through MPI_Abort).
+    config::checked_shard_group(cfg, groups.world_info.size, groups.world_info.local_size);
     try {
-      groups = dist::init_process_groups(train::shard_group_size(cfg));
+      groups = dist::split_process_groups(groups, train::shard_group_size(cfg));
     } catch (const Error& e) {
       FSDP_FAIL("cannot set up the ranks for fsdp.sharding_strategy {} with fsdp.shard_group_size {}: {}",
                 config::to_string(cfg.fsdp.sharding_strategy), cfg.fsdp.shard_group_size, e.what());

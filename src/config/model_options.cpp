@@ -1,6 +1,7 @@
 // The config as the model and the engine take it; see model_options.h.
 #include "fsdp/config/model_options.h"
 
+#include <algorithm>
 #include <utility>
 
 #include <fmt/format.h>
@@ -135,6 +136,25 @@ std::vector<model::UnitLayout> checked_lora_units(const model::LlamaConfig& mode
   } catch (const Error& e) {
     throw config::ConfigError(e.what());
   }
+}
+
+int checked_shard_group(const Config& cfg, int world_size, int ranks_per_node) {
+  switch (cfg.fsdp.sharding_strategy) {
+    case ShardingStrategy::FULL_SHARD:
+    case ShardingStrategy::SHARD_GRAD_OP: return world_size;
+    case ShardingStrategy::NO_SHARD: return 1;
+    case ShardingStrategy::HYBRID_SHARD: break;
+  }
+  const int set = cfg.fsdp.shard_group_size;
+  const int group = set > 0 ? set : std::min(world_size, ranks_per_node);
+  if (group >= 1 && world_size % group == 0) return group;
+  const std::string what =
+      set > 0 ? fmt::format("is {}, which does not divide the world size {}", set, world_size)
+              : fmt::format("is 0 (one node's ranks: {}), which does not divide the world size {}", group, world_size);
+  fail_key(cfg, "fsdp.shard_group_size",
+           fmt::format("{}: HYBRID_SHARD shards over groups of that many ranks and replicates across them; use a "
+                       "divisor of {}",
+                       what, world_size));
 }
 
 FsdpOptions fsdp_options(const Config& cfg, Device device) {

@@ -159,10 +159,15 @@ ProcessGroups local_process_groups() {
 }
 
 ProcessGroups init_process_groups(int shard_group_size) {
+  return split_process_groups(init_world_groups(), shard_group_size);
+}
+
+ProcessGroups init_world_groups() {
   const Launch launch = detect_launch();
   if (launch.launcher == "none") {
-    resolve_shard_group_size(shard_group_size, 1, 0, 1);
-    return local_process_groups();
+    ProcessGroups g = local_process_groups();
+    g.shard = g.replicate = nullptr;
+    return g;
   }
 
   ensure_mpi(launch);
@@ -196,7 +201,7 @@ ProcessGroups init_process_groups(int shard_group_size) {
     w.num_nodes += leaders[size_t(r)];
     if (r < leader) w.node_index += leaders[size_t(r)];
   }
-  return split_process_groups(base, shard_group_size);
+  return base;
 }
 
 ProcessGroups split_process_groups(const ProcessGroups& base, int shard_group_size) {

@@ -102,6 +102,12 @@ struct ProcessGroups {
 // every node must then run the same number of ranks). Call once per process.
 ProcessGroups init_process_groups(int shard_group_size);
 
+// init_process_groups' first half: MPI up (as above) and the world with its WorldInfo
+// (rank, size, nodes); shard and replicate are not set. A caller that must judge the layout
+// against the world's size before splitting it (train's start-up: a shard group that does
+// not divide the world is a config error) calls this, then split_process_groups.
+ProcessGroups init_world_groups();
+
 // New shard / replicate groups over an existing world (a collective over base.world; the
 // world communicator is shared, not duplicated): lets one process run several strategies
 // (tests) and is how init_process_groups builds its own. Same size rules as above.
