@@ -38,10 +38,11 @@ std::string clear_the_way(const config::Config& cfg, const std::vector<ckpt::Che
   if (!cfg.checkpoint.overwrite) {
     return fmt::format(
         "checkpoint.dir {} holds {} checkpoint(s) of another run: {}. This run ({}) would mix its checkpoints with "
-        "them, and keep_last rotation could delete its own. Resume that run (checkpoint.resume: auto), point "
-        "checkpoint.dir (or run.dir) elsewhere, or set checkpoint.overwrite: true to move them aside",
+        "them, and keep_last rotation could delete its own. {}point checkpoint.dir (or run.dir) elsewhere, or set "
+        "checkpoint.overwrite: true to move them aside",
         dir, foreign.size(), describe(foreign),
-        fresh ? fmt::format("a fresh start: checkpoint.resume is {}", cfg.checkpoint.resume) : "a resumed run");
+        fresh ? fmt::format("a fresh start: checkpoint.resume is {}", cfg.checkpoint.resume) : "a resumed run",
+        cfg.checkpoint.resume == "auto" ? "" : "Resume that run (checkpoint.resume: auto), ");
   }
   try {
     const std::string aside = ckpt::move_checkpoints_aside(dir, foreign);
@@ -72,6 +73,17 @@ std::string claim_checkpoint_dir(const config::Config& cfg, dist::Communicator& 
     const std::string id = resumed_run_id.empty() ? ckpt::new_run_id() : resumed_run_id;
     std::vector<ckpt::CheckpointOwner> foreign;
     for (ckpt::CheckpointOwner& o : ckpt::checkpoint_owners(config::checkpoint_dir(cfg))) {
+      // A checkpoint whose manifest cannot be read is broken, not another run's: resume: auto
+      // skipped it (with a warning naming why) as it skips one that fails its CRCs, and it
+      // would have resumed from it, as from any complete checkpoint here, had it been whole.
+      // It stays until this run writes its step or rotation removes it.
+      if (!o.readable && cfg.checkpoint.resume == "auto") {
+        spdlog::warn("checkpoint.dir {}: {} is a broken checkpoint (its manifest.json cannot be read; see above) and "
+                     "was skipped{}",
+                     config::checkpoint_dir(cfg), fs::path(o.path).filename().string(),
+                     fresh ? "; no earlier checkpoint verifies, so this run starts from step 0" : "");
+        continue;
+      }
       // Checkpoints without a run id predate run ids: a resumed run cannot tell them from its own.
       const bool other = fresh || (!o.run_id.empty() && o.run_id != id);
       if (other && fs::path(o.path) != fs::path(resumed_from)) foreign.push_back(std::move(o));

@@ -394,7 +394,8 @@ int Trainer::run() {
   const bool rank0 = groups_.world->rank() == 0;
   std::unique_ptr<obs::MetricsWriter> metrics;
   if (rank0 && cfg_.logging.metrics) {
-    std::filesystem::create_directories(cfg_.run.dir);
+    std::error_code ec;
+    std::filesystem::create_directories(cfg_.run.dir, ec);  // made by check_output_dirs; its errors are named there
     const std::string path = (std::filesystem::path(cfg_.run.dir) / "metrics.jsonl").string();
     // A resumed run continues the file: drop the steps logged after the checkpoint (the
     // killed run's), which are about to be trained again.
