@@ -141,7 +141,7 @@ TEST(Observability, TraceMergeWritesAProcessPerRankAndRefusesMixedRecordings) {
                      {"rank_1.trace.json", "different recordings"});
   std::ofstream(traces / "rank_1.trace.json") << "{\"traceEvents\": [";
   test::expect_error([&] { obs::merge_traces(traces.string(), (traces / "t2.json").string()); },
-                     {"rank_1.trace.json", "not JSON"});
+                     {"rank_1.trace.json: not valid JSON (line 1, column", "(a trace cut short?)"});
   test::expect_error([&] { obs::merge_traces((dir / "nope").string(), "x"); }, {"nope", "not a directory"});
   fs::remove_all(dir);
 }

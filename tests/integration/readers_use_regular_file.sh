@@ -15,16 +15,11 @@ declare -A exempt=(
 )
 
 check() {  # TREE: prints offending lines, returns 1 if any
-  local tree=$1 status=0 file rel
-  while IFS= read -r file; do
-    rel=${file#"$tree"/}
-    [[ -n ${exempt[$rel]:-} ]] && continue
-    if grep -nE 'std::i?fstream|\bifstream\b|\bgzopen\(|fopen\([^;]*"r|O_RDONLY' "$file" |
-       grep -vE 'O_DIRECTORY' | sed "s|^|$rel:|" | grep .; then
-      status=1
-    fi
-  done < <(find "$tree/src" -path "$tree/src/cuda_emu" -prune -o \( -name '*.cpp' -o -name '*.h' \) -print)
-  return $status
+  local tree=$1 hits rel
+  hits=$(cd "$tree" && grep -rnE --include='*.cpp' --include='*.h' --exclude-dir=cuda_emu \
+    'std::i?fstream|\bifstream\b|\bgzopen\(|fopen\([^;]*"r|O_RDONLY' src | grep -v 'O_DIRECTORY' || true)
+  for rel in "${!exempt[@]}"; do hits=$(grep -v "^$rel:" <<<"$hits" || true); done
+  [[ -z $hits ]] || { echo "$hits"; return 1; }
 }
 
 if ! out=$(check "$root"); then
