@@ -255,9 +255,10 @@ TEST(Sampling, TopK1AndTinyTopPAndTemperature0AreGreedy) {
   EXPECT_EQ(model::argmax(std::vector<float>{0.f, 2.f, 1.f, 2.f}), 1);
 }
 
-// A temperature too small for 1 / temperature times a logit to be a number (1e-310 is a
-// subnormal: its inverse is inf) once made every probability NaN, and every draw fell through
-// to the last vocabulary piece. Below kGreedyBelow a temperature is greedy.
+// A tiny temperature once made every probability NaN (generate --temperature 1e-30 printed
+// the last vocabulary piece over and over: exp of l / t - max / t, computed with a contracted
+// multiply-add, is off by about 1e15 there and overflows; at 1e-310, a subnormal, 1 / t is
+// inf outright). Below kGreedyBelow a temperature is greedy.
 TEST(Sampling, ATinyTemperatureIsGreedyNeverNaN) {
   for (const double t : {1e-7, 1e-30, 1e-310}) {
     SCOPED_TRACE(t);

@@ -4,8 +4,10 @@
 // token is drawn from the softmax of what is left. Temperature 0 is greedy: the arg max
 // (the lowest id among equal maxima, as torch.argmax); so is any temperature below
 // kGreedyBelow, where the softmax is one-hot in double precision for any logit gap that
-// float32 logits can show, and where 1 / temperature times a logit once overflowed into
-// NaN probabilities (every draw then fell through to the last vocabulary piece).
+// float32 logits can show. Below it, logit / temperature is so large that the rounding of
+// a contracted multiply-add in exp(l / t - max / t) is itself huge (about 1e15 at t = 1e-30):
+// exp overflowed, the probabilities became inf / inf = NaN, and every draw fell through to
+// the last vocabulary piece.
 //
 // The draw for generated token number i (0, 1, ...) is uniform01(key, i) from the project's
 // counter-based generator (core/random.h) with key = mix_key(seed, purpose, stream): the same
