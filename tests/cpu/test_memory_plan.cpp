@@ -28,7 +28,7 @@ namespace fsdp {
 namespace {
 
 config::Config load(const std::vector<std::string>& o, const std::string& file = "") {
-  return file.empty() ? config::load_config_string("", "test", o) : config::load_config(test::source_path(file), o);
+  return file.empty() ? config::load_config_string("data:\n  source: synthetic\n", "test", o) : config::load_config(test::source_path(file), o);
 }
 
 plan::PlanTarget gpus(int ranks, double bytes = 80e9) {
