@@ -47,7 +47,7 @@ int trace_merge_command(int argc, char** argv) {
       } else if (!a.starts_with("-") && dir.empty()) {
         dir = a;
       } else {
-        throw UsageError{"unknown argument '" + args.raw() + "'"};
+        throw unknown_argument(args.raw(), {"--help", "--output"});
       }
     }
     if (dir.empty()) throw UsageError{"DIR (a run's trace directory) is required"};
