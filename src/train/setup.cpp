@@ -54,10 +54,13 @@ class OffsetSamples final : public data::SampleSource {
 void check_manifest_vocab(const std::string& dir, int64_t model_vocab) {
   const auto m = data::read_shard_manifest(dir);
   if (!m || !m->vocab_size) return;
-  FSDP_CHECK(*m->vocab_size == model_vocab,
-             "{}: the tokenizer's vocab_size {} differs from model.vocab_size {} (prepare the data with the model's "
-             "tokenizer, or set model.vocab_size)",
-             (std::filesystem::path(dir) / "manifest.json").string(), *m->vocab_size, model_vocab);
+  // The config's error (exit 2): nothing ran, and model.vocab_size or data.path is to change.
+  if (*m->vocab_size != model_vocab) {
+    throw config::ConfigError(fmt::format(
+        "{}: the tokenizer's vocab_size {} differs from model.vocab_size {} (prepare the data with the model's "
+        "tokenizer, or set model.vocab_size)",
+        (std::filesystem::path(dir) / "manifest.json").string(), *m->vocab_size, model_vocab));
+  }
 }
 
 // A relative path resolves from the working directory: say which, since the repository's

@@ -334,7 +334,8 @@ TEST(ConfigErrors, ImpossibleValue) {
   EXPECT_EQ(file_error_of(kDataDir + "bad_value.yaml"),
             kDataDir + "bad_value.yaml:5: key 'optim.lr' must be > 0, got -1");
   EXPECT_EQ(error_of("optim:\n  schedule: cosin\n"),
-            "configs/x.yaml:2: key 'optim.schedule' must be one of cosine, linear, constant, got 'cosin'");
+            "configs/x.yaml:2: key 'optim.schedule' must be one of cosine, linear, constant, got 'cosin' (did you mean "
+            "'cosine'?)");
   EXPECT_EQ(error_of("train:\n  micro_batch_size: 0\n"), "configs/x.yaml:2: key 'train.micro_batch_size' must be > 0, got 0");
   EXPECT_EQ(error_of("train:\n  grad_accum_steps: 0\n"), "configs/x.yaml:2: key 'train.grad_accum_steps' must be >= 1, got 0");
   EXPECT_EQ(error_of("optim:\n  beta2: 1.0\n"), "configs/x.yaml:2: key 'optim.beta2' must be in [0, 1), got 1");
@@ -342,7 +343,8 @@ TEST(ConfigErrors, ImpossibleValue) {
   EXPECT_EQ(error_of("model:\n  norm_eps: 0\n"), "configs/x.yaml:2: key 'model.norm_eps' must be > 0, got 0");
   EXPECT_EQ(error_of("model:\n  preset: llama3_7b\n"),
             "configs/x.yaml:2: key 'model.preset' must be one of tiny, tiny_moe, llama2_7b, llama2_13b, llama2_70b, "
-            "codellama_7b, mixtral_8x7b, llama3_8b, llama3_70b, llama3.1_8b, llama3.1_70b, got 'llama3_7b'");
+            "codellama_7b, mixtral_8x7b, llama3_8b, llama3_70b, llama3.1_8b, llama3.1_70b, got 'llama3_7b' (did you "
+            "mean 'llama2_7b'?)");
   EXPECT_EQ(error_of("model:\n  rope_scaling: yarn\n"),
             "configs/x.yaml:2: key 'model.rope_scaling' must be one of none, linear, llama3, got 'yarn' (dynamic, "
             "yarn, longrope and the other transformers types are not implemented)");
@@ -353,7 +355,8 @@ TEST(ConfigErrors, ImpossibleValue) {
   EXPECT_EQ(error_of("eval:\n  split: data/val\n"),
             "configs/x.yaml:2: key 'eval.split' must be a shard name, not a path, got 'data/val'");
   EXPECT_EQ(error_of("train:\n  dtype: float8\n"),
-            "configs/x.yaml:2: key 'train.dtype' must be one of float32, bfloat16, float16, got 'float8'");
+            "configs/x.yaml:2: key 'train.dtype' must be one of float32, bfloat16, float16, got 'float8' (did you mean "
+            "'float32'?)");
   EXPECT_EQ(error_of("train:\n  device: gpu\n"),
             "configs/x.yaml:2: key 'train.device' must be one of auto, cpu, cuda, got 'gpu'");
   EXPECT_EQ(error_of("run:\n  dir: \"\"\n"), "configs/x.yaml:2: key 'run.dir' must not be empty (the run directory)");
@@ -621,7 +624,7 @@ TEST(ConfigDump, EveryKeyInSectionOrder) {
   EXPECT_NE(text.find("  sharding_strategy: FULL_SHARD\n"), std::string::npos);
   EXPECT_NE(text.find("  dtype: float32\n"), std::string::npos);
   const size_t lines = static_cast<size_t>(std::count(text.begin(), text.end(), '\n'));
-  EXPECT_EQ(lines, 11 + 88u);  // 11 sections, 88 keys
+  EXPECT_EQ(lines, 11 + 89u);  // 11 sections, 89 keys
 }
 
 TEST(ConfigDump, HashIsDeterministicAndSeesEveryChange) {

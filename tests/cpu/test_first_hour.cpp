@@ -170,7 +170,7 @@ TEST(FirstHour, PrepareHoldsOutAValidationSplitByDefault) {
   ASSERT_EQ(none.code, 0) << none.out;
   EXPECT_TRUE(has(none, "no validation split")) << none.out;
   const std::string cfg = small_config(dir, "  path: " + dir + "/noval\n");
-  expect_refused(run("train --config " + cfg + " --set model.vocab_size=32000 --set train.eval_every=1"), 2,
+  expect_refused(run("train --config " + cfg + " --set model.vocab_size=64 --set train.eval_every=1"), 2,
                  {"key 'train.eval_every' is 1, but there is nothing to evaluate on", "--val-fraction",
                   "train.eval_every: 0"});
 }
@@ -226,10 +226,12 @@ TEST(ExitCodes, AMissingValidationSplitIs2) {
   std::ofstream(dir + "/a.txt") << "one document of text, long enough for a window of sixteen tokens or more.\n";
   ASSERT_EQ(run("prepare --tokenizer " + tok + " --val-fraction 0 --output " + dir + "/shards " + dir + "/a.txt").code, 0);
   const std::string cfg = small_config(dir, "  path: " + dir + "/shards\n");
-  const std::string vocab = " --set model.vocab_size=32000";
+  const std::string vocab = " --set model.vocab_size=64";
   expect_refused(run("train --config " + cfg + vocab + " --set train.eval_every=1"), 2, {"key 'train.eval_every'"});
   expect_refused(run("eval --config " + cfg + vocab + " --init"), 2,
                  {"no token shards for split 'val'", "--val-fraction"});
+  // Shards of another tokenizer than the model's vocabulary: the config's to fix, too.
+  expect_refused(run("train --config " + cfg), 2, {"the tokenizer's vocab_size 64 differs from model.vocab_size 256"});
 }
 
 TEST(ExitCodes, ANonexistentInitFromIs2) {

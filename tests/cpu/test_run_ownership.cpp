@@ -144,7 +144,8 @@ TEST(RunOwnership, AMissingLoadDirOrResumePathIsAnError) {
   msg = error_message([&] { LocalTrainer t(ckpt_config(dir, {"checkpoint.load_dir=" + dir + "/empty"})); });
   EXPECT_NE(msg.find("checkpoint.load_dir " + dir + "/empty holds no complete checkpoint"), std::string::npos) << msg;
   msg = error_message([&] { LocalTrainer t(ckpt_config(dir, {"checkpoint.resume=" + dir + "/nowhere/step_3"})); });
-  EXPECT_NE(msg.find("checkpoint.resume: " + dir + "/nowhere/step_3 does not exist"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("key 'checkpoint.resume' is " + dir + "/nowhere/step_3, which does not exist"), std::string::npos)
+      << msg;
 }
 
 // A fine-tune starts from load_dir; requeued, it continues its own checkpoints in
