@@ -123,7 +123,7 @@ int export_command(int argc, char** argv) {
       throw UsageError{"--output " + output + " exists and is not empty; choose a new folder, or --overwrite to "
                        "replace it"};
   } catch (const UsageError& e) {
-    std::fprintf(stderr, "error: fsdp_train export: %s\n\n%s", e.message.c_str(), export_help());
+    print_usage_error("export", e.message);
     return kExitUsage;
   }
 
@@ -138,7 +138,7 @@ int export_command(int argc, char** argv) {
     request.tokenizer_given = tokenizer_given;
     train::export_checkpoint(request);
   } catch (const std::exception& e) {
-    report_error(e);
+    report_error("export", e);
     return kExitError;
   }
   return kExitOk;

@@ -257,7 +257,7 @@ int generate_command(int argc, char** argv) {
   try {
     a = parse_generate_args(argc, argv);
   } catch (const UsageError& e) {
-    std::fprintf(stderr, "fsdp_train generate: %s (see fsdp_train generate --help)\n", e.message.c_str());
+    print_usage_error("generate", e.message);
     return 2;
   }
   if (a.help) {
@@ -273,9 +273,7 @@ int generate_command(int argc, char** argv) {
   try {
     return run_generate(a);
   } catch (const std::exception& e) {
-    std::fflush(stdout);
-    std::fprintf(stderr, "fsdp_train generate: error: %s\n", e.what());
-    log_where(e);
+    report_error("generate", e);
     return 1;
   }
 }

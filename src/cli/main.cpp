@@ -4,6 +4,7 @@
 #include <string>
 
 #include "fsdp/cli/commands.h"
+#include "fsdp/cli/error_report.h"
 #include "fsdp/core/cli_args.h"
 #include "fsdp/train/exit_codes.h"
 
@@ -94,7 +95,9 @@ int main(int argc, char** argv) {
   try {
     line = parse_args(argc, argv);
   } catch (const fsdp::UsageError& e) {
-    std::fprintf(stderr, "error: %s\n\n%s", e.message.c_str(), kUsage);
+    // The command the line named, if it got that far.
+    const std::string command = argc >= 2 && argv[1][0] != '-' ? argv[1] : "";
+    fsdp::cli::print_usage_error(command == "train" || command == "eval" ? command : "", e.message);
     return kExitUsage;
   }
   if (line.version) {
@@ -107,6 +110,6 @@ int main(int argc, char** argv) {
   }
   if (line.config.command == "train") return fsdp::cli::train_command(line.config);
   if (line.config.command == "eval") return fsdp::cli::eval_command(line.config);
-  std::fprintf(stderr, "error: unknown command '%s'\n\n%s", line.config.command.c_str(), kUsage);
+  fsdp::cli::print_usage_error("", "unknown command '" + line.config.command + "'");
   return kExitUsage;
 }

@@ -107,10 +107,10 @@ int plan_command(int argc, char** argv) {
     target = plan::requested_plan_target(args.request, cfg);
     cfg = train::with_global_batch(cfg, target.ranks);
   } catch (const UsageError& e) {
-    std::fprintf(stderr, "error: fsdp_train plan: %s\n\n%s", e.message.c_str(), plan_help());
+    print_usage_error("plan", e.message);
     return kExitUsage;
   } catch (const config::ConfigError& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
+    print_error("plan", e.what());
     return kExitUsage;
   }
   try {
@@ -133,10 +133,10 @@ int plan_command(int argc, char** argv) {
     if (!memory_plan.fits()) std::printf("%s\n", plan::advise(cfg, model, memory_plan).c_str());
     return memory_plan.fits() ? kExitOk : kExitError;
   } catch (const config::ConfigError& e) {
-    report_error(e);
+    report_error("plan", e);
     return kExitUsage;
   } catch (const std::exception& e) {
-    report_error(e);
+    report_error("plan", e);
     return kExitError;
   }
 }

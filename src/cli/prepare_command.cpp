@@ -179,7 +179,7 @@ int prepare_command(int argc, char** argv) {
   try {
     o = parse_prepare_args(argc, argv, help);
   } catch (const UsageError& e) {
-    std::fprintf(stderr, "fsdp_train prepare: %s (see fsdp_train prepare --help)\n", e.message.c_str());
+    print_usage_error("prepare", e.message);
     return 2;
   }
   if (help) {
@@ -210,8 +210,7 @@ int prepare_command(int argc, char** argv) {
     }
     return 0;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "fsdp_train prepare: error: %s\n", e.what());
-    log_where(e);
+    report_error("prepare", e);
     return g_stop_signal.load() != 0 ? 128 + g_stop_signal.load() : 1;
   }
 }

@@ -107,10 +107,10 @@ int run_on_ranks(const ConfigArgs& args, const char* about, const RankBody& body
   try {
     cfg = load(args);
   } catch (const UsageError& e) {
-    std::fprintf(stderr, "error: %s\n", e.message.c_str());
+    print_usage_error(args.command, e.message);
     return kExitUsage;
   } catch (const config::ConfigError& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
+    print_error(args.command, e.what());
     return kExitUsage;
   }
   // From here on every rank runs the same code; an error on any rank aborts all of them
@@ -142,7 +142,10 @@ int run_on_ranks(const ConfigArgs& args, const char* about, const RankBody& body
     spdlog::debug("effective config:\n{}", config::dump_yaml(cfg));
     code = body(cfg, groups);
   } catch (const std::exception& e) {
-    report_error(e);
+    // Every rank that failed says so; beyond rank 0, with its rank.
+    const int rank = groups.world ? groups.world->rank() : 0;
+    print_error(args.command, rank == 0 ? std::string(e.what()) : "rank " + std::to_string(rank) + ": " + e.what());
+    log_where(e);
     const bool usage = dynamic_cast<const config::ConfigError*>(&e) != nullptr;
     if (groups.world && groups.world->size() > 1) dist::abort_all(usage ? kExitUsage : kExitError);
     return usage ? kExitUsage : kExitError;

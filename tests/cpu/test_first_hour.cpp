@@ -309,5 +309,39 @@ TEST(FirstHour, FlagsSuggestTheClosestOne) {
   expect_refused(run("export --outptu x"), 2, {"(did you mean --output?)"});
 }
 
+// Four error formats across the commands became one: "fsdp_train <command>: error: ...",
+// a usage error with a pointer to the command's --help.
+TEST(FirstHour, OneErrorFormatEverywhere) {
+  const std::string dir = scratch("format");
+  const std::string cfg = small_config(dir);
+  const std::string tok = test::source_path("tests/golden/hf_export/tokenizer.model");
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"train --bogus", "fsdp_train train: error: unknown argument '--bogus' (see fsdp_train train --help)"},
+      {"train --config " + cfg + " --set train.max_step=3", "fsdp_train train: error: --set train.max_step=3: unknown key"},
+      {"train --config " + cfg + " --set model.init_from=" + dir + "/none", "fsdp_train train: error: --set model.init_from"},
+      {"eval --config " + cfg, "fsdp_train eval: error: nothing to evaluate"},
+      {"prepare --bogus", "fsdp_train prepare: error: unknown argument '--bogus' (see fsdp_train prepare --help)"},
+      {"prepare --tokenizer " + tok + " --output " + dir + "/out " + dir + "/missing.txt", "fsdp_train prepare: error: "},
+      {"generate --prompt hi", "fsdp_train generate: error: --checkpoint DIR is required (see fsdp_train generate --help)"},
+      {"generate --checkpoint " + dir + " --tokenizer " + tok + " --prompt hi", "fsdp_train generate: error: "},
+      {"export --checkpoint " + dir, "fsdp_train export: error: --output HF_DIR is required"},
+      {"export --checkpoint " + dir + " --output " + dir + "/hf", "fsdp_train export: error: "},
+      {"plan --ranks 0 --config " + cfg, "fsdp_train plan: error: --ranks needs a whole number"},
+      {"plan --config " + cfg + " --set train.max_step=3", "fsdp_train plan: error: --set train.max_step=3"},
+      {"trace-merge", "fsdp_train trace-merge: error: DIR (a run's trace directory) is required"},
+      {"trace-merge " + dir + "/nothing", "fsdp_train trace-merge: error: "},
+      {"bogus", "fsdp_train: error: unknown command 'bogus' (see fsdp_train --help)"},
+  };
+  for (const auto& [args, head] : cases) {
+    const auto r = run(args);
+    EXPECT_NE(r.code, 0) << args;
+    EXPECT_TRUE(has(r, head)) << args << "\n" << r.out;
+    EXPECT_FALSE(has(r, "\nerror: ") || r.out.starts_with("error: ")) << args << "\n" << r.out;
+  }
+  // A training run's final error is in its train.log too.
+  run("train --config " + cfg + " --set data.source=shards --set data.path=" + dir + "/nowhere");
+  EXPECT_NE(read_file(dir + "/run/train.log").find("fsdp_train train: error: "), std::string::npos);
+}
+
 }  // namespace
 }  // namespace fsdp
