@@ -2,7 +2,7 @@
 # The module graph at link level (cmake/module_graph.cmake): fails when a module's library
 # uses a symbol that only a module it may not depend on defines, e.g. a function declared
 # by hand instead of included, which the include check cannot see:
-#   libfsdp_obs_lib.a(metrics.cpp.o): error: uses fsdp::train::Trainer::run(), defined in module train: module obs may not depend on module train
+#   libfsdp_obs_lib.a(metrics.cpp.o): error: uses fsdp::train::install_preemption_handlers(), defined in module train: module obs may not depend on module train
 # Run by the build once every module library is built (target fsdp_module_link_check) as
 #   check_module_links.sh NM STAMP MODULE=LIBRARY:REACH,REACH,... ...
 # with REACH every module MODULE may use (itself included), computed from the graph.

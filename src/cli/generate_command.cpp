@@ -25,6 +25,7 @@
 #include "fsdp/model/generate.h"
 #include "fsdp/model/llama_decode.h"
 #include "fsdp/model/sampling.h"
+#include "fsdp/train/checkpoint_export.h"
 #include "fsdp/train/inference_model.h"
 
 namespace fsdp::cli {
@@ -32,7 +33,7 @@ namespace fsdp::cli {
 namespace fs = std::filesystem;
 
 const char* generate_help() {
-  return "usage: fsdp_train generate --checkpoint DIR --tokenizer MODEL --prompt TEXT [options]\n"
+  return "usage: fsdp_train generate --checkpoint DIR --prompt TEXT [--tokenizer MODEL] [options]\n"
          "\n"
          "Prints TEXT followed by the model's completion of it (log lines go to stderr).\n"
          "\n"
@@ -46,7 +47,9 @@ const char* generate_help() {
          "  --base DIR              a LoRA checkpoint's base folder, if it moved since training\n"
          "                          (default: the one the checkpoint records; its bytes must be the\n"
          "                          ones trained on)\n"
-         "  --tokenizer MODEL       sentencepiece .model file with the model's vocabulary (required);\n"
+         "  --tokenizer MODEL       sentencepiece .model file with the model's vocabulary; default:\n"
+         "                          the one `fsdp_train prepare` recorded for the checkpoint's run\n"
+         "                          (as export finds it), or a Hugging Face folder's tokenizer.model;\n"
          "                          the prompt gets its BOS first where it defines one\n"
          "  --prompt TEXT           the text to continue (required; may be empty when the\n"
          "                          tokenizer has a BOS)\n"
@@ -146,15 +149,30 @@ GenerateArgs parse_generate_args(int argc, char** argv) {
       if (a.dtype != "float32" && a.dtype != "bfloat16" && a.dtype != "float16")
         throw UsageError{"--dtype must be float32, bfloat16 or float16, not '" + a.dtype + "'"};
     } else {
-      throw UsageError{"unknown argument '" + args.raw() + "'"};
+      throw unknown_argument(args.raw(), {"--help", "--checkpoint", "--tokenizer", "--adapter", "--base", "--prompt",
+                                          "--max-new-tokens", "--temperature", "--top-k", "--top-p", "--seed",
+                                          "--device", "--dtype"});
     }
   }
   if (a.help) return a;
   if (a.checkpoint.empty()) throw UsageError{"--checkpoint DIR is required"};
-  if (a.tokenizer.empty()) throw UsageError{"--tokenizer MODEL is required"};
   if (!a.has_prompt) throw UsageError{"--prompt TEXT is required"};
   if (!a.base.empty() && !a.adapter.empty())
     throw UsageError{"--base is for a LoRA checkpoint; with --adapter, --checkpoint is the base folder"};
+  // What is not there is the command line's error (exit 2), found before anything loads.
+  std::error_code ec;
+  if (!fs::exists(a.checkpoint, ec)) throw UsageError{"--checkpoint " + a.checkpoint + ": no such checkpoint or folder"};
+  if (a.tokenizer.empty()) {
+    a.tokenizer = train::run_tokenizer(a.checkpoint);
+    if (a.tokenizer.empty())
+      throw UsageError{"--tokenizer MODEL is required: " + a.checkpoint +
+                       " names no tokenizer (neither a tokenizer.model in it nor one that `fsdp_train prepare` "
+                       "recorded for its run's data.path)"};
+  } else if (!fs::exists(a.tokenizer, ec)) {
+    throw UsageError{"--tokenizer " + a.tokenizer + ": no such file"};
+  } else if (!fs::is_regular_file(a.tokenizer, ec)) {
+    throw UsageError{"--tokenizer " + a.tokenizer + ": not a regular file"};
+  }
   if (a.device == "cpu" && !a.dtype.empty() && a.dtype != "float32")
     throw UsageError{"--dtype " + a.dtype + " needs --device cuda: the CPU computes in float32"};
   return a;
@@ -249,7 +267,7 @@ int generate_command(int argc, char** argv) {
   try {
     a = parse_generate_args(argc, argv);
   } catch (const UsageError& e) {
-    std::fprintf(stderr, "fsdp_train generate: %s (see fsdp_train generate --help)\n", e.message.c_str());
+    print_usage_error("generate", e.message);
     return 2;
   }
   if (a.help) {
@@ -265,9 +283,7 @@ int generate_command(int argc, char** argv) {
   try {
     return run_generate(a);
   } catch (const std::exception& e) {
-    std::fflush(stdout);
-    std::fprintf(stderr, "fsdp_train generate: error: %s\n", e.what());
-    log_where(e);
+    report_error("generate", e);
     return 1;
   }
 }

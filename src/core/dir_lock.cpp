@@ -189,6 +189,11 @@ DirLock::~DirLock() {
   ::close(fd_);  // drops the flock
 }
 
+void DirLock::remove_file() {
+  std::error_code ec;
+  std::filesystem::remove(path_, ec);  // best effort: a lock file left behind holds nobody
+}
+
 std::unique_ptr<DirLock> DirLock::acquire(const std::string& dir, std::string_view key, const DirLockOptions& opt,
                                           std::vector<std::string>& warnings) {
   const std::string path = (std::filesystem::path(dir) / opt.file_name).string();
@@ -229,6 +234,12 @@ std::unique_ptr<DirLock> DirLock::acquire(const std::string& dir, std::string_vi
       if (!locked) FSDP_FAIL("{} {} is in use by {}{}", key, dir, holder.describe(), tag_of(holder));
     }
   }
+  // The holder may have removed the lock file while this process waited for it (a run refused
+  // at start-up removes the directories it created, its lock file first: remove_file()). A
+  // lock on a file no longer at `path` keeps nobody out, so start over on the one there now.
+  struct stat now {};
+  if (::stat(path.c_str(), &now) != 0 || now.st_ino != st.st_ino || now.st_dev != st.st_dev)
+    return acquire(dir, key, opt, warnings);
   const LockRecord prev = read_record(fd.fd);
   if (!prev.released && prev.pid != 0) judge_unreleased(fd.fd, prev, dir, key, opt, kernel_lock, warnings);
 

@@ -1,6 +1,7 @@
 // One run per run.dir; see Note [Run lock] in run_lock.h.
 #include "fsdp/train/run_lock.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -60,7 +61,7 @@ DirLockOptions run_lock_options(const std::map<std::string, std::string>& env) {
   return o;
 }
 
-RunLock lock_run_dirs(const config::Config& cfg, dist::Communicator& world) {
+RunLock lock_run_dirs(const config::Config& cfg, dist::Communicator& world, const std::vector<std::string>& created) {
   RunLock lock;
   std::string verdict = "ok";
   if (world.rank() == 0) {
@@ -76,13 +77,25 @@ RunLock lock_run_dirs(const config::Config& cfg, dist::Communicator& world) {
         for (const std::string& w : warnings) spdlog::warn("{}", w);
       }
     } catch (const Error& e) {
-      lock.locks.clear();
+      release_run_lock(lock, created);
       verdict = std::string("error ") + e.what();
     }
   }
   verdict = dist::broadcast_text(world, verdict);
   FSDP_CHECK(verdict == "ok", "{}", verdict.substr(6));
   return lock;
+}
+
+void release_run_lock(RunLock& lock, const std::vector<std::string>& created) {
+  for (std::unique_ptr<DirLock>& l : lock.locks) {
+    const fs::path dir = fs::path(l->path()).parent_path();
+    const bool ours = std::any_of(created.begin(), created.end(), [&](const std::string& c) {
+      std::error_code ec;
+      return fs::equivalent(dir, c, ec);
+    });
+    if (ours) l->remove_file();
+  }
+  lock.locks.clear();
 }
 
 }  // namespace fsdp::train

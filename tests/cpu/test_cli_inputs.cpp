@@ -21,6 +21,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <regex>
 
 #include "test_util.h"
 
@@ -56,9 +57,12 @@ std::string fifo(const std::string& path) {
   return path;
 }
 
-// The exit code, the words, nothing trained, no internals or library text.
+// The exit code, the words, one error line in the one format ('fsdp_train <command>: error:
+// ...', issue 31), nothing trained, no internals or library text.
 void expect_refusal(const test::CommandResult& r, int code, const std::vector<std::string>& parts) {
   EXPECT_EQ(r.code, code) << r.out;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex("(^|\n)fsdp_train [a-z-]+: error: ")))
+      << "no 'fsdp_train <command>: error: ' line:\n" << r.out;
   for (const std::string& p : parts) EXPECT_NE(r.out.find(p), std::string::npos) << p << "\n" << r.out;
   EXPECT_EQ(r.out.find("step      1/"), std::string::npos) << "a step ran:\n" << r.out;
   for (const char* leak : {"check `", "src/", "filesystem error", "json.exception", "basic_filebuf"})

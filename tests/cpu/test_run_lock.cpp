@@ -7,7 +7,9 @@
 //     granted the lock (a filesystem whose flock does not reach across nodes): refused,
 //     naming Lustre's -o flock; one whose heartbeat stays still is taken over with a warning;
 //   - the next run of the same Slurm job waits for its predecessor, anything else does not;
-//   - a FIFO planted as the lock file is refused, not waited on.
+//   - a FIFO planted as the lock file is refused, not waited on;
+//   - a waiter whose holder removes the lock file (a run refused at start-up removing the
+//     directories it created) starts over on the file at the path.
 // The binary's side (two `train` on one run.dir, kill -9, mpiexec) is tests/integration/run_lock.sh.
 #include <gtest/gtest.h>
 #include <fcntl.h>
@@ -171,6 +173,38 @@ TEST(RunLock, TheNextRunOfTheSameSlurmJobWaitsForItsPredecessor) {
   EXPECT_NE(waited.find("waiting up to 180 s"), std::string::npos) << waited;
   EXPECT_EQ(next->record().tag, "slurm job 77 restart 1");
   EXPECT_TRUE(train::run_lock_options({}).tag.empty());  // outside Slurm: no tag, no waiting
+}
+
+// A run refused at start-up removes the directories it created, its lock file first
+// (release_run_lock, so that remove_created_dirs finds them empty). A run that was waiting
+// on that file then holds a lock on a file no longer in the directory, which keeps nobody
+// out: it starts over on the file now at the path, so a third run is still refused.
+TEST(RunLock, AWaiterStartsOverWhenTheHolderRemovesTheLockFile) {
+  const std::string dir = scratch("removed");
+  DirLockOptions before = train::run_lock_options({{"SLURM_JOB_ID", "77"}, {"SLURM_RESTART_COUNT", "0"}});
+  before.heartbeat = 50ms;
+  std::vector<std::string> warnings;
+  train::RunLock refused;
+  refused.locks.push_back(take(dir, before, warnings));
+  DirLockOptions requeued = train::run_lock_options({{"SLURM_JOB_ID", "77"}, {"SLURM_RESTART_COUNT", "1"}});
+  requeued.heartbeat = 50ms;
+  std::thread refuse_later([&] {
+    std::this_thread::sleep_for(300ms);
+    train::release_run_lock(refused, {dir});
+  });
+  auto next = take(dir, requeued, warnings);
+  refuse_later.join();
+  EXPECT_TRUE(refused.locks.empty());
+  const LockRecord on_disk = DirLock::parse(read_file_for_test(fs::path(dir) / "fsdp_train.lock"));
+  EXPECT_FALSE(on_disk.released);
+  EXPECT_EQ(on_disk.tag, "slurm job 77 restart 1");
+  test::expect_error([&] { take(dir, quick(), warnings); }, {"is in use by pid", ", slurm job 77 restart 1"});
+  // A directory the run did not create keeps its lock file (released) for the next run to read.
+  train::RunLock kept;
+  next.reset();
+  kept.locks.push_back(take(dir, quick(), warnings));
+  train::release_run_lock(kept, {dir + "/elsewhere"});
+  EXPECT_TRUE(DirLock::parse(read_file_for_test(fs::path(dir) / "fsdp_train.lock")).released);
 }
 
 TEST(RunLock, AFifoAsTheLockFileIsRefusedNotWaitedOn) {

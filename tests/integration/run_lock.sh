@@ -29,10 +29,11 @@ wait_for_steps() {  # wait_for_steps RUN_DIR N
   for _ in $(seq 600); do [ "$(steps_logged "$1")" -ge "$2" ] && return 0; sleep 0.1; done
   fail "no progress in $1"
 }
-# A refused start: the exit code, the holder named, no step run.
+# A refused start: the exit code, the holder named in the one error format, no step run.
 expect_refused() {  # LOG RC WANT-RC TEXT
   [ "$2" -eq "$3" ] || { cat "$1"; fail "exit code $2, expected $3"; }
   grep -qF "$4" "$1" || { cat "$1"; fail "expected '$4' in $1"; }
+  grep -q "^fsdp_train train: error: " "$1" || { cat "$1"; fail "$1: no 'fsdp_train train: error: ' line"; }
   ! grep -q "step      1/" "$1" || { cat "$1"; fail "$1: a refused run trained"; }
 }
 

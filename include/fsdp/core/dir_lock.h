@@ -61,6 +61,10 @@ class DirLock {
                                           std::vector<std::string>& warnings);
   // Records the release, then unlocks (closing the file).
   ~DirLock();
+  // Removes the lock file while still holding it, for a directory about to be removed; a
+  // process waiting on the removed file finds it gone once it gets the lock, and starts over
+  // (acquire compares the file it locked with the one at its path).
+  void remove_file();
   DirLock(const DirLock&) = delete;
   DirLock& operator=(const DirLock&) = delete;
 

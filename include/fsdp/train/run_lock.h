@@ -16,6 +16,8 @@
 // a warning. Rank 0 holds the locks; the other ranks learn its verdict. Where flock does not
 // reach across nodes (docs/checkpoints-and-resume.md, "One run per directory"), the lock
 // file's heartbeat shows a live holder on another node and the run is refused all the same.
+// A run refused before its first step removes the directories it created, lock files and all
+// (release_run_lock); one waiting on such a lock file starts over on the path's new one.
 #pragma once
 
 #include <chrono>
@@ -38,8 +40,15 @@ struct RunLock {
 };
 
 // Collective over `world`: rank 0 creates run.dir and checkpoint.dir if needed and locks
-// them; throws fsdp::Error on every rank with rank 0's words when it cannot.
-RunLock lock_run_dirs(const config::Config& cfg, dist::Communicator& world);
+// them; throws fsdp::Error on every rank with rank 0's words when it cannot (having released
+// the locks it took as release_run_lock does, with `created`).
+RunLock lock_run_dirs(const config::Config& cfg, dist::Communicator& world,
+                      const std::vector<std::string>& created = {});
+
+// A run refused at start-up leaves no directory it created behind (remove_created_dirs in
+// output_dirs.h), and a directory holding only this run's lock file is not empty: releases
+// the locks, removing the lock file of each directory in `created` first. Never throws.
+void release_run_lock(RunLock& lock, const std::vector<std::string>& created);
 
 // The lock options a run uses, from its environment (SLURM_JOB_ID, SLURM_RESTART_COUNT):
 // the tag it records, and which holder it waits for (the same job's previous run).
