@@ -166,7 +166,7 @@ int checked_shard_group(const Config& cfg, int world_size, int ranks_per_node) {
               : fmt::format("is 0 (one node's ranks: {}), which does not divide the world size {}", group, world_size);
   fail_key(cfg, "fsdp.shard_group_size",
            fmt::format("{}: HYBRID_SHARD shards over groups of that many ranks and replicates across them; use a "
-                       "divisor of {}",
+                       "divisor of {}, or 0 for the ranks of one node",
                        what, world_size));
 }
 

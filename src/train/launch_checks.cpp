@@ -197,30 +197,38 @@ std::filesystem::path existing_dir_of(const std::string& path) {
 // Collective over the world (multi-node jobs): rank 0 creates a file with a random name next
 // to checkpoint.dir, every node's local rank 0 looks for it at the same path, rank 0 removes
 // it. Returns the hosts that did not see it, or nullopt when rank 0 could not write it.
+// The path travels from rank 0: "the nearest existing directory" of a fresh run's
+// checkpoint.dir is run.dir once rank 0's log file has made it, and a node that asked
+// earlier would look one level up and report the directory unshared (seen in slurm_two_nodes).
 std::optional<std::vector<std::string>> probe_checkpoint_dir(const config::Config& cfg, dist::ProcessGroups& groups) {
   dist::Communicator& world = *groups.world;
   const dist::WorldInfo& w = groups.world_info;
-  const std::filesystem::path dir = existing_dir_of(config::checkpoint_dir(cfg));
-  auto probe_path = [&](uint64_t token) { return dir / fmt::format(".fsdp_train_probe_{:016x}", token); };
-  // {written, token}; the token travels as the bit pattern of a double (broadcast copies bytes).
-  Tensor head = Tensor::zeros({2}, DType::F64);
+  // {written, path length, path bytes}; the bytes travel as doubles' bit patterns
+  // (broadcast copies bytes).
+  constexpr size_t kPathDoubles = 512;
+  Tensor head = Tensor::zeros({int64_t(2 + kPathDoubles)}, DType::F64);
   if (w.rank == 0) {
     const uint64_t token = (uint64_t(std::random_device{}()) << 32) ^ uint64_t(::getpid()) ^
                            uint64_t(std::chrono::steady_clock::now().time_since_epoch().count());
-    const int fd = ::open(probe_path(token).c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
-    if (fd >= 0) ::close(fd);
+    const std::string path =
+        (existing_dir_of(config::checkpoint_dir(cfg)) / fmt::format(".fsdp_train_probe_{:016x}", token)).string();
+    int fd = -1;
+    if (path.size() < kPathDoubles * 8) fd = ::open(path.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
+    if (fd >= 0) {
+      ::close(fd);
+      std::memcpy(head.data<double>() + 2, path.data(), path.size());
+    }
     head.data<double>()[0] = fd >= 0 ? 1 : 0;
-    std::memcpy(head.data<double>() + 1, &token, 8);
+    head.data<double>()[1] = double(path.size());
   }
   world.wait(world.broadcast(head, 0));
   if (head.data<double>()[0] == 0) return std::nullopt;
-  uint64_t token = 0;
-  std::memcpy(&token, head.data<double>() + 1, 8);
+  const std::string probe(reinterpret_cast<const char*>(head.data<double>() + 2), size_t(head.data<double>()[1]));
   Tensor seen = Tensor::zeros({1}, DType::F64), all = Tensor::zeros({world.size()}, DType::F64);
   std::error_code ec;
-  seen.data<double>()[0] = w.local_rank != 0 || std::filesystem::exists(probe_path(token), ec) ? 1 : 0;
+  seen.data<double>()[0] = w.local_rank != 0 || std::filesystem::exists(probe, ec) ? 1 : 0;
   world.wait(world.all_gather(seen, all));
-  if (w.rank == 0) std::filesystem::remove(probe_path(token), ec);
+  if (w.rank == 0) std::filesystem::remove(probe, ec);
   std::vector<std::string> unseen;
   for (int r = 0; r < world.size(); ++r) {
     if (all.data<double>()[r] == 0) unseen.push_back(r < int(w.hosts.size()) ? w.hosts[size_t(r)] : "?");
