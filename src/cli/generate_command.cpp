@@ -32,7 +32,7 @@ namespace fsdp::cli {
 namespace fs = std::filesystem;
 
 const char* generate_help() {
-  return "usage: fsdp_train generate --checkpoint DIR --tokenizer MODEL --prompt TEXT [options]\n"
+  return "usage: fsdp_train generate --checkpoint DIR [--tokenizer PATH] --prompt TEXT [options]\n"
          "\n"
          "Prints TEXT followed by the model's completion of it (log lines go to stderr).\n"
          "\n"
@@ -43,8 +43,11 @@ const char* generate_help() {
          "                          (a LoRA checkpoint runs with its adapters merged into its base)\n"
          "  --adapter DIR           a PEFT LoRA adapter folder to merge into the --checkpoint Hugging\n"
          "                          Face folder (its base; a bitsandbytes 4-bit one is dequantized)\n"
-         "  --tokenizer MODEL       sentencepiece .model file with the model's vocabulary (required);\n"
-         "                          the prompt gets its BOS first where it defines one\n"
+         "  --tokenizer PATH        the model's tokenizer: a tokenizer.model (sentencepiece), a\n"
+         "                          tokenizer.json (Hugging Face) or a folder holding either; default:\n"
+         "                          the one in the --checkpoint Hugging Face folder. The prompt gets\n"
+         "                          its BOS first where the tokenizer defines one; special tokens\n"
+         "                          written in the prompt stay text\n"
          "  --prompt TEXT           the text to continue (required; may be empty when the\n"
          "                          tokenizer has a BOS)\n"
          "  --max-new-tokens N      generate at most N tokens (default 64); generation also stops\n"
@@ -146,7 +149,16 @@ GenerateArgs parse_generate_args(int argc, char** argv) {
   }
   if (a.help) return a;
   if (a.checkpoint.empty()) throw UsageError{"--checkpoint DIR is required"};
-  if (a.tokenizer.empty()) throw UsageError{"--tokenizer MODEL is required"};
+  if (a.tokenizer.empty()) {
+    // A Hugging Face folder carries its tokenizer; anything else needs the flag.
+    std::error_code ec;
+    for (const char* name : {"tokenizer.json", "tokenizer.model"})
+      if (a.tokenizer.empty() && fs::exists(fs::path(a.checkpoint) / "config.json", ec) &&
+          fs::exists(fs::path(a.checkpoint) / name, ec))
+        a.tokenizer = a.checkpoint;
+    if (a.tokenizer.empty())
+      throw UsageError{"--tokenizer PATH is required (the --checkpoint is not a Hugging Face folder with a tokenizer)"};
+  }
   if (!a.has_prompt) throw UsageError{"--prompt TEXT is required"};
   if (a.device == "cpu" && !a.dtype.empty() && a.dtype != "float32")
     throw UsageError{"--dtype " + a.dtype + " needs --device cuda: the CPU computes in float32"};
@@ -182,12 +194,16 @@ class CompletionPrinter {
 int run_generate(const GenerateArgs& a) {
   FSDP_CHECK(fs::exists(a.tokenizer), "--tokenizer {}: no such file", a.tokenizer);
   const data::Tokenizer tok(a.tokenizer);
+  spdlog::info("tokenizer: {}", tok.path());
   train::InferenceModel m = train::load_inference_model(a.checkpoint, a.adapter);
   const model::LlamaConfig& c = m.config;
   spdlog::info("model: {} ({})", m.kind, c.summary());
-  FSDP_CHECK(tok.vocab_size() == c.vocab_size,
-             "--tokenizer {} has a vocabulary of {} pieces but the model in --checkpoint {} has vocab_size {}",
-             a.tokenizer, tok.vocab_size(), a.checkpoint, c.vocab_size);
+  // A Hugging Face model may pad its embedding past the tokenizer's ids (Qwen2: 151936 rows for
+  // 151665 tokens); a sentencepiece model and its Llama have the same size.
+  const bool fits = tok.kind() == data::Tokenizer::Kind::HuggingFace ? tok.vocab_size() <= c.vocab_size
+                                                                    : tok.vocab_size() == c.vocab_size;
+  FSDP_CHECK(fits, "--tokenizer {} has a vocabulary of {} pieces but the model in --checkpoint {} has vocab_size {}",
+             tok.path(), tok.vocab_size(), a.checkpoint, c.vocab_size);
 
   std::vector<int32_t> prompt;
   if (tok.bos_id() >= 0) prompt.push_back(tok.bos_id());

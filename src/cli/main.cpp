@@ -18,11 +18,12 @@ const char* kUsage =
     "commands:\n"
     "  train --config FILE [--set section.key=value]...   train a model\n"
     "  eval  --config FILE [--split NAME] [--set ...]     mean loss over eval.batches batches\n"
-    "  prepare --tokenizer MODEL --output DIR INPUT...    tokenize text into training shards\n"
-    "  generate --checkpoint DIR --tokenizer MODEL --prompt TEXT   continue a prompt with a model\n"
+    "  prepare --tokenizer PATH --output DIR INPUT...     tokenize text into training shards\n"
+    "  generate --checkpoint DIR --prompt TEXT [--tokenizer PATH]  continue a prompt with a model\n"
     "  export --checkpoint DIR --output HF_DIR                   write a Hugging Face Llama folder\n"
     "  trace-merge DIR [--output FILE]                    merge a run's per-rank traces into one\n"
     "  plan  --config FILE [--ranks N] [--device-memory SIZE]    memory per rank, the largest micro-batch that fits\n"
+    "  tokenize --tokenizer PATH < LINES                  the token ids of each line (--decode: back)\n"
     "\n"
     "options:\n"
     "  --help       this text (with a command: its options and every config key)\n"
@@ -78,6 +79,7 @@ int main(int argc, char** argv) {
     if (name == "export") return fsdp::cli::export_command(argc - 1, argv + 1);
     if (name == "trace-merge") return fsdp::cli::trace_merge_command(argc - 1, argv + 1);
     if (name == "plan") return fsdp::cli::plan_command(argc - 1, argv + 1);
+    if (name == "tokenize") return fsdp::cli::tokenize_command(argc - 1, argv + 1);
   }
   ParsedLine line;
   try {
