@@ -7,7 +7,9 @@
 #   core ← ops ← model ← fsdp ← train ← cli   DESIGN's spine
 #          ops ← optim ← fsdp                AdamW on element ranges; the engine steps shards
 #          ops ← dist  ← fsdp                ranks: the model and the op set never see them
-#   core ← data ← train                      tokenizer, shards, loader
+#   core ← chat ← data ← train               chat: the chat-template interpreter (Jinja, as
+#                                            transformers renders it); data: tokenizer,
+#                                            shards, loader, prepare (renders chat datasets)
 #   model, dist ← ckpt ← config, train       sharded checkpoints, HF import/export
 #   model, fsdp, ckpt ← config               YAML → typed structs, mapped onto the model's
 #                                            presets, a model folder's config.json and the
@@ -18,13 +20,14 @@
 #   train ← cli                              src/cli: main.cpp and one file per subcommand
 #
 # plan and obs never include train: the run uses them, not the other way round.
-set(FSDP_MODULES core ops dist model optim data ckpt fsdp config plan obs train cli)
+set(FSDP_MODULES core ops dist model optim chat data ckpt fsdp config plan obs train cli)
 set(FSDP_MODULE_DEPS_core "")
 set(FSDP_MODULE_DEPS_ops core)
 set(FSDP_MODULE_DEPS_dist ops)
 set(FSDP_MODULE_DEPS_model ops)
 set(FSDP_MODULE_DEPS_optim ops)
-set(FSDP_MODULE_DEPS_data core)
+set(FSDP_MODULE_DEPS_chat core)
+set(FSDP_MODULE_DEPS_data core chat)
 set(FSDP_MODULE_DEPS_ckpt model dist)
 set(FSDP_MODULE_DEPS_fsdp model optim dist)
 set(FSDP_MODULE_DEPS_config model fsdp ckpt)

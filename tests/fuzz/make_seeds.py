@@ -153,6 +153,17 @@ def tokenizer_json():
         write("tokenizer_json", name + ".json", json.dumps(j, ensure_ascii=False, separators=(",", ":")))
 
 
+def chat_template():
+    # The published templates (tests/golden/chat_templates/sources) and every one-construct
+    # case of jinja_cases.json: the interpreter's accepting paths and each error path.
+    src = os.path.join(ROOT, "tests/golden/chat_templates")
+    for name in sorted(os.listdir(os.path.join(src, "sources"))):
+        write("chat_template", name, read(os.path.join("tests/golden/chat_templates/sources", name)))
+    with open(os.path.join(src, "jinja_cases.json"), encoding="utf-8") as f:
+        for i, case in enumerate(json.load(f)):
+            write("chat_template", f"case_{i:03d}.jinja", case["template"].encode())
+
+
 def checkpoint_manifest(fuzzer):
     out = subprocess.run([fuzzer], env=dict(os.environ, FSDP_FUZZ_PRINT_SEED="1"), stdout=subprocess.PIPE,
                          check=True).stdout
@@ -195,6 +206,15 @@ DICT_WORDS = {
                        "unk_token", "fuse_unk", "ignore_merges", "continuing_subword_prefix", "end_of_word_suffix",
                        "merges", "vocab", "single", "special_tokens", "SpecialToken", "ids", "\\p{L}", "\\p{N}",
                        "(?i:", "\\s+(?!\\S)", "[^\\s", "<0x0A>", "\u2581"],
+    "chat_template": ["{{", "}}", "{%", "%}", "{#", "#}", "{%-", "-%}", "{{-", "-}}", "for ", " in ", "endfor",
+                      "if ", "elif ", "else", "endif", "set ", "endset", "macro ", "endmacro", "filter ",
+                      "endfilter", "generation", "endgeneration", "raw", "endraw", "break", "continue",
+                      "namespace(", "loop.index0", "loop.first", "loop.last", "messages", "message['role']",
+                      "message.content", "add_generation_prompt", "bos_token", "raise_exception(", "tools",
+                      "strftime_now(", "range(", "dict(", " is defined", " is none", " is string", " not ",
+                      " and ", " or ", "|trim", "|length", "|tojson(indent=4)", "|default(", "|selectattr(",
+                      "|map(attribute=", "|join(", "|items", ".strip()", ".split(", ".startswith(", ".get(",
+                      ".items()", "[1:]", "[::-1]", " ~ ", " if ", "\\u00e9", "'", "\""],
 }
 
 
@@ -220,7 +240,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--manifest-from", metavar="FUZZER", help="build-fuzz/tests/fuzz_checkpoint_manifest")
     args = parser.parse_args()
-    for target in ("config_yaml", "hf_config_json", "safetensors", "megatron_idx", "prepare_jsonl", "tokenizer_json"):
+    for target in ("config_yaml", "hf_config_json", "safetensors", "megatron_idx", "prepare_jsonl", "tokenizer_json",
+                   "chat_template"):
         d = os.path.join(CORPUS, target)
         if os.path.isdir(d):
             for f in os.listdir(d):
@@ -232,6 +253,7 @@ def main():
     megatron_idx()
     prepare_jsonl()
     tokenizer_json()
+    chat_template()
     dictionaries()
     if args.manifest_from:
         checkpoint_manifest(args.manifest_from)
