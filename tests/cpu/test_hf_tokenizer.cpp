@@ -8,7 +8,11 @@
 // (tests/golden/generate_tokenizers.py). Every id and every decoded byte must be equal.
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -17,6 +21,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "fsdp/chat/chat_template.h"
 #include "fsdp/core/error.h"
 #include "fsdp/data/tokenizer.h"
 #include "test_util.h"
@@ -44,6 +49,13 @@ std::string from_hex(const std::string& hex) {
 }
 
 std::vector<int32_t> ids_of(const json& j) { return j.get<std::vector<int32_t>>(); }
+
+// A scratch folder of this test alone: ctest runs the tests of this file in parallel.
+fs::path scratch(const std::string& what) {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  return fs::temp_directory_path() /
+         ("fsdp_" + what + "_" + std::string(info->name()) + "_" + std::to_string(::getpid()));
+}
 
 class Golden : public ::testing::TestWithParam<std::string> {};
 
@@ -99,6 +111,28 @@ TEST(HfTokenizer, Llama2JsonEqualsOurSentencePiecePath) {
   }
 }
 
+// A model folder's chat template rendered (fsdp/chat/) and its text tokenized with special
+// tokens parsed and none added: transformers' apply_chat_template(tokenize=True), which
+// `fsdp_train tokenize --chat` prints (Llama 3's and Qwen2's published templates over the
+// golden tokenizers; the user text holding "<|eot_id|>" is parsed there too, as transformers does).
+TEST(HfTokenizer, ChatTemplateIdsAsApplyChatTemplate) {
+  int checked = 0;
+  for (const json& c : cases()["chat"]) {
+    const std::string folder = golden(c["folder"].get<std::string>());
+    SCOPED_TRACE(folder + " / " + c["messages"].dump());
+    const data::Tokenizer tok(folder);
+    const chat::ChatTemplate t = chat::ChatTemplate::from_model_dir(folder);
+    const nlohmann::ordered_json messages = nlohmann::ordered_json::parse(c["messages"].dump());
+    const std::string text = t.render(messages, c["add_generation_prompt"].get<bool>()).text;
+    EXPECT_EQ(text, c["text"].get<std::string>());
+    std::vector<int32_t> ids;
+    tok.encode(text, {.add_special = false, .parse_special = true}, ids);
+    EXPECT_EQ(ids, ids_of(c["ids"]));
+    ++checked;
+  }
+  EXPECT_EQ(checked, 6);
+}
+
 TEST(HfTokenizer, BosAndEosFromTokenizerConfig) {
   const data::Tokenizer llama3(golden("llama3_style"));
   EXPECT_EQ(llama3.bos_id(), 3000);  // <|begin_of_text|>
@@ -110,14 +144,14 @@ TEST(HfTokenizer, BosAndEosFromTokenizerConfig) {
 
 TEST(HfTokenizer, FolderPrefersTokenizerJson) {
   EXPECT_EQ(data::resolve_tokenizer_file(golden("llama2_legacy")), golden("llama2_legacy") + "/tokenizer.json");
-  const fs::path dir = fs::temp_directory_path() / "fsdp_tok_empty_folder";
+  const fs::path dir = scratch("tok_empty_folder");
   fs::create_directories(dir);
   test::expect_error([&] { data::Tokenizer t(dir.string()); }, {dir.string(), "neither tokenizer.json nor tokenizer.model"});
 }
 
 TEST(HfTokenizer, TheHashCoversTheFileAndItsConfig) {
   const data::Tokenizer a(golden("llama3_style"));
-  const fs::path copy = fs::temp_directory_path() / "fsdp_tok_hash";
+  const fs::path copy = scratch("tok_hash");
   fs::remove_all(copy);
   fs::create_directories(copy);
   fs::copy_file(golden("llama3_style/tokenizer.json"), copy / "tokenizer.json");
@@ -131,7 +165,8 @@ TEST(HfTokenizer, TheHashCoversTheFileAndItsConfig) {
 // never run differently.
 class BadFile : public ::testing::Test {
  protected:
-  fs::path dir = fs::temp_directory_path() / "fsdp_tok_bad";
+  fs::path dir = scratch("tok_bad");
+  void TearDown() override { fs::remove_all(dir); }
   json base() {
     std::ifstream f(golden("llama3_style/tokenizer.json"));
     return json::parse(f);
@@ -231,6 +266,101 @@ TEST(HfTokenizer, EncodesFromSeveralThreadsAtOnce) {
     });
   for (auto& th : threads) th.join();
   EXPECT_EQ(wrong.load(), 0);
+}
+
+}  // namespace
+}  // namespace fsdp
+
+namespace fsdp {
+namespace {
+
+// `fsdp_train tokenize` through the binary: ids as tokenizers' encode(text), --decode back,
+// --chat as apply_chat_template, and its refusals with their exit codes.
+class TokenizeCli : public ::testing::Test {
+ protected:
+  fs::path dir = scratch("tokenize_cli");
+  void SetUp() override {
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+  }
+  void TearDown() override { fs::remove_all(dir); }
+  // stdout and stderr apart: the ids are stdout's alone.
+  test::CommandResult run(const std::string& input, const std::string& args) {
+    std::ofstream(dir / "in.txt") << input;
+    const int status = std::system((std::string(FSDP_TRAIN_BIN) + " tokenize " + args + " < " + (dir / "in.txt").string() +
+                                    " > " + (dir / "out.txt").string() + " 2> " + (dir / "err.txt").string())
+                                       .c_str());
+    test::CommandResult r;
+    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    std::ifstream f(dir / "out.txt");
+    r.out.assign(std::istreambuf_iterator<char>(f), {});
+    return r;
+  }
+  std::string err() {
+    std::ifstream f(dir / "err.txt");
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  }
+};
+
+std::string join(const std::vector<int32_t>& ids) {
+  std::string s;
+  for (size_t i = 0; i < ids.size(); ++i) s += (i ? " " : "") + std::to_string(ids[i]);
+  return s;
+}
+
+TEST_F(TokenizeCli, EncodesDecodesAndRendersAsTheReferenceLibraries) {
+  const json* hello = nullptr;
+  const json* special = nullptr;
+  for (const json& c : cases()["cases"]) {
+    if (c["name"] == "hello") hello = &c;
+    if (c["name"] == "special_text") special = &c;
+  }
+  ASSERT_TRUE(hello && special);
+  const std::string tok = golden("llama3_style");
+  const std::string line1 = from_hex((*hello)["hex"].get<std::string>());
+  const std::string line2 = from_hex((*special)["hex"].get<std::string>());
+  auto r = run(line1 + "\n" + line2 + "\n", "--tokenizer " + tok);
+  ASSERT_EQ(r.code, 0) << err();
+  EXPECT_EQ(r.out, join(ids_of((*hello)["llama3_style"]["ids"])) + "\n" + join(ids_of((*special)["llama3_style"]["ids"])) + "\n");
+  r = run(line2 + "\n", "--tokenizer " + tok + " --no-special --split-special");
+  EXPECT_EQ(r.out, join(ids_of((*special)["llama3_style"]["plain"])) + "\n");
+  r = run(join(ids_of((*special)["llama3_style"]["ids"])) + "\n", "--tokenizer " + tok + " --decode");
+  EXPECT_EQ(r.out, json((*special)["llama3_style"]["decoded"]).dump() + "\n");
+  // --json: inputs that hold newlines.
+  r = run("\"a\\nb\"\n", "--tokenizer " + golden("gpt2_style") + " --json");
+  ASSERT_EQ(r.code, 0) << err();
+  // --chat, and --render for the text.
+  for (const json& c : cases()["chat"]) {
+    const std::string flags = "--tokenizer " + golden(c["folder"].get<std::string>()) + " --chat" +
+                              (c["add_generation_prompt"].get<bool>() ? " --add-generation-prompt" : "");
+    r = run(c["messages"].dump() + "\n", flags);
+    ASSERT_EQ(r.code, 0) << err();
+    EXPECT_EQ(r.out, join(ids_of(c["ids"])) + "\n");
+    r = run(c["messages"].dump() + "\n", flags + " --render");
+    EXPECT_EQ(r.out, json(c["text"]).dump() + "\n");
+  }
+}
+
+TEST_F(TokenizeCli, BadInputIsNamedWithItsLine) {
+  const std::string tok = golden("llama3_style");
+  auto r = run("3000 1\n1 x\n", "--tokenizer " + tok + " --decode");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(err().find("stdin line 2: expected space-separated token ids"), std::string::npos) << err();
+  r = run("5 999999\n", "--tokenizer " + tok + " --decode");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(err().find("stdin line 1: token id 999999 is not in the vocabulary"), std::string::npos) << err();
+  r = run("[{\"role\": \"user\"}]\n{}\n", "--tokenizer " + golden("llama3_chat") + " --chat");
+  EXPECT_EQ(r.code, 1);
+  r = run("{}\n", "--tokenizer " + golden("llama3_chat") + " --chat");
+  EXPECT_NE(err().find("stdin line 1: expected a JSON list of messages"), std::string::npos) << err();
+  r = run("x\n", "--tokenizer " + tok + " --chat");  // a folder without a chat template
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(err().find("llama3_style"), std::string::npos) << err();
+  r = run("", "--decode --tokenizer " + tok + " --json");
+  EXPECT_EQ(r.code, 2);
+  r = run("", "");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(err().find("--tokenizer PATH is required"), std::string::npos) << err();
 }
 
 }  // namespace

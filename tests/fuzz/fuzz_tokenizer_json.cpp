@@ -3,9 +3,12 @@
 // every text it encodes (a fixed set, and the input's own bytes as text, ill-formed UTF-8
 // included) gives ids inside its vocabulary, with or without special tokens, and those ids
 // decode without an error.
+#include <algorithm>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "fsdp/core/error.h"
 #include "fsdp/data/tokenizer.h"
 #include "fuzz_util.h"
 

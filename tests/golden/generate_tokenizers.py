@@ -4,10 +4,12 @@ models ship, trained small on Genesis plus multilingual text, and what Hugging F
 makes of a test corpus with each of them. CI reads the committed files; it runs no Python.
 
 Pinned (tests/golden/README.md, "Tokenizers"): tokenizers==0.21.0, transformers==4.47.1 (its
-LlamaConverter writes the Llama 2 files), sentencepiece==0.2.0, protobuf==5.29.3.
+LlamaConverter writes the Llama 2 files; its apply_chat_template the chat cases),
+sentencepiece==0.2.0, protobuf==5.29.3, jinja2==3.1.6.
 
   python3 -m venv /tmp/venv-tok
-  /tmp/venv-tok/bin/pip install tokenizers==0.21.0 transformers==4.47.1 sentencepiece==0.2.0 protobuf==5.29.3
+  /tmp/venv-tok/bin/pip install tokenizers==0.21.0 transformers==4.47.1 sentencepiece==0.2.0 protobuf==5.29.3 \
+      jinja2==3.1.6
   /tmp/venv-tok/bin/python tests/golden/generate_tokenizers.py   # from the repository root
 
 Each folder tests/golden/tokenizers/<name>/ holds tokenizer.json (and tokenizer_config.json,
@@ -175,16 +177,20 @@ def llama2_models(corpus, workdir):
     """A Llama 2 style sentencepiece model (BPE, byte fallback, split digits, identity
     normalization) and its tokenizer.json as transformers converts it, legacy (Prepend + Replace
     normalizer, the files meta-llama ships) and not (Metaspace pre-tokenizer)."""
-    text = os.path.join(workdir, "corpus.txt")
-    with open(text, "w", encoding="utf-8") as f:
+    with open(os.path.join(workdir, "corpus.txt"), "w", encoding="utf-8") as f:
         for line in corpus:
             f.write(line.replace("\r", " ") + "\n")
-    prefix = os.path.join(workdir, "llama2")
+    # Relative names from inside the work folder: the model records its trainer's arguments,
+    # and a temporary folder's name would make its bytes differ on every run.
+    cwd = os.getcwd()
+    os.chdir(workdir)
     spm.SentencePieceTrainer.train(
-        input=text, model_prefix=prefix, model_type="bpe", vocab_size=2000, byte_fallback=True, split_digits=True,
+        input="corpus.txt", model_prefix="llama2", model_type="bpe", vocab_size=2000, byte_fallback=True, split_digits=True,
         normalization_rule_name="identity", add_dummy_prefix=True, remove_extra_whitespaces=False,
         allow_whitespace_only_pieces=True, character_coverage=0.9995, num_threads=1, seed_sentencepiece_size=100000,
         unk_id=0, bos_id=1, eos_id=2, pad_id=-1, minloglevel=2)
+    os.chdir(cwd)
+    prefix = os.path.join(workdir, "llama2")
     out = {}
     for name, legacy in [("llama2_legacy", True), ("llama2_metaspace", False)]:
         # add_prefix_space=True as Llama 2's sentencepiece model does (add_dummy_prefix); left
@@ -198,6 +204,44 @@ def llama2_models(corpus, workdir):
     with open(prefix + ".model", "rb") as f:
         model_bytes = f.read()
     return out, model_bytes
+
+
+# Conversations for the chat fixtures: a tokenizer folder with a published chat template
+# (tests/golden/chat_templates/sources), rendered and tokenized by transformers'
+# apply_chat_template(tokenize=True), which is what `fsdp_train tokenize --chat` must print.
+CONVERSATIONS = [
+    ([{"role": "user", "content": "Hello!"}], True),
+    ([{"role": "system", "content": "You are terse."}, {"role": "user", "content": "2+2?"},
+      {"role": "assistant", "content": "4"}, {"role": "user", "content": "And 3+3?"}], True),
+    ([{"role": "user", "content": "  leading spaces\nand a newline <|eot_id|> in text"},
+      {"role": "assistant", "content": "한국어 답변 😀"}], False),
+]
+CHAT_FOLDERS = [("llama3_chat", "llama3_style", "llama3_instruct.jinja", "<|begin_of_text|>", "<|eot_id|>"),
+                ("qwen2_chat", "qwen2_style", "qwen2_instruct.jinja", None, "<|im_end|>")]
+
+
+def chat_fixtures():
+    out = []
+    for folder, tok_name, template, bos, eos in CHAT_FOLDERS:
+        d = os.path.join(OUT, folder)
+        os.makedirs(d, exist_ok=True)
+        with open(os.path.join(OUT, tok_name, "tokenizer.json"), encoding="utf-8") as f:
+            tok_json = f.read()
+        with open(os.path.join(d, "tokenizer.json"), "w", encoding="utf-8") as f:
+            f.write(tok_json)
+        with open(os.path.join(ROOT, "tests/golden/chat_templates/sources", template), encoding="utf-8") as f:
+            source = f.read()
+        config = {"bos_token": bos, "eos_token": eos, "chat_template": source,
+                  "tokenizer_class": "PreTrainedTokenizerFast"}
+        with open(os.path.join(d, "tokenizer_config.json"), "w", encoding="utf-8") as f:
+            json.dump(config, f, indent=2, ensure_ascii=False)
+            f.write("\n")
+        fast = transformers.PreTrainedTokenizerFast.from_pretrained(d)
+        for messages, gen in CONVERSATIONS:
+            out.append({"folder": folder, "messages": messages, "add_generation_prompt": gen,
+                        "text": fast.apply_chat_template(messages, tokenize=False, add_generation_prompt=gen),
+                        "ids": fast.apply_chat_template(messages, tokenize=True, add_generation_prompt=gen)})
+    return out
 
 
 def expectations(tok, data):
@@ -245,6 +289,7 @@ def main():
                 f.write(model_bytes)
         # Reload from the saved file: the fixture is what the file says, not the object in memory.
         built[name] = (Tokenizer.from_file(os.path.join(folder, "tokenizer.json")), config)
+    result["chat"] = chat_fixtures()
     for case_name, data in cases:
         entry = {"name": case_name, "hex": data.hex()}
         for name, (tok, _) in sorted(built.items()):
