@@ -259,7 +259,7 @@ void write_hf_llama(const std::string& out_dir, const model::LlamaConfig& cfg,
                     const std::vector<model::UnitLayout>& units, const std::function<Tensor(int unit)>& full_unit,
                     const HfExportOptions& opt) {
   const ExportPlan plan = check_export_request(out_dir, cfg, units, full_unit, opt);
-  detail::ExportFolder folder(out_dir);
+  detail::ExportFolder folder(out_dir, opt.overwrite);
   const WrittenWeights weights = write_weight_shards(folder.tmp(), units, full_unit, opt);
 
   // ---- the JSON files, then the tokenizer ----

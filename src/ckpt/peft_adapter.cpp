@@ -186,7 +186,7 @@ void write_peft_adapter(const std::string& out_dir, const model::LlamaConfig& cf
                        {"alpha_pattern", json::object()},
                        {"revision", nullptr},
                        {"lora_bias", false}};
-  detail::ExportFolder folder(out_dir);
+  detail::ExportFolder folder(out_dir, opt.overwrite);
   write_safetensors((folder.tmp() / kPeftWeightsFile).string(), entries, {{"format", "pt"}});
   detail::write_file_synced(folder.tmp() / kPeftConfigFile, config.dump(2) + "\n");
   folder.commit();

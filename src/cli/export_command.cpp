@@ -1,6 +1,7 @@
 // `fsdp_train export --checkpoint DIR --output HF_DIR`: the command line over
 // train::export_checkpoint (fsdp/train/checkpoint_export.h).
 #include <cstdio>
+#include <filesystem>
 #include <string>
 #include <utility>
 
@@ -15,6 +16,7 @@ namespace fsdp::cli {
 using train::kExitError;
 using train::kExitOk;
 using train::kExitUsage;
+namespace fs = std::filesystem;
 
 const char* export_help() {
   return "usage: fsdp_train export --checkpoint DIR --output HF_DIR [options]\n"
@@ -26,6 +28,8 @@ const char* export_help() {
          "  --checkpoint DIR     a checkpoint (<checkpoint.dir>/step_N) or a checkpoint directory,\n"
          "                       of which the newest complete checkpoint is taken (required)\n"
          "  --output HF_DIR      the folder to create; it must not exist or be empty (required)\n"
+         "  --overwrite          replace HF_DIR when it exists and is not empty (once the new folder\n"
+         "                       is complete)\n"
          "  --dtype D            bfloat16 (default, as published Llama weights) or float32 (exact)\n"
          "  --tokenizer PATH     the tokenizer to include: a tokenizer.model, a tokenizer.json (with the\n"
          "                       files beside it) or a folder holding either; default: the one\n"
@@ -94,6 +98,8 @@ int export_command(int argc, char** argv) {
         dtype_given = true;
       } else if (a == "--adapter") {
         adapter = true;
+      } else if (a == "--overwrite" && !args.has_inline_value()) {
+        opt.overwrite = true;
       } else if (a == "--merge") {
         merge = true;
       } else if (a == "--base") {
@@ -104,15 +110,22 @@ int export_command(int argc, char** argv) {
       } else if (a == "--max-shard-size") {
         opt.max_shard_bytes = parse_size(value());
       } else {
-        throw UsageError{"unknown argument '" + args.raw() + "'"};
+        throw unknown_argument(args.raw(), {"--help", "--checkpoint", "--output", "--overwrite", "--dtype",
+                                            "--adapter", "--merge", "--base", "--tokenizer", "--max-shard-size"});
       }
     }
     if (checkpoint.empty()) throw UsageError{"--checkpoint DIR is required"};
     if (output.empty()) throw UsageError{"--output HF_DIR is required"};
     if (adapter && merge) throw UsageError{"--adapter and --merge exclude each other"};
     if (!base.empty() && !merge) throw UsageError{"--base is for --merge (the adapter folder needs no base)"};
+    // Refusals that need no checkpoint read: the command line's errors, nothing was done.
+    std::error_code ec;
+    if (!fs::exists(checkpoint, ec)) throw UsageError{"--checkpoint " + checkpoint + ": no such checkpoint or folder"};
+    if (!opt.overwrite && fs::is_directory(output, ec) && !fs::is_empty(output, ec))
+      throw UsageError{"--output " + output + " exists and is not empty; choose a new folder, or --overwrite to "
+                       "replace it"};
   } catch (const UsageError& e) {
-    std::fprintf(stderr, "error: fsdp_train export: %s\n\n%s", e.message.c_str(), export_help());
+    print_usage_error("export", e.message);
     return kExitUsage;
   }
 
@@ -127,7 +140,7 @@ int export_command(int argc, char** argv) {
     request.tokenizer_given = tokenizer_given;
     train::export_checkpoint(request);
   } catch (const std::exception& e) {
-    report_error(e);
+    report_error("export", e);
     return kExitError;
   }
   return kExitOk;

@@ -25,6 +25,7 @@
 #include "fsdp/model/generate.h"
 #include "fsdp/model/llama_decode.h"
 #include "fsdp/model/sampling.h"
+#include "fsdp/train/checkpoint_export.h"
 #include "fsdp/train/inference_model.h"
 
 namespace fsdp::cli {
@@ -45,9 +46,10 @@ const char* generate_help() {
          "                          Face folder (its base; a bitsandbytes 4-bit one is dequantized)\n"
          "  --tokenizer PATH        the model's tokenizer: a tokenizer.model (sentencepiece), a\n"
          "                          tokenizer.json (Hugging Face) or a folder holding either; default:\n"
-         "                          the one in the --checkpoint Hugging Face folder. The prompt gets\n"
-         "                          its BOS first where the tokenizer defines one; special tokens\n"
-         "                          written in the prompt stay text\n"
+         "                          the one `fsdp_train prepare` recorded for the checkpoint's run\n"
+         "                          (as export finds it), or a Hugging Face folder's own. The prompt\n"
+         "                          gets its BOS first where the tokenizer defines one; special\n"
+         "                          tokens written in the prompt stay text\n"
          "  --prompt TEXT           the text to continue (required; may be empty when the\n"
          "                          tokenizer has a BOS)\n"
          "  --max-new-tokens N      generate at most N tokens (default 64); generation also stops\n"
@@ -144,22 +146,26 @@ GenerateArgs parse_generate_args(int argc, char** argv) {
       if (a.dtype != "float32" && a.dtype != "bfloat16" && a.dtype != "float16")
         throw UsageError{"--dtype must be float32, bfloat16 or float16, not '" + a.dtype + "'"};
     } else {
-      throw UsageError{"unknown argument '" + args.raw() + "'"};
+      throw unknown_argument(args.raw(), {"--help", "--checkpoint", "--tokenizer", "--adapter", "--prompt",
+                                          "--max-new-tokens", "--temperature", "--top-k", "--top-p", "--seed",
+                                          "--device", "--dtype"});
     }
   }
   if (a.help) return a;
   if (a.checkpoint.empty()) throw UsageError{"--checkpoint DIR is required"};
-  if (a.tokenizer.empty()) {
-    // A Hugging Face folder carries its tokenizer; anything else needs the flag.
-    std::error_code ec;
-    for (const char* name : {"tokenizer.json", "tokenizer.model"})
-      if (a.tokenizer.empty() && fs::exists(fs::path(a.checkpoint) / "config.json", ec) &&
-          fs::exists(fs::path(a.checkpoint) / name, ec))
-        a.tokenizer = a.checkpoint;
-    if (a.tokenizer.empty())
-      throw UsageError{"--tokenizer PATH is required (the --checkpoint is not a Hugging Face folder with a tokenizer)"};
-  }
   if (!a.has_prompt) throw UsageError{"--prompt TEXT is required"};
+  // What is not there is the command line's error (exit 2), found before anything loads.
+  std::error_code ec;
+  if (!fs::exists(a.checkpoint, ec)) throw UsageError{"--checkpoint " + a.checkpoint + ": no such checkpoint or folder"};
+  if (a.tokenizer.empty()) {
+    a.tokenizer = train::run_tokenizer(a.checkpoint);
+    if (a.tokenizer.empty())
+      throw UsageError{"--tokenizer PATH is required: " + a.checkpoint +
+                       " names no tokenizer (neither a tokenizer.json or tokenizer.model in it nor one that "
+                       "`fsdp_train prepare` recorded for its run's data.path)"};
+  } else if (!fs::exists(a.tokenizer, ec)) {
+    throw UsageError{"--tokenizer " + a.tokenizer + ": no such file or folder"};
+  }
   if (a.device == "cpu" && !a.dtype.empty() && a.dtype != "float32")
     throw UsageError{"--dtype " + a.dtype + " needs --device cuda: the CPU computes in float32"};
   return a;
@@ -257,7 +263,7 @@ int generate_command(int argc, char** argv) {
   try {
     a = parse_generate_args(argc, argv);
   } catch (const UsageError& e) {
-    std::fprintf(stderr, "fsdp_train generate: %s (see fsdp_train generate --help)\n", e.message.c_str());
+    print_usage_error("generate", e.message);
     return 2;
   }
   if (a.help) {
@@ -273,9 +279,7 @@ int generate_command(int argc, char** argv) {
   try {
     return run_generate(a);
   } catch (const std::exception& e) {
-    std::fflush(stdout);
-    std::fprintf(stderr, "fsdp_train generate: error: %s\n", e.what());
-    log_where(e);
+    report_error("generate", e);
     return 1;
   }
 }

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "fsdp/cli/commands.h"
+#include "fsdp/cli/error_report.h"
 #include "fsdp/core/cli_args.h"
 #include "fsdp/train/exit_codes.h"
 
@@ -16,14 +17,16 @@ const char* kUsage =
     "usage: fsdp_train <command> [options]\n"
     "\n"
     "commands:\n"
-    "  train --config FILE [--set section.key=value]...   train a model\n"
-    "  eval  --config FILE [--split NAME] [--set ...]     mean loss over eval.batches batches\n"
-    "  prepare --tokenizer PATH --output DIR INPUT...     tokenize text into training shards\n"
-    "  generate --checkpoint DIR --prompt TEXT [--tokenizer PATH]  continue a prompt with a model\n"
-    "  export --checkpoint DIR --output HF_DIR                   write a Hugging Face Llama folder\n"
-    "  trace-merge DIR [--output FILE]                    merge a run's per-rank traces into one\n"
-    "  plan  --config FILE [--ranks N] [--device-memory SIZE]    memory per rank, the largest micro-batch that fits\n"
-    "  tokenize --tokenizer PATH < LINES                  the token ids of each line (--decode: back)\n"
+    "  train        --config FILE [--set section.key=value]...   train a model\n"
+    "  eval         --config FILE [--checkpoint DIR] [--split NAME] [--set ...]\n"
+    "                                                            the loss over eval.batches batches\n"
+    "  prepare      --tokenizer PATH --output DIR INPUT...       tokenize text into training shards\n"
+    "  generate     --checkpoint DIR --prompt TEXT               continue a prompt with a model\n"
+    "  export       --checkpoint DIR --output HF_DIR             write a Hugging Face folder\n"
+    "  plan         --config FILE [--ranks N] [--device-memory SIZE]\n"
+    "                                                            memory per rank, the largest micro-batch\n"
+    "  trace-merge  DIR [--output FILE]                          merge a run's per-rank traces into one\n"
+    "  tokenize     --tokenizer PATH < LINES                     the token ids of each line (--decode: back)\n"
     "\n"
     "options:\n"
     "  --help       this text (with a command: its options and every config key)\n"
@@ -55,14 +58,23 @@ ParsedLine parse_args(int argc, char** argv) {
       a.config.split = value("--split");
     } else if (arg.starts_with("--split=")) {
       a.config.split = arg.substr(8);
+    } else if (arg == "--checkpoint") {
+      a.config.checkpoint = value("--checkpoint");
+    } else if (arg.starts_with("--checkpoint=")) {
+      a.config.checkpoint = arg.substr(13);
+    } else if (arg == "--init") {
+      a.config.init = true;
     } else if (arg == "--set") {
       a.config.overrides.push_back(value("--set"));
     } else if (arg.starts_with("--set=")) {
       a.config.overrides.push_back(arg.substr(6));
     } else if (a.config.command.empty() && !arg.starts_with("-")) {
       a.config.command = arg;
+    } else if (!arg.starts_with("-") && (arg.ends_with(".yaml") || arg.ends_with(".yml"))) {
+      throw fsdp::UsageError{"unexpected argument '" + arg + "' (did you mean --config " + arg + "?)"};
     } else {
-      throw fsdp::UsageError{"unknown argument '" + arg + "'"};
+      throw fsdp::unknown_argument(arg, {"--config", "--set", "--split", "--checkpoint", "--init", "--help",
+                                         "--version"});
     }
   }
   return a;
@@ -85,7 +97,9 @@ int main(int argc, char** argv) {
   try {
     line = parse_args(argc, argv);
   } catch (const fsdp::UsageError& e) {
-    std::fprintf(stderr, "error: %s\n\n%s", e.message.c_str(), kUsage);
+    // The command the line named, if it got that far.
+    const std::string command = argc >= 2 && argv[1][0] != '-' ? argv[1] : "";
+    fsdp::cli::print_usage_error(command == "train" || command == "eval" ? command : "", e.message);
     return kExitUsage;
   }
   if (line.version) {
@@ -98,6 +112,6 @@ int main(int argc, char** argv) {
   }
   if (line.config.command == "train") return fsdp::cli::train_command(line.config);
   if (line.config.command == "eval") return fsdp::cli::eval_command(line.config);
-  std::fprintf(stderr, "error: unknown command '%s'\n\n%s", line.config.command.c_str(), kUsage);
+  fsdp::cli::print_usage_error("", "unknown command '" + line.config.command + "'");
   return kExitUsage;
 }

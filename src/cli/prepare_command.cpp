@@ -51,7 +51,8 @@ const char* prepare_help() {
          "                          each id below N (N > 65536 stores int32 tokens); text is refused\n"
          "  --output DIR            output directory (required); must not exist or be empty\n"
          "  --val-fraction F        fraction of documents sent to the val split, chosen by a\n"
-         "                          deterministic hash of each document's index (default 0)\n"
+         "                          deterministic hash of each document's index (default 0.01;\n"
+         "                          0 = no val split: then set train.eval_every: 0 to train on it)\n"
          "  --text-field NAME       JSONL field holding the text (default text)\n"
          "  --max-bad-fraction F    fail when more than F of all JSONL lines and text paragraphs\n"
          "                          are malformed JSON or too long (default 0.001); fewer are\n"
@@ -81,8 +82,13 @@ double parse_double(const std::string& flag, const std::string& v) {
   throw UsageError{flag + " needs a number, not '" + v + "'"};
 }
 
+// 1% of the documents held out by default: `train` evaluates on the val split (the demo
+// configs set train.eval_every), so a corpus made with the defaults can be trained on as is.
+constexpr double kDefaultValFraction = 0.01;
+
 PrepareOptions parse_prepare_args(int argc, char** argv, bool& help) {
   PrepareOptions o;
+  o.val_fraction = kDefaultValFraction;
   ArgCursor args(argc, argv);
   while (args.next()) {
     const std::string& arg = args.arg();
@@ -115,7 +121,9 @@ PrepareOptions parse_prepare_args(int argc, char** argv, bool& help) {
     } else if (arg == "--overwrite" && !args.has_inline_value()) {
       o.overwrite = true;
     } else if (arg.starts_with("-") && arg != "-") {
-      throw UsageError{"unknown option '" + arg + "'"};
+      throw unknown_argument(args.raw(), {"--help", "--tokenizer", "--vocab-size", "--output", "--val-fraction",
+                                          "--text-field", "--max-bad-fraction", "--workers", "--max-line-bytes",
+                                          "--overwrite"});
     } else {
       o.inputs.push_back(arg);
     }
@@ -175,7 +183,7 @@ int prepare_command(int argc, char** argv) {
   try {
     o = parse_prepare_args(argc, argv, help);
   } catch (const UsageError& e) {
-    std::fprintf(stderr, "fsdp_train prepare: %s (see fsdp_train prepare --help)\n", e.message.c_str());
+    print_usage_error("prepare", e.message);
     return 2;
   }
   if (help) {
@@ -194,6 +202,11 @@ int prepare_command(int argc, char** argv) {
                 (long long)r.train.tokens, r.train.shards.size());
     std::printf("  val:   %lld documents, %lld tokens, %zu shard(s)\n", (long long)r.val.documents,
                 (long long)r.val.tokens, r.val.shards.size());
+    if (r.val.documents == 0) {
+      std::printf("  no validation split (--val-fraction %g drew no document): a run that evaluates needs one; "
+                  "train.eval_every: 0 trains without, or raise --val-fraction\n",
+                  o.val_fraction);
+    }
     if (r.bad_lines > 0) {
       std::printf("  skipped %lld malformed or over-long line(s) of %lld; the first:\n", (long long)r.bad_lines,
                   (long long)(r.jsonl_lines + r.text_records));
@@ -201,8 +214,7 @@ int prepare_command(int argc, char** argv) {
     }
     return 0;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "fsdp_train prepare: error: %s\n", e.what());
-    log_where(e);
+    report_error("prepare", e);
     return g_stop_signal.load() != 0 ? 128 + g_stop_signal.load() : 1;
   }
 }

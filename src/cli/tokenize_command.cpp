@@ -85,7 +85,10 @@ TokenizeArgs parse(int argc, char** argv, bool& help) {
     else if (arg == "--add-generation-prompt") a.add_generation_prompt = true;
     else if (arg == "--render") a.render = true;
     else if (arg == "--template") a.template_name = args.value();
-    else throw UsageError{"unknown argument '" + args.raw() + "'"};
+    else
+      throw unknown_argument(args.raw(), {"--help", "--tokenizer", "--json", "--no-special", "--split-special", "--decode",
+                                          "--keep-special", "--chat", "--add-generation-prompt", "--render",
+                                          "--template"});
   }
   if (help) return a;
   if (a.tokenizer.empty()) throw UsageError{"--tokenizer PATH is required"};
@@ -212,14 +215,14 @@ int tokenize_command(int argc, char** argv) {
       return kExitOk;
     }
   } catch (const UsageError& e) {
-    std::fprintf(stderr, "error: fsdp_train tokenize: %s\n\n%s", e.message.c_str(), tokenize_help());
+    print_usage_error("tokenize", e.message);
     return kExitUsage;
   }
   try {
     return run(a);
   } catch (const std::exception& e) {
     std::fflush(stdout);
-    report_error(e);
+    report_error("tokenize", e);
     return kExitError;
   }
 }

@@ -1,4 +1,8 @@
 // `fsdp_train train`: trains the model the config describes (fsdp/train/trainer.h).
+#include <optional>
+#include <string>
+#include <vector>
+
 #include <spdlog/spdlog.h>
 
 #include "fsdp/cli/commands.h"
@@ -18,9 +22,16 @@ int train_command(const ConfigArgs& args) {
     // at the first step boundary and exit", not death.
     train::install_preemption_handlers();
     // Outputs that cannot be written fail now, not at the first save after the whole run.
-    train::check_output_dirs(cfg, *groups.world);
-    train::Trainer trainer(cfg, groups, train::TrainerPurpose::Train);
-    return trainer.run();
+    const std::vector<std::string> created = train::check_output_dirs(cfg, *groups.world);
+    std::optional<train::Trainer> trainer;
+    try {
+      trainer.emplace(cfg, groups, train::TrainerPurpose::Train);
+    } catch (...) {
+      // Refused at start-up (a mistyped data.path, ...): no empty checkpoints/ left behind.
+      train::remove_created_dirs(created);
+      throw;
+    }
+    return trainer->run();
   });
 }
 

@@ -1,6 +1,7 @@
 // The config as the model and the engine take it; see model_options.h.
 #include "fsdp/config/model_options.h"
 
+#include <filesystem>
 #include <utility>
 
 #include <fmt/format.h>
@@ -56,6 +57,18 @@ model::LlamaConfig resolve(const config::ModelConfig& m, const config::Config* c
     model::LlamaConfig c = config::apply_shape_keys(m, model::llama_preset(m.preset));
     c.validate();
     return c;
+  }
+  // A folder that is not there is the config's error (exit 2); a folder that is there but
+  // holds a bad model is the model's (exit 1, in the reader's words).
+  if (std::error_code ec; cfg != nullptr && !std::filesystem::exists(m.init_from, ec)) {
+    const std::filesystem::path p(m.init_from);
+    config::fail_key(*cfg, "model.init_from",
+                     fmt::format("is '{}', which does not exist{}: a Hugging Face model folder (config.json and "
+                                 "*.safetensors) to start from",
+                                 m.init_from,
+                                 p.is_absolute() ? std::string()
+                                                 : fmt::format(" (relative to the working directory: {})",
+                                                               std::filesystem::absolute(p, ec).lexically_normal().string())));
   }
   const model::LlamaConfig folder = ckpt::read_hf_llama_config(m.init_from);
   model::LlamaConfig c = config::apply_shape_keys(m, folder);

@@ -57,6 +57,7 @@ struct Loader::Impl {
   // Consumer state and ring (Note [Loader ring]).
   int64_t next_ = 0;
   int64_t origin_ = 0;  // global position of micro-batch 0 (seek_global)
+  int starts_ = 0;      // worker generations: each seek restarts the threads
   double wait_ = 0;
   std::vector<int32_t> sync_window;  // scratch when reading on the calling thread
   std::mutex mutex;
@@ -134,7 +135,10 @@ struct Loader::Impl {
   }
 
   void worker_loop(int worker) {
-    trace::set_thread_name(fmt::format("{} worker {}", opt.name, worker));
+    // Every seek (each evaluation rewinds the validation loader) starts new threads: a
+    // trace tells them apart by the generation.
+    trace::set_thread_name(fmt::format("{} worker {}{}", opt.name, worker,
+                                       starts_ > 1 ? fmt::format(" (start {})", starts_) : std::string()));
     std::vector<int32_t> window(size_t(opt.seq_len + 1));
     const int64_t ring = int64_t(slots.size());
     std::unique_lock<std::mutex> lock(mutex);
@@ -160,6 +164,7 @@ struct Loader::Impl {
   }
 
   void start() {
+    ++starts_;
     claim_ = next_;
     stop_ = false;
     for (Slot& s : slots) {

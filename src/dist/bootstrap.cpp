@@ -102,9 +102,10 @@ void finalize_at_exit() {
 int resolve_shard_group_size(int shard_group_size, int world_size, int rank, int local_size) {
   const int s = shard_group_size == 0 ? world_size : shard_group_size == -1 ? local_size : shard_group_size;
   FSDP_CHECK(shard_group_size >= -1 && s > 0 && world_size % s == 0,
-             "shard_group_size {} does not divide the world size {} (rank {}); use a divisor of {}, 0 for the whole "
-             "world or -1 for the ranks of one node",
-             shard_group_size, world_size, rank, world_size);
+             // dist's own numbering (0 the world, -1 a node) is not the config's: the caller
+             // says what the key's values mean.
+             "shard_group_size {} does not divide the world size {} (rank {}); use a divisor of {}", shard_group_size,
+             world_size, rank, world_size);
   return s;
 }
 

@@ -92,7 +92,8 @@ double parse_bytes(const std::string& text, const std::string& what) {
     const char* name;
     double scale;
   };
-  static const Unit kUnits[] = {{"", 1},          {"B", 1},         {"kB", 1e3},      {"KB", 1e3},
+  // No bare numbers: `--device-memory 80` meant 80 GB, not 80 bytes.
+  static const Unit kUnits[] = {{"B", 1},         {"kB", 1e3},      {"KB", 1e3},
                                 {"MB", 1e6},      {"GB", 1e9},      {"TB", 1e12},     {"KiB", 1024.0},
                                 {"MiB", 1048576.0}, {"GiB", 1073741824.0}, {"TiB", 1099511627776.0},
                                 {"K", 1024.0},    {"M", 1048576.0}, {"G", 1073741824.0}, {"T", 1099511627776.0}};
@@ -100,8 +101,8 @@ double parse_bytes(const std::string& text, const std::string& what) {
     for (const Unit& u : kUnits)
       if (unit == u.name) return value * u.scale;
   }
-  FSDP_FAIL("{} '{}' is not a size: write a positive number with an optional unit, e.g. 80GiB, 80GB, 512MiB or 8e9 "
-            "(bytes)",
+  FSDP_FAIL("{} '{}' is not a size: write a positive number and its unit, e.g. 80GB (8e10 bytes), 80GiB or 80G "
+            "(80 x 2^30), 512MiB, or 8e9B (bytes)",
             what, text);
 }
 

@@ -39,6 +39,28 @@ std::string tokenizer_of_run(const ckpt::Manifest& m) {
   return "";
 }
 
+}  // namespace
+
+std::string run_tokenizer(const std::string& checkpoint) {
+  std::error_code ec;
+  // A Hugging Face folder carries its tokenizer (tokenizer.json first, as the facade picks).
+  for (const char* name : {"tokenizer.json", "tokenizer.model"})
+    if (fs::is_regular_file(fs::path(checkpoint) / name, ec)) return (fs::path(checkpoint) / name).string();
+  try {
+    std::string path = checkpoint;
+    if (!ckpt::is_checkpoint_dir(path)) {
+      auto groups = dist::local_process_groups();
+      path = ckpt::find_latest_checkpoint(checkpoint, *groups.world);
+      if (path.empty()) return "";
+    }
+    return tokenizer_of_run(ckpt::CheckpointReader(path).manifest());
+  } catch (const std::exception&) {
+    return "";
+  }
+}
+
+namespace {
+
 // A LoRA checkpoint as a PEFT adapter folder or as a merged Hugging Face model.
 void export_lora(const std::string& path, const std::string& output, bool adapter, const std::string& base,
                  ckpt::HfExportOptions opt, bool dtype_given, bool tokenizer_given) {
@@ -49,6 +71,7 @@ void export_lora(const std::string& path, const std::string& output, bool adapte
     ckpt::PeftExportOptions popt;
     popt.dtype = dtype_given ? opt.dtype : DType::F32;  // adapters are small: exact by default
     popt.base_model_name_or_path = lora->base_path();
+    popt.overwrite = opt.overwrite;
     spdlog::info("export: {} (step {}) adapters -> {} (PEFT folder, {})", path, m.state.step, output,
                  dtype_name(popt.dtype));
     ckpt::write_peft_adapter(output, lora->config(), lora->lora(), lora->lora_units(),

@@ -10,6 +10,7 @@
 
 #include "fsdp/ckpt/checkpoint_reader.h"
 #include "fsdp/train/base_model.h"
+#include "fsdp/train/resume_changes.h"
 #include "fsdp/train/run_ownership.h"
 
 namespace fsdp::train {
@@ -30,9 +31,12 @@ std::string CheckpointPolicy::resume_point() {
   if (r == "none") return "";
   std::error_code ec;
   if (r != "auto") {
-    FSDP_CHECK(std::filesystem::exists(r, ec), "checkpoint.resume: {} does not exist", r);
-    FSDP_CHECK(ckpt::is_checkpoint_dir(r), "checkpoint.resume: {} is not an fsdp_train checkpoint (no {}/manifest.json)",
-               r, r);
+    // A path that is not there, or is no checkpoint, is the config's error: nothing ran.
+    if (!std::filesystem::exists(r, ec)) config::fail_key(cfg_, "checkpoint.resume", fmt::format("is {}, which does not exist", r));
+    if (!ckpt::is_checkpoint_dir(r)) {
+      config::fail_key(cfg_, "checkpoint.resume",
+                       fmt::format("is {}, which is not an fsdp_train checkpoint (no {}/manifest.json)", r, r));
+    }
     ckpt::verify_checkpoint(r, *groups_.world);
     return r;
   }
@@ -40,17 +44,18 @@ std::string CheckpointPolicy::resume_point() {
   std::string found = ckpt::find_latest_checkpoint(own, *groups_.world);
   const std::string& load = cfg_.checkpoint.load_dir;
   if (found.empty() && !load.empty()) {
-    FSDP_CHECK(std::filesystem::is_directory(load, ec), "checkpoint.load_dir {} does not exist (or is not a directory)",
-               load);
+    if (!std::filesystem::is_directory(load, ec))
+      config::fail_key(cfg_, "checkpoint.load_dir", fmt::format("is {}, which does not exist (or is not a directory)", load));
     found = ckpt::find_latest_checkpoint(load, *groups_.world);
     FSDP_CHECK(!found.empty(), "checkpoint.load_dir {} holds no complete checkpoint to start from (step_<N>/ with a "
                "manifest.json that verifies)", load);
   }
-  if (found.empty()) spdlog::info("checkpoint: none in {}: starting from step 0", own);
+  if (found.empty() && training_) spdlog::info("checkpoint: none in {}: starting from step 0", own);
   return found;
 }
 
 std::string CheckpointPolicy::start(bool claims_dir) {
+  training_ = claims_dir;
   const std::string path = resume_point();
   const std::string resumed_id = path.empty() ? "" : ckpt::CheckpointReader(path).manifest().run_id;
   run_id_ = claims_dir ? claim_checkpoint_dir(cfg_, *groups_.world, path, resumed_id) : resumed_id;
@@ -97,12 +102,29 @@ ckpt::TrainState CheckpointPolicy::restore(const std::string& path, const model:
                  "original run's",
                  cfg_.data.seed, m.state.data_seed);
   }
-  if (m.state.step >= cfg_.train.max_steps) {
+  // Only a training run continues the checkpoint's run (eval reads the weights).
+  if (training_ && groups_.world->rank() == 0) warn_changes(m, path);
+  if (training_ && m.state.step >= cfg_.train.max_steps) {
     spdlog::warn("checkpoint: {} is at step {}, train.max_steps is {}: nothing to train (raise train.max_steps to "
-                 "train on, or set checkpoint.resume: none to start over)",
+                 "train on; to start over, set checkpoint.resume: none and checkpoint.overwrite: true, which moves "
+                 "the old checkpoints aside; or give this run its own run.dir)",
                  path, m.state.step, cfg_.train.max_steps);
   }
   return m.state;
+}
+
+void CheckpointPolicy::warn_changes(const ckpt::Manifest& m, const std::string& path) const {
+  config::Config saved;
+  try {
+    saved = config::load_config_string(m.config_yaml, path + "/manifest.json");
+  } catch (const Error& e) {
+    // A checkpoint of an older fsdp_train whose config no longer loads: nothing to compare.
+    spdlog::debug("checkpoint: the config stored in {} does not load ({}): resume changes not checked", path,
+                  e.what());
+    return;
+  }
+  for (const std::string& line : resume_changes(saved, m.world_size, cfg_, groups_.world->size(), m.state.step))
+    spdlog::warn("checkpoint: {}", line);
 }
 
 template <typename F>

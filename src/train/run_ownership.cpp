@@ -32,16 +32,28 @@ std::string describe(const std::vector<ckpt::CheckpointOwner>& owners) {
 }
 
 // Rank 0: moves what is in the way aside, or says why the run may not start ("" when it
-// may). A fresh run also moves its predecessor's metrics.jsonl, which it would truncate.
+// may; "refuse " + the reason when the config must change, exit 2). A fresh run also moves
+// its predecessor's metrics.jsonl, which it would truncate.
 std::string clear_the_way(const config::Config& cfg, const std::vector<ckpt::CheckpointOwner>& foreign, bool fresh) {
   const std::string dir = config::checkpoint_dir(cfg);
   if (!cfg.checkpoint.overwrite) {
+    // A fresh start over this directory's checkpoints is most often the same command run
+    // again with checkpoint.resume: none, the user's own earlier run: say so, and what
+    // starts over (both keys), not "another run".
+    if (fresh) {
+      return fmt::format(
+          "refuse checkpoint.dir {} holds {} checkpoint(s) of an earlier run: {}. checkpoint.resume: {} starts a new "
+          "run, which would mix its checkpoints with them (keep_last rotation could delete its own). To start over, "
+          "set checkpoint.resume: none and checkpoint.overwrite: true (the old checkpoints are moved aside into "
+          "{}/replaced-<time>/); to continue that run, checkpoint.resume: auto; or point run.dir (or checkpoint.dir) "
+          "elsewhere",
+          dir, foreign.size(), describe(foreign), cfg.checkpoint.resume, dir);
+    }
     return fmt::format(
-        "checkpoint.dir {} holds {} checkpoint(s) of another run: {}. This run ({}) would mix its checkpoints with "
-        "them, and keep_last rotation could delete its own. Resume that run (checkpoint.resume: auto), point "
-        "checkpoint.dir (or run.dir) elsewhere, or set checkpoint.overwrite: true to move them aside",
-        dir, foreign.size(), describe(foreign),
-        fresh ? fmt::format("a fresh start: checkpoint.resume is {}", cfg.checkpoint.resume) : "a resumed run");
+        "refuse checkpoint.dir {} holds {} checkpoint(s) of another run: {}. This resumed run would mix its "
+        "checkpoints with them, and keep_last rotation could delete its own. Point checkpoint.dir (or run.dir) "
+        "elsewhere, or set checkpoint.overwrite: true to move them aside",
+        dir, foreign.size(), describe(foreign));
   }
   try {
     const std::string aside = ckpt::move_checkpoints_aside(dir, foreign);
@@ -80,6 +92,7 @@ std::string claim_checkpoint_dir(const config::Config& cfg, dist::Communicator& 
     verdict = why.empty() ? "ok " + id : "error " + why;
   }
   verdict = dist::broadcast_text(world, verdict);
+  if (verdict.starts_with("error refuse ")) throw config::ConfigError(verdict.substr(13));
   FSDP_CHECK(verdict.starts_with("ok "), "{}", verdict.substr(6));
   return verdict.substr(3);
 }

@@ -54,14 +54,63 @@ class OffsetSamples final : public data::SampleSource {
 void check_manifest_vocab(const std::string& dir, int64_t model_vocab) {
   const auto m = data::read_shard_manifest(dir);
   if (!m || !m->vocab_size) return;
-  FSDP_CHECK(*m->vocab_size == model_vocab,
-             "{}: the tokenizer's vocab_size {} differs from model.vocab_size {} (prepare the data with the model's "
-             "tokenizer, or set model.vocab_size)",
-             (std::filesystem::path(dir) / "manifest.json").string(), *m->vocab_size, model_vocab);
+  // The config's error (exit 2): nothing ran, and model.vocab_size or data.path is to change.
+  if (*m->vocab_size != model_vocab) {
+    throw config::ConfigError(fmt::format(
+        "{}: the tokenizer's vocab_size {} differs from model.vocab_size {} (prepare the data with the model's "
+        "tokenizer, or set model.vocab_size)",
+        (std::filesystem::path(dir) / "manifest.json").string(), *m->vocab_size, model_vocab));
+  }
 }
 
+// A relative path resolves from the working directory: say which, since the repository's
+// configs name paths relative to its root.
+std::string resolved(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::path(path).is_absolute()) return "";
+  const auto cwd = std::filesystem::current_path(ec);
+  if (ec) return "";
+  return fmt::format(" (relative to the working directory {}: {})", cwd.string(), (cwd / path).lexically_normal().string());
+}
+
+// data.path (or data.val_path) must name token shards that are there: a missing one is the
+// config's error (exit 2), reported before the run builds anything on it.
+void check_shards_exist(const config::Config& cfg, const std::string& key, const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec) || std::filesystem::exists(path + ".idx", ec)) return;
+  const bool demo = path.find("data/demo") != std::string::npos;
+  config::fail_key(
+      cfg, key,
+      fmt::format("is '{}', which is neither a folder of token shards nor a shard prefix ({}.idx){}; {}", path, path,
+                  resolved(path),
+                  demo ? "make the demo corpus with `bash scripts/demo_corpus.sh` (or `bash scripts/demo.sh`), or run "
+                         "from the repository root"
+                       : fmt::format("make it with `fsdp_train prepare --tokenizer tokenizer.model --output {} "
+                                     "<text or jsonl files>`",
+                                     path)));
+}
 
 }  // namespace
+
+config::Config with_global_batch(const config::Config& cfg, int data_parallel_ranks) {
+  const int64_t g = cfg.train.global_batch_size;
+  if (g == 0) return cfg;
+  const int64_t per_step = int64_t(cfg.train.micro_batch_size) * data_parallel_ranks;
+  if (g % per_step != 0) {
+    config::fail_key(cfg, "train.global_batch_size",
+                     fmt::format("{} is not a multiple of train.micro_batch_size {} x {} data-parallel rank(s) = {}: "
+                                 "set a multiple of {}, or another micro_batch_size",
+                                 g, cfg.train.micro_batch_size, data_parallel_ranks, per_step, per_step));
+  }
+  config::Config out = cfg;
+  out.train.grad_accum_steps = int(g / per_step);
+  if (cfg.origins.where.count("train.grad_accum_steps") != 0 && cfg.train.grad_accum_steps != out.train.grad_accum_steps)
+    spdlog::warn("train.grad_accum_steps {} ({}) is not used: train.global_batch_size {} over {} rank(s) x "
+                 "micro_batch_size {} makes it {}",
+                 cfg.train.grad_accum_steps, cfg.origins.where.at("train.grad_accum_steps"), g, data_parallel_ranks,
+                 cfg.train.micro_batch_size, out.train.grad_accum_steps);
+  return out;
+}
 
 Device resolve_device(const config::Config& cfg, const dist::WorldInfo& world) {
   const std::string& want = cfg.train.device;
@@ -133,6 +182,13 @@ DataSources make_data_sources(const config::Config& cfg, int64_t vocab, const di
     lo.shuffle = false;  // already random; sample i is a pure function of i
     d.val = std::make_shared<OffsetSamples>(chain, kValidationFirstSample, kValidationFirstSample);
   } else {
+    if (cfg.data.path.empty()) {
+      config::fail_key(cfg, "data.path",
+                       "is not set: it names the folder of token shards to train on (from `fsdp_train prepare`); "
+                       "data.source: synthetic trains on a synthetic Markov chain instead, for a smoke test");
+    }
+    check_shards_exist(cfg, "data.path", cfg.data.path);
+    if (!cfg.data.val_path.empty()) check_shards_exist(cfg, "data.val_path", cfg.data.val_path);
     check_manifest_vocab(cfg.data.path, vocab);
     data::CorpusOptions co;
     co.rank = world.rank();
@@ -145,12 +201,22 @@ DataSources make_data_sources(const config::Config& cfg, int64_t vocab, const di
     try {
       d.val = data::open_token_corpus(val, cfg.eval.split, T, vocab, co);
     } catch (const Error& e) {
-      d.val_error = fmt::format("{} (evaluation reads the '{}' shards, eval.split: set data.val_path to a folder of "
-                                "{}_*.idx shards, or evaluate another split with eval.split, e.g. `fsdp_train eval "
-                                "--split train`)",
-                                e.what(), cfg.eval.split, cfg.eval.split);
       // Without val shards a run that never evaluates is fine; evaluate() reports val_error.
-      if (cfg.train.eval_every > 0 || !cfg.data.val_path.empty()) FSDP_FAIL("{}", d.val_error);
+      // Either way it is the config's (or the corpus's) error, found before any step: exit 2.
+      const std::string remedies = fmt::format(
+          "prepare the corpus with a validation split (`fsdp_train prepare ... --val-fraction 0.01`, with --overwrite "
+          "to replace its --output), point data.val_path at a folder of {}_*.idx shards, or evaluate another split "
+          "(eval.split; `fsdp_train eval --split train`)",
+          cfg.eval.split);
+      d.val_error = fmt::format("{}; evaluation reads the '{}' shards (eval.split): {}", e.what(), cfg.eval.split,
+                                remedies);
+      if (!cfg.data.val_path.empty()) config::fail_key(cfg, "data.val_path", fmt::format("is '{}': {}", cfg.data.val_path, d.val_error));
+      if (cfg.train.eval_every > 0) {
+        config::fail_key(cfg, "train.eval_every",
+                         fmt::format("is {}, but there is nothing to evaluate on: {}; {}, or set train.eval_every: 0 "
+                                     "to train without evaluating",
+                                     cfg.train.eval_every, e.what(), remedies));
+      }
     }
   }
   d.train_loader = std::make_unique<data::Loader>(d.train, lo);

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <tuple>
 
 #include <fmt/ranges.h>
@@ -51,6 +52,9 @@ uint64_t max_rss_bytes() {
 }  // namespace
 
 Trainer::Trainer(const config::Config& cfg, dist::ProcessGroups& groups, TrainerPurpose purpose)
+    : Trainer(Effective{}, with_global_batch(cfg, groups.world->size()), groups, purpose) {}
+
+Trainer::Trainer(Effective, const config::Config& cfg, dist::ProcessGroups& groups, TrainerPurpose purpose)
     : cfg_(cfg),
       groups_(groups),
       device_(resolve_device(cfg, groups.world_info)),
@@ -334,7 +338,9 @@ obs::StepMetrics Trainer::train_step() {
 double Trainer::evaluate(int batches) {
   FSDP_CHECK(batches >= 1, "eval.batches must be >= 1, got {}", batches);
   const trace::Span span("evaluate", "eval");
-  FSDP_CHECK(data_.val_loader != nullptr, "{}", data_.val_error);
+  // Only `fsdp_train eval` gets here without shards (a training run that evaluates was
+  // refused at start-up): the config's error, nothing ran.
+  if (data_.val_loader == nullptr) throw config::ConfigError(data_.val_error);
   data_.val_loader->seek(0);
   model::LossSum local;
   for (int b = 0; b < batches; ++b) {
@@ -366,12 +372,17 @@ void Trainer::log_run_start() const {
   spdlog::info("model: {}", model_.config().summary());
   log_device();
   const int world = groups_.world->size();
-  spdlog::info("batch: {} sequences x {} tokens per micro-batch, {} accumulation steps, {} ranks = {} tokens per step",
-               t.micro_batch_size, t.seq_len, t.grad_accum_steps, world,
-               int64_t(t.micro_batch_size) * t.grad_accum_steps * world * t.seq_len);
-  spdlog::info("fsdp: {} over {} ranks on {} node(s) (shard group {}, replicate group {}), params {} / reduce {}, "
+  auto ranks = [](int64_t n) { return fmt::format("{} rank{}", n, n == 1 ? "" : "s"); };
+  spdlog::info("batch: {} sequences x {} tokens per micro-batch, {} accumulation step{}, {} = {} sequences, {} tokens "
+               "per step{}",
+               t.micro_batch_size, t.seq_len, t.grad_accum_steps, t.grad_accum_steps == 1 ? "" : "s", ranks(world),
+               int64_t(t.micro_batch_size) * t.grad_accum_steps * world,
+               int64_t(t.micro_batch_size) * t.grad_accum_steps * world * t.seq_len,
+               t.global_batch_size > 0 ? " (train.global_batch_size)" : "");
+  spdlog::info("fsdp: {} over {} on {} node{} (shard group {}, replicate group {}), params {} / reduce {}, "
                "{:.1f} MiB of sharded state on this rank",
-               config::to_string(cfg_.fsdp.sharding_strategy), world, groups_.world_info.num_nodes,
+               config::to_string(cfg_.fsdp.sharding_strategy), ranks(world), groups_.world_info.num_nodes,
+               groups_.world_info.num_nodes == 1 ? "" : "s",
                groups_.shard->size(), groups_.replicate->size(), dtype_name(cfg_.fsdp.param_dtype),
                dtype_name(cfg_.fsdp.reduce_dtype), double(engine_.persistent_bytes()) / (1 << 20));
   if (cfg_.lora.enabled) log_lora();
@@ -401,6 +412,7 @@ int Trainer::run() {
     if (!resumed_from().empty()) obs::truncate_metrics_after(path, step_);
     metrics = std::make_unique<obs::MetricsWriter>(path, /*truncate=*/resumed_from().empty());
   }
+  if (rank0) write_effective_config();
   log_run_start();
   try {
     return train_loop(metrics.get());
@@ -416,6 +428,15 @@ int Trainer::train_loop(obs::MetricsWriter* metrics) {
   const auto& t = cfg_.train;
   const bool rank0 = groups_.world->rank() == 0;
   obs::Observability outputs(cfg_, groups_, device_, step_ + 1);
+  // A router whose load stays at or above half the collapsed ratio E/k for 20 steps in a
+  // row: said once (see obs::ImbalanceWatch; docs/mixtral.md says what healthy looks like).
+  std::optional<obs::ImbalanceWatch> imbalance;
+  if (model_.config().is_moe()) {
+    const auto& mc = model_.config();
+    imbalance.emplace(std::max(1.5, 0.5 * double(mc.num_experts) / double(mc.experts_per_token)), 20);
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  const int64_t first = step_;
   while (step_ < t.max_steps) {
     outputs.before_step(step_ + 1);
     obs::StepMetrics m = train_step();
@@ -423,6 +444,12 @@ int Trainer::train_loop(obs::MetricsWriter* metrics) {
     m.max_rss_bytes = max_rss_bytes();
     m.run_id = run_id();
     if (t.eval_every > 0 && (step_ % t.eval_every == 0 || step_ == t.max_steps)) m.val_loss = evaluate(cfg_.eval.batches);
+    // Wall time of this process's steps (evaluations included), and the rest at that pace.
+    m.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    m.eta_s = m.elapsed_s / double(step_ - first) * double(t.max_steps - step_);
+    if (imbalance && rank0) {
+      if (const std::string w = imbalance->observe(step_, m.expert_imbalance); !w.empty()) spdlog::warn("{}", w);
+    }
     // metrics.jsonl gets every step (resume and equivalence checks compare whole loss
     // curves); the console gets one line per log_every steps. Rank 0 speaks for all.
     if (metrics) metrics->write(m);
@@ -451,6 +478,28 @@ int Trainer::train_loop(obs::MetricsWriter* metrics) {
   check_final_checkpoint("the final checkpoint");
   spdlog::info("done: {} steps, {} tokens", step_, tokens_seen_);
   return kExitOk;
+}
+
+// <run.dir>/config.yaml: the effective config of the run's latest start (what --set and
+// train.global_batch_size made of the file), which `--config` takes back as it is.
+void Trainer::write_effective_config() const {
+  namespace fs = std::filesystem;
+  const fs::path path = fs::path(cfg_.run.dir) / "config.yaml", tmp = fs::path(path.string() + ".tmp");
+  std::error_code ec;
+  fs::create_directories(cfg_.run.dir, ec);
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << "# The effective config of the run in this directory, as fsdp_train " << FSDP_VERSION
+        << " last started it (every key; `fsdp_train train --config` takes it back).\n"
+        << config::dump_yaml(cfg_);
+    if (!out.good()) ec = std::make_error_code(std::errc::io_error);
+  }
+  if (!ec) fs::rename(tmp, path, ec);
+  if (ec) {
+    spdlog::warn("run.dir: cannot write {}: {}", path.string(), ec.message());
+    return;
+  }
+  spdlog::info("config: the effective config is in {} (logging.level: debug prints it)", path.string());
 }
 
 // Under checkpoint.stop_on_error: false a failed save only logs; but a run whose last

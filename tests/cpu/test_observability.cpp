@@ -41,7 +41,7 @@ config::Config small(const fs::path& run_dir, const std::vector<std::string>& ex
                                 "train.micro_batch_size=4", "train.max_steps=5",    "train.log_every=100",
                                 "optim.warmup_steps=2",     "checkpoint.resume=none", "run.dir=" + run_dir.string()};
   o.insert(o.end(), extra.begin(), extra.end());
-  return config::load_config_string("", "test", o);
+  return config::load_config_string("data:\n  source: synthetic\n", "test", o);
 }
 
 int run(const config::Config& cfg) {

@@ -37,6 +37,9 @@ struct HfExportOptions {
   // Element type of the weights: BF16 (what published Llama checkpoints ship; rounded to
   // nearest even, as torch's .to(torch.bfloat16)) or F32 (bit-exact).
   DType dtype = DType::BF16;
+  // Replace an out_dir that exists and is not empty (export --overwrite): the new folder is
+  // written beside it and takes its place only once complete. false = refuse it.
+  bool overwrite = false;
   // Largest shard file, counting tensor bytes as transformers' save_pretrained does
   // (max_shard_size="5GB", 1 GB = 10^9 bytes). A tensor larger than this gets a shard alone.
   uint64_t max_shard_bytes = 5'000'000'000ULL;

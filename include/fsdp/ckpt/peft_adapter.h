@@ -49,6 +49,7 @@ void check_peft_adapter_matches(const PeftAdapterConfig& adapter, const model::L
 struct PeftExportOptions {
   DType dtype = DType::F32;  // of the adapter tensors: float32 (exact) or bfloat16
   std::string base_model_name_or_path;
+  bool overwrite = false;  // replace a non-empty out_dir (export --overwrite) once the new one is complete
 };
 
 // Writes a PEFT folder for the adapters of `units` (lora_units' layout): `full_unit(u)`

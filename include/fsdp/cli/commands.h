@@ -16,6 +16,8 @@ struct ConfigArgs {
   std::string config_path;
   std::vector<std::string> overrides;
   std::string split;  // eval --split NAME: eval.split
+  std::string checkpoint;  // eval --checkpoint DIR: a step_<N>/ or a checkpoint.dir (its newest)
+  bool init = false;       // eval --init: the seeded initialisation, knowingly
   bool help = false;
 };
 // Trains the model the config describes (fsdp/train/trainer.h).

@@ -18,7 +18,7 @@ struct HostMemory {
 // many ranks share the node's).
 HostMemory host_memory_limit(int divide_among = 1);
 
-// "80GiB", "80 GB", "512MiB", "8e9", "1.5TB" -> bytes. Decimal units are powers of 1000
+// "80GiB", "80 GB", "512MiB", "8e9B", "1.5TB" -> bytes; a number without a unit is refused. Decimal units are powers of 1000
 // (kB, MB, GB, TB), binary ones powers of 1024 (KiB, MiB, GiB, TiB; K, M, G, T as Slurm
 // and ulimit mean them). Throws fsdp::Error naming `what` for anything else.
 double parse_bytes(const std::string& text, const std::string& what);
