@@ -10,6 +10,7 @@ packages=(
   libspdlog-dev libfmt-dev   # logging
   nlohmann-json3-dev         # metrics.jsonl, safetensors headers, HF config.json
   libsentencepiece-dev sentencepiece   # tokenizer (library + spm_train)
+  libpcre2-dev libutf8proc-dev         # tokenizer.json: regexes (UTF + UCP) and Unicode normalization
   libopenmpi-dev openmpi-bin # MPI communicator and launcher
   libopenblas-openmp-dev libopenblas0-openmp # BLAS, OpenMP build: see bench/README.md
   libgtest-dev libgmock-dev  # tests

@@ -33,7 +33,7 @@ namespace fsdp::cli {
 namespace fs = std::filesystem;
 
 const char* generate_help() {
-  return "usage: fsdp_train generate --checkpoint DIR --prompt TEXT [--tokenizer MODEL] [options]\n"
+  return "usage: fsdp_train generate --checkpoint DIR [--tokenizer PATH] --prompt TEXT [options]\n"
          "\n"
          "Prints TEXT followed by the model's completion of it (log lines go to stderr).\n"
          "\n"
@@ -47,10 +47,12 @@ const char* generate_help() {
          "  --base DIR              a LoRA checkpoint's base folder, if it moved since training\n"
          "                          (default: the one the checkpoint records; its bytes must be the\n"
          "                          ones trained on)\n"
-         "  --tokenizer MODEL       sentencepiece .model file with the model's vocabulary; default:\n"
+         "  --tokenizer PATH        the model's tokenizer: a tokenizer.model (sentencepiece), a\n"
+         "                          tokenizer.json (Hugging Face) or a folder holding either; default:\n"
          "                          the one `fsdp_train prepare` recorded for the checkpoint's run\n"
-         "                          (as export finds it), or a Hugging Face folder's tokenizer.model;\n"
-         "                          the prompt gets its BOS first where it defines one\n"
+         "                          (as export finds it), or a Hugging Face folder's own. The prompt\n"
+         "                          gets its BOS first where the tokenizer defines one; special\n"
+         "                          tokens written in the prompt stay text\n"
          "  --prompt TEXT           the text to continue (required; may be empty when the\n"
          "                          tokenizer has a BOS)\n"
          "  --max-new-tokens N      generate at most N tokens (default 64); generation also stops\n"
@@ -165,13 +167,13 @@ GenerateArgs parse_generate_args(int argc, char** argv) {
   if (a.tokenizer.empty()) {
     a.tokenizer = train::run_tokenizer(a.checkpoint);
     if (a.tokenizer.empty())
-      throw UsageError{"--tokenizer MODEL is required: " + a.checkpoint +
-                       " names no tokenizer (neither a tokenizer.model in it nor one that `fsdp_train prepare` "
-                       "recorded for its run's data.path)"};
+      throw UsageError{"--tokenizer PATH is required: " + a.checkpoint +
+                       " names no tokenizer (neither a tokenizer.json or tokenizer.model in it nor one that "
+                       "`fsdp_train prepare` recorded for its run's data.path)"};
   } else if (!fs::exists(a.tokenizer, ec)) {
-    throw UsageError{"--tokenizer " + a.tokenizer + ": no such file"};
-  } else if (!fs::is_regular_file(a.tokenizer, ec)) {
-    throw UsageError{"--tokenizer " + a.tokenizer + ": not a regular file"};
+    throw UsageError{"--tokenizer " + a.tokenizer + ": no such file or folder"};
+  } else if (!fs::is_regular_file(a.tokenizer, ec) && !fs::is_directory(a.tokenizer, ec)) {
+    throw UsageError{"--tokenizer " + a.tokenizer + ": not a regular file or a folder"};
   }
   if (a.device == "cpu" && !a.dtype.empty() && a.dtype != "float32")
     throw UsageError{"--dtype " + a.dtype + " needs --device cuda: the CPU computes in float32"};
@@ -208,12 +210,16 @@ int run_generate(const GenerateArgs& a) {
   std::error_code ec;
   FSDP_CHECK(fs::exists(a.tokenizer, ec), "--tokenizer {}: no such file{}", a.tokenizer, ec ? ": " + ec.message() : "");
   const data::Tokenizer tok(a.tokenizer);
+  spdlog::info("tokenizer: {}", tok.path());
   train::InferenceModel m = train::load_inference_model(a.checkpoint, a.adapter, a.base);
   const model::LlamaConfig& c = m.config;
   spdlog::info("model: {} ({})", m.kind, c.summary());
-  FSDP_CHECK(tok.vocab_size() == c.vocab_size,
-             "--tokenizer {} has a vocabulary of {} pieces but the model in --checkpoint {} has vocab_size {}",
-             a.tokenizer, tok.vocab_size(), a.checkpoint, c.vocab_size);
+  // A Hugging Face model may pad its embedding past the tokenizer's ids (Qwen2: 151936 rows for
+  // 151665 tokens); a sentencepiece model and its Llama have the same size.
+  const bool fits = tok.kind() == data::Tokenizer::Kind::HuggingFace ? tok.vocab_size() <= c.vocab_size
+                                                                    : tok.vocab_size() == c.vocab_size;
+  FSDP_CHECK(fits, "--tokenizer {} has a vocabulary of {} pieces but the model in --checkpoint {} has vocab_size {}",
+             tok.path(), tok.vocab_size(), a.checkpoint, c.vocab_size);
 
   std::vector<int32_t> prompt;
   if (tok.bos_id() >= 0) prompt.push_back(tok.bos_id());

@@ -20,12 +20,13 @@ const char* kUsage =
     "  train        --config FILE [--set section.key=value]...   train a model\n"
     "  eval         --config FILE [--checkpoint DIR] [--split NAME] [--set ...]\n"
     "                                                            the loss over eval.batches batches\n"
-    "  prepare      --tokenizer MODEL --output DIR INPUT...      tokenize text into training shards\n"
+    "  prepare      --tokenizer PATH --output DIR INPUT...       tokenize text into training shards\n"
     "  generate     --checkpoint DIR --prompt TEXT               continue a prompt with a model\n"
     "  export       --checkpoint DIR --output HF_DIR             write a Hugging Face folder\n"
     "  plan         --config FILE [--ranks N] [--device-memory SIZE]\n"
     "                                                            memory per rank, the largest micro-batch\n"
     "  trace-merge  DIR [--output FILE]                          merge a run's per-rank traces into one\n"
+    "  tokenize     --tokenizer PATH < LINES                     the token ids of each line (--decode: back)\n"
     "\n"
     "options:\n"
     "  --help       this text (with a command: its options and every config key)\n"
@@ -90,6 +91,7 @@ int main(int argc, char** argv) {
     if (name == "export") return fsdp::cli::export_command(argc - 1, argv + 1);
     if (name == "trace-merge") return fsdp::cli::trace_merge_command(argc - 1, argv + 1);
     if (name == "plan") return fsdp::cli::plan_command(argc - 1, argv + 1);
+    if (name == "tokenize") return fsdp::cli::tokenize_command(argc - 1, argv + 1);
   }
   ParsedLine line;
   try {

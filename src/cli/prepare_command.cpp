@@ -24,11 +24,12 @@ using data::PrepareOptions;
 using data::PrepareResult;
 
 const char* prepare_help() {
-  return "usage: fsdp_train prepare --tokenizer MODEL --output DIR [options] INPUT...\n"
+  return "usage: fsdp_train prepare --tokenizer PATH --output DIR [options] INPUT...\n"
          "       fsdp_train prepare --vocab-size N --output DIR [options] INPUT.jsonl...\n"
          "\n"
-         "Tokenizes text corpora with a sentencepiece model into Megatron-format token shards\n"
-         "(DIR/train_00000.{bin,idx}, ..., DIR/val_00000.{bin,idx}, ...) and DIR/manifest.json.\n"
+         "Tokenizes text corpora (a sentencepiece tokenizer.model or a Hugging Face tokenizer.json)\n"
+         "into Megatron-format token shards (DIR/train_00000.{bin,idx}, ..., DIR/val_00000.{bin,idx},\n"
+         "...) and DIR/manifest.json.\n"
          "With --vocab-size instead of a tokenizer it packs corpora already tokenized elsewhere\n"
          "(JSONL lines of input_ids: Llama 3's tokenizer, SageMaker model parallel's json.gz, ...).\n"
          "\n"
@@ -42,7 +43,10 @@ const char* prepare_help() {
          "Text documents get the tokenizer's BOS before and EOS after, where the model has them.\n"
          "\n"
          "options:\n"
-         "  --tokenizer MODEL       sentencepiece .model file\n"
+         "  --tokenizer PATH        a tokenizer.model (sentencepiece), a tokenizer.json (Hugging Face:\n"
+         "                          BOS/EOS from tokenizer_config.json beside it), or a model folder\n"
+         "                          holding either (tokenizer.json first); special tokens written in\n"
+         "                          the text stay text\n"
          "  --vocab-size N          instead of --tokenizer: the inputs are pre-tokenized input_ids,\n"
          "                          each id below N (N > 65536 stores int32 tokens); text is refused\n"
          "  --output DIR            output directory (required); must not exist or be empty\n"

@@ -56,8 +56,11 @@ void write_shard_manifest(const fs::path& path, const PrepareOptions& o, const T
   json tokenizer = nullptr;  // pre-tokenized input_ids: whose tokenizer is not known here
   if (tok != nullptr) {
     std::error_code ec;
-    const fs::path tok_abs = fs::weakly_canonical(fs::absolute(o.tokenizer), ec);
-    tokenizer = {{"path", ec ? o.tokenizer : tok_abs.string()}, {"fnv1a64", tok->content_hash_hex()}};
+    // The file loaded (a model folder's tokenizer.json or tokenizer.model), and its kind.
+    const fs::path tok_abs = fs::weakly_canonical(fs::absolute(tok->path()), ec);
+    tokenizer = {{"path", ec ? tok->path() : tok_abs.string()},
+                 {"kind", tok->kind() == Tokenizer::Kind::HuggingFace ? "tokenizer.json" : "sentencepiece"},
+                 {"fnv1a64", tok->content_hash_hex()}};
   }
   const auto special = [&](int id) { return tok != nullptr ? json(id) : json(nullptr); };
   const json m = {

@@ -32,7 +32,8 @@ namespace fsdp::data {
 inline constexpr int kMaxWorkers = 1024;
 
 struct PrepareOptions {
-  std::string tokenizer;            // sentencepiece .model; or none, with vocab_size:
+  std::string tokenizer;            // a tokenizer.model, a tokenizer.json or a model folder
+                                    // holding either (data/tokenizer.h); or none, with vocab_size:
   // Without a tokenizer: the vocabulary size of pre-tokenized inputs (JSONL lines of
   // input_ids from any tokenizer: Llama 3's, SageMaker model parallel's json.gz, ...), every
   // id checked against it. Text inputs then have nothing to tokenize them and are refused.
