@@ -14,6 +14,7 @@
 #include "fsdp/model/param_init.h"
 #if defined(FSDP_WITH_CUDA)
 #include "fsdp/core/cuda.h"
+#include "fsdp/core/cuda_libraries.h"
 #endif
 #if defined(FSDP_WITH_NCCL)
 #include "fsdp/dist/nccl.h"
@@ -61,6 +62,22 @@ void check_manifest_vocab(const std::string& dir, int64_t model_vocab) {
 }
 
 
+#if defined(FSDP_WITH_CUDA)
+// cuBLASLt for every GPU run, NCCL when there are several ranks (fsdp/core/cuda_libraries.h):
+// found and loaded before anything runs, and said in one line; a missing one stops the run
+// here with that line (exit 2), not at the first GEMM.
+void require_cuda_libraries(const config::Config& cfg, const dist::WorldInfo& world) {
+  const std::vector<cuda::FoundLibrary>& libs = cuda::process_libraries();
+  for (const cuda::FoundLibrary& l : libs) {
+    if (!l.found() && (l.spec.id == cuda::CudaLibrary::CublasLt || world.size > 1))
+      config::fail_key(cfg, "train.device",
+                       fmt::format("{} needs {} on rank {} ({}): {}", cfg.train.device == "auto" ? "auto (a GPU)" : "cuda",
+                                   l.spec.what, world.rank, world.hostname, cuda::process_libraries_line()));
+  }
+  if (world.rank == 0) spdlog::info("{}", cuda::process_libraries_line());
+}
+#endif
+
 }  // namespace
 
 Device resolve_device(const config::Config& cfg, const dist::WorldInfo& world) {
@@ -83,6 +100,7 @@ Device resolve_device(const config::Config& cfg, const dist::WorldInfo& world) {
                "per GPU (srun --ntasks-per-node={})",
                world.rank, world.local_rank, world.local_size, world.hostname, visible, visible);
     d = Device::cuda(index);
+    require_cuda_libraries(cfg, world);
   }
 #else
   if (want == "cuda") {
