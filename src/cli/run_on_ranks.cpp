@@ -70,8 +70,14 @@ int run_on_ranks(const ConfigArgs& args, const char* about, const RankBody& body
   int code = kExitOk;
   try {
     // Armed before the first collective (start-up's config check included).
-    dist::configure_watchdog({cfg.dist.timeout_s, train::kExitPeerFailure, [](const dist::WatchdogReport& r) {
+    dist::configure_watchdog({cfg.dist.timeout_s, train::kExitPeerFailure,
+                              [](const dist::WatchdogReport& r) {
                                 spdlog::error("{}", r.line());
+                                spdlog::default_logger()->flush();
+                              },
+                              true,
+                              [](const std::string& line) {
+                                spdlog::error("{}", line);
                                 spdlog::default_logger()->flush();
                               }});
     try {
@@ -82,8 +88,9 @@ int run_on_ranks(const ConfigArgs& args, const char* about, const RankBody& body
     }
     setup_logging(cfg, groups.world_info.rank);
     train::check_launch(cfg, groups);
-    spdlog::info("fsdp_train {} {}: {} rank(s) on {} node(s), launched by {}; effective config\n{}", FSDP_VERSION,
+    spdlog::info("fsdp_train {} {}: {} rank(s) on {} node(s), launched by {}{}; effective config\n{}", FSDP_VERSION,
                  args.command, groups.world_info.size, groups.world_info.num_nodes, groups.world_info.launcher,
+                 groups.world_info.size > 1 ? " (the ranks met through " + groups.world_info.bootstrap + ")" : "",
                  config::dump_yaml(cfg));
     code = body(cfg, groups);
   } catch (const std::exception& e) {

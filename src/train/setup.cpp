@@ -108,8 +108,16 @@ Device resolve_device(const config::Config& cfg, const dist::WorldInfo& world) {
                      "is cuda but this fsdp_train was built without the CUDA backend (rebuild where nvcc is found: "
                      "scripts/build.sh -DFSDP_CUDA=ON), or set train.device: cpu");
   }
-  (void)world;
 #endif
+  // The store carries a GPU run's few host collectives; the CPU backend's parameters and
+  // gradients would crawl through it. MPI is the CPU backend's transport.
+  if (d.is_cpu() && world.size > 1 && world.bootstrap != "MPI") {
+    config::fail_key(cfg, "train.device",
+                     fmt::format("puts rank {} on the CPU, and the CPU backend across {} ranks needs MPI: launch with "
+                                 "`mpirun -np {}` or `srun --mpi=pmix` ({} started these ranks without MPI, which "
+                                 "only GPU runs support)",
+                                 world.rank, world.size, world.size, world.launcher));
+  }
   if (d.is_cpu() && cfg.train.dtype != DType::F32) {
     config::fail_key(cfg, "train.dtype",
                      fmt::format("is {}, which needs train.device cuda (a GPU); this rank computes on the CPU, in "
