@@ -84,9 +84,10 @@ cap_append() {  # appends stdin to log $1, keeping the whole log within the cap
       printf '\n[check.sh: %s more bytes of output not kept: each log is capped at %s bytes]\n' "$rest" "$log_cap" >>"$log"; } || true
 }
 note() { echo "$*" >>"$result"; }
-run() {  # run LOG-LINE-PREFIX cmd...: the command's output into the step's log; returns its status
+run() {  # run cmd...: its output into the step's log (capped) and, whole, into $full for the
+         # step to read (a capped log may have lost the lines it counts); returns its status
   echo "\$ $*" | cap_append "$log"
-  "$@" 2>&1 | cap_append "$log"
+  "$@" 2>&1 | tee -a "$full" | cap_append "$log"
   return "${PIPESTATUS[0]}"
 }
 first_failure_lines() {  # gtest: each failed test's name and the first lines of its message
@@ -141,24 +142,21 @@ step_tests() {
   local status=0 filter=()
   [ -n "$gtest_filter" ] && filter=(--gtest_filter="$gtest_filter")
   run "$bin_tests" "${filter[@]}" || status=1
-  note "fsdp_tests_cuda: $(gtest_counts "$log")"
-  first_failure_lines "$log" >>"$result"
+  note "fsdp_tests_cuda: $(gtest_counts "$full")"
+  first_failure_lines "$full" >>"$result"
   # The NCCL and trainer tests need MPI (their main initialises it): Debian's OpenMPI, which the
   # package's libmpi was built with, or the emulation build's mpiexec.
+  local mpi=()
   if [ -n "$emulated" ] && command -v mpiexec >/dev/null; then
-    local before; before=$(wc -l <"$log")
-    run mpiexec --allow-run-as-root --oversubscribe -n 1 "$bin_tests_mpi" "${filter[@]}" || status=1
-    tail -n +"$before" "$log" >"$log.mpi"
-    note "fsdp_tests_cuda_mpi (1 rank): $(gtest_counts "$log.mpi")"
-    first_failure_lines "$log.mpi" >>"$result"
-    rm -f "$log.mpi"
-  elif [ -d /usr/lib/x86_64-linux-gnu/openmpi/lib ] && [ -x "$bin_tests_mpi" ]; then
-    local before; before=$(wc -l <"$log")
-    run "$bin_tests_mpi" "${filter[@]}" || status=1
-    tail -n +"$before" "$log" >"$log.mpi"
-    note "fsdp_tests_cuda_mpi (1 rank): $(gtest_counts "$log.mpi")"
-    first_failure_lines "$log.mpi" >>"$result"
-    rm -f "$log.mpi"
+    mpi=(mpiexec --allow-run-as-root --oversubscribe -n 1)
+  elif [ ! -d /usr/lib/x86_64-linux-gnu/openmpi/lib ] || [ ! -x "$bin_tests_mpi" ]; then
+    mpi=(none)
+  fi
+  if [ "${mpi[0]:-}" != none ]; then
+    : >"$full"
+    run "${mpi[@]}" "$bin_tests_mpi" "${filter[@]}" || status=1
+    note "fsdp_tests_cuda_mpi (1 rank): $(gtest_counts "$full")"
+    first_failure_lines "$full" >>"$result"
   else
     note "fsdp_tests_cuda_mpi: not run (it needs OpenMPI 4.1's runtime, not on this node; step 6 trains on the GPU without MPI)"
   fi
@@ -175,9 +173,9 @@ step_sanitizer() {
   [ -n "$cs" ] || { note "not run: compute-sanitizer not found (it ships with the CUDA toolkit: /usr/local/cuda/bin)"; return 0; }
   run "$cs" --tool memcheck --print-limit 20 "$bin_tests" --gtest_filter="${gtest_filter:-CudaOps.*}"
   local rc=$? errors
-  errors=$(sed -n 's/^========= ERROR SUMMARY: \([0-9]*\) error.*/\1/p' "$log" | tail -1)
-  note "compute-sanitizer memcheck over $(gtest_counts "$log" | cut -d, -f1) op test(s): ${errors:-?} error(s)"
-  grep -m 5 '^========= [A-Z]' "$log" | grep -v 'ERROR SUMMARY' | sed 's/^/    /' >>"$result"
+  errors=$(sed -n 's/^========= ERROR SUMMARY: \([0-9]*\) error.*/\1/p' "$full" | tail -1)
+  note "compute-sanitizer memcheck over $(gtest_counts "$full" | cut -d, -f1) op test(s): ${errors:-?} error(s)"
+  grep -m 5 '^========= [A-Z]' "$full" | grep -v 'ERROR SUMMARY' | sed 's/^/    /' >>"$result"
   [ "${errors:-1}" = 0 ] && [ "$rc" -eq 0 ]
 }
 
@@ -187,11 +185,11 @@ step_bench() {
   run "$bin_bench" "${args[@]}"
   local rc=$?
   # Each case's summary row: case, ms/step, tokens/s, peak memory, MFU.
-  awk '/^case +ms\/step/ { getline; print }' "$log" | while read -r name ms tps rest; do
+  awk '/^case +ms\/step/ { getline; print }' "$full" | while read -r name ms tps rest; do
     echo "$name $ms $tps" >>"$out/.bench_rows"
     note "$name: $ms ms/step, $tps tokens/s, peak ${rest%%)*}), MFU ${rest##*) }; $(roofline_bound "$name")"
   done
-  grep -m 3 'failed:' "$log" | sed 's/^/    /' >>"$result"
+  grep -m 3 'failed:' "$full" | sed 's/^/    /' >>"$result"
   [ "$rc" -eq 0 ]
 }
 
@@ -202,16 +200,16 @@ step_torch() {
   [ -n "$emulated" ] && args=(--case tiny --steps 2 --device cpu)
   run "$py" "$peer" "${args[@]}"
   local rc=$?
-  if grep -q '^torch_peer_gpu: skipped' "$log"; then
-    note "$(grep -m1 '^torch_peer_gpu: skipped' "$log" | sed 's/^torch_peer_gpu: //')"
+  if grep -q '^torch_peer_gpu: skipped' "$full"; then
+    note "$(grep -m1 '^torch_peer_gpu: skipped' "$full" | sed 's/^torch_peer_gpu: //')"
     return 0
   fi
-  note "$(grep -m1 '^versions:' "$log")"
-  grep '^peer ' "$log" | while read -r _ name ms tps _; do
+  note "$(grep -m1 '^versions:' "$full")"
+  grep '^peer ' "$full" | while read -r _ name ms tps _; do
     local ours; ours=$(awk -v n="$name" '$1 == n { print $3 }' "$out/.bench_rows" 2>/dev/null)
     note "$name: PyTorch $tps tokens/s ($ms ms/step)$( [ -n "$ours" ] && awk -v a="$ours" -v b="$tps" 'BEGIN { if (b > 0) printf "; ours/theirs %.2fx", a / b }')"
   done
-  grep '^peer-failed' "$log" | sed 's/^peer-failed /    failed: /' >>"$result"
+  grep '^peer-failed' "$full" | sed 's/^peer-failed /    failed: /' >>"$result"
   [ "$rc" -eq 0 ]
 }
 
@@ -236,7 +234,7 @@ step_train() {
     --set checkpoint.interval=0 || { note "the run to step $cut failed (see train.log)"; return 1; }
   run "$bin_train" train --config "$cfg" "${sets[@]}" --set run.dir="$runs/resumed" --set train.max_steps=$total \
     --set checkpoint.interval=0 || { note "the resume from step $cut failed (see train.log)"; return 1; }
-  note "last line: $(grep -E '^\[.*\] \[info\] step +[0-9]+/' "$log" | tail -1 | sed 's/^\[[^]]*\] \[info\] //')"
+  note "last line: $(grep -E '^\[.*\] \[info\] step +[0-9]+/' "$full" | tail -1 | sed 's/^\[[^]]*\] \[info\] //')"
   # Losses of steps cut+1..total, uninterrupted against resumed: the same bits or not.
   local cmp
   cmp=$(awk -v cut="$cut" '
@@ -262,8 +260,9 @@ if [ -n "${gtest_summary:-}" ]; then
   exit 0
 fi
 if [ -n "${step_mode:-}" ]; then
-  log="$out/$step_mode.log" result="$out/.$step_mode.result"
+  log="$out/$step_mode.log" result="$out/.$step_mode.result" full="$out/.$step_mode.full"
   : >"$result"
+  : >"$full"
   if [ "$inject" = "$step_mode" ]; then
     echo "check.sh: --inject-hang $step_mode: this step hangs on purpose" | cap_append "$log"
     exec sleep 100000
@@ -291,7 +290,7 @@ done
 out="${out:-$PWD/gpu-check-$(hostname)-$(date -u +%Y%m%dT%H%M%SZ)}"
 mkdir -p "$out" || { echo "check.sh: cannot create --out $out" >&2; exit 2; }
 out="$(cd "$out" && pwd)"
-rm -f "$out"/summary.txt "$out"/*.log "$out"/.*.result "$out/.bench_rows"
+rm -f "$out"/summary.txt "$out"/*.log "$out"/.*.result "$out"/.*.full "$out/.bench_rows"
 summary="$out/summary.txt"
 say() { echo "$*" | tee -a "$summary"; }
 
@@ -325,7 +324,7 @@ for s in "${steps[@]}"; do
     say "[$n/${#steps[@]} $s] ${outcome[$s]} ($took s, log $s.log)"
   fi
   [ -s "$out/.$s.result" ] && sed 's/^/    /' "$out/.$s.result" | tee -a "$summary"
-  rm -f "$out/.$s.result"
+  rm -rf "$out/.$s.result" "$out/.$s.full" "$out/.train"  # a step cut short leaves its scratch behind
 done
 rm -f "$out/.bench_rows"
 ok=0 bad=0
