@@ -76,12 +76,14 @@ fi
 
 # ---- one step, run as a child of this script (--run-step NAME) ----
 # Writes its log (capped) and, last, its summary text to $out/.NAME.result.
-cap_append() {  # appends stdin to log $1, keeping the whole log within the cap
+cap_append() {  # appends stdin to log $1, keeping the whole log within the cap (one note when it fills)
   local log="$1" have room rest
   have=$(stat -c %s "$log" 2>/dev/null || echo 0)
-  room=$(( log_cap - 256 - have )); [ "$room" -gt 0 ] || room=0
+  room=$(( log_cap - 256 - have ))
+  if [ "$room" -le 0 ]; then cat >/dev/null; return 0; fi  # full, and said so already
   { head -c "$room" >>"$log"; rest=$(wc -c); [ "$rest" -gt 0 ] &&
-      printf '\n[check.sh: %s more bytes of output not kept: each log is capped at %s bytes]\n' "$rest" "$log_cap" >>"$log"; } || true
+      printf '\n[check.sh: %s more bytes of output not kept, and nothing after them: each log is capped at %s bytes]\n' \
+        "$rest" "$log_cap" >>"$log"; } || true
 }
 note() { echo "$*" >>"$result"; }
 run() {  # run cmd...: its output into the step's log (capped) and, whole, into $full for the
