@@ -10,6 +10,9 @@
 #include <string>
 
 #include "fsdp/core/cuda_libraries.h"
+#if defined(FSDP_WITH_CUDA) && !defined(FSDP_CUDA_EMULATION)
+#include <cublasLt.h>
+#endif
 #include "test_util.h"
 
 namespace fsdp::cuda {
@@ -115,6 +118,16 @@ TEST(CudaLibraries, ThisBuildsOwnLine) {
     EXPECT_EQ(process_libraries_line().rfind("CUDA libraries: cuBLASLt ", 0), 0u) << process_libraries_line();
   }
 }
+
+#if defined(FSDP_WITH_CUDA) && !defined(FSDP_CUDA_EMULATION)
+// The real CUDA build's forwarders (src/ops/cuda/cublaslt_loader.cpp, fsdp/core/lazy_symbol.h)
+// reach the cuBLASLt this process found, with a call that needs no GPU.
+TEST(CudaLibraries, ForwardersCallTheLoadedLibrary) {
+  if (!process_libraries().at(0).found()) GTEST_SKIP() << process_libraries_line();
+  EXPECT_STREQ(cublasLtGetStatusName(CUBLAS_STATUS_SUCCESS), "CUBLAS_STATUS_SUCCESS");
+  EXPECT_STREQ(cublasLtGetStatusName(CUBLAS_STATUS_NOT_SUPPORTED), "CUBLAS_STATUS_NOT_SUPPORTED");
+}
+#endif
 
 }  // namespace
 }  // namespace fsdp::cuda
