@@ -16,6 +16,7 @@ packages=(
   libgtest-dev libgmock-dev  # tests
   zlib1g-dev libzstd-dev     # compressed corpora
   clang libclang-rt-dev libomp-dev  # the fuzz targets (libFuzzer, ASan, UBSan; OpenMP for clang): tests/fuzz
+  patchelf zstd              # the relocatable GPU package: RPATHs of its libraries, its .tar.zst (scripts/package.sh)
 )
 
 missing=()

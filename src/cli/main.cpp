@@ -6,6 +6,7 @@
 #include "fsdp/cli/commands.h"
 #include "fsdp/cli/error_report.h"
 #include "fsdp/core/cli_args.h"
+#include "fsdp/core/cuda_libraries.h"
 #include "fsdp/train/exit_codes.h"
 
 namespace {
@@ -30,7 +31,7 @@ const char* kUsage =
     "\n"
     "options:\n"
     "  --help       this text (with a command: its options and every config key)\n"
-    "  --version    print the version\n";
+    "  --version    print the version, and which CUDA libraries a GPU run would load\n";
 
 // train and eval's command line; --version and --help are answered for any command.
 struct ParsedLine {
@@ -103,7 +104,9 @@ int main(int argc, char** argv) {
     return kExitUsage;
   }
   if (line.version) {
-    std::printf("fsdp_train %s\n", FSDP_VERSION);
+    // The second line says which CUDA libraries a GPU run would load, from where (the
+    // package's check.sh and its CI test read it).
+    std::printf("fsdp_train %s\n%s\n", FSDP_VERSION, fsdp::cuda::process_libraries_line().c_str());
     return kExitOk;
   }
   if (line.config.command.empty()) {

@@ -120,8 +120,14 @@ int run_on_ranks(const ConfigArgs& args, const char* about, const RankBody& body
   int code = kExitOk;
   try {
     // Armed before the first collective (start-up's config check included).
-    dist::configure_watchdog({cfg.dist.timeout_s, train::kExitPeerFailure, [](const dist::WatchdogReport& r) {
+    dist::configure_watchdog({cfg.dist.timeout_s, train::kExitPeerFailure,
+                              [](const dist::WatchdogReport& r) {
                                 spdlog::error("{}", r.line());
+                                spdlog::default_logger()->flush();
+                              },
+                              true,
+                              [](const std::string& line) {
+                                spdlog::error("{}", line);
                                 spdlog::default_logger()->flush();
                               }});
     groups = dist::init_world_groups();
@@ -141,8 +147,9 @@ int run_on_ranks(const ConfigArgs& args, const char* about, const RankBody& body
     const dist::WorldInfo& w = groups.world_info;
     // One line here; the whole effective config at debug level (and, for a training run,
     // in <run.dir>/config.yaml and every checkpoint's manifest).
-    spdlog::info("fsdp_train {} {}: {} on {}, launched by {}; config {}{}", FSDP_VERSION, args.command,
-                 plural(w.size, "rank"), plural(w.num_nodes, "node"), w.launcher, args.config_path,
+    spdlog::info("fsdp_train {} {}: {} on {}, launched by {}{}; config {}{}", FSDP_VERSION, args.command,
+                 plural(w.size, "rank"), plural(w.num_nodes, "node"), w.launcher,
+                 w.size > 1 ? " (the ranks met through " + w.bootstrap + ")" : "", args.config_path,
                  args.overrides.empty() ? std::string() : " with " + plural(int(args.overrides.size()), "--set"));
     spdlog::debug("effective config:\n{}", config::dump_yaml(cfg));
     code = body(cfg, groups);

@@ -1,17 +1,19 @@
-// Start-up of the distributed runtime: which launcher started this process, MPI
-// initialisation, the node layout, and the FSDP process groups (communicator.h).
+// Start-up of the distributed runtime: which launcher started this process (the bootstrap
+// choice), MPI initialisation, the node layout, and the FSDP process groups
+// (communicator.h).
 //
 // Detection reads only the environment, before any MPI call, so a process started by
 // hand (a laptop, CI, `fsdp_train train ...`) gets single-rank communicators and never
 // initialises MPI. Order matters: `mpirun` inside a Slurm allocation also sets
 // PMIX_RANK and SLURM_JOB_ID, so OpenMPI's own variable is looked at first.
 //
-//   OMPI_COMM_WORLD_SIZE                -> "mpirun" (OpenMPI's mpirun / mpiexec)
-//   PMIX_RANK or PMI_RANK + SLURM_JOB_ID -> "srun"  (srun --mpi=pmix / pmi2)
-//   PMIX_RANK, PMI_RANK, MV2_COMM_WORLD_SIZE -> "mpirun" (prterun, MPICH hydra, MVAPICH)
-//   none of them                        -> "none"  (unless srun started several tasks
-//                                          without an MPI plugin: an error, not N
-//                                          independent copies of rank 0)
+//   OMPI_COMM_WORLD_SIZE                -> MPI, "mpirun" (OpenMPI's mpirun / mpiexec)
+//   PMIX_RANK or PMI_RANK + SLURM_JOB_ID -> MPI, "srun"  (srun --mpi=pmix / pmi2)
+//   PMIX_RANK, PMI_RANK, MV2_COMM_WORLD_SIZE -> MPI, "mpirun" (prterun, MPICH hydra, MVAPICH)
+//   RANK / WORLD_SIZE (> 1)             -> the TCP store, "torchrun" (torchrun, or by hand)
+//   an srun step of several tasks       -> the TCP store, "srun" (srun without --mpi)
+//   none of them                        -> "none": one process, no MPI, no store
+// (fsdp/dist/rendezvous.h reads the store's variables; store_bootstrap.cpp starts it.)
 //
 // Once MPI is up the size the launcher announced is compared with MPI's: a binary linked
 // against one MPI but started by another's launcher comes up as N singletons, which
@@ -22,6 +24,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,6 +38,7 @@ struct Launch {
   std::string launcher = "none";
   int announced_size = -1;         // ranks the launcher says it started (-1: not said)
   const char* size_var = nullptr;  // the variable that said it
+  std::optional<Rendezvous> store;  // set: the ranks meet through the TCP store, not MPI
 };
 
 const char* env(const char* name) {
@@ -70,10 +74,10 @@ Launch detect_launch() {
     announce("PMI_SIZE");
     announce("MV2_COMM_WORLD_SIZE");
     if (srun) announce("SLURM_STEP_NUM_TASKS");
-  } else if (slurm && env_int("SLURM_STEP_NUM_TASKS") > 1) {
-    FSDP_FAIL("started by srun as one of {} tasks (SLURM_PROCID={}) but without an MPI plugin, so the tasks cannot "
-              "talk to each other: launch with `srun --mpi=pmix` (this OpenMPI supports pmix only)",
-              env_int("SLURM_STEP_NUM_TASKS"), env("SLURM_PROCID") ? env("SLURM_PROCID") : "?");
+  } else if (std::optional<Rendezvous> rv = rendezvous_from_env(process_env()); rv && rv->world_size > 1) {
+    l.launcher = rv->launcher;
+    l.announced_size = rv->world_size;
+    l.store = std::move(rv);
   }
   return l;
 }
@@ -94,19 +98,6 @@ void finalize_at_exit() {
     detail::stop_watchdog();
     MPI_Finalize();
   }
-}
-
-// Resolves shard_group_size (0: whole world, -1: one node) to a group size dividing the
-// world size, or throws naming both and the rank. The inputs are the same on every rank
-// (split_process_groups makes node sizes agree first), so all ranks throw together.
-int resolve_shard_group_size(int shard_group_size, int world_size, int rank, int local_size) {
-  const int s = shard_group_size == 0 ? world_size : shard_group_size == -1 ? local_size : shard_group_size;
-  FSDP_CHECK(shard_group_size >= -1 && s > 0 && world_size % s == 0,
-             // dist's own numbering (0 the world, -1 a node) is not the config's: the caller
-             // says what the key's values mean.
-             "shard_group_size {} does not divide the world size {} (rank {}); use a divisor of {}", shard_group_size,
-             world_size, rank, world_size);
-  return s;
 }
 
 const std::string& host_name_cached() {
@@ -148,6 +139,19 @@ void ensure_mpi(const Launch& launch) {
 
 }  // namespace
 
+// Resolves shard_group_size (0: whole world, -1: one node) to a group size dividing the
+// world size, or throws naming both and the rank. The inputs are the same on every rank
+// (split_process_groups makes node sizes agree first), so all ranks throw together.
+int detail::resolve_shard_group_size(int shard_group_size, int world_size, int rank, int local_size) {
+  const int s = shard_group_size == 0 ? world_size : shard_group_size == -1 ? local_size : shard_group_size;
+  FSDP_CHECK(shard_group_size >= -1 && s > 0 && world_size % s == 0,
+             // dist's own numbering (0 the world, -1 a node) is not the config's: the caller
+             // says what the key's values mean.
+             "shard_group_size {} does not divide the world size {} (rank {}); use a divisor of {}", shard_group_size,
+             world_size, rank, world_size);
+  return s;
+}
+
 ProcessGroups local_process_groups() {
   ProcessGroups g;
   g.world_info.hostname = host_name_cached();
@@ -170,6 +174,7 @@ ProcessGroups init_world_groups() {
     g.shard = g.replicate = nullptr;
     return g;
   }
+  if (launch.store) return detail::init_store_world_groups(*launch.store);
 
   ensure_mpi(launch);
   MPI_Comm world = MPI_COMM_NULL;
@@ -181,6 +186,7 @@ ProcessGroups init_world_groups() {
   w.size = base.world->size();
   w.hostname = host_name_cached();
   w.launcher = launch.launcher;
+  w.bootstrap = "MPI";
   w.hosts = detail::world_hosts();
 
   // Node layout: MPI's shared-memory split is the node. Its rank 0 (key = world rank) is
@@ -208,11 +214,12 @@ ProcessGroups init_world_groups() {
 ProcessGroups split_process_groups(const ProcessGroups& base, int shard_group_size) {
   FSDP_CHECK(base.world != nullptr, "split_process_groups: the base groups have no world communicator");
   const WorldInfo& w = base.world_info;
+  if (detail::store_client_of(*base.world) != nullptr) return detail::split_store_process_groups(base, shard_group_size);
   const MPI_Comm world = detail::mpi_comm_of(*base.world);
   if (world == MPI_COMM_NULL) {  // a single-rank world: every group is this rank
     FSDP_CHECK(base.world->size() == 1, "split_process_groups: world '{}' of {} ranks is not an MPI communicator",
                base.world->name(), base.world->size());
-    resolve_shard_group_size(shard_group_size, 1, 0, 1);
+    detail::resolve_shard_group_size(shard_group_size, 1, 0, 1);
     ProcessGroups g = local_process_groups();
     g.world_info = w;
     g.world = base.world;
@@ -227,7 +234,7 @@ ProcessGroups split_process_groups(const ProcessGroups& base, int shard_group_si
                "run between {} and {} ranks (rank {} on host {})",
                -sizes[0], sizes[1], w.rank, w.hostname);
   }
-  const int s = resolve_shard_group_size(shard_group_size, w.size, w.rank, w.local_size);
+  const int s = detail::resolve_shard_group_size(shard_group_size, w.size, w.rank, w.local_size);
   // shard: s consecutive ranks, or for -1 the node's ranks (the same thing under the
   // default block mapping of mpirun and srun, and still right under any other);
   // replicate: the ranks at the same position of their shard groups. Keys keep world
@@ -247,6 +254,10 @@ ProcessGroups split_process_groups(const ProcessGroups& base, int shard_group_si
 }
 
 void shutdown_distributed() {
+  if (detail::store_world_up()) {
+    detail::shutdown_store_world();
+    return;
+  }
   int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
@@ -259,6 +270,7 @@ void shutdown_distributed() {
 void abort_all(int exit_code) {
   std::fflush(stdout);
   std::fflush(stderr);
+  if (detail::store_world_up()) detail::abort_store_world(exit_code);
   int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);

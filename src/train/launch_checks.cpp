@@ -48,6 +48,9 @@ std::optional<int> count_var(const LaunchEnv& env, const char* name) {
 void check_task_count(const dist::WorldInfo& w, const LaunchEnv& env, std::vector<LaunchFinding>& out) {
   const std::string* job = var(env, "SLURM_JOB_ID");
   if (job == nullptr) return;
+  // torchrun starts its workers itself (one srun task per node, or none): Slurm's task count
+  // does not count them, and the TCP store has already held them to WORLD_SIZE.
+  if (w.launcher == "torchrun") return;
   if (var(env, "SLURM_STEP_ID") != nullptr) {
     if (w.launcher == "mpirun") return;
     std::optional<int> n = count_var(env, "SLURM_STEP_NUM_TASKS");

@@ -14,6 +14,7 @@
 #include "fsdp/model/param_init.h"
 #if defined(FSDP_WITH_CUDA)
 #include "fsdp/core/cuda.h"
+#include "fsdp/core/cuda_libraries.h"
 #endif
 #if defined(FSDP_WITH_NCCL)
 #include "fsdp/dist/nccl.h"
@@ -90,6 +91,22 @@ void check_shards_exist(const config::Config& cfg, const std::string& key, const
                                      path)));
 }
 
+#if defined(FSDP_WITH_CUDA)
+// cuBLASLt for every GPU run, NCCL when there are several ranks (fsdp/core/cuda_libraries.h):
+// found and loaded before anything runs, and said in one line; a missing one stops the run
+// here with that line (exit 2), not at the first GEMM.
+void require_cuda_libraries(const config::Config& cfg, const dist::WorldInfo& world) {
+  const std::vector<cuda::FoundLibrary>& libs = cuda::process_libraries();
+  for (const cuda::FoundLibrary& l : libs) {
+    if (!l.found() && (l.spec.id == cuda::CudaLibrary::CublasLt || world.size > 1))
+      config::fail_key(cfg, "train.device",
+                       fmt::format("{} needs {} on rank {} ({}): {}", cfg.train.device == "auto" ? "auto (a GPU)" : "cuda",
+                                   l.spec.what, world.rank, world.hostname, cuda::process_libraries_line()));
+  }
+  if (world.rank == 0) spdlog::info("{}", cuda::process_libraries_line());
+}
+#endif
+
 }  // namespace
 
 config::Config with_global_batch(const config::Config& cfg, int data_parallel_ranks) {
@@ -132,6 +149,7 @@ Device resolve_device(const config::Config& cfg, const dist::WorldInfo& world) {
                "per GPU (srun --ntasks-per-node={})",
                world.rank, world.local_rank, world.local_size, world.hostname, visible, visible);
     d = Device::cuda(index);
+    require_cuda_libraries(cfg, world);
   }
 #else
   if (want == "cuda") {
@@ -139,8 +157,16 @@ Device resolve_device(const config::Config& cfg, const dist::WorldInfo& world) {
                      "is cuda but this fsdp_train was built without the CUDA backend (rebuild where nvcc is found: "
                      "scripts/build.sh -DFSDP_CUDA=ON), or set train.device: cpu");
   }
-  (void)world;
 #endif
+  // The store carries a GPU run's few host collectives; the CPU backend's parameters and
+  // gradients would crawl through it. MPI is the CPU backend's transport.
+  if (d.is_cpu() && world.size > 1 && world.bootstrap != "MPI") {
+    config::fail_key(cfg, "train.device",
+                     fmt::format("puts rank {} on the CPU, and the CPU backend across {} ranks needs MPI: launch with "
+                                 "`mpirun -np {}` or `srun --mpi=pmix` ({} started these ranks without MPI, which "
+                                 "only GPU runs support)",
+                                 world.rank, world.size, world.size, world.launcher));
+  }
   if (d.is_cpu() && cfg.train.dtype != DType::F32) {
     config::fail_key(cfg, "train.dtype",
                      fmt::format("is {}, which needs train.device cuda (a GPU); this rank computes on the CPU, in "
