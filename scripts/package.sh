@@ -5,7 +5,7 @@
 #   bash scripts/package.sh                        # sm_90 (H100/H200): build-package/, then dist/
 #   CUDA_ARCHS="80;90" bash scripts/package.sh     # A100 too
 #   bash scripts/package.sh --build-dir build      # package an existing CUDA build as configured
-#                                                  # (CI: build/, sm_80 and sm_90)
+#                                                  # (CI: build/, sm_90)
 #   bash scripts/package.sh --dist /tmp/out        # where the folder and its .tar.zst go
 #
 # Makes dist/fsdp_train-<version>-cuda<major>-x86_64/ and its .tar.zst (size printed):

@@ -15,9 +15,15 @@ namespace fsdp::cli {
 namespace {
 
 std::string headed(std::string_view command, std::string_view message) {
+  // Appended piece by piece: GCC 12's -Wrestrict misreads `"..." + std::string(...)` here.
   std::string line = "fsdp_train";
-  if (!command.empty()) line += " " + std::string(command);
-  return line + ": error: " + std::string(message);
+  if (!command.empty()) {
+    line += ' ';
+    line += command;
+  }
+  line += ": error: ";
+  line += message;
+  return line;
 }
 
 // The line into the log's files only (the console gets it from stderr).

@@ -27,7 +27,7 @@ StoreWorld& the_world() {
 
 // How the job ends under this rank (an abort relayed by the store, rank 0 gone, a refused
 // join): the line in the run's log, the NCCL communicators aborted, the exit code.
-void end_job(int exit_code, const std::string& line) {
+[[noreturn]] void end_job(int exit_code, const std::string& line) {
   if (!line.empty()) {
     if (watchdog_options().log_line) {
       watchdog_options().log_line(line);
