@@ -84,7 +84,7 @@ Row measure(const Options& o, const std::string& mode, const std::vector<std::st
   s.push_back("train.device=" + o.device);
   s.insert(s.end(), o.sets.begin(), o.sets.end());
   auto groups = fsdp::dist::local_process_groups();
-  fsdp::train::Trainer t(fsdp::config::load_config_string("", "ac_bench", s), groups);
+  fsdp::train::Trainer t(fsdp::config::load_config_string("data:\n  source: synthetic\n", "ac_bench", s), groups);
   Row r;
   r.mode = mode;
   for (const auto& row : t.memory_plan().rows)

@@ -15,6 +15,10 @@
 #   GPU_STEP_BENCH_ARGS="--case llama-1.1b --steps 20" bash bench/gpu_check.sh
 #   GPU_STEP_BENCH=0 GPU_AC_BENCH=0 bash bench/gpu_check.sh   # tests only
 #
+#   bash bench/gpu_check.sh --package DIR [--out OUT]   # an unpacked package's check.sh instead:
+#                                            # nothing built, no package manager needed
+#                                            # (docs/gpu-cluster.md; its options and exit codes)
+#
 # Exit status: 0 when every test ran and passed, the `gpu` tests really ran on the device
 # (not skipped) and gpu_step_bench ran every case; 1 when any failed or were skipped on the
 # GPU; 2 when there is no GPU or no
@@ -23,6 +27,14 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${GPU_BUILD_DIR:-$root/build-gpu}"
+
+if [ "${1:-}" = "--package" ]; then
+  pkg="${2:?--package needs the unpacked package directory (dist/fsdp_train-<version>-cuda13-x86_64)}"
+  shift 2
+  [ -x "$pkg/check.sh" ] ||
+    { echo "gpu_check: $pkg/check.sh not found: give the directory of an unpacked package (scripts/package.sh)" >&2; exit 2; }
+  exec "$pkg/check.sh" "$@"
+fi
 
 # ---- is there a GPU? (never pretend) ----
 if ! command -v nvidia-smi >/dev/null 2>&1; then

@@ -150,7 +150,7 @@ void run_case(const Case& c, const Options& o, const std::string& run_dir) {
   overrides.push_back("run.dir=" + run_dir);
   overrides.push_back("train.max_steps=" + std::to_string(o.warmup + o.steps + o.profile_steps));
   overrides.insert(overrides.end(), o.sets.begin(), o.sets.end());
-  const fsdp::config::Config cfg = fsdp::config::load_config_string("", "gpu_step_bench", overrides);
+  const fsdp::config::Config cfg = fsdp::config::load_config_string("data:\n  source: synthetic\n", "gpu_step_bench", overrides);
   const fsdp::model::LlamaConfig shape = fsdp::config::resolve_model_config(cfg.model);
 
   auto groups = fsdp::dist::local_process_groups();

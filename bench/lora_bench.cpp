@@ -49,7 +49,7 @@ void measured(int steps) {
     std::vector<std::string> o = k58M;
     o.insert(o.end(), c.overrides.begin(), c.overrides.end());
     auto groups = fsdp::dist::local_process_groups();
-    fsdp::train::Trainer t(fsdp::config::load_config_string("", "lora_bench", o), groups);
+    fsdp::train::Trainer t(fsdp::config::load_config_string("data:\n  source: synthetic\n", "lora_bench", o), groups);
     for (int i = 0; i < 2; ++i) t.train_step();
     double ms = 1e300, peak = 0;
     for (int i = 0; i < steps; ++i) {

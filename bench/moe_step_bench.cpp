@@ -30,7 +30,7 @@ int main(int argc, char** argv) {
       o.push_back(s);
   }
   auto groups = fsdp::dist::local_process_groups();
-  fsdp::train::Trainer trainer(fsdp::config::load_config_string("", "moe_step_bench", o), groups);
+  fsdp::train::Trainer trainer(fsdp::config::load_config_string("data:\n  source: synthetic\n", "moe_step_bench", o), groups);
   std::printf("model: %s\n", trainer.model().config().summary().c_str());
   trainer.train_step();  // warm-up: first-use allocations
   double ms = 0, tok = 0;

@@ -42,7 +42,7 @@ int main(int argc, char** argv) {
   std::printf("%-52s %12s %12s %10s %12s\n", "model", "ms/step", "tokens/s", "GFLOP/s", "of sgemm peak");
   for (const bench::StepCase& c : bench::cpu_step_cases()) {
     auto groups = fsdp::dist::local_process_groups();
-    const auto cfg = fsdp::config::load_config_string("", "step_bench", bench::bench_overrides(c));
+    const auto cfg = fsdp::config::load_config_string("data:\n  source: synthetic\n", "step_bench", bench::bench_overrides(c));
     fsdp::train::Trainer trainer(cfg, groups);
     for (int i = 0; i < 2; ++i) trainer.train_step();
     double ms = 0, tok = 0, gf = 0;

@@ -64,7 +64,7 @@ int main(int argc, char** argv) {
   std::printf("a span site with tracing off: %.2f ns (the worse of trace::Span and an NVTX range)\n\n", site_ns);
   for (const bench::StepCase& c : bench::cpu_step_cases()) {
     auto groups = fsdp::dist::local_process_groups();
-    const auto cfg = fsdp::config::load_config_string("", "trace_bench", bench::bench_overrides(c));
+    const auto cfg = fsdp::config::load_config_string("data:\n  source: synthetic\n", "trace_bench", bench::bench_overrides(c));
     fsdp::train::Trainer trainer(cfg, groups);
     for (int i = 0; i < 2; ++i) trainer.train_step();  // first-step allocations
     std::vector<double> off, on, spread, cpu_off, cpu_on;

@@ -4,7 +4,8 @@
 # CPU, and print a sample from the trained model. Extra arguments are passed to
 # `fsdp_train train` (e.g. --set train.max_steps=50). Running it again resumes from the
 # newest checkpoint in runs/tiny/checkpoints, as an sbatch job would (add
-# --set checkpoint.resume=none to train from scratch).
+# --set checkpoint.resume=none --set checkpoint.overwrite=true to train from scratch,
+# the old checkpoints moved aside).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # Only the binary it runs: the tests and benchmarks are scripts/test.sh's to build (a fresh

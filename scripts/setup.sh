@@ -10,11 +10,13 @@ packages=(
   libspdlog-dev libfmt-dev   # logging
   nlohmann-json3-dev         # metrics.jsonl, safetensors headers, HF config.json
   libsentencepiece-dev sentencepiece   # tokenizer (library + spm_train)
+  libpcre2-dev libutf8proc-dev         # tokenizer.json: regexes (UTF + UCP) and Unicode normalization
   libopenmpi-dev openmpi-bin # MPI communicator and launcher
   libopenblas-openmp-dev libopenblas0-openmp # BLAS, OpenMP build: see bench/README.md
   libgtest-dev libgmock-dev  # tests
   zlib1g-dev libzstd-dev     # compressed corpora
   clang libclang-rt-dev libomp-dev  # the fuzz targets (libFuzzer, ASan, UBSan; OpenMP for clang): tests/fuzz
+  patchelf zstd              # the relocatable GPU package: RPATHs of its libraries, its .tar.zst (scripts/package.sh)
 )
 
 missing=()

@@ -20,6 +20,7 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <system_error>
 #include <thread>
 
 #include <fmt/ranges.h>
@@ -220,20 +221,28 @@ SaveStats CheckpointWriter::save(const CheckpointMeta& meta, const std::vector<U
     return s;
   }
   job.stall_seconds = seconds_since(t0);
-  job.thread = std::thread([this, &job] {
-    trace::set_thread_name("checkpoint writer");
+  try {
+    job.thread = std::thread([this, &job] {
+      trace::set_thread_name("checkpoint writer");
+      write_local(job);
+    });
+  } catch (const std::system_error& e) {
+    // No thread to spare (the process's thread limit): the snapshot is written here, now;
+    // the commit still waits for the ranks' votes like any background save.
+    spdlog::warn("checkpoint: cannot start the background writer ({}): writing step {} on the training thread",
+                 e.code().message(), step);
     write_local(job);
-  });
+  }
   SaveStats s;
   s.step = step;
   s.stall_seconds = job.stall_seconds;
   return s;
 }
 
-void CheckpointWriter::finish() {
-  if (!pending_) return;
+std::optional<SaveStats> CheckpointWriter::finish() {
+  if (!pending_) return std::nullopt;
   if (job_->thread.joinable()) job_->thread.join();
-  commit();
+  return commit();
 }
 
 void RankWriteStatus::encode(double* s) const {

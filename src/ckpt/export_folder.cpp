@@ -24,14 +24,15 @@ std::string strip_trailing_slashes(std::string p) {
 
 }  // namespace
 
-ExportFolder::ExportFolder(const std::string& out_dir) {
+ExportFolder::ExportFolder(const std::string& out_dir, bool overwrite) : overwrite_(overwrite) {
   FSDP_CHECK(!out_dir.empty(), "export: empty output folder name");
   out_ = strip_trailing_slashes(out_dir);
   std::error_code ec;
   if (fs::exists(out_, ec)) {
     FSDP_CHECK(fs::is_directory(out_, ec), "export folder {} exists and is not a directory", out_.string());
-    FSDP_CHECK(fs::is_empty(out_, ec) && !ec,
-               "export folder {} exists and is not empty; refusing to overwrite it (choose a new folder)",
+    FSDP_CHECK(overwrite || (fs::is_empty(out_, ec) && !ec),
+               "export folder {} exists and is not empty; refusing to overwrite it (choose a new folder, or "
+               "--overwrite to replace it)",
                out_.string());
   }
   parent_ = out_.has_parent_path() ? out_.parent_path() : fs::path(".");
@@ -51,11 +52,22 @@ ExportFolder::~ExportFolder() {
 
 void ExportFolder::commit() {
   fsync_dir(tmp_);
+  // --overwrite: the old folder steps aside only now that the new one is complete, and is
+  // removed once the new one is in place.
+  std::error_code ec;
+  fs::path old;
+  if (overwrite_ && fs::exists(out_, ec) && !fs::is_empty(out_, ec)) {
+    old = fs::path(out_.string() + ".replaced-" + std::to_string(::getpid()));
+    fs::remove_all(old, ec);
+    FSDP_CHECK(::rename(out_.c_str(), old.c_str()) == 0, "cannot move {} aside to {}: {}", out_.string(),
+               old.string(), std::strerror(errno));
+  }
   // rename(2) replaces an empty folder atomically, and only an empty one.
   FSDP_CHECK(::rename(tmp_.c_str(), out_.c_str()) == 0, "cannot rename {} to {}: {}", tmp_.string(), out_.string(),
              std::strerror(errno));
   committed_ = true;
   fsync_dir(parent_);
+  if (!old.empty()) fs::remove_all(old, ec);
 }
 
 std::string encode_weights(const float* src, int64_t n, DType dtype, const std::string& name) {

@@ -15,7 +15,8 @@ namespace fsdp::ckpt::detail {
 
 class ExportFolder {
  public:
-  explicit ExportFolder(const std::string& out_dir);
+  // overwrite: a non-empty <out> is replaced at commit() instead of refused.
+  ExportFolder(const std::string& out_dir, bool overwrite);
   ~ExportFolder();
   ExportFolder(const ExportFolder&) = delete;
   ExportFolder& operator=(const ExportFolder&) = delete;
@@ -25,6 +26,7 @@ class ExportFolder {
 
  private:
   std::filesystem::path out_, parent_, tmp_;
+  bool overwrite_ = false;
   bool committed_ = false;
 };
 

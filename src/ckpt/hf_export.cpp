@@ -10,74 +10,28 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <iterator>
 
 #include <nlohmann/json.hpp>
-#include <sentencepiece_processor.h>
 
 #include "fsdp/ckpt/safetensors.h"
 #include "fsdp/core/error.h"
 #include "fsdp/model/rope_scaling.h"
 #include "durable_file.h"
 #include "export_folder.h"
+#include "export_tokenizer.h"
 
 namespace fsdp::ckpt {
 
 namespace {
 
+using detail::TokenizerFiles;
 using detail::write_file_synced;
 
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-std::string read_file(const std::string& path, const char* what) {
-  std::ifstream in(path, std::ios::binary);
-  FSDP_CHECK(in.good(), "cannot open {} {}", what, path);
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  FSDP_CHECK(!in.bad(), "cannot read {} {}", what, path);
-  return bytes;
-}
-
 // ---- what goes into the folder ----------------------------------------------------------
-
-struct TokenizerFiles {
-  std::string bytes;  // tokenizer.model, verbatim
-  int64_t vocab_size = 0;
-  int bos_id = -1, eos_id = -1, unk_id = -1, pad_id = -1;
-  std::string bos, eos, unk, pad;  // the pieces of those ids
-};
-
-TokenizerFiles read_tokenizer(const std::string& path) {
-  TokenizerFiles t;
-  t.bytes = read_file(path, "tokenizer model");
-  sentencepiece::SentencePieceProcessor sp;
-  const auto status = sp.LoadFromSerializedProto(t.bytes);
-  FSDP_CHECK(status.ok(), "tokenizer model {} does not load as a sentencepiece model: {}", path, status.ToString());
-  t.vocab_size = sp.GetPieceSize();
-  const auto piece = [&](int id) { return id >= 0 ? sp.IdToPiece(id) : std::string(); };
-  t.bos_id = sp.bos_id(), t.eos_id = sp.eos_id(), t.unk_id = sp.unk_id(), t.pad_id = sp.pad_id();
-  t.bos = piece(t.bos_id), t.eos = piece(t.eos_id), t.unk = piece(t.unk_id), t.pad = piece(t.pad_id);
-  return t;
-}
-
-// What LlamaTokenizer (and AutoTokenizer, through its fast converter) needs: the class, the
-// special pieces, and BOS prepended as Llama 2 was trained. legacy=true keeps transformers'
-// encoding identical to a plain sentencepiece Encode (what `prepare` tokenized with).
-json tokenizer_config(const TokenizerFiles& t, const model::LlamaConfig& cfg) {
-  const auto token = [](int id, const std::string& p) { return id >= 0 ? json(p) : json(nullptr); };
-  return {{"tokenizer_class", "LlamaTokenizer"},
-          {"bos_token", token(t.bos_id, t.bos)},
-          {"eos_token", token(t.eos_id, t.eos)},
-          {"unk_token", token(t.unk_id, t.unk)},
-          {"pad_token", token(t.pad_id, t.pad)},
-          {"add_bos_token", t.bos_id >= 0},
-          {"add_eos_token", false},
-          {"legacy", true},
-          {"clean_up_tokenization_spaces", false},
-          {"model_max_length", cfg.max_seq_len},
-          {"sp_model_kwargs", json::object()}};
-}
 
 // transformers' rope_scaling object (null without scaling), as Llama 3.1's config.json has it.
 json rope_scaling_json(const model::RopeScaling& s) {
@@ -212,7 +166,7 @@ ExportPlan check_export_request(const std::string& out_dir, const model::LlamaCo
              "write_hf_llama: metadata key 'format' is reserved (it is always \"pt\", as transformers expects)");
   ExportPlan plan;
   if (!opt.tokenizer_model.empty()) {
-    plan.tok = read_tokenizer(opt.tokenizer_model);
+    plan.tok = detail::read_export_tokenizer(opt.tokenizer_model, cfg);
     FSDP_CHECK(plan.tok.vocab_size <= cfg.vocab_size,
                "write_hf_llama: tokenizer {} has {} pieces, more than the model's vocab_size {}",
                opt.tokenizer_model, plan.tok.vocab_size, cfg.vocab_size);
@@ -304,7 +258,7 @@ void write_hf_llama(const std::string& out_dir, const model::LlamaConfig& cfg,
                     const std::vector<model::UnitLayout>& units, const std::function<Tensor(int unit)>& full_unit,
                     const HfExportOptions& opt) {
   const ExportPlan plan = check_export_request(out_dir, cfg, units, full_unit, opt);
-  detail::ExportFolder folder(out_dir);
+  detail::ExportFolder folder(out_dir, opt.overwrite);
   const WrittenWeights weights = write_weight_shards(folder.tmp(), units, full_unit, opt);
 
   // ---- the JSON files, then the tokenizer ----
@@ -314,10 +268,7 @@ void write_hf_llama(const std::string& out_dir, const model::LlamaConfig& cfg,
     const json index = {{"metadata", {{"total_size", weights.total_size}}}, {"weight_map", weights.weight_map}};
     write_file_synced(folder.tmp() / "model.safetensors.index.json", index.dump(2) + "\n");
   }
-  if (!opt.tokenizer_model.empty()) {
-    write_file_synced(folder.tmp() / "tokenizer.model", plan.tok.bytes);
-    write_file_synced(folder.tmp() / "tokenizer_config.json", tokenizer_config(plan.tok, cfg).dump(2) + "\n");
-  }
+  for (const auto& [name, bytes] : plan.tok.files) write_file_synced(folder.tmp() / name, bytes);
   folder.commit();
 }
 

@@ -1,14 +1,17 @@
 // A Hugging Face folder, plain or bitsandbytes-quantized, as a frozen base; see hf_frozen.h.
 #include "fsdp/ckpt/hf_frozen.h"
 
+#include <unistd.h>
+
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 
 #include <nlohmann/json.hpp>
 
 #include "fsdp/ckpt/hf_import.h"
 #include "fsdp/core/error.h"
+#include "fsdp/core/json_file.h"
+#include "fsdp/core/regular_file.h"
 
 namespace fsdp::ckpt {
 
@@ -25,6 +28,7 @@ model::ParamSlot as_param_slot(const model::FrozenSlot& s) {
   p.hf_name = s.hf_name;
   p.hf_fused_name = s.hf_fused_name;
   p.hf_fused_offset = s.hf_fused_offset;
+  p.hf_fused_shape = s.hf_fused_shape;
   p.shape = s.shape;
   p.numel = s.numel;
   return p;
@@ -40,12 +44,8 @@ DType value_dtype_named(const std::string& name, const std::string& where) {
 // The quant_state JSON of a bitsandbytes weight, checked against what we implement.
 json quant_state_of(const SafetensorsFolder& folder, const std::string& hf_name) {
   const TensorEntry& e = folder.entry(hf_name + kQuantState);
-  json j;
-  try {
-    j = json::parse(std::string(reinterpret_cast<const char*>(e.data), e.nbytes));
-  } catch (const json::exception& x) {
-    FSDP_FAIL("{}: tensor '{}{}' is not valid JSON: {}", e.file, hf_name, kQuantState, x.what());
-  }
+  const json j = json_file::parse(std::string_view(reinterpret_cast<const char*>(e.data), e.nbytes),
+                                  fmt::format("{}: tensor '{}{}'", e.file, hf_name, kQuantState));
   const std::string where = e.file + ": " + hf_name;
   FSDP_CHECK(j.value("quant_type", std::string()) == "nf4", "{}: quant_type '{}' is not supported (nf4 only)", where,
              j.value("quant_type", std::string()));
@@ -106,6 +106,8 @@ void HfFrozenSource::values(const model::FrozenSlot& s, int64_t first, const Ten
     return;
   }
   TensorEntry e = hf_source_of(folder_, as_param_slot(s));
+  const std::string name = e.name;
+  const int64_t stored_first = (name == s.hf_name ? 0 : s.hf_fused_offset) + first;
   const DType stored = e.dtype == "BF16" ? DType::BF16 : e.dtype == "F16" ? DType::F16 : DType::F32;
   FSDP_CHECK(s.format == model::FrozenFormat::Dense || stored == s.dtype,
              "{}: tensor '{}' is {}, but the base's first weight was {}: NF4 rounds every weight to one dtype", e.file,
@@ -114,30 +116,34 @@ void HfFrozenSource::values(const model::FrozenSlot& s, int64_t first, const Ten
   e.data += size_t(first) * es;
   e.nbytes = size_t(out.numel()) * es;
   e.shape = {out.numel()};
-  read_as_f32(e, out.data<float>());
+  read_finite_f32(e, name, stored_first, out.data<float>());
 }
 
 bool is_bnb_4bit_folder(const std::string& folder) {
   const std::string path = (std::filesystem::path(folder) / "config.json").string();
-  std::ifstream in(path);
-  if (!in.good()) return false;
+  std::string why;
+  const int fd = open_regular_file(path, why);
+  if (fd < 0) return false;  // read_hf_llama_config reports it
+  ::close(fd);
   json j;
   try {
-    j = json::parse(in);
-  } catch (const json::exception&) {
+    j = json_file::read(path);
+  } catch (const Error&) {
     return false;  // read_hf_llama_config reports it
   }
-  if (!j.contains("quantization_config") || !j["quantization_config"].is_object()) return false;
-  const json& q = j["quantization_config"];
-  const std::string method = q.value("quant_method", std::string());
+  const json* qp = json_file::find(j, "quantization_config");
+  if (qp == nullptr || !qp->is_object()) return false;
+  const json& q = *qp;
+  // Keys by type, named as config.json nests them ("load_in_8bit": "yes" is refused by its name).
+  const std::string where = path + ": quantization_config";
+  const std::string method = json_file::string(q, "quant_method", where, "");
   FSDP_CHECK(method == "bitsandbytes", "{}: quantization_config.quant_method '{}' is not supported (bitsandbytes nf4 "
              "only)", path, method);
-  FSDP_CHECK(!q.value("load_in_8bit", false), "{}: bitsandbytes 8-bit (load_in_8bit) is not supported (4-bit nf4 "
-             "only)", path);
-  FSDP_CHECK(q.value("bnb_4bit_quant_type", std::string("fp4")) == "nf4",
-             "{}: bnb_4bit_quant_type '{}' is not supported (nf4 only)", path,
-             q.value("bnb_4bit_quant_type", std::string("fp4")));
-  FSDP_CHECK(q.value("bnb_4bit_use_double_quant", false),
+  FSDP_CHECK(!json_file::boolean(q, "load_in_8bit", where, false),
+             "{}: bitsandbytes 8-bit (load_in_8bit) is not supported (4-bit nf4 only)", path);
+  const std::string type = json_file::string(q, "bnb_4bit_quant_type", where, "fp4");
+  FSDP_CHECK(type == "nf4", "{}: bnb_4bit_quant_type '{}' is not supported (nf4 only)", path, type);
+  FSDP_CHECK(json_file::boolean(q, "bnb_4bit_use_double_quant", where, false),
              "{}: bnb_4bit_use_double_quant false is not supported (double quantization is the only layout)", path);
   return true;
 }

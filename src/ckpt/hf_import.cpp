@@ -1,16 +1,21 @@
 #include "fsdp/ckpt/hf_import.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <filesystem>
 #include <limits>
 #include <optional>
+#include <set>
 #include <type_traits>
 #include <vector>
 
 #include <nlohmann/json.hpp>
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
 
 #include "fsdp/core/error.h"
+#include "fsdp/core/json_file.h"
 #include "fsdp/core/regular_file.h"
 #include "fsdp/model/rope_scaling.h"
 
@@ -67,6 +72,14 @@ std::string shape_string(const std::vector<int64_t>& s) {
   return out + "]";
 }
 
+// What transformers 5's fused expert tensors hold, for the message of a shape mismatch.
+std::string fused_layout_of(const std::string& name) {
+  if (name.ends_with("gate_up_proj"))
+    return "[num_local_experts, 2 x intermediate_size, hidden_size]: each expert's w1 rows, then its w3 rows";
+  if (name.ends_with("down_proj")) return "[num_local_experts, hidden_size, intermediate_size]";
+  return "[num_local_experts, hidden_size]";
+}
+
 void check_float(const TensorEntry& e, const std::string& name) {
   FSDP_CHECK(e.dtype == "F32" || e.dtype == "BF16" || e.dtype == "F16" || e.dtype == "F64",
              "{}: tensor '{}' has unsupported dtype {} (F32, BF16, F16 or F64)", e.file, name, e.dtype);
@@ -81,11 +94,13 @@ TensorEntry hf_source_of(const SafetensorsFolder& folder, const model::ParamSlot
   if (!folder.contains(p.hf_name) && !p.hf_fused_name.empty() && folder.contains(p.hf_fused_name)) {
     TensorEntry e = folder.entry(p.hf_fused_name);
     check_float(e, p.hf_fused_name);
-    int64_t numel = 1;
-    for (int64_t d : e.shape) numel *= d;
-    FSDP_CHECK(!e.shape.empty() && p.hf_fused_offset + whole_numel <= numel && numel % e.shape[0] == 0,
-               "{}: tensor '{}' has shape {}, too small for {} ({} elements from {})", e.file, p.hf_fused_name,
-               shape_string(e.shape), p.name, whole_numel, p.hf_fused_offset);
+    // The whole shape, not only enough elements: [E, C, 2F] for [E, 2F, C], a router stored
+    // [C, E], or 2E experts where config.json says E would each load and train wrong weights.
+    const std::vector<int64_t> want(p.hf_fused_shape.begin(), p.hf_fused_shape.end());
+    FSDP_CHECK(e.shape == want, "{}: tensor '{}' has shape {} but the model expects {} ({})", e.file,
+               p.hf_fused_name, shape_string(e.shape), shape_string(want), fused_layout_of(p.hf_fused_name));
+    FSDP_CHECK(p.hf_fused_offset + whole_numel <= e.numel(), "{}: tensor '{}' is too small for {}", e.file,
+               p.hf_fused_name, p.name);
     const size_t es = safetensors_dtype_size(e.dtype);
     e.data += size_t(p.hf_fused_offset) * es;
     e.nbytes = size_t(whole_numel) * es;
@@ -179,12 +194,7 @@ static model::LlamaConfig parse_hf_llama_config(const std::string& folder) {
   std::error_code ec;
   FSDP_CHECK(std::filesystem::exists(path, ec), "cannot open {} (model.init_from must be a Hugging Face model folder)",
              path);
-  json j;
-  try {
-    j = json::parse(read_regular_file(path));
-  } catch (const json::exception& e) {
-    FSDP_FAIL("{}: not valid JSON: {}", path, e.what());
-  }
+  const json j = json_file::read(path);  // "rope_theta": 1e400 is refused there, by the file and its place
   FSDP_CHECK(j.is_object(), "{}: expected a JSON object of model settings, got {}", path, json_kind(j));
   const std::string type = typed_field<std::string>(j, "model_type", path, "llama");
   FSDP_CHECK(type == "llama" || type == "mixtral", "{}: model_type '{}' is not supported (expected llama or mixtral)",
@@ -236,7 +246,8 @@ model::LlamaConfig read_hf_llama_config(const std::string& folder) {
   try {
     return parse_hf_llama_config(folder);
   } catch (const json::exception& e) {
-    FSDP_FAIL("{}: a value has the wrong type: {}", (std::filesystem::path(folder) / "config.json").string(), e.what());
+    FSDP_FAIL("{}: a value has the wrong type: {}", (std::filesystem::path(folder) / "config.json").string(),
+              json_file::words(e));
   }
 }
 
@@ -258,6 +269,8 @@ void load_hf_unit(const SafetensorsFolder& folder, const model::UnitLayout& unit
     // the slot that is contiguous in the whole parameter (the whole slot, or a row of a
     // column slice under tensor parallelism: ParamSlot::whole_index).
     const size_t es = safetensors_dtype_size(sources[i].dtype);
+    // Elements are counted in the stored tensor: a fused one holds this slot from hf_fused_offset.
+    const int64_t stored_base = sources[i].name == p.hf_name ? 0 : p.hf_fused_offset;
     for (int64_t at = lo; at < hi;) {
       const int64_t local = at - p.offset;
       const int64_t run = p.tp.dim == 1 ? std::min(hi - at, p.shape[1] - local % p.shape[1]) : hi - at;
@@ -265,11 +278,76 @@ void load_hf_unit(const SafetensorsFolder& folder, const model::UnitLayout& unit
       part.data += size_t(p.whole_index(local)) * es;
       part.nbytes = size_t(run) * es;
       part.shape = {run};
-      read_as_f32(part, out + (at - begin));
+      read_finite_f32(part, sources[i].name, stored_base + p.whole_index(local), out + (at - begin));
       at += run;
     }
   }
   for (int64_t i = std::max(begin, unit.numel); i < end; ++i) out[i - begin] = 0.0f;
+}
+
+void read_finite_f32(const TensorEntry& part, const std::string& name, int64_t first_element, float* out) {
+  read_as_f32(part, out);
+  const int64_t n = part.numel();
+  int64_t bad = 0, first_bad = -1;
+  for (int64_t i = 0; i < n; ++i) {
+    if (!std::isfinite(out[i])) {
+      if (bad++ == 0) first_bad = i;
+    }
+  }
+  FSDP_CHECK(bad == 0,
+             "{}: tensor '{}' holds {} non-finite value(s) (NaN or infinity), the first at element {} ({}): refusing "
+             "to load it",
+             part.file, name, bad, first_element + first_bad, out[first_bad]);
+}
+
+namespace {
+
+// The number after `key` in `name` ("model.layers.12.mlp" with "layers." -> 12), or -1.
+int64_t index_after(const std::string& name, const std::string& key) {
+  const size_t at = name.find(key);
+  if (at == std::string::npos) return -1;
+  size_t i = at + key.size();
+  int64_t n = 0;
+  bool digits = false;
+  for (; i < name.size() && name[i] >= '0' && name[i] <= '9' && n < (int64_t(1) << 40); ++i, digits = true)
+    n = n * 10 + (name[i] - '0');
+  return digits && i < name.size() && name[i] == '.' ? n : -1;
+}
+
+}  // namespace
+
+void check_unused_tensors(const SafetensorsFolder& folder, const model::LlamaConfig& cfg) {
+  std::set<std::string> used;
+  for (const model::UnitLayout& u : model::llama_units(cfg)) {
+    for (const model::ParamSlot& p : u.params) {
+      used.insert(p.hf_name);
+      if (!p.hf_fused_name.empty()) used.insert(p.hf_fused_name);
+    }
+  }
+  std::vector<std::string> unused;
+  for (const std::string& name : folder.names()) {
+    if (used.count(name) != 0 || name.ends_with("rotary_emb.inv_freq")) continue;
+    if (name == "lm_head.weight" && cfg.tie_word_embeddings) continue;
+    // A bitsandbytes weight's pieces: <weight>.absmax, <weight>.quant_state..., ...
+    const auto before = used.lower_bound(name);
+    if (before != used.begin() && name.starts_with(*std::prev(before) + ".")) continue;
+    const int64_t layer = index_after(name, "layers.");
+    FSDP_CHECK(layer < cfg.num_layers,
+               "{}: tensor '{}' is of layer {}, but config.json says num_hidden_layers {}: the weights and config.json "
+               "disagree (refusing to ignore the extra layers)",
+               folder.file_of(name).path(), name, layer, cfg.num_layers);
+    const int64_t expert = index_after(name, "experts.");
+    FSDP_CHECK(expert < cfg.num_experts || !cfg.is_moe(),
+               "{}: tensor '{}' is of expert {}, but config.json says num_local_experts {}: the weights and "
+               "config.json disagree (refusing to ignore the extra experts)",
+               folder.file_of(name).path(), name, expert, cfg.num_experts);
+    unused.push_back(name);
+  }
+  if (unused.empty()) return;
+  std::vector<std::string> shown(unused.begin(), unused.begin() + std::min<size_t>(unused.size(), 5));
+  spdlog::warn("model folder {}: {} tensor(s) not used by this model ({}{}); is config.json the one these weights "
+               "were saved with?",
+               folder.dir(), unused.size(), fmt::join(shown, ", "), unused.size() > shown.size() ? ", ..." : "");
 }
 
 }  // namespace fsdp::ckpt

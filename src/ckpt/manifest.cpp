@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fsdp/core/error.h"
+#include "fsdp/core/json_file.h"
 #include "fsdp/model/rope_scaling.h"
 
 namespace fsdp {
@@ -290,12 +291,7 @@ std::string state_tensor_name(const std::string& unit, std::string_view kind) { 
 std::string manifest_json(const Manifest& m) { return json(m).dump(1); }
 
 Manifest parse_manifest(const std::string& text, const std::string& path) {
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::exception& e) {
-    FSDP_FAIL("{}: not valid JSON: {}", path, e.what());
-  }
+  const json j = json_file::parse(text, path);
   try {
     FSDP_CHECK(has_our_format(j), "{}: not an fsdp_train checkpoint manifest", path);
     const int version = j.at("format_version").get<int>();
@@ -304,7 +300,8 @@ Manifest parse_manifest(const std::string& text, const std::string& path) {
                version, kCheckpointFormatVersion);
     return j.get<Manifest>();
   } catch (const json::exception& e) {
-    FSDP_FAIL("{}: malformed manifest: {}", path, e.what());
+    // A missing key or a value of another type, in words ("key 'model' not found").
+    FSDP_FAIL("{}: malformed manifest: {}", path, json_file::words(e));
   } catch (const Error& e) {
     FSDP_FAIL("{}: malformed manifest: {}", path, e.what());
   }

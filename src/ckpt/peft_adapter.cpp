@@ -2,8 +2,8 @@
 #include "fsdp/ckpt/peft_adapter.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <iterator>
 #include <set>
 
@@ -13,6 +13,7 @@
 #include "export_folder.h"
 #include "fsdp/ckpt/safetensors.h"
 #include "fsdp/core/error.h"
+#include "fsdp/core/json_file.h"
 
 namespace fsdp::ckpt {
 
@@ -31,7 +32,7 @@ bool is_set(const json& j, const char* key) {
 // Every LoraConfig feature whose presence changes what the adapter computes and that we do
 // not implement, refused by its key.
 void refuse_unimplemented(const json& j, const std::string& path) {
-  const std::string type = j.value("peft_type", std::string("LORA"));
+  const std::string type = json_file::string(j, "peft_type", path, "LORA");
   FSDP_CHECK(type == "LORA", "{}: peft_type '{}' is not supported (LORA only)", path, type);
   const std::pair<const char*, const char*> refused[] = {
       {"use_dora", "DoRA (use_dora: true)"},
@@ -51,7 +52,7 @@ void refuse_unimplemented(const json& j, const std::string& path) {
   };
   for (const auto& [key, what] : refused)
     FSDP_CHECK(!is_set(j, key), "{}: {} is not supported; refusing to load an adapter it would change", path, what);
-  const std::string bias = j.value("bias", std::string("none"));
+  const std::string bias = json_file::string(j, "bias", path, "none");
   FSDP_CHECK(bias == "none", "{}: bias '{}' is not supported (none only)", path, bias);
   if (j.contains("init_lora_weights") && j["init_lora_weights"].is_string()) {
     // These initialisations rewrite the base weights, which we would not have.
@@ -91,32 +92,44 @@ std::set<std::string> selected_paths(const std::vector<std::string>& targets, co
 
 PeftAdapterConfig read_peft_adapter_config(const std::string& dir) {
   const std::string path = (std::filesystem::path(dir) / kPeftConfigFile).string();
-  std::ifstream in(path);
-  FSDP_CHECK(in.good(), "cannot open {} (lora.init_from must be a PEFT adapter folder, as save_pretrained writes)",
-             path);
-  json j;
-  try {
-    j = json::parse(in);
-  } catch (const json::exception& e) {
-    FSDP_FAIL("{}: not valid JSON: {}", path, e.what());
-  }
-  FSDP_CHECK(j.is_object(), "{}: not a JSON object", path);
+  std::error_code ec;
+  FSDP_CHECK(std::filesystem::exists(path, ec),
+             "cannot open {} (lora.init_from must be a PEFT adapter folder, as save_pretrained writes)", path);
+  // A regular file only (a FIFO once hung lora.init_from and generate --adapter); every key
+  // checked for its type here, so a mistyped one names itself ("lora_alpha": "8") instead of
+  // surfacing as nlohmann's text or as a lora.* key the user never set.
+  const json j = json_file::read(path);
+  FSDP_CHECK(j.is_object(), "{}: expected a JSON object of adapter settings, got {}", path, json_file::kind(j));
   refuse_unimplemented(j, path);
   PeftAdapterConfig c;
-  try {
-    c.r = j.at("r").get<int64_t>();
-    c.lora_alpha = j.at("lora_alpha").get<double>();
-    c.lora_dropout = j.value("lora_dropout", 0.0);
-    c.use_rslora = j.value("use_rslora", false);
-    if (j.contains("base_model_name_or_path") && j["base_model_name_or_path"].is_string())
-      c.base_model_name_or_path = j["base_model_name_or_path"].get<std::string>();
-    const json& t = j.at("target_modules");
-    if (t.is_string()) c.target_modules = {t.get<std::string>()};
-    else c.target_modules = t.get<std::vector<std::string>>();
-  } catch (const json::exception& e) {
-    FSDP_FAIL("{}: missing or mistyped key: {}", path, e.what());
-  }
+  c.r = json_file::integer(json_file::required(j, "r", path), "r", path);
+  FSDP_CHECK(c.r >= 1, "{}: 'r' (the adapters' rank) must be at least 1, got {}", path, c.r);
+  c.lora_alpha = json_file::number(json_file::required(j, "lora_alpha", path), "lora_alpha", path);
+  FSDP_CHECK(c.lora_alpha > 0 && std::isfinite(c.lora_alpha), "{}: 'lora_alpha' must be a positive number, got {}",
+             path, c.lora_alpha);
+  c.lora_dropout = json_file::number(j, "lora_dropout", path, 0.0);
+  FSDP_CHECK(c.lora_dropout >= 0 && c.lora_dropout < 1, "{}: 'lora_dropout' must be in [0, 1), got {}", path,
+             c.lora_dropout);
+  c.use_rslora = json_file::boolean(j, "use_rslora", path, false);
+  if (const json* base = json_file::find(j, "base_model_name_or_path"); base != nullptr && base->is_string())
+    c.base_model_name_or_path = base->get<std::string>();
+  c.target_modules = json_file::strings(j, "target_modules", path);
   return c;
+}
+
+std::unique_ptr<SafetensorsFolder> open_peft_adapter_weights(const std::string& dir) {
+  const std::filesystem::path weights = std::filesystem::path(dir) / kPeftWeightsFile;
+  std::error_code ec;
+  if (!std::filesystem::exists(weights, ec)) {
+    const bool bin = std::filesystem::exists(std::filesystem::path(dir) / "adapter_model.bin", ec);
+    FSDP_FAIL("adapter folder {} has no {}{} (a PEFT adapter folder holds {} and {}, as save_pretrained writes them)",
+              dir, kPeftWeightsFile,
+              bin ? " but an adapter_model.bin, a PyTorch pickle, which is not read: save it with "
+                    "save_pretrained(..., safe_serialization=True)"
+                  : "",
+              kPeftConfigFile, kPeftWeightsFile);
+  }
+  return std::make_unique<SafetensorsFolder>(dir);
 }
 
 void check_peft_adapter_matches(const PeftAdapterConfig& a, const model::LoraSpec& lora,
@@ -186,7 +199,7 @@ void write_peft_adapter(const std::string& out_dir, const model::LlamaConfig& cf
                        {"alpha_pattern", json::object()},
                        {"revision", nullptr},
                        {"lora_bias", false}};
-  detail::ExportFolder folder(out_dir);
+  detail::ExportFolder folder(out_dir, opt.overwrite);
   write_safetensors((folder.tmp() / kPeftWeightsFile).string(), entries, {{"format", "pt"}});
   detail::write_file_synced(folder.tmp() / kPeftConfigFile, config.dump(2) + "\n");
   folder.commit();

@@ -23,6 +23,7 @@
 #include <zlib.h>
 
 #include "fsdp/core/error.h"
+#include "fsdp/core/json_file.h"
 #include "fsdp/core/regular_file.h"
 #include "durable_file.h"
 
@@ -213,12 +214,7 @@ void SafetensorsFile::unmap() noexcept {
 void SafetensorsFile::parse_header(uint64_t header_len) {
   const auto* base = static_cast<const std::byte*>(map_);
   const char* text = reinterpret_cast<const char*>(base + 8);
-  json header;
-  try {
-    header = json::parse(text, text + header_len);
-  } catch (const json::exception& e) {
-    FSDP_FAIL("{}: header is not valid JSON: {}", path_, e.what());
-  }
+  const json header = json_file::parse(std::string_view(text, header_len), path_ + ": header");
   FSDP_CHECK(header.is_object(), "{}: header is JSON but not an object", path_);
 
   const std::byte* data_region = base + 8 + header_len;

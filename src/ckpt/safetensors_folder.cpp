@@ -9,6 +9,7 @@
 
 #include "fsdp/ckpt/safetensors.h"
 #include "fsdp/core/error.h"
+#include "fsdp/core/json_file.h"
 #include "fsdp/core/regular_file.h"
 
 namespace fsdp::ckpt {
@@ -59,29 +60,45 @@ SafetensorsFolder::SafetensorsFolder(const std::string& dir) : dir_(dir) {
   FSDP_CHECK(fs::is_directory(dir, ec), "model folder {} does not exist or is not a directory", dir);
   const fs::path index = fs::path(dir) / "model.safetensors.index.json";
   const fs::path single = fs::path(dir) / "model.safetensors";
+  std::vector<std::string> others;  // every other *.safetensors of the folder
+  for (const auto& item : fs::directory_iterator(dir, ec)) {
+    if (item.path().extension() == ".safetensors" && item.path() != single) others.push_back(item.path().string());
+  }
+  std::sort(others.begin(), others.end());
   if (fs::exists(index, ec)) {
     open_from_index(index.string());
   } else if (fs::exists(single, ec)) {
+    // model.safetensors is the model, as for transformers; a file beside it is not read,
+    // unless it holds the same tensors: then which copy is meant is anyone's guess (one was
+    // once picked without a word).
     open_all({single.string()});
+    refuse_other_copies(others);
   } else {
-    std::vector<std::string> paths;
-    for (const auto& item : fs::directory_iterator(dir)) {
-      if (item.is_regular_file() && item.path().extension() == ".safetensors") paths.push_back(item.path().string());
+    FSDP_CHECK(!others.empty(), "model folder {} has no model.safetensors.index.json and no *.safetensors file", dir);
+    open_all(others);
+  }
+}
+
+void SafetensorsFolder::refuse_other_copies(const std::vector<std::string>& others) const {
+  for (const std::string& path : others) {
+    std::unique_ptr<SafetensorsFile> other;
+    try {
+      other = std::make_unique<SafetensorsFile>(path);
+    } catch (const Error&) {
+      continue;  // not a safetensors file we could read: nothing of the model comes from it
     }
-    FSDP_CHECK(!paths.empty(), "model folder {} has no model.safetensors.index.json and no *.safetensors file", dir);
-    std::sort(paths.begin(), paths.end());
-    open_all(paths);
+    for (const std::string& name : other->names()) {
+      const auto it = where_.find(name);
+      FSDP_CHECK(it == where_.end(),
+                 "model folder {}: tensor {} is in both {} and {}, and no model.safetensors.index.json says which to "
+                 "use: refusing to pick one (move the other file out of the folder, or add an index)",
+                 dir_, name, it->second->path(), path);
+    }
   }
 }
 
 void SafetensorsFolder::open_from_index(const std::string& index_path) {
-  const std::string text = read_regular_file(index_path);
-  json index;
-  try {
-    index = json::parse(text);
-  } catch (const json::exception& e) {
-    FSDP_FAIL("{} is not valid JSON: {}", index_path, e.what());
-  }
+  const json index = json_file::read(index_path);
   FSDP_CHECK(index.is_object() && index.contains("weight_map") && index["weight_map"].is_object(),
              "{} has no \"weight_map\" object", index_path);
   const json& weight_map = index["weight_map"];
@@ -117,8 +134,10 @@ void SafetensorsFolder::open_all(const std::vector<std::string>& paths) {
     const SafetensorsFile* file = files_.back().get();
     for (const auto& name : file->names()) {
       const auto [it, inserted] = where_.emplace(name, file);
-      FSDP_CHECK(inserted, "model folder {}: tensor {} is in both {} and {}", dir_, name, it->second->path(),
-                 file->path());
+      FSDP_CHECK(inserted,
+                 "model folder {}: tensor {} is in both {} and {}, and no model.safetensors.index.json says which to "
+                 "use: refusing to pick one (move the other file out of the folder, or add an index)",
+                 dir_, name, it->second->path(), file->path());
     }
   }
 }

@@ -1,6 +1,8 @@
 // `fsdp_train eval`: the mean loss of the config's model over eval.batches batches.
 #include <cstdio>
 
+#include <fmt/format.h>
+
 #include "fsdp/cli/commands.h"
 #include "fsdp/train/exit_codes.h"
 #include "fsdp/train/trainer.h"
@@ -10,11 +12,23 @@ namespace fsdp::cli {
 
 int eval_command(const ConfigArgs& args) {
   static const char* kAbout =
-      "Evaluates the model (model.init_from, or the seeded initialisation) on eval.batches\n"
-      "batches of the validation shards (eval.split, default val; --split NAME sets it: --split\n"
-      "train evaluates the training shards); the last line of output is `eval_loss <value>`.\n\n";
-  return run_on_ranks(args, kAbout, [](const config::Config& cfg, dist::ProcessGroups& groups) {
+      "Evaluates a model on eval.batches batches of the validation shards (eval.split, default val;\n"
+      "--split NAME sets it: --split train evaluates the training shards); the last line of output is\n"
+      "`eval_loss <value>`. The model, the first of:\n"
+      "  --checkpoint DIR  a checkpoint (step_<N>/) or a checkpoint.dir, whose newest complete one is used\n"
+      "  the run's own     the newest checkpoint in checkpoint.dir (<run.dir>/checkpoints), as train resumes\n"
+      "  model.init_from   a Hugging Face folder\n"
+      "  --init            the seeded random initialisation (model.init_std, train.seed), asked for by name\n"
+      "Without any of them eval refuses (exit 2): there is no trained model to evaluate.\n\n";
+  return run_on_ranks(args, kAbout, [&args](const config::Config& cfg, dist::ProcessGroups& groups) {
     train::Trainer trainer(cfg, groups, train::TrainerPurpose::Evaluate);
+    if (trainer.resumed_from().empty() && cfg.model.init_from.empty() && !args.init) {
+      throw config::ConfigError(fmt::format(
+          "nothing to evaluate: no checkpoint in {} (checkpoint.resume: {}) and no model.init_from; give --checkpoint "
+          "DIR, set run.dir (or model.init_from) to the model to evaluate, or --init to evaluate the seeded "
+          "initialisation",
+          config::checkpoint_dir(cfg), cfg.checkpoint.resume));
+    }
     const double loss = trainer.evaluate(cfg.eval.batches);
     if (groups.world_info.rank == 0) std::printf("eval_loss %.6f\n", loss);
     return train::kExitOk;

@@ -1,6 +1,8 @@
 // `fsdp_train export --checkpoint DIR --output HF_DIR`: the command line over
 // train::export_checkpoint (fsdp/train/checkpoint_export.h).
+#include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <string>
 #include <utility>
 
@@ -15,20 +17,25 @@ namespace fsdp::cli {
 using train::kExitError;
 using train::kExitOk;
 using train::kExitUsage;
+namespace fs = std::filesystem;
 
 const char* export_help() {
   return "usage: fsdp_train export --checkpoint DIR --output HF_DIR [options]\n"
          "\n"
          "Writes a training checkpoint as a Hugging Face Llama folder: config.json, the weights\n"
-         "as safetensors shards with model.safetensors.index.json, and tokenizer.model when known.\n"
+         "as safetensors shards with model.safetensors.index.json, and the run's tokenizer when known.\n"
          "\n"
          "options:\n"
          "  --checkpoint DIR     a checkpoint (<checkpoint.dir>/step_N) or a checkpoint directory,\n"
          "                       of which the newest complete checkpoint is taken (required)\n"
          "  --output HF_DIR      the folder to create; it must not exist or be empty (required)\n"
+         "  --overwrite          replace HF_DIR when it exists and is not empty (once the new folder\n"
+         "                       is complete)\n"
          "  --dtype D            bfloat16 (default, as published Llama weights) or float32 (exact)\n"
-         "  --tokenizer MODEL    sentencepiece model to include; default: the one `fsdp_train\n"
-         "                       prepare` recorded for the run's data.path, if it still exists\n"
+         "  --tokenizer PATH     the tokenizer to include: a tokenizer.model, a tokenizer.json (with the\n"
+         "                       files beside it) or a folder holding either; default: the one\n"
+         "                       `fsdp_train prepare` recorded for the run's data.path, else the\n"
+         "                       model.init_from folder's, if it still exists\n"
          "  --max-shard-size N   largest safetensors file in bytes, or with a GB/MB suffix\n"
          "                       (default 5GB, as transformers' save_pretrained)\n"
          "\n"
@@ -58,11 +65,12 @@ uint64_t parse_size(const std::string& v) {
   }
   try {
     size_t used = 0;
-    const double d = std::stod(num, &used);
-    if (used == num.size() && d > 0) return uint64_t(d * scale);
+    const double bytes = std::stod(num, &used) * scale;
+    // A whole number of bytes, at least one (0.1 once passed as 0 and failed the export).
+    if (used == num.size() && bytes >= 1 && bytes < 9.2e18 && bytes == std::floor(bytes)) return uint64_t(bytes);
   } catch (const std::exception&) {
   }
-  throw UsageError{"--max-shard-size needs a size such as 5GB or 200MB, not '" + v + "'"};
+  throw UsageError{"--max-shard-size needs a size of at least one byte such as 5GB, 200MB or 1000000, not '" + v + "'"};
 }
 
 }  // namespace
@@ -92,6 +100,8 @@ int export_command(int argc, char** argv) {
         dtype_given = true;
       } else if (a == "--adapter") {
         adapter = true;
+      } else if (a == "--overwrite" && !args.has_inline_value()) {
+        opt.overwrite = true;
       } else if (a == "--merge") {
         merge = true;
       } else if (a == "--base") {
@@ -102,15 +112,22 @@ int export_command(int argc, char** argv) {
       } else if (a == "--max-shard-size") {
         opt.max_shard_bytes = parse_size(value());
       } else {
-        throw UsageError{"unknown argument '" + args.raw() + "'"};
+        throw unknown_argument(args.raw(), {"--help", "--checkpoint", "--output", "--overwrite", "--dtype",
+                                            "--adapter", "--merge", "--base", "--tokenizer", "--max-shard-size"});
       }
     }
     if (checkpoint.empty()) throw UsageError{"--checkpoint DIR is required"};
     if (output.empty()) throw UsageError{"--output HF_DIR is required"};
     if (adapter && merge) throw UsageError{"--adapter and --merge exclude each other"};
     if (!base.empty() && !merge) throw UsageError{"--base is for --merge (the adapter folder needs no base)"};
+    // Refusals that need no checkpoint read: the command line's errors, nothing was done.
+    std::error_code ec;
+    if (!fs::exists(checkpoint, ec)) throw UsageError{"--checkpoint " + checkpoint + ": no such checkpoint or folder"};
+    if (!opt.overwrite && fs::is_directory(output, ec) && !fs::is_empty(output, ec))
+      throw UsageError{"--output " + output + " exists and is not empty; choose a new folder, or --overwrite to "
+                       "replace it"};
   } catch (const UsageError& e) {
-    std::fprintf(stderr, "error: fsdp_train export: %s\n\n%s", e.message.c_str(), export_help());
+    print_usage_error("export", e.message);
     return kExitUsage;
   }
 
@@ -125,7 +142,7 @@ int export_command(int argc, char** argv) {
     request.tokenizer_given = tokenizer_given;
     train::export_checkpoint(request);
   } catch (const std::exception& e) {
-    report_error(e);
+    report_error("export", e);
     return kExitError;
   }
   return kExitOk;

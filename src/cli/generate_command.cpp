@@ -25,6 +25,7 @@
 #include "fsdp/model/generate.h"
 #include "fsdp/model/llama_decode.h"
 #include "fsdp/model/sampling.h"
+#include "fsdp/train/checkpoint_export.h"
 #include "fsdp/train/inference_model.h"
 
 namespace fsdp::cli {
@@ -32,7 +33,7 @@ namespace fsdp::cli {
 namespace fs = std::filesystem;
 
 const char* generate_help() {
-  return "usage: fsdp_train generate --checkpoint DIR --tokenizer MODEL --prompt TEXT [options]\n"
+  return "usage: fsdp_train generate --checkpoint DIR [--tokenizer PATH] --prompt TEXT [options]\n"
          "\n"
          "Prints TEXT followed by the model's completion of it (log lines go to stderr).\n"
          "\n"
@@ -43,13 +44,20 @@ const char* generate_help() {
          "                          (a LoRA checkpoint runs with its adapters merged into its base)\n"
          "  --adapter DIR           a PEFT LoRA adapter folder to merge into the --checkpoint Hugging\n"
          "                          Face folder (its base; a bitsandbytes 4-bit one is dequantized)\n"
-         "  --tokenizer MODEL       sentencepiece .model file with the model's vocabulary (required);\n"
-         "                          the prompt gets its BOS first where it defines one\n"
+         "  --base DIR              a LoRA checkpoint's base folder, if it moved since training\n"
+         "                          (default: the one the checkpoint records; its bytes must be the\n"
+         "                          ones trained on)\n"
+         "  --tokenizer PATH        the model's tokenizer: a tokenizer.model (sentencepiece), a\n"
+         "                          tokenizer.json (Hugging Face) or a folder holding either; default:\n"
+         "                          the one `fsdp_train prepare` recorded for the checkpoint's run\n"
+         "                          (as export finds it), or a Hugging Face folder's own. The prompt\n"
+         "                          gets its BOS first where the tokenizer defines one; special\n"
+         "                          tokens written in the prompt stay text\n"
          "  --prompt TEXT           the text to continue (required; may be empty when the\n"
          "                          tokenizer has a BOS)\n"
          "  --max-new-tokens N      generate at most N tokens (default 64); generation also stops\n"
          "                          after the tokenizer's EOS and at the model's context length\n"
-         "  --temperature T         softmax temperature, 0 = greedy (default 0.8)\n"
+         "  --temperature T         softmax temperature, 0 = greedy (default 0.8; below 1e-6 greedy too)\n"
          "  --top-k K               sample among the K most likely tokens, 0 = off (default 0)\n"
          "  --top-p P               sample from the nucleus of probability mass P, 1 = off (default 1)\n"
          "  --seed S                random seed (default 0): the same seed gives the same text\n"
@@ -66,7 +74,7 @@ const char* generate_help() {
 namespace {
 
 struct GenerateArgs {
-  std::string checkpoint, tokenizer, prompt, adapter;
+  std::string checkpoint, tokenizer, prompt, adapter, base;
   bool has_prompt = false;
   int64_t max_new_tokens = 64;
   model::SamplingOptions sampling;
@@ -117,6 +125,8 @@ GenerateArgs parse_generate_args(int argc, char** argv) {
       a.tokenizer = value();
     } else if (arg == "--adapter") {
       a.adapter = value();
+    } else if (arg == "--base") {
+      a.base = value();
     } else if (arg == "--prompt") {
       a.prompt = value();
       a.has_prompt = true;
@@ -141,13 +151,30 @@ GenerateArgs parse_generate_args(int argc, char** argv) {
       if (a.dtype != "float32" && a.dtype != "bfloat16" && a.dtype != "float16")
         throw UsageError{"--dtype must be float32, bfloat16 or float16, not '" + a.dtype + "'"};
     } else {
-      throw UsageError{"unknown argument '" + args.raw() + "'"};
+      throw unknown_argument(args.raw(), {"--help", "--checkpoint", "--tokenizer", "--adapter", "--base", "--prompt",
+                                          "--max-new-tokens", "--temperature", "--top-k", "--top-p", "--seed",
+                                          "--device", "--dtype"});
     }
   }
   if (a.help) return a;
   if (a.checkpoint.empty()) throw UsageError{"--checkpoint DIR is required"};
-  if (a.tokenizer.empty()) throw UsageError{"--tokenizer MODEL is required"};
   if (!a.has_prompt) throw UsageError{"--prompt TEXT is required"};
+  if (!a.base.empty() && !a.adapter.empty())
+    throw UsageError{"--base is for a LoRA checkpoint; with --adapter, --checkpoint is the base folder"};
+  // What is not there is the command line's error (exit 2), found before anything loads.
+  std::error_code ec;
+  if (!fs::exists(a.checkpoint, ec)) throw UsageError{"--checkpoint " + a.checkpoint + ": no such checkpoint or folder"};
+  if (a.tokenizer.empty()) {
+    a.tokenizer = train::run_tokenizer(a.checkpoint);
+    if (a.tokenizer.empty())
+      throw UsageError{"--tokenizer PATH is required: " + a.checkpoint +
+                       " names no tokenizer (neither a tokenizer.json or tokenizer.model in it nor one that "
+                       "`fsdp_train prepare` recorded for its run's data.path)"};
+  } else if (!fs::exists(a.tokenizer, ec)) {
+    throw UsageError{"--tokenizer " + a.tokenizer + ": no such file or folder"};
+  } else if (!fs::is_regular_file(a.tokenizer, ec) && !fs::is_directory(a.tokenizer, ec)) {
+    throw UsageError{"--tokenizer " + a.tokenizer + ": not a regular file or a folder"};
+  }
   if (a.device == "cpu" && !a.dtype.empty() && a.dtype != "float32")
     throw UsageError{"--dtype " + a.dtype + " needs --device cuda: the CPU computes in float32"};
   return a;
@@ -180,14 +207,19 @@ class CompletionPrinter {
 };
 
 int run_generate(const GenerateArgs& a) {
-  FSDP_CHECK(fs::exists(a.tokenizer), "--tokenizer {}: no such file", a.tokenizer);
+  std::error_code ec;
+  FSDP_CHECK(fs::exists(a.tokenizer, ec), "--tokenizer {}: no such file{}", a.tokenizer, ec ? ": " + ec.message() : "");
   const data::Tokenizer tok(a.tokenizer);
-  train::InferenceModel m = train::load_inference_model(a.checkpoint, a.adapter);
+  spdlog::info("tokenizer: {}", tok.path());
+  train::InferenceModel m = train::load_inference_model(a.checkpoint, a.adapter, a.base);
   const model::LlamaConfig& c = m.config;
   spdlog::info("model: {} ({})", m.kind, c.summary());
-  FSDP_CHECK(tok.vocab_size() == c.vocab_size,
-             "--tokenizer {} has a vocabulary of {} pieces but the model in --checkpoint {} has vocab_size {}",
-             a.tokenizer, tok.vocab_size(), a.checkpoint, c.vocab_size);
+  // A Hugging Face model may pad its embedding past the tokenizer's ids (Qwen2: 151936 rows for
+  // 151665 tokens); a sentencepiece model and its Llama have the same size.
+  const bool fits = tok.kind() == data::Tokenizer::Kind::HuggingFace ? tok.vocab_size() <= c.vocab_size
+                                                                    : tok.vocab_size() == c.vocab_size;
+  FSDP_CHECK(fits, "--tokenizer {} has a vocabulary of {} pieces but the model in --checkpoint {} has vocab_size {}",
+             tok.path(), tok.vocab_size(), a.checkpoint, c.vocab_size);
 
   std::vector<int32_t> prompt;
   if (tok.bos_id() >= 0) prompt.push_back(tok.bos_id());
@@ -241,7 +273,7 @@ int generate_command(int argc, char** argv) {
   try {
     a = parse_generate_args(argc, argv);
   } catch (const UsageError& e) {
-    std::fprintf(stderr, "fsdp_train generate: %s (see fsdp_train generate --help)\n", e.message.c_str());
+    print_usage_error("generate", e.message);
     return 2;
   }
   if (a.help) {
@@ -257,9 +289,7 @@ int generate_command(int argc, char** argv) {
   try {
     return run_generate(a);
   } catch (const std::exception& e) {
-    std::fflush(stdout);
-    std::fprintf(stderr, "fsdp_train generate: error: %s\n", e.what());
-    log_where(e);
+    report_error("generate", e);
     return 1;
   }
 }

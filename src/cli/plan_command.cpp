@@ -2,7 +2,9 @@
 // plan (fsdp/plan/memory_plan.h) of a training run per rank, without allocating anything:
 // the bytes of each category, the peak and whether it fits, the largest
 // train.micro_batch_size that fits, and the fewest ranks per activation checkpointing mode.
+#include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -16,6 +18,7 @@
 #include "fsdp/plan/memory_plan.h"
 #include "fsdp/plan/plan_target.h"
 #include "fsdp/train/exit_codes.h"
+#include "fsdp/train/setup.h"
 
 namespace fsdp::cli {
 
@@ -38,9 +41,11 @@ const char* plan_help() {
          "                         ranks sharing the host's memory (default 8 on a GPU, N on the CPU)\n"
          "  --device cpu|cuda      plan for this backend (default: what train.device resolves to here;\n"
          "                         cuda when train.dtype is not float32)\n"
-         "  --device-memory SIZE   memory of one GPU, or of the host on the CPU (80GB = 8e10 bytes,\n"
-         "                         80GiB = 80 x 2^30; default: this machine's GPU, or on the CPU the smallest\n"
-         "                         of physical memory, the cgroup's limit, RLIMIT_AS and RLIMIT_DATA)\n"
+         "  --device-memory SIZE   memory of one GPU, or of the host on the CPU, with its unit: 80GB =\n"
+         "                         8e10 bytes (kB, MB, GB, TB: powers of 10); 80GiB = 80G = 80 x 2^30\n"
+         "                         (KiB/K, MiB/M, GiB/G, TiB/T: powers of 2); 8e9B in bytes. Default:\n"
+         "                         this machine's GPU, or on the CPU the smallest of physical memory,\n"
+         "                         the cgroup's limit, RLIMIT_AS and RLIMIT_DATA\n"
          "\n"
          "Exit status: 0 the run fits, 1 it does not, 2 usage or config error.\n";
 }
@@ -75,7 +80,8 @@ PlanArgs parse(int argc, char** argv, bool& help) {
     else if (a == "--ranks-per-node") p.request.ranks_per_node = positive_int(args.value(), "--ranks-per-node");
     else if (a == "--device") p.request.device = args.value();
     else if (a == "--device-memory") p.request.memory = args.value();
-    else throw UsageError{"unknown argument '" + args.raw() + "'"};
+    else throw unknown_argument(args.raw(), {"--help", "--config", "--set", "--ranks", "--ranks-per-node", "--device",
+                                             "--device-memory"});
   }
   if (help) return p;
   if (p.config.empty()) throw UsageError{"--config FILE is required"};
@@ -100,14 +106,25 @@ int plan_command(int argc, char** argv) {
     }
     cfg = config::load_config(args.config, args.overrides);
     target = plan::requested_plan_target(args.request, cfg);
+    // The layout `train` would refuse at start-up on this many ranks, refused here too.
+    config::checked_shard_group(cfg, target.ranks, target.ranks_per_node);
+    cfg = train::with_global_batch(cfg, target.ranks / std::max(cfg.parallel.tensor, 1));  // the data-parallel ranks
   } catch (const UsageError& e) {
-    std::fprintf(stderr, "error: fsdp_train plan: %s\n\n%s", e.message.c_str(), plan_help());
+    print_usage_error("plan", e.message);
     return kExitUsage;
   } catch (const config::ConfigError& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
+    print_error("plan", e.what());
     return kExitUsage;
   }
   try {
+    // A model folder not downloaded yet: its shape is the preset's (with the model.* keys),
+    // which is what the plan needs; say so rather than fail.
+    if (std::error_code ec; !cfg.model.init_from.empty() && !std::filesystem::exists(cfg.model.init_from, ec)) {
+      std::printf("note: model.init_from %s is not there (not downloaded yet?): planning model.preset %s's shape with "
+                  "the config's model.* keys instead\n",
+                  cfg.model.init_from.c_str(), cfg.model.preset.c_str());
+      cfg.model.init_from.clear();
+    }
     const model::LlamaConfig model = config::training_model_config(cfg);
     const plan::MemoryPlan memory_plan = plan::plan_memory(cfg, model, target);
     // Not model.summary(): its integer parameter count would overflow on absurd shapes.
@@ -119,10 +136,10 @@ int plan_command(int argc, char** argv) {
     if (!memory_plan.fits()) std::printf("%s\n", plan::advise(cfg, model, memory_plan).c_str());
     return memory_plan.fits() ? kExitOk : kExitError;
   } catch (const config::ConfigError& e) {
-    report_error(e);
+    report_error("plan", e);
     return kExitUsage;
   } catch (const std::exception& e) {
-    report_error(e);
+    report_error("plan", e);
     return kExitError;
   }
 }

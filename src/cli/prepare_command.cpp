@@ -24,11 +24,12 @@ using data::PrepareOptions;
 using data::PrepareResult;
 
 const char* prepare_help() {
-  return "usage: fsdp_train prepare --tokenizer MODEL --output DIR [options] INPUT...\n"
+  return "usage: fsdp_train prepare --tokenizer PATH --output DIR [options] INPUT...\n"
          "       fsdp_train prepare --vocab-size N --output DIR [options] INPUT.jsonl...\n"
          "\n"
-         "Tokenizes text corpora with a sentencepiece model into Megatron-format token shards\n"
-         "(DIR/train_00000.{bin,idx}, ..., DIR/val_00000.{bin,idx}, ...) and DIR/manifest.json.\n"
+         "Tokenizes text corpora (a sentencepiece tokenizer.model or a Hugging Face tokenizer.json)\n"
+         "into Megatron-format token shards (DIR/train_00000.{bin,idx}, ..., DIR/val_00000.{bin,idx},\n"
+         "...) and DIR/manifest.json.\n"
          "With --vocab-size instead of a tokenizer it packs corpora already tokenized elsewhere\n"
          "(JSONL lines of input_ids: Llama 3's tokenizer, SageMaker model parallel's json.gz, ...).\n"
          "\n"
@@ -42,20 +43,24 @@ const char* prepare_help() {
          "Text documents get the tokenizer's BOS before and EOS after, where the model has them.\n"
          "\n"
          "options:\n"
-         "  --tokenizer MODEL       sentencepiece .model file\n"
+         "  --tokenizer PATH        a tokenizer.model (sentencepiece), a tokenizer.json (Hugging Face:\n"
+         "                          BOS/EOS from tokenizer_config.json beside it), or a model folder\n"
+         "                          holding either (tokenizer.json first); special tokens written in\n"
+         "                          the text stay text\n"
          "  --vocab-size N          instead of --tokenizer: the inputs are pre-tokenized input_ids,\n"
          "                          each id below N (N > 65536 stores int32 tokens); text is refused\n"
          "  --output DIR            output directory (required); must not exist or be empty\n"
          "  --val-fraction F        fraction of documents sent to the val split, chosen by a\n"
-         "                          deterministic hash of each document's index (default 0)\n"
+         "                          deterministic hash of each document's index (default 0.01;\n"
+         "                          0 = no val split: then set train.eval_every: 0 to train on it)\n"
          "  --text-field NAME       JSONL field holding the text (default text)\n"
          "  --max-bad-fraction F    fail when more than F of all JSONL lines and text paragraphs\n"
-         "                          are malformed JSON or too long (default 0.001); fewer are\n"
-         "                          skipped and reported\n"
+         "                          are malformed JSON, too long or not UTF-8 (default 0.001);\n"
+         "                          fewer are skipped and reported\n"
          "  --max-line-bytes N      a longer line is a bad line, skipped without being read into\n"
          "                          memory whole (default 67108864, 64 MiB)\n"
-         "  --workers N             tokenizer threads (default: every core); the output is the\n"
-         "                          same bytes whatever N\n"
+         "  --workers N             tokenizer threads, 1 to 1024 (default: every core); the output\n"
+         "                          is the same bytes whatever N\n"
          "  --overwrite             replace DIR when it exists and is not empty\n"
          "  --help                  this text\n"
          "\n"
@@ -77,8 +82,13 @@ double parse_double(const std::string& flag, const std::string& v) {
   throw UsageError{flag + " needs a number, not '" + v + "'"};
 }
 
+// 1% of the documents held out by default: `train` evaluates on the val split (the demo
+// configs set train.eval_every), so a corpus made with the defaults can be trained on as is.
+constexpr double kDefaultValFraction = 0.01;
+
 PrepareOptions parse_prepare_args(int argc, char** argv, bool& help) {
   PrepareOptions o;
+  o.val_fraction = kDefaultValFraction;
   ArgCursor args(argc, argv);
   while (args.next()) {
     const std::string& arg = args.arg();
@@ -98,11 +108,16 @@ PrepareOptions parse_prepare_args(int argc, char** argv, bool& help) {
       o.val_fraction = parse_double(arg, value());
     } else if (arg == "--text-field") {
       o.text_field = value();
+      if (o.text_field.empty())
+        throw UsageError{"--text-field needs the name of the JSONL field holding the text, not ''"};
     } else if (arg == "--max-bad-fraction") {
       o.max_bad_fraction = parse_double(arg, value());
     } else if (arg == "--workers") {
-      const double w = parse_double(arg, value());
-      if (w < 1 || w != double(int(w))) throw UsageError{"--workers needs a whole number >= 1"};
+      const std::string v = value();
+      const double w = parse_double(arg, v);
+      if (!(w >= 1 && w <= data::kMaxWorkers) || w != double(int(w)))
+        throw UsageError{"--workers needs a whole number from 1 to " + std::to_string(data::kMaxWorkers) + ", not '" +
+                         v + "'"};
       o.workers = int(w);
     } else if (arg == "--max-line-bytes") {
       const double n = parse_double(arg, value());
@@ -111,7 +126,9 @@ PrepareOptions parse_prepare_args(int argc, char** argv, bool& help) {
     } else if (arg == "--overwrite" && !args.has_inline_value()) {
       o.overwrite = true;
     } else if (arg.starts_with("-") && arg != "-") {
-      throw UsageError{"unknown option '" + arg + "'"};
+      throw unknown_argument(args.raw(), {"--help", "--tokenizer", "--vocab-size", "--output", "--val-fraction",
+                                          "--text-field", "--max-bad-fraction", "--workers", "--max-line-bytes",
+                                          "--overwrite"});
     } else {
       o.inputs.push_back(arg);
     }
@@ -171,7 +188,7 @@ int prepare_command(int argc, char** argv) {
   try {
     o = parse_prepare_args(argc, argv, help);
   } catch (const UsageError& e) {
-    std::fprintf(stderr, "fsdp_train prepare: %s (see fsdp_train prepare --help)\n", e.message.c_str());
+    print_usage_error("prepare", e.message);
     return 2;
   }
   if (help) {
@@ -190,15 +207,20 @@ int prepare_command(int argc, char** argv) {
                 (long long)r.train.tokens, r.train.shards.size());
     std::printf("  val:   %lld documents, %lld tokens, %zu shard(s)\n", (long long)r.val.documents,
                 (long long)r.val.tokens, r.val.shards.size());
+    if (r.val.documents == 0) {
+      std::printf("  no validation split (--val-fraction %g drew no document): a run that evaluates needs one; "
+                  "train.eval_every: 0 trains without, or raise --val-fraction\n",
+                  o.val_fraction);
+    }
     if (r.bad_lines > 0) {
-      std::printf("  skipped %lld malformed or over-long line(s) of %lld; the first:\n", (long long)r.bad_lines,
+      std::printf("  skipped %lld malformed, over-long or non-UTF-8 line(s) of %lld; the first:\n",
+                  (long long)r.bad_lines,
                   (long long)(r.jsonl_lines + r.text_records));
       for (const std::string& e : r.bad_examples) std::printf("    %s\n", e.c_str());
     }
     return 0;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "fsdp_train prepare: error: %s\n", e.what());
-    log_where(e);
+    report_error("prepare", e);
     return g_stop_signal.load() != 0 ? 128 + g_stop_signal.load() : 1;
   }
 }

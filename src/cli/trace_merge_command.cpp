@@ -47,12 +47,12 @@ int trace_merge_command(int argc, char** argv) {
       } else if (!a.starts_with("-") && dir.empty()) {
         dir = a;
       } else {
-        throw UsageError{"unknown argument '" + args.raw() + "'"};
+        throw unknown_argument(args.raw(), {"--help", "--output"});
       }
     }
     if (dir.empty()) throw UsageError{"DIR (a run's trace directory) is required"};
   } catch (const UsageError& e) {
-    std::fprintf(stderr, "error: fsdp_train trace-merge: %s\n\n%s", e.message.c_str(), trace_merge_help());
+    print_usage_error("trace-merge", e.message);
     return kExitUsage;
   }
   if (output.empty()) output = (fs::path(dir) / "trace.json").string();
@@ -66,7 +66,7 @@ int trace_merge_command(int argc, char** argv) {
     spdlog::info("trace-merge: {} rank(s) into {}{}", m.ranks.size(), output,
                  missing.empty() ? "" : " (no file for rank(s) " + missing + " of " + std::to_string(m.world_size) + ")");
   } catch (const std::exception& e) {
-    report_error(e);
+    report_error("trace-merge", e);
     return kExitError;
   }
   return kExitOk;

@@ -2,6 +2,8 @@
 // --set overrides, then one validation pass. Every failure is one ConfigError that names
 // where the value came from ("file:line" or "--set text") and the key, so the CLI can print
 // it and stop before any work is done.
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -15,6 +17,8 @@
 #include <yaml-cpp/yaml.h>
 
 #include "fsdp/config/config.h"
+#include "fsdp/core/cli_args.h"
+#include "fsdp/core/regular_file.h"
 #include "fsdp/model/llama_config.h"
 #include "fsdp/model/rope_scaling.h"
 #include "fsdp/model/tensor_parallel.h"
@@ -62,34 +66,9 @@ const Field* find_field(std::string_view section, std::string_view key) {
   return nullptr;
 }
 
-// Optimal string alignment distance: Levenshtein plus adjacent transpositions, so that
-// "trian" is one edit from "train".
-size_t edit_distance(std::string_view a, std::string_view b) {
-  std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
-  for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
-  for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
-      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
-      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
-        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
-    }
-  }
-  return d[a.size()][b.size()];
-}
-
-// The closest candidate, if it is close enough to be a typo: at most 2 edits, and at
-// most a third of the word so that short words do not "match" everything.
+// The closest candidate, if it is close enough to be a typo (core/cli_args.h).
 std::string closest(std::string_view typo, const std::vector<std::string>& candidates) {
-  const size_t limit = std::clamp<size_t>(typo.size() / 3, 1, 2);
-  std::string best;
-  size_t best_distance = limit + 1;
-  for (const std::string& c : candidates) {
-    const size_t dist = edit_distance(typo, c);
-    if (dist < best_distance) best = c, best_distance = dist;
-  }
-  return best;
+  return closest_match(typo, candidates);
 }
 
 std::string did_you_mean(const std::string& guess) {
@@ -301,9 +280,14 @@ void validate(const Config& cfg, const Origins& origins, const std::string& name
              "model.num_layers",
              fmt::format("must be at least train.activation_checkpointing_every ({}), got {}",
                          t.activation_checkpointing_every, *layers));
-  if (cfg.data.source == DataSource::Shards && cfg.data.path.empty())
-    conflict("data.source", "is 'shards', which needs data.path (the folder of token shards)", "data.path",
-             "must not be empty when data.source is 'shards'");
+  // data.path is checked at start-up (train/setup.cpp), where a run needs it: `plan` and
+  // the defaults need none.
+  if (t.global_batch_size > 0 && t.global_batch_size % t.micro_batch_size != 0)
+    conflict("train.global_batch_size",
+             fmt::format("must be a multiple of train.micro_batch_size ({}), got {}", t.micro_batch_size,
+                         t.global_batch_size),
+             "train.micro_batch_size",
+             fmt::format("must divide train.global_batch_size ({}), got {}", t.global_batch_size, t.micro_batch_size));
   validate_device(cfg, conflict);
   validate_shape(cfg, origin);
 }
@@ -349,16 +333,23 @@ Config load_config_string(const std::string& raw_text, const std::string& displa
 }
 
 Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
-  std::FILE* file = std::fopen(path.c_str(), "rb");
-  if (file == nullptr) throw ConfigError(fmt::format("{}: cannot open config file: {}", path, std::strerror(errno)));
+  // A FIFO or /dev/zero as --config once blocked or read forever: regular files only.
+  std::string why;
+  const int fd = open_regular_file(path, why);
+  if (fd < 0) throw ConfigError(fmt::format("{}: cannot open config file: {}", path, why));
   std::string text;
   char buffer[4096];
-  size_t n;
-  while ((n = std::fread(buffer, 1, sizeof buffer, file)) > 0) text.append(buffer, n);
-  const int read_errno = std::ferror(file) ? errno : 0;  // e.g. EISDIR for a folder
-  std::fclose(file);
-  if (read_errno != 0)
-    throw ConfigError(fmt::format("{}: cannot read config file: {}", path, std::strerror(read_errno)));
+  ssize_t n;
+  while ((n = ::read(fd, buffer, sizeof buffer)) != 0) {
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      ::close(fd);
+      throw ConfigError(fmt::format("{}: cannot read config file: {}", path, std::strerror(err)));
+    }
+    text.append(buffer, size_t(n));
+  }
+  ::close(fd);
   return load_config_string(text, path, overrides);
 }
 
@@ -380,6 +371,24 @@ uint64_t config_hash(const Config& cfg) {
   return h;
 }
 
+// `text` as lines of at most `width` columns (a longer word stands alone), each indented.
+static std::string wrapped(std::string_view text, size_t indent, size_t width) {
+  std::string out, line(indent, ' ');
+  size_t p = 0;
+  while (p < text.size()) {
+    const size_t q = std::min(text.find(' ', p), text.size());
+    const std::string_view word = text.substr(p, q - p);
+    if (line.size() > indent && line.size() + 1 + word.size() > width) {
+      out += line + "\n";
+      line.assign(indent, ' ');
+    }
+    if (line.size() > indent) line += ' ';
+    line += word;
+    p = q + 1;
+  }
+  return out + line + "\n";
+}
+
 std::string describe_keys() {
   const Config defaults;
   std::string out = "Config keys (YAML `section:` then `key: value`; override any with --set section.key=value):\n";
@@ -387,7 +396,7 @@ std::string describe_keys() {
     out += fmt::format("\n{}: {}\n", s.name, s.doc);
     for (const Field& f : detail::fields()) {
       if (f.section != s.name) continue;
-      out += fmt::format("  {}.{} = {}  ({})\n      {}\n", f.section, f.key, f.write(defaults), f.type, f.doc);
+      out += fmt::format("  {}.{} = {}  ({})\n{}", f.section, f.key, f.write(defaults), f.type, wrapped(f.doc, 6, 100));
     }
   }
   return out;

@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
+#include "fsdp/core/cli_args.h"
 #include "fsdp/config/config.h"
 
 namespace fsdp::config::field_values {
@@ -164,7 +165,14 @@ std::string read_value(const YAML::Node& n, E& out) {
       }
     }
   }
-  return fmt::format("must be one of {}, got {}", choice_list<E>(", "), shown(n));
+  std::string guess;
+  if (n.IsScalar()) {
+    std::vector<std::string> names;
+    for (const auto& [e, name] : Choices<E>::table) names.emplace_back(name);
+    guess = closest_value(n.Scalar(), names);
+  }
+  return fmt::format("must be one of {}, got {}{}", choice_list<E>(", "), shown(n),
+                     guess.empty() ? "" : fmt::format(" (did you mean '{}'?)", guess));
 }
 
 template <class T>

@@ -1,6 +1,8 @@
 // The config as the model and the engine take it; see model_options.h.
 #include "fsdp/config/model_options.h"
 
+#include <algorithm>
+#include <filesystem>
 #include <utility>
 
 #include <fmt/format.h>
@@ -57,6 +59,18 @@ model::LlamaConfig resolve(const config::ModelConfig& m, const config::Config* c
     model::LlamaConfig c = config::apply_shape_keys(m, model::llama_preset(m.preset));
     c.validate();
     return c;
+  }
+  // A folder that is not there is the config's error (exit 2); a folder that is there but
+  // holds a bad model is the model's (exit 1, in the reader's words).
+  if (std::error_code ec; cfg != nullptr && !std::filesystem::exists(m.init_from, ec)) {
+    const std::filesystem::path p(m.init_from);
+    config::fail_key(*cfg, "model.init_from",
+                     fmt::format("is '{}', which does not exist{}: a Hugging Face model folder (config.json and "
+                                 "*.safetensors) to start from",
+                                 m.init_from,
+                                 p.is_absolute() ? std::string()
+                                                 : fmt::format(" (relative to the working directory: {})",
+                                                               std::filesystem::absolute(p, ec).lexically_normal().string())));
   }
   const model::LlamaConfig folder = ckpt::read_hf_llama_config(m.init_from);
   model::LlamaConfig c = config::apply_shape_keys(m, folder);
@@ -138,6 +152,42 @@ std::vector<model::UnitLayout> checked_lora_units(const model::LlamaConfig& mode
   } catch (const Error& e) {
     throw config::ConfigError(e.what());
   }
+}
+
+int checked_shard_group(const Config& cfg, int world_size, int ranks_per_node) {
+  // The tensor groups first: the data-parallel ranks FSDP shards over are what they leave.
+  const int T = cfg.parallel.tensor;
+  if (T > 1 && world_size % T != 0)
+    fail_key(cfg, "parallel.tensor",
+             fmt::format("{} must divide the world size ({} ranks): the world is made of whole tensor groups; use a "
+                         "divisor of {}",
+                         T, world_size, world_size));
+  if (T > 1 && ranks_per_node % T != 0 && ranks_per_node < world_size)
+    fail_key(cfg, "parallel.tensor",
+             fmt::format("{} must divide the ranks of every node ({} per node): a tensor group stays inside one node "
+                         "(its collectives are on the critical path of every layer); run a multiple of {} ranks per "
+                         "node",
+                         T, ranks_per_node, T));
+  const int data = world_size / std::max(T, 1), data_per_node = std::max(ranks_per_node / std::max(T, 1), 1);
+  switch (cfg.fsdp.sharding_strategy) {
+    case ShardingStrategy::FULL_SHARD:
+    case ShardingStrategy::SHARD_GRAD_OP: return data;
+    case ShardingStrategy::NO_SHARD: return 1;
+    case ShardingStrategy::HYBRID_SHARD: break;
+  }
+  const int set = cfg.fsdp.shard_group_size;
+  const int group = set > 0 ? set : std::min(data, data_per_node);
+  if (group >= 1 && data % group == 0) return group;
+  const std::string of = T > 1 ? fmt::format("the {} data-parallel ranks (world size {} / parallel.tensor {})", data,
+                                             world_size, T)
+                               : fmt::format("the world size {}", world_size);
+  const std::string what = set > 0 ? fmt::format("is {}, which does not divide {}", set, of)
+                                   : fmt::format("is 0 (one node's {}ranks: {}), which does not divide {}",
+                                                 T > 1 ? "data-parallel " : "", group, of);
+  fail_key(cfg, "fsdp.shard_group_size",
+           fmt::format("{}: HYBRID_SHARD shards over groups of that many ranks and replicates across them; use a "
+                       "divisor of {}, or 0 for the ranks of one node",
+                       what, data));
 }
 
 FsdpOptions fsdp_options(const Config& cfg, Device device) {

@@ -18,6 +18,7 @@
 
 #include "field_values.h"
 #include "fsdp/config/config.h"
+#include "fsdp/core/cli_args.h"
 #include "fsdp/model/llama_config.h"
 #include "fsdp/model/rope_scaling.h"
 
@@ -104,7 +105,9 @@ class SectionRows {
         if (v == n) return "";
       std::string commas = list;
       for (size_t p; (p = commas.find(" | ")) != std::string::npos;) commas.replace(p, 3, ", ");
-      return fmt::format("must be one of {}, got '{}'", commas, v);
+      const std::string guess = closest_value(v, std::vector<std::string>(names.begin(), names.end()));
+      return fmt::format("must be one of {}, got '{}'{}", commas, v,
+                         guess.empty() ? "" : fmt::format(" (did you mean '{}'?)", guess));
     };
     return add_row(key, member, doc, list, check);
   }
@@ -213,7 +216,9 @@ void add_lora_rows(std::vector<detail::Field>& t) {
 
 void add_data_rows(std::vector<detail::Field>& t) {
   SectionRows(t, "data", &Config::data)
-      .add("source", &DataConfig::source, "Where batches come from: a seeded synthetic Markov chain, or token shards at data.path.")
+      .add("source", &DataConfig::source,
+           "Where batches come from: token shards at data.path, or (only when written) a seeded synthetic Markov chain "
+           "for smoke tests.")
       .add("path", &DataConfig::path, "Directory of token shards from `fsdp_train prepare` (train_*.bin/.idx), or a Megatron shard prefix; required when source is shards.")
       .add("val_path", &DataConfig::val_path, "Directory or prefix of validation shards; empty = the val_* shards in data.path.")
       // Bounds far above any use (torch's DataLoader prefetches 2 per worker): each prefetch
@@ -229,8 +234,13 @@ void add_train_rows(std::vector<detail::Field>& t) {
   SectionRows(t, "train", &Config::train)
       .add("max_steps", &TrainConfig::max_steps, "Optimizer steps to run.", gt(0))
       .add("micro_batch_size", &TrainConfig::micro_batch_size, "Sequences per rank per forward/backward pass.", gt(0))
-      .add("grad_accum_steps", &TrainConfig::grad_accum_steps, "Micro-batches accumulated into one optimizer step.",
+      .add("grad_accum_steps", &TrainConfig::grad_accum_steps,
+           "Micro-batches accumulated into one optimizer step (derived from global_batch_size when that is set).",
            ge(1))
+      .add("global_batch_size", &TrainConfig::global_batch_size,
+           "Sequences per optimizer step over all ranks, kept on any number of ranks: grad_accum_steps = this / "
+           "(micro_batch_size x ranks), which must divide it; 0 = micro_batch_size x grad_accum_steps x ranks.",
+           ge(0))
       .add("seq_len", &TrainConfig::seq_len, "Tokens per sequence.", gt(0))
       .add("seed", &TrainConfig::seed, "Seed of parameter init and every other random stream.", ge(0))
       .add("log_every", &TrainConfig::log_every, "Steps between log lines (metrics.jsonl records every step).", ge(1))
@@ -338,7 +348,10 @@ void add_dist_rows(std::vector<detail::Field>& t) {
 
 void add_logging_rows(std::vector<detail::Field>& t) {
   SectionRows(t, "logging", &Config::logging)
-      .add_one_of("level", &LoggingConfig::level, "Console log level.", {"trace", "debug", "info", "warn", "error"})
+      .add_one_of("level", &LoggingConfig::level,
+                  "Log level of the console and <run.dir>/train.log (debug adds the effective config and the memory "
+                  "plan's table).",
+                  {"trace", "debug", "info", "warn", "warning", "error"})
       .add("metrics", &LoggingConfig::metrics, "Also write every logged step to <run.dir>/metrics.jsonl.")
       .add("profile_wait", &LoggingConfig::profile_wait,
            "Trace schedule (torch.profiler.schedule over global steps): steps before the warmup.", ge(0))

@@ -16,6 +16,8 @@ namespace fs = std::filesystem;
 
 void ensure_writable_dir(const std::string& dir, std::string_view key) {
   FSDP_CHECK(!dir.empty(), "{} is empty: it must name a directory", key);
+  // Every std::filesystem call with an error_code: a name past NAME_MAX or PATH_MAX, or a
+  // symlink loop, once escaped as "filesystem error: status: File name too long [...]".
   std::error_code ec;
   const fs::file_status st = fs::status(dir, ec);
   if (fs::exists(st)) {
@@ -25,7 +27,8 @@ void ensure_writable_dir(const std::string& dir, std::string_view key) {
     fs::create_directories(dir, ec);
     // Another rank may have created it a moment ago: only a directory that still is not
     // there is a failure.
-    FSDP_CHECK(!ec || fs::is_directory(dir), "{} {}: cannot create it: {}", key, dir, ec.message());
+    std::error_code again;
+    FSDP_CHECK(!ec || fs::is_directory(dir, again), "{} {}: cannot create it: {}", key, dir, ec.message());
   }
   const std::string probe = (fs::path(dir) / (".fsdp_write_probe." + host_name() + "." + std::to_string(::getpid()))).string();
   const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);

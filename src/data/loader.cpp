@@ -19,6 +19,7 @@
 #include <cstring>
 #include <exception>
 #include <mutex>
+#include <system_error>
 #include <thread>
 
 #include "fsdp/core/error.h"
@@ -57,6 +58,7 @@ struct Loader::Impl {
   // Consumer state and ring (Note [Loader ring]).
   int64_t next_ = 0;
   int64_t origin_ = 0;  // global position of micro-batch 0 (seek_global)
+  int starts_ = 0;      // worker generations: each seek restarts the threads
   double wait_ = 0;
   std::vector<int32_t> sync_window;  // scratch when reading on the calling thread
   std::mutex mutex;
@@ -134,7 +136,10 @@ struct Loader::Impl {
   }
 
   void worker_loop(int worker) {
-    trace::set_thread_name(fmt::format("{} worker {}", opt.name, worker));
+    // Every seek (each evaluation rewinds the validation loader) starts new threads: a
+    // trace tells them apart by the generation.
+    trace::set_thread_name(fmt::format("{} worker {}{}", opt.name, worker,
+                                       starts_ > 1 ? fmt::format(" (start {})", starts_) : std::string()));
     std::vector<int32_t> window(size_t(opt.seq_len + 1));
     const int64_t ring = int64_t(slots.size());
     std::unique_lock<std::mutex> lock(mutex);
@@ -160,6 +165,7 @@ struct Loader::Impl {
   }
 
   void start() {
+    ++starts_;
     claim_ = next_;
     stop_ = false;
     for (Slot& s : slots) {
@@ -168,7 +174,15 @@ struct Loader::Impl {
       s.error = nullptr;
     }
     const int n = std::min(opt.num_workers, opt.prefetch);
-    for (int w = 0; w < n; ++w) workers.emplace_back([this, w] { worker_loop(w); });
+    try {
+      for (int w = 0; w < n; ++w) workers.emplace_back([this, w] { worker_loop(w); });
+    } catch (const std::system_error& e) {
+      const size_t started = workers.size();
+      stop();  // the threads already running, joined: a joinable thread left behind would terminate
+      FSDP_FAIL("the data loader cannot start worker thread {} of {} (data.num_workers): {} (the process's thread "
+                "limit, ulimit -u?)",
+                started + 1, n, e.code().message());
+    }
   }
 
   void stop() {

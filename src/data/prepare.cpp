@@ -13,6 +13,7 @@
 #include <fstream>
 #include <memory>
 #include <mutex>
+#include <system_error>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -170,6 +171,15 @@ DocResult process(const RawDocument& doc, InputFormat format, const Tokenizer* t
         break;
     }
   }
+  // Text that is not UTF-8 (a binary file named .txt, another encoding) would tokenize into
+  // byte pieces or <unk>s without a word: a bad line, counted against --max-bad-fraction.
+  if (const size_t bad = first_invalid_utf8(text); bad != std::string_view::npos) {
+    r.kind = DocResult::Kind::kMalformed;
+    r.error = fmt::format("invalid UTF-8 at byte {}{} (a binary file, or text in another encoding: convert it with "
+                          "iconv -t UTF-8)",
+                          bad, format == InputFormat::kJsonl ? fmt::format(" of field '{}'", text_field) : "");
+    return r;
+  }
   if (tok->bos_id() >= 0) r.tokens.push_back(tok->bos_id());
   const size_t before = r.tokens.size();
   tok->encode(text, r.tokens);
@@ -236,7 +246,8 @@ void validate(const PrepareOptions& o) {
   FSDP_CHECK(o.val_fraction >= 0 && o.val_fraction < 1, "--val-fraction {} is outside [0, 1)", o.val_fraction);
   FSDP_CHECK(o.max_bad_fraction >= 0 && o.max_bad_fraction <= 1, "--max-bad-fraction {} is outside [0, 1]",
              o.max_bad_fraction);
-  FSDP_CHECK(o.workers >= 0, "--workers {} is negative", o.workers);
+  FSDP_CHECK(o.workers >= 0 && o.workers <= kMaxWorkers, "--workers {} is outside [1, {}] (0: every core)", o.workers,
+             kMaxWorkers);
   FSDP_CHECK(o.max_line_bytes >= 1, "--max-line-bytes {} must be >= 1", o.max_line_bytes);
   FSDP_CHECK(!o.text_field.empty(), "--text-field is empty");
   for (const std::string& in : o.inputs) {
@@ -321,7 +332,14 @@ struct CorpusPass {
 
   // Reads every input in batches, tokenizes each batch on `workers` threads, tallies it.
   void run(const Tokenizer* tok, int64_t vocab, int workers) {
-    BatchReader reader(o.inputs, o.max_line_bytes);
+    std::unique_ptr<BatchReader> reading;
+    try {
+      reading = std::make_unique<BatchReader>(o.inputs, o.max_line_bytes);
+    } catch (const std::system_error& e) {
+      FSDP_FAIL("prepare: cannot start the input reader thread: {} (the process's thread limit, ulimit -u?)",
+                e.code().message());
+    }
+    BatchReader& reader = *reading;
     Batch batch;
     std::vector<DocResult> results;
     while (reader.pop(batch)) {
@@ -376,13 +394,21 @@ PrepareResult prepare_corpus(const PrepareOptions& o) {
   const fs::path out = strip_trailing_slashes(o.output);
   r.output = out.string();
   check_output(out, o.overwrite);
-  if (out.has_parent_path()) fs::create_directories(out.parent_path());
+  // Named by the flag, in words (std::filesystem's own text once reached the user).
   std::error_code ec;
+  if (out.has_parent_path()) {
+    fs::create_directories(out.parent_path(), ec);
+    std::error_code again;
+    FSDP_CHECK(!ec || fs::is_directory(out.parent_path(), again), "--output {}: cannot create {}: {}", out.string(),
+               out.parent_path().string(), ec.message());
+  }
   TmpDirGuard tmp{fs::path(out.string() + ".tmp-" + std::to_string(::getpid()))};
   fs::remove_all(tmp.path, ec);
-  fs::create_directory(tmp.path);
+  fs::create_directory(tmp.path, ec);
+  FSDP_CHECK(!ec, "--output {}: cannot create {} next to it: {}", out.string(), tmp.path.string(), ec.message());
 
-  const int workers = o.workers > 0 ? o.workers : int(std::max(1u, std::thread::hardware_concurrency()));
+  const int workers = o.workers > 0 ? o.workers
+                                    : std::min(kMaxWorkers, int(std::max(1u, std::thread::hardware_concurrency())));
   const int64_t token_bytes = vocab <= 65536 ? 2 : 4;
   const int64_t shard_tokens = o.shard_tokens > 0 ? o.shard_tokens : kShardBytes / token_bytes;
   SplitWriter train("train", tmp.path, vocab, shard_tokens, r.train);
@@ -394,7 +420,8 @@ PrepareResult prepare_corpus(const PrepareOptions& o) {
   if (double(r.bad_lines) > o.max_bad_fraction * double(r.jsonl_lines + r.text_records)) {
     std::string examples;
     for (const std::string& e : r.bad_examples) examples += "\n  " + e;
-    FSDP_FAIL("{} of {} lines are malformed or too long, more than --max-bad-fraction {} allows; the first:{}",
+    FSDP_FAIL("{} of {} lines are malformed, too long or not UTF-8, more than --max-bad-fraction {} allows; the "
+              "first:{}",
               r.bad_lines, r.jsonl_lines + r.text_records, o.max_bad_fraction, examples);
   }
   FSDP_CHECK(r.train.documents > 0, "no document went to the train split ({} documents, --val-fraction {})",

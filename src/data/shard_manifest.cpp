@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fsdp/core/error.h"
+#include "fsdp/core/json_file.h"
 #include "fsdp/core/regular_file.h"
 #include "fsdp/data/tokenizer.h"
 
@@ -55,8 +56,11 @@ void write_shard_manifest(const fs::path& path, const PrepareOptions& o, const T
   json tokenizer = nullptr;  // pre-tokenized input_ids: whose tokenizer is not known here
   if (tok != nullptr) {
     std::error_code ec;
-    const fs::path tok_abs = fs::weakly_canonical(fs::absolute(o.tokenizer), ec);
-    tokenizer = {{"path", ec ? o.tokenizer : tok_abs.string()}, {"fnv1a64", tok->content_hash_hex()}};
+    // The file loaded (a model folder's tokenizer.json or tokenizer.model), and its kind.
+    const fs::path tok_abs = fs::weakly_canonical(fs::absolute(tok->path()), ec);
+    tokenizer = {{"path", ec ? tok->path() : tok_abs.string()},
+                 {"kind", tok->kind() == Tokenizer::Kind::HuggingFace ? "tokenizer.json" : "sentencepiece"},
+                 {"fnv1a64", tok->content_hash_hex()}};
   }
   const auto special = [&](int id) { return tok != nullptr ? json(id) : json(nullptr); };
   const json m = {
@@ -90,20 +94,14 @@ std::optional<ShardManifest> read_shard_manifest(const std::string& dir) {
   const auto path = fs::path(dir) / "manifest.json";
   std::error_code ec;
   if (!fs::exists(path, ec)) return std::nullopt;
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(read_regular_file(path.string()));
-  } catch (const nlohmann::json::exception& e) {
-    FSDP_FAIL("{}: not valid JSON: {}", path.string(), e.what());
-  }
-  FSDP_CHECK(j.is_object(), "{}: expected a JSON object, got {}", path.string(), j.type_name());
+  const nlohmann::json j = json_file::read(path.string());
+  FSDP_CHECK(j.is_object(), "{}: expected a JSON object, got {}", path.string(), json_file::kind(j));
   ShardManifest m;
-  try {
-    if (j.contains("vocab_size")) m.vocab_size = j["vocab_size"].get<int64_t>();
-    if (j.contains("tokenizer") && j["tokenizer"].contains("path"))
-      m.tokenizer_path = j["tokenizer"]["path"].get<std::string>();
-  } catch (const nlohmann::json::exception& e) {
-    FSDP_FAIL("{}: malformed: {}", path.string(), e.what());
+  if (const nlohmann::json* v = json_file::find(j, "vocab_size"))
+    m.vocab_size = json_file::integer(*v, "vocab_size", path.string());
+  if (const nlohmann::json* t = json_file::find(j, "tokenizer")) {
+    FSDP_CHECK(t->is_object(), "{}: 'tokenizer' must be an object, got {}", path.string(), json_file::kind(*t));
+    m.tokenizer_path = json_file::string(*t, "path", path.string() + ": tokenizer", "");
   }
   if (j.contains("shard_checksums") && j["shard_checksums"].is_object()) {
     for (const auto& [shard, entry] : j["shard_checksums"].items())

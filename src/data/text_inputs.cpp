@@ -1,5 +1,6 @@
 #include "fsdp/data/text_inputs.h"
 
+#include <unistd.h>
 #include <zlib.h>
 #include <zstd.h>
 
@@ -11,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fsdp/core/error.h"
+#include "fsdp/core/regular_file.h"
 
 namespace fsdp::data {
 
@@ -58,11 +60,22 @@ class InputReader::Source {
 
 namespace {
 
+// A regular file only: a FIFO (or /dev/zero) given to prepare would block or never end.
+std::FILE* open_input(const std::string& path) {
+  std::string why;
+  const int fd = open_regular_file(path, why);
+  if (fd < 0) FSDP_FAIL("cannot open input '{}': {}", path, why);
+  std::FILE* f = ::fdopen(fd, "rb");
+  if (f == nullptr) {
+    ::close(fd);
+    FSDP_FAIL("cannot open input '{}': {}", path, std::strerror(errno));
+  }
+  return f;
+}
+
 class PlainSource : public InputReader::Source {
  public:
-  explicit PlainSource(const std::string& path) : path_(path), f_(std::fopen(path.c_str(), "rb")) {
-    if (f_ == nullptr) FSDP_FAIL("cannot open input '{}': {}", path, std::strerror(errno));
-  }
+  explicit PlainSource(const std::string& path) : path_(path), f_(open_input(path)) {}
   ~PlainSource() override { std::fclose(f_); }
   size_t read(char* dst, size_t cap) override {
     const size_t n = std::fread(dst, 1, cap, f_);
@@ -78,15 +91,16 @@ class PlainSource : public InputReader::Source {
 class GzipSource : public InputReader::Source {
  public:
   explicit GzipSource(const std::string& path) : path_(path) {
-    // gzopen would create nothing with "rb", but it opens a missing file lazily on some
-    // zlib versions: check with fopen first for a clear message.
-    if (std::FILE* probe = std::fopen(path.c_str(), "rb")) {
-      std::fclose(probe);
-    } else {
-      FSDP_FAIL("cannot open input '{}': {}", path, std::strerror(errno));
+    // zlib reads the descriptor of the checked regular file (gzopen would open a FIFO and
+    // wait on it; gzclose closes the descriptor).
+    std::string why;
+    const int fd = open_regular_file(path, why);
+    if (fd < 0) FSDP_FAIL("cannot open input '{}': {}", path, why);
+    gz_ = gzdopen(fd, "rb");
+    if (gz_ == nullptr) {
+      ::close(fd);
+      FSDP_FAIL("cannot open input '{}' with zlib", path);
     }
-    gz_ = gzopen(path.c_str(), "rb");
-    if (gz_ == nullptr) FSDP_FAIL("cannot open input '{}' with zlib", path);
     gzbuffer(gz_, 1 << 18);
   }
   ~GzipSource() override { gzclose(gz_); }
@@ -114,8 +128,7 @@ class GzipSource : public InputReader::Source {
 class ZstdSource : public InputReader::Source {
  public:
   explicit ZstdSource(const std::string& path)
-      : path_(path), f_(std::fopen(path.c_str(), "rb")), dctx_(ZSTD_createDCtx()), inbuf_(ZSTD_DStreamInSize()) {
-    if (f_ == nullptr) FSDP_FAIL("cannot open input '{}': {}", path, std::strerror(errno));
+      : path_(path), f_(open_input(path)), dctx_(ZSTD_createDCtx()), inbuf_(ZSTD_DStreamInSize()) {
     FSDP_CHECK(dctx_ != nullptr, "ZSTD_createDCtx failed");
   }
   ~ZstdSource() override {
@@ -262,6 +275,37 @@ bool InputReader::next(RawDocument& doc) {
     doc.raw += line;
   }
   return !doc.raw.empty();
+}
+
+// ---- UTF-8 ------------------------------------------------------------------------------
+
+// Unicode's table 3-7 of well-formed byte sequences.
+size_t first_invalid_utf8(std::string_view text) {
+  const auto* s = reinterpret_cast<const unsigned char*>(text.data());
+  const size_t n = text.size();
+  size_t i = 0;
+  while (i < n) {
+    const unsigned char c = s[i];
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    size_t len = 0;
+    unsigned char lo = 0x80, hi = 0xBF;  // the second byte's range
+    if (c >= 0xC2 && c <= 0xDF) len = 2;
+    else if (c == 0xE0) len = 3, lo = 0xA0;
+    else if ((c >= 0xE1 && c <= 0xEC) || c == 0xEE || c == 0xEF) len = 3;
+    else if (c == 0xED) len = 3, hi = 0x9F;
+    else if (c == 0xF0) len = 4, lo = 0x90;
+    else if (c >= 0xF1 && c <= 0xF3) len = 4;
+    else if (c == 0xF4) len = 4, hi = 0x8F;
+    else return i;
+    if (i + len > n || s[i + 1] < lo || s[i + 1] > hi) return i;
+    for (size_t k = 2; k < len; ++k)
+      if (s[i + k] < 0x80 || s[i + k] > 0xBF) return i;
+    i += len;
+  }
+  return std::string_view::npos;
 }
 
 // ---- JSONL lines ------------------------------------------------------------------------

@@ -45,8 +45,10 @@ std::vector<std::string> find_shards(const std::string& path, const std::string&
         prefixes.push_back((entry.path().parent_path() / entry.path().stem()).string());
     }
     FSDP_CHECK(!ec, "cannot list token shard directory '{}': {}", path, ec.message());
-    FSDP_CHECK(!prefixes.empty(), "no token shards for split '{}' in '{}' (expected {}/{}_*.idx); {}", split, path,
-               path, split, how_to_make(path));
+    // Another split than train: the corpus is there and was prepared without it, so running
+    // the same `prepare` again is no remedy (its caller says what is).
+    FSDP_CHECK(!prefixes.empty(), "no token shards for split '{}' in '{}' (expected {}/{}_*.idx){}", split, path, path,
+               split, split == "train" ? "; " + how_to_make(path) : std::string());
     std::sort(prefixes.begin(), prefixes.end());
   } else {
     FSDP_CHECK(fs::exists(path + ".idx", ec),

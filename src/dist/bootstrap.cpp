@@ -1,17 +1,19 @@
-// Start-up of the distributed runtime: which launcher started this process, MPI
-// initialisation, the node layout, and the FSDP process groups (communicator.h).
+// Start-up of the distributed runtime: which launcher started this process (the bootstrap
+// choice), MPI initialisation, the node layout, and the FSDP process groups
+// (communicator.h).
 //
 // Detection reads only the environment, before any MPI call, so a process started by
 // hand (a laptop, CI, `fsdp_train train ...`) gets single-rank communicators and never
 // initialises MPI. Order matters: `mpirun` inside a Slurm allocation also sets
 // PMIX_RANK and SLURM_JOB_ID, so OpenMPI's own variable is looked at first.
 //
-//   OMPI_COMM_WORLD_SIZE                -> "mpirun" (OpenMPI's mpirun / mpiexec)
-//   PMIX_RANK or PMI_RANK + SLURM_JOB_ID -> "srun"  (srun --mpi=pmix / pmi2)
-//   PMIX_RANK, PMI_RANK, MV2_COMM_WORLD_SIZE -> "mpirun" (prterun, MPICH hydra, MVAPICH)
-//   none of them                        -> "none"  (unless srun started several tasks
-//                                          without an MPI plugin: an error, not N
-//                                          independent copies of rank 0)
+//   OMPI_COMM_WORLD_SIZE                -> MPI, "mpirun" (OpenMPI's mpirun / mpiexec)
+//   PMIX_RANK or PMI_RANK + SLURM_JOB_ID -> MPI, "srun"  (srun --mpi=pmix / pmi2)
+//   PMIX_RANK, PMI_RANK, MV2_COMM_WORLD_SIZE -> MPI, "mpirun" (prterun, MPICH hydra, MVAPICH)
+//   RANK / WORLD_SIZE (> 1)             -> the TCP store, "torchrun" (torchrun, or by hand)
+//   an srun step of several tasks       -> the TCP store, "srun" (srun without --mpi)
+//   none of them                        -> "none": one process, no MPI, no store
+// (fsdp/dist/rendezvous.h reads the store's variables; store_bootstrap.cpp starts it.)
 //
 // Once MPI is up the size the launcher announced is compared with MPI's: a binary linked
 // against one MPI but started by another's launcher comes up as N singletons, which
@@ -22,6 +24,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,6 +38,7 @@ struct Launch {
   std::string launcher = "none";
   int announced_size = -1;         // ranks the launcher says it started (-1: not said)
   const char* size_var = nullptr;  // the variable that said it
+  std::optional<Rendezvous> store;  // set: the ranks meet through the TCP store, not MPI
 };
 
 const char* env(const char* name) {
@@ -70,10 +74,10 @@ Launch detect_launch() {
     announce("PMI_SIZE");
     announce("MV2_COMM_WORLD_SIZE");
     if (srun) announce("SLURM_STEP_NUM_TASKS");
-  } else if (slurm && env_int("SLURM_STEP_NUM_TASKS") > 1) {
-    FSDP_FAIL("started by srun as one of {} tasks (SLURM_PROCID={}) but without an MPI plugin, so the tasks cannot "
-              "talk to each other: launch with `srun --mpi=pmix` (this OpenMPI supports pmix only)",
-              env_int("SLURM_STEP_NUM_TASKS"), env("SLURM_PROCID") ? env("SLURM_PROCID") : "?");
+  } else if (std::optional<Rendezvous> rv = rendezvous_from_env(process_env()); rv && rv->world_size > 1) {
+    l.launcher = rv->launcher;
+    l.announced_size = rv->world_size;
+    l.store = std::move(rv);
   }
   return l;
 }
@@ -148,9 +152,18 @@ ProcessGroups local_process_groups() {
   return g;
 }
 
-ProcessGroups init_world() {
+ProcessGroups init_process_groups(const MeshSpec& spec) { return split_process_groups(init_world_groups(), spec); }
+
+ProcessGroups init_process_groups(int shard_group_size) { return init_process_groups(MeshSpec{1, shard_group_size}); }
+
+ProcessGroups init_world_groups() {
   const Launch launch = detect_launch();
-  if (launch.launcher == "none") return local_process_groups();
+  if (launch.launcher == "none") {
+    ProcessGroups g = local_process_groups();
+    g.shard = g.replicate = g.tensor = nullptr;
+    return g;
+  }
+  if (launch.store) return detail::init_store_world_groups(*launch.store);
 
   ensure_mpi(launch);
   MPI_Comm world = MPI_COMM_NULL;
@@ -162,6 +175,7 @@ ProcessGroups init_world() {
   w.size = base.world->size();
   w.hostname = host_name_cached();
   w.launcher = launch.launcher;
+  w.bootstrap = "MPI";
   w.hosts = detail::world_hosts();
 
   // Node layout: MPI's shared-memory split is the node. Its rank 0 (key = world rank) is
@@ -190,10 +204,6 @@ ProcessGroups init_world() {
   return base;  // the mesh and its groups come with split_process_groups
 }
 
-ProcessGroups init_process_groups(const MeshSpec& spec) { return split_process_groups(init_world(), spec); }
-
-ProcessGroups init_process_groups(int shard_group_size) { return init_process_groups(MeshSpec{1, shard_group_size}); }
-
 ProcessGroups split_process_groups(const ProcessGroups& base, int shard_group_size) {
   return split_process_groups(base, MeshSpec{1, shard_group_size});
 }
@@ -201,6 +211,7 @@ ProcessGroups split_process_groups(const ProcessGroups& base, int shard_group_si
 ProcessGroups split_process_groups(const ProcessGroups& base, const MeshSpec& spec) {
   FSDP_CHECK(base.world != nullptr, "split_process_groups: the base groups have no world communicator");
   const WorldInfo& w = base.world_info;
+  if (detail::store_client_of(*base.world) != nullptr) return detail::split_store_process_groups(base, spec);
   const MPI_Comm world = detail::mpi_comm_of(*base.world);
   if (world == MPI_COMM_NULL) {  // a single-rank world: every group is this rank
     FSDP_CHECK(base.world->size() == 1, "split_process_groups: world '{}' of {} ranks is not an MPI communicator",
@@ -235,6 +246,10 @@ ProcessGroups split_process_groups(const ProcessGroups& base, const MeshSpec& sp
 }
 
 void shutdown_distributed() {
+  if (detail::store_world_up()) {
+    detail::shutdown_store_world();
+    return;
+  }
   int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
@@ -247,6 +262,7 @@ void shutdown_distributed() {
 void abort_all(int exit_code) {
   std::fflush(stdout);
   std::fflush(stderr);
+  if (detail::store_world_up()) detail::abort_store_world(exit_code);
   int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);

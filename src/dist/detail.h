@@ -15,6 +15,8 @@
 #include <vector>
 
 #include "fsdp/dist/communicator.h"
+#include "fsdp/dist/rendezvous.h"
+#include "fsdp/dist/tcp_store.h"
 
 namespace fsdp::dist::detail {
 
@@ -126,12 +128,34 @@ class FunctionRef<R(A...)> {
   R (*call_)(void*, A...);
 };
 
-// Collective over `world` (MPI up): the side communicator and every rank's host name.
+// How the watchdog's census messages travel between world ranks (Note [Watchdog census] in
+// watchdog.cpp): a duplicate of MPI_COMM_WORLD (watchdog_mpi.cpp) or the TCP store's relay
+// (watchdog_store.cpp). Only the main thread calls it.
+class WatchdogChannel {
+ public:
+  virtual ~WatchdogChannel() = default;
+  virtual int rank() const = 0;  // this process's world rank
+  virtual void send(int to, const std::vector<int64_t>& message) = 0;
+  // One message that has arrived, if any (never blocks).
+  virtual bool receive(int* from, std::vector<int64_t>* message) = 0;
+  virtual void progress() {}  // retires finished sends (MPI)
+  // Ends the whole job with exit_code (MPI_Abort; the store's abort). Never returns.
+  [[noreturn]] virtual void abort(int exit_code) = 0;
+  virtual void stop() {}  // before the transport shuts down
+};
+
+// The watchdog's side channel and every world rank's host name, by world rank.
+void start_watchdog(std::unique_ptr<WatchdogChannel> channel, std::vector<std::string> hosts);
+// Collective over `world` (MPI up): the MPI side channel, with every rank's host name.
 void start_watchdog(MPI_Comm world);
-// Every world rank's host name, as start_watchdog gathered them.
+// The TCP store's relay as the side channel (watchdog_store.cpp).
+std::unique_ptr<WatchdogChannel> make_store_watchdog_channel(std::shared_ptr<TcpStoreClient> client);
+// Every world rank's host name, as start_watchdog was given them.
 const std::vector<std::string>& world_hosts();
-// Before MPI_Finalize.
+// Before MPI_Finalize (or the store's bye).
 void stop_watchdog();
+// The hooks of on_watchdog_abort, for a job ended by another path (the TCP store's abort).
+void run_watchdog_abort_hooks();
 // A communicator's group, by name and its members' world ranks in group-rank order; the id
 // is this process's registration index, the same on every member because communicators are
 // made collectively in program order. Ids stay valid (a destroyed group is only forgotten).
@@ -166,6 +190,28 @@ std::unique_ptr<Communicator> make_local_communicator(std::string name, int worl
 std::unique_ptr<Communicator> make_mpi_communicator(MPI_Comm comm, std::string name);
 // The MPI_Comm behind an MPI communicator; MPI_COMM_NULL for any other backend.
 MPI_Comm mpi_comm_of(const Communicator& c);
+// A host group over the TCP store's gathers, of these world ranks in group-rank order
+// (store_communicator.cpp); made collectively by its members, in the same order everywhere.
+// instance tells apart live groups of one name and members: by default the process's count
+// of store groups made so far (the same on every member); tests of several ranks in one
+// process give it.
+std::unique_ptr<Communicator> make_store_communicator(std::shared_ptr<TcpStoreClient> client, std::string name,
+                                                      std::vector<int> world_ranks, int instance = -1);
+// The store client behind a store communicator; nullptr for any other backend.
+std::shared_ptr<TcpStoreClient> store_client_of(const Communicator& c);
+
+// ---- the bootstrap (bootstrap.cpp, store_bootstrap.cpp) ----
+
+// The world of a launch without MPI (fsdp/dist/rendezvous.h): rank 0 hosts the TCP store,
+// every rank joins it, and the world is a store communicator (shard and replicate come from
+// split_store_process_groups); its world_info.node_of_rank comes from the ranks' host names.
+ProcessGroups init_store_world_groups(const Rendezvous& rendezvous);
+// split_process_groups over a store world.
+ProcessGroups split_store_process_groups(const ProcessGroups& base, const MeshSpec& spec);
+// Whether this process's world runs over the TCP store; its clean exit and its abort.
+bool store_world_up();
+void shutdown_store_world();
+[[noreturn]] void abort_store_world(int exit_code);
 
 // ---- MPI errors (mpi_communicator.cpp) ----
 

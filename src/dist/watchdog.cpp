@@ -2,7 +2,8 @@
 // arrived, and the job's abort. See fsdp/dist/watchdog.h for the contract.
 //
 // Note [Watchdog census]
-// Messages on the side communicator are int64 arrays (one tag):
+// Messages on the side channel (a duplicate of MPI_COMM_WORLD, watchdog_mpi.cpp, or the TCP
+// store's relay in a job launched without MPI, watchdog_store.cpp) are int64 arrays:
 //   QUERY  {kQuery,  query id, group id, group hash, seq, step}
 //   REPLY  {kReply,  query id, group id, collectives this rank issued on it (-1: unknown group),
 //           group id / op / seq of the collective this rank waits in, step}
@@ -15,7 +16,6 @@
 // stuck, and the launcher may wake it (mpirun sends SIGCONT before it kills) only for it to
 // find everyone else gone. A rank woken by a NOTICE that finds every member of its own
 // collective present also stays quiet: nothing it waits for is missing.
-#include <mpi.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -38,7 +38,6 @@ using Clock = std::chrono::steady_clock;
 using detail::Collective;
 using Message = std::vector<int64_t>;
 
-constexpr int kTag = 7701;
 enum Kind : int64_t { kQuery = 1, kReply = 2, kNotice = 3 };
 
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
@@ -88,30 +87,19 @@ class Watchdog {
   WatchdogOptions options;
   int64_t step = -1;
 
-  void start(MPI_Comm world) {
-    if (side_ != MPI_COMM_NULL) return;
-    MPI_Comm_dup(world, &side_);
-    MPI_Comm_set_errhandler(side_, MPI_ERRORS_RETURN);
-    MPI_Comm_rank(side_, &rank_);
-    int size = 1;
-    MPI_Comm_size(side_, &size);
-    constexpr int kHost = 64;
-    std::vector<char> mine(kHost, '\0'), all(size_t(size) * kHost, '\0');
-    std::strncpy(mine.data(), host_name().c_str(), kHost - 1);
-    MPI_Allgather(mine.data(), kHost, MPI_CHAR, all.data(), kHost, MPI_CHAR, side_);
-    hosts_.clear();
-    for (int r = 0; r < size; ++r) hosts_.emplace_back(all.data() + size_t(r) * kHost);
+  void start(std::unique_ptr<detail::WatchdogChannel> channel, std::vector<std::string> hosts) {
+    if (channel_ != nullptr) return;
+    channel_ = std::move(channel);
+    rank_ = channel_->rank();
+    hosts_ = std::move(hosts);
   }
 
-  // The side communicator is left to MPI_Finalize: freeing it is collective, and a rank on
-  // its way out must not wait for the others.
   void stop() {
-    for (Pending& p : sends_) MPI_Request_free(&p.request);
-    sends_.clear();
-    side_ = MPI_COMM_NULL;
+    if (channel_ != nullptr) channel_->stop();
+    channel_.reset();
   }
 
-  bool armed() const { return options.timeout_s > 0 && side_ != MPI_COMM_NULL; }
+  bool armed() const { return options.timeout_s > 0 && channel_ != nullptr; }
   const std::vector<std::string>& hosts() const { return hosts_; }
 
   int watch(const std::string& name, std::vector<int> members) {
@@ -184,43 +172,22 @@ class Watchdog {
   void remove_abort_hook(const void* key) { abort_hooks_.erase(key); }
 
  private:
-  struct Pending {
-    Message message;
-    MPI_Request request = MPI_REQUEST_NULL;
-  };
-
   Group& group(int id) {
     FSDP_CHECK(id >= 0 && id < int(groups_.size()), "watchdog: no group {}", id);
     return groups_[size_t(id)];
   }
 
-  void send(int to, const Message& m) {
-    sends_.push_back(Pending{m});
-    Pending& p = sends_.back();
-    if (MPI_Isend(p.message.data(), int(p.message.size()), MPI_INT64_T, to, kTag, side_, &p.request) != MPI_SUCCESS)
-      sends_.pop_back();
-  }
+  void send(int to, const Message& m) { channel_->send(to, m); }
 
-  // Answers questions, records answers and notices, and retires finished sends. Errors on
-  // the side communicator (a dead peer's connection) are ignored: silence is the answer.
+  // Answers questions, records answers and notices. Errors on the side channel (a dead
+  // peer's connection) are the channel's to swallow: silence is the answer.
   void service() {
-    for (int guard = 0; guard < 4096; ++guard) {
-      int flag = 0, n = 0;
-      MPI_Status st;
-      if (MPI_Iprobe(MPI_ANY_SOURCE, kTag, side_, &flag, &st) != MPI_SUCCESS || !flag) break;
-      if (MPI_Get_count(&st, MPI_INT64_T, &n) != MPI_SUCCESS || n < 1) n = 1;
-      Message m(size_t(n), 0);
-      if (MPI_Recv(m.data(), n, MPI_INT64_T, st.MPI_SOURCE, kTag, side_, MPI_STATUS_IGNORE) != MPI_SUCCESS) break;
-      receive(st.MPI_SOURCE, m);
+    int from = -1;
+    Message m;
+    for (int guard = 0; guard < 4096 && channel_->receive(&from, &m); ++guard) {
+      if (!m.empty()) receive(from, m);
     }
-    for (auto it = sends_.begin(); it != sends_.end();) {
-      int flag = 0;
-      if (MPI_Test(&it->request, &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS || flag) {
-        it = sends_.erase(it);
-      } else {
-        ++it;
-      }
-    }
+    channel_->progress();
   }
 
   void receive(int from, const Message& m) {
@@ -314,16 +281,20 @@ class Watchdog {
     for (auto& [key, fn] : abort_hooks_) fn();
     std::fflush(stdout);
     std::fflush(stderr);
-    MPI_Abort(MPI_COMM_WORLD, options.exit_code);
-    ::_exit(options.exit_code);
+    channel_->abort(options.exit_code);
   }
 
-  MPI_Comm side_ = MPI_COMM_NULL;
+ public:
+  void run_abort_hooks() {
+    for (auto& [key, fn] : abort_hooks_) fn();
+  }
+
+ private:
+  std::unique_ptr<detail::WatchdogChannel> channel_;
   int rank_ = 0;
   std::vector<std::string> hosts_;
   std::deque<Group> groups_;
   Waiting waiting_;
-  std::list<Pending> sends_;  // stable addresses: MPI reads each buffer until its send completes
   int64_t query_id_ = 0;
   std::map<int, Reply> replies_;
   int notice_from_ = -1;
@@ -382,7 +353,10 @@ std::string WatchdogReport::line() const {
 
 namespace detail {
 
-void start_watchdog(MPI_Comm world) { the_watchdog().start(world); }
+void start_watchdog(std::unique_ptr<WatchdogChannel> channel, std::vector<std::string> hosts) {
+  the_watchdog().start(std::move(channel), std::move(hosts));
+}
+void run_watchdog_abort_hooks() { the_watchdog().run_abort_hooks(); }
 void stop_watchdog() { the_watchdog().stop(); }
 const std::vector<std::string>& world_hosts() { return the_watchdog().hosts(); }
 int watch_group(const std::string& name, std::vector<int> world_ranks) {

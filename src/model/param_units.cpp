@@ -103,21 +103,25 @@ void add_experts(UnitLayout& b, const LlamaConfig& c, const std::string& p, cons
   const int64_t C = c.hidden_size, F = c.intermediate_size, E = c.num_experts;
   add(b, p + "router", hf + "block_sparse_moe.gate.weight", {E, C}, true, 0);
   b.params.back().hf_fused_name = hf + "mlp.gate.weight";
+  b.params.back().hf_fused_shape = {E, C};
   for (int64_t e = 0; e < E; ++e) {
     const std::string ours = p + "experts." + std::to_string(e) + ".", theirs = hf + "block_sparse_moe.experts." +
                                                                               std::to_string(e) + ".";
     add(b, ours + "w1", theirs + "w1.weight", {F, C}, true, 0, rows);
     b.params.back().hf_fused_name = hf + "mlp.experts.gate_up_proj";
     b.params.back().hf_fused_offset = e * 2 * F * C;
+    b.params.back().hf_fused_shape = {E, 2 * F, C};
     add(b, ours + "w3", theirs + "w3.weight", {F, C}, true, 0, rows);
     b.params.back().hf_fused_name = hf + "mlp.experts.gate_up_proj";
     b.params.back().hf_fused_offset = e * 2 * F * C + F * C;
+    b.params.back().hf_fused_shape = {E, 2 * F, C};
   }
   for (int64_t e = 0; e < E; ++e) {
     add(b, p + "experts." + std::to_string(e) + ".w2", hf + "block_sparse_moe.experts." + std::to_string(e) + ".w2.weight",
         {C, F}, true, 0, cols);
     b.params.back().hf_fused_name = hf + "mlp.experts.down_proj";
     b.params.back().hf_fused_offset = e * C * F;
+    b.params.back().hf_fused_shape = {E, C, F};
   }
 }
 

@@ -45,6 +45,7 @@ void add_frozen(UnitLayout& u, const ParamSlot& p, FrozenFormat format, DType dt
   f.hf_name = p.hf_name;
   f.hf_fused_name = p.hf_fused_name;
   f.hf_fused_offset = p.hf_fused_offset;
+  f.hf_fused_shape = p.hf_fused_shape;
   f.shape = p.shape;
   f.numel = p.numel;
   f.format = format;

@@ -34,6 +34,7 @@ void SamplingOptions::validate() const {
 
 std::string SamplingOptions::summary() const {
   if (temperature == 0) return "greedy";
+  if (temperature < kGreedyBelow) return fmt::format("greedy (temperature {} is below {})", temperature, kGreedyBelow);
   return fmt::format("temperature {}, top_k {}, top_p {}, seed {}", temperature,
                      top_k == 0 ? std::string("off") : std::to_string(top_k),
                      top_p >= 1 ? std::string("off") : fmt::format("{}", top_p), seed);
@@ -81,6 +82,10 @@ void Sampler::candidates(std::span<const float> logits) {
     cand_.push_back(Cand{int32_t(i), p});
     sum += p;
   }
+  // Never draw from probabilities that are not numbers (a draw would fall through them all).
+  // The arg max alone contributes exp(0) = 1 (up to a contracted multiply-add's rounding).
+  FSDP_CHECK(std::isfinite(sum) && sum > 0.5, "sampling: the probabilities at temperature {} are not finite",
+             opt_.temperature);
   for (Cand& c : cand_) c.p /= sum;
 
   if (opt_.top_p < 1) {

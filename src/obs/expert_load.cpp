@@ -3,9 +3,24 @@
 
 #include <algorithm>
 
+#include <fmt/format.h>
+
 #include "fsdp/core/error.h"
 
 namespace fsdp::obs {
+
+std::string ImbalanceWatch::observe(int64_t step, const std::vector<double>& imbalance) {
+  if (imbalance.empty() || warned_) return "";
+  const auto worst = std::max_element(imbalance.begin(), imbalance.end());
+  run_ = *worst >= threshold_ ? run_ + 1 : 0;
+  if (run_ < patience_) return "";
+  warned_ = true;
+  return fmt::format("expert load: the router has collapsed: layer {}'s busiest expert took {:.2f}x the mean load at "
+                     "step {}, and some layer stayed at or above {:.2f}x for the last {} steps (1 = balanced). The "
+                     "load-balancing loss cannot see this when the router's probabilities are near uniform: raise "
+                     "model.router_aux_loss_coef, or see docs/mixtral.md",
+                     worst - imbalance.begin(), *worst, step, threshold_, run_);
+}
 
 ExpertLoad::ExpertLoad(int64_t layers, int64_t experts)
     : layers_(layers), experts_(experts), sums_(Tensor::zeros({layers * experts}, DType::F64)) {}

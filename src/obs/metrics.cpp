@@ -3,21 +3,34 @@
 #include <cerrno>
 #include <cstdio>
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "fsdp/core/error.h"
+#include "fsdp/core/regular_file.h"
 
 namespace fsdp::obs {
 
+std::string format_duration(double seconds) {
+  const int64_t s = int64_t(std::llround(std::max(seconds, 0.0)));
+  if (s < 3600) return fmt::format("{}:{:02}", s / 60, s % 60);
+  return fmt::format("{}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60);
+}
+
 std::string format_step_line(const StepMetrics& m, int64_t max_steps) {
+  const std::string clock = m.eta_s ? fmt::format(" ({} elapsed, ETA {})", format_duration(m.elapsed_s),
+                                                  format_duration(*m.eta_s))
+                                    : std::string();
   std::string line = fmt::format(
-      "step {:>6}/{} | loss {:.4f} | lr {:.3e} | grad_norm {:.4f} | {:.1f} samples/s | {:.0f} tokens/s | "
+      "step {:>6}/{}{} | loss {:.4f} | lr {:.3e} | grad_norm {:.4f} | {:.1f} samples/s | {:.0f} tokens/s | "
       "{:.1f} ms/step | {:.2f} GFLOP/s | peak mem {:.1f} MiB (rss {:.1f} MiB; largest: {} {:.1f} MiB)",
-      m.step, max_steps, m.loss, m.lr, m.grad_norm, m.samples_per_sec, m.tokens_per_sec, m.step_ms,
+      m.step, max_steps, clock, m.loss, m.lr, m.grad_norm, m.samples_per_sec, m.tokens_per_sec, m.step_ms,
       m.gflops_per_sec, double(m.peak_tensor_bytes) / (1 << 20), double(m.max_rss_bytes) / (1 << 20),
       memory::category_name(m.peak_mem_group), double(m.peak_mem_group_bytes) / (1 << 20));
   if (m.aux_loss) line += fmt::format(" (ce {:.4f}, aux {:.4f})", *m.ce_loss, *m.aux_loss);
@@ -57,6 +70,7 @@ std::string to_json_line(const StepMetrics& m) {
   j["comm_wait_ms"] = m.comm_wait_ms;
   j["world_size"] = m.world_size;
   j["data_wait_ms"] = m.data_wait_ms;
+  j["elapsed_s"] = m.elapsed_s;
   if (m.val_loss) j["val_loss"] = *m.val_loss;
   if (m.ce_loss) j["ce_loss"] = *m.ce_loss;
   if (m.aux_loss) j["aux_loss"] = *m.aux_loss;
@@ -73,8 +87,10 @@ std::string to_json_line(const StepMetrics& m) {
 }
 
 void truncate_metrics_after(const std::string& path, int64_t step) {
-  std::ifstream in(path);
-  if (!in.good()) return;
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return;
+  // A regular file only: a FIFO here once blocked the resumed run (and its SIGTERM) forever.
+  std::istringstream in(read_regular_file(path));
   std::string kept, line;
   bool dropped = false;
   while (std::getline(in, line)) {
@@ -90,7 +106,6 @@ void truncate_metrics_after(const std::string& path, int64_t step) {
     }
     kept += line + "\n";
   }
-  in.close();
   if (!dropped) return;
   const std::string tmp = path + ".tmp";
   {
@@ -104,8 +119,11 @@ void truncate_metrics_after(const std::string& path, int64_t step) {
 }
 
 MetricsWriter::MetricsWriter(const std::string& path, bool truncate) : path_(path) {
-  f_ = std::fopen(path.c_str(), truncate ? "w" : "a");
-  FSDP_CHECK(f_ != nullptr, "cannot open metrics file {}: {}", path, std::strerror(errno));
+  try {
+    f_ = open_regular_file_stream(path, truncate ? "w" : "a");
+  } catch (const Error& e) {
+    FSDP_FAIL("cannot open metrics file: {}", e.what());
+  }
 }
 
 MetricsWriter::~MetricsWriter() {

@@ -20,8 +20,16 @@ Observability::Observability(const config::Config& cfg, dist::ProcessGroups& gro
   if (snap > 0 && rank0 && snap > cfg.train.max_steps) {
     spdlog::warn("memory snapshot: logging.memory_snapshot_step {} is past train.max_steps {}: none will be written",
                  snap, cfg.train.max_steps);
+  } else if (snap > 0 && rank0 && snap < first_step) {
+    spdlog::warn("memory snapshot: logging.memory_snapshot_step {} is before this run's first step {} (it resumed "
+                 "from a checkpoint in {}): none will be written; give the run its own run.dir",
+                 snap, first_step, config::checkpoint_dir(cfg));
   }
-  if (cfg.logging.tensorboard && rank0) {
+  if (cfg.logging.tensorboard && rank0 && first_step > cfg.train.max_steps) {
+    spdlog::warn("tensorboard: this run trains no step (it resumed at step {}, train.max_steps is {}): no TensorBoard "
+                 "file is written",
+                 first_step - 1, cfg.train.max_steps);
+  } else if (cfg.logging.tensorboard && rank0) {
     const std::string dir = (std::filesystem::path(cfg.run.dir) / "tensorboard").string();
     try {
       tensorboard_ = std::make_unique<TensorBoardWriter>(dir, first_step);

@@ -47,9 +47,12 @@ Profiler::Profiler(const config::Config& cfg, dist::ProcessGroups& groups, Devic
   if (const std::string w = profile_window_warning(cfg); !w.empty() && rank0) spdlog::warn("trace: {}", w);
   const int64_t last = std::min<int64_t>(window_.active_end, cfg.train.max_steps);
   if (first_step > last) {
+    // Asked for and not produced (typically a resumed run in a finished run's run.dir):
+    // said at warning level, so a run that exits 0 does not look like it wrote a trace.
     if (rank0 && window_.active_start <= cfg.train.max_steps) {
-      spdlog::info("trace: the window (steps {}-{}) is before this run's first step {}: nothing to record",
-                   window_.active_start, window_.active_end, first_step);
+      spdlog::warn("trace: logging.profile_active traces steps {}-{}, but this run starts at step {} (it resumed from "
+                   "a checkpoint in {}): no trace is written; give the run its own run.dir",
+                   window_.active_start, window_.active_end, first_step, config::checkpoint_dir(cfg));
     }
     window_ = ProfileWindow{};  // nothing to do, and no barrier either
     return;

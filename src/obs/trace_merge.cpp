@@ -5,14 +5,13 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <regex>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "fsdp/core/error.h"
+#include "fsdp/core/json_file.h"
 #include "fsdp/core/text_file.h"
 
 namespace fsdp::obs {
@@ -22,15 +21,13 @@ namespace fs = std::filesystem;
 namespace {
 
 nlohmann::json read_trace(const fs::path& path) {
-  std::ifstream f(path);
-  FSDP_CHECK(f.good(), "cannot read {}: {}", path.string(), std::strerror(errno));
-  std::stringstream text;
-  text << f.rdbuf();
+  // A regular file only (a FIFO named rank_0.trace.json once hung trace-merge), and a cut-off
+  // file named with where it breaks, not nlohmann's text.
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(text.str());
-  } catch (const nlohmann::json::exception& e) {
-    FSDP_FAIL("{} is not JSON (a trace cut short?): {}", path.string(), e.what());
+    j = json_file::read(path.string());
+  } catch (const Error& e) {
+    FSDP_FAIL("{} (a trace cut short?)", e.what());
   }
   FSDP_CHECK(j.is_object() && j.contains("traceEvents") && j["traceEvents"].is_array(),
              "{} is not a Chrome trace (no traceEvents list)", path.string());
@@ -40,10 +37,12 @@ nlohmann::json read_trace(const fs::path& path) {
 }  // namespace
 
 MergedTraces merge_traces(const std::string& dir, const std::string& output) {
-  FSDP_CHECK(fs::is_directory(dir), "trace-merge: {} is not a directory", dir);
+  std::error_code ec;
+  FSDP_CHECK(fs::is_directory(dir, ec), "trace-merge: {} is not a directory{}", dir,
+             ec ? " (" + ec.message() + ")" : "");
   const std::regex name(R"(rank_(\d+)\.trace\.json)");
   std::map<int, fs::path> files;
-  for (const auto& e : fs::directory_iterator(dir)) {
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
     std::smatch m;
     const std::string file = e.path().filename().string();
     if (std::regex_match(file, m, name)) files[std::stoi(m[1])] = e.path();
@@ -55,7 +54,9 @@ MergedTraces merge_traces(const std::string& dir, const std::string& output) {
   MergedTraces result;
   for (const auto& [rank, path] : files) {
     nlohmann::json t = read_trace(path);
-    const nlohmann::json other = t.value("otherData", nlohmann::json::object());
+    const nlohmann::json* other_data = json_file::find(t, "otherData");
+    const nlohmann::json other =
+        other_data != nullptr && other_data->is_object() ? *other_data : nlohmann::json::object();
     // Files of one recording cover the same steps; a leftover of another run would not.
     if (steps.is_null()) steps = other.value("steps", nlohmann::json());
     FSDP_CHECK(other.value("steps", nlohmann::json()) == steps,
@@ -69,7 +70,9 @@ MergedTraces merge_traces(const std::string& dir, const std::string& output) {
     }
     ranks.push_back(other);
     result.ranks.push_back(rank);
-    result.world_size = std::max(result.world_size, other.value("world_size", rank + 1));
+    const nlohmann::json* world = json_file::find(other, "world_size");
+    const int64_t size = world != nullptr ? json_file::integer(*world, "otherData.world_size", path.string()) : rank + 1;
+    result.world_size = std::max(result.world_size, int(std::clamp<int64_t>(size, 1, 1 << 24)));
   }
   merged["otherData"] = {{"merged_from", dir}, {"steps", steps}, {"ranks", ranks}};
   write_text_file(output, merged.dump() + "\n");

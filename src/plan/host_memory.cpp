@@ -1,12 +1,18 @@
 // The host's memory limits and byte-size parsing; see host_memory.h.
 #include "fsdp/plan/host_memory.h"
 
+#include <sched.h>
 #include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
 
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
+
+#include <fmt/format.h>
 
 #include "fsdp/core/error.h"
 
@@ -63,7 +69,32 @@ void take_cgroup(HostMemory& m) {
 
 void take_rlimit(HostMemory& m, int resource, const char* name) {
   rlimit r{};
-  if (getrlimit(resource, &r) == 0 && r.rlim_cur != RLIM_INFINITY) take(m, double(r.rlim_cur), name, false);
+  if (getrlimit(resource, &r) == 0 && r.rlim_cur != RLIM_INFINITY) {
+    take(m, double(r.rlim_cur), name, false);
+    if (m.source == name) m.address_space = resource == RLIMIT_AS;
+  }
+}
+
+constexpr double kMiB = 1024.0 * 1024.0;
+// The constants of the file comment in host_memory.h (and of src/cli/startup_address_space.cpp,
+// which refuses a limit too small for OpenBLAS's start-up before main).
+constexpr double kBlasBufferBytes = 128 * kMiB;  // OpenBLAS 0.3's BUFFER_SIZE on x86_64
+constexpr double kArenaBytes = 64 * kMiB;        // glibc's HEAP_MAX_SIZE on 64-bit
+constexpr double kStackBytes = 8 * kMiB;
+constexpr double kMarginBytes = 64 * kMiB;
+
+double mapped_bytes() {
+  std::ifstream f("/proc/self/statm");
+  double pages = 0;
+  if (!(f >> pages)) return 0;
+  return pages * double(sysconf(_SC_PAGESIZE));
+}
+
+int env_threads(const char* name) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return 0;
+  const long n = std::strtol(v, nullptr, 10);  // OMP_NUM_THREADS may be a list: its first level
+  return n > 0 && n < 4096 ? int(n) : 0;
 }
 
 }  // namespace
@@ -80,6 +111,31 @@ HostMemory host_memory_limit(int divide_among) {
   return m;
 }
 
+int compute_threads() {
+  int n = env_threads("OPENBLAS_NUM_THREADS");
+  if (n == 0) n = env_threads("OMP_NUM_THREADS");
+  if (n == 0) {
+    cpu_set_t set;
+    n = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : int(sysconf(_SC_NPROCESSORS_ONLN));
+  }
+  return std::max(n, 1);
+}
+
+AddressSpace address_space_outside_tensors(int threads, int loader_workers) {
+  threads = std::clamp(threads, 1, 64);  // Debian's OpenBLAS runs at most 64 threads
+  const double mapped = mapped_bytes();
+  const double blas = double(threads) * kBlasBufferBytes;
+  const int new_threads = (threads - 1) + std::max(loader_workers, 0) + 1;
+  const double per_thread = double(new_threads) * (kArenaBytes + kStackBytes);
+  AddressSpace a;
+  a.bytes = mapped + blas + per_thread + kMarginBytes;
+  a.detail = fmt::format("RLIMIT_AS counts reservations: {:.0f} MiB mapped now, OpenBLAS's second {:.0f} MiB buffer "
+                         "for each of {} compute thread(s), a malloc arena and a stack for each of {} more thread(s), "
+                         "{:.0f} MiB margin",
+                         mapped / kMiB, kBlasBufferBytes / kMiB, threads, new_threads, kMarginBytes / kMiB);
+  return a;
+}
+
 double parse_bytes(const std::string& text, const std::string& what) {
   std::istringstream in(text);
   double value = 0;
@@ -92,7 +148,8 @@ double parse_bytes(const std::string& text, const std::string& what) {
     const char* name;
     double scale;
   };
-  static const Unit kUnits[] = {{"", 1},          {"B", 1},         {"kB", 1e3},      {"KB", 1e3},
+  // No bare numbers: `--device-memory 80` meant 80 GB, not 80 bytes.
+  static const Unit kUnits[] = {{"B", 1},         {"kB", 1e3},      {"KB", 1e3},
                                 {"MB", 1e6},      {"GB", 1e9},      {"TB", 1e12},     {"KiB", 1024.0},
                                 {"MiB", 1048576.0}, {"GiB", 1073741824.0}, {"TiB", 1099511627776.0},
                                 {"K", 1024.0},    {"M", 1048576.0}, {"G", 1073741824.0}, {"T", 1099511627776.0}};
@@ -100,8 +157,8 @@ double parse_bytes(const std::string& text, const std::string& what) {
     for (const Unit& u : kUnits)
       if (unit == u.name) return value * u.scale;
   }
-  FSDP_FAIL("{} '{}' is not a size: write a positive number with an optional unit, e.g. 80GiB, 80GB, 512MiB or 8e9 "
-            "(bytes)",
+  FSDP_FAIL("{} '{}' is not a size: write a positive number and its unit, e.g. 80GB (8e10 bytes), 80GiB or 80G "
+            "(80 x 2^30), 512MiB, or 8e9B (bytes)",
             what, text);
 }
 

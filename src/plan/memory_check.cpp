@@ -15,7 +15,15 @@ MemoryPlan check_memory(const config::Config& cfg, const PlanTarget& target, boo
   const model::LlamaConfig model = config::training_model_config(cfg);
   const MemoryPlan plan = plan_memory(cfg, model, target);
   if (plan.fits()) {
-    if (speak) spdlog::info("{}", format_plan(plan));
+    // The table is for `fsdp_train plan` and logging.level: debug; the start-up log says
+    // the answer in one line.
+    if (speak) {
+      spdlog::debug("{}", format_plan(plan));
+      spdlog::info("memory plan: peak {} per rank of {} ({} headroom; the table: `fsdp_train plan` or "
+                   "logging.level: debug)",
+                   human_bytes(plan.peak), human_bytes(plan.target.device_bytes),
+                   human_bytes(plan.target.device_bytes - plan.peak));
+    }
     return plan;
   }
   const std::string advice = advise(cfg, model, plan);

@@ -11,6 +11,7 @@
 #include "fsdp/model/activation_memory.h"
 #include "fsdp/model/lora_adapter.h"
 #include "fsdp/model/peft.h"
+#include "fsdp/plan/host_memory.h"
 
 namespace fsdp::plan {
 namespace {
@@ -168,6 +169,9 @@ void add_outside_rows(MemoryPlan& p, const config::Config& cfg, const model::Lla
                       false});
     p.rows.push_back({"allocator headroom (estimate)", kGpuContextBytes + kGpuFragmentation * tensors,
                       "CUDA context and NCCL buffers, 5% pool fragmentation", false});
+  } else if (p.target.address_space) {
+    const AddressSpace a = address_space_outside_tensors(compute_threads(), cfg.data.num_workers);
+    p.rows.push_back({"address space outside tensors (RLIMIT_AS)", a.bytes, a.detail, false});
   } else {
     p.rows.push_back({"process outside tensors (estimate)", kCpuProcessBytes,
                       "code, MPI, thread stacks and heaps, loader buffers", false});

@@ -44,6 +44,7 @@ PlanTarget local_plan_target(const dist::WorldInfo& world, Device device) {
   const int share = std::max(world.local_size, 1);
   const HostMemory host = host_memory_limit(share);
   t.device_bytes = host.bytes;
+  t.address_space = host.address_space;
   if (host.node_wide) t.node_bytes = host.bytes * share;
   t.device_source = host.node_wide && share > 1
                         ? fmt::format("{} shared by {} ranks on {}", host.source, share, world.hostname)
@@ -81,6 +82,7 @@ PlanTarget requested_plan_target(const PlanRequest& a, const config::Config& cfg
   }
   const HostMemory host = host_memory_limit(share);
   t.device_bytes = host.bytes;
+  t.address_space = host.address_space;
   if (host.node_wide) t.node_bytes = host.bytes * share;
   t.device_source = host.node_wide && share > 1 ? fmt::format("{} shared by {} ranks", host.source, share) : host.source;
   return t;

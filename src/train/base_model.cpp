@@ -1,6 +1,7 @@
 // A LoRA run's frozen base and adapters from the config; see base_model.h.
 #include "fsdp/train/base_model.h"
 
+#include <filesystem>
 #include <vector>
 
 #include <spdlog/spdlog.h>
@@ -39,8 +40,12 @@ class SeededFrozenSource final : public model::FrozenSource {
 
 BaseSource::BaseSource(const config::Config& cfg, const model::LlamaConfig& model_cfg)
     : seed_(uint64_t(cfg.train.seed)), init_std_(cfg.model.init_std) {
-  if (!cfg.model.init_from.empty()) folder_ = std::make_unique<ckpt::SafetensorsFolder>(cfg.model.init_from);
-  else plain_ = model::llama_units(model_cfg);
+  if (!cfg.model.init_from.empty()) {
+    folder_ = std::make_unique<ckpt::SafetensorsFolder>(cfg.model.init_from);
+    ckpt::check_unused_tensors(*folder_, model_cfg);
+  } else {
+    plain_ = model::llama_units(model_cfg);
+  }
 }
 
 BaseSource::~BaseSource() = default;
@@ -74,9 +79,9 @@ void init_adapters(const config::Config& cfg, const model::Llama& model, FsdpEng
   const std::string& dir = cfg.lora.init_from;
   const ckpt::PeftAdapterConfig adapter = ckpt::read_peft_adapter_config(dir);
   ckpt::check_peft_adapter_matches(adapter, model.peft().lora, model.config(), dir);
-  const ckpt::SafetensorsFolder folder(dir);
+  const std::unique_ptr<ckpt::SafetensorsFolder> folder = ckpt::open_peft_adapter_weights(dir);
   engine.init_shards([&](int u, int64_t begin, const Tensor& shard) {
-    ckpt::load_hf_unit(folder, units[size_t(u)], shard, begin);
+    ckpt::load_hf_unit(*folder, units[size_t(u)], shard, begin);
   });
   spdlog::info("lora: adapters from {} (trained on {})", dir,
                adapter.base_model_name_or_path.empty() ? std::string("an unnamed base") : adapter.base_model_name_or_path);
@@ -97,7 +102,9 @@ ckpt::BaseReference base_reference(const config::Config& cfg, const FsdpEngine& 
   Tensor all = Tensor::zeros({2 * units * shard.size()}, DType::F64);
   shard.wait(shard.all_gather(mine, all));
   ckpt::BaseReference ref;
-  ref.path = cfg.model.init_from;
+  // Absolute: `export --merge` and `generate` of the checkpoint run from anywhere, and a
+  // relative path only means something from the training run's working directory.
+  ref.path = absolute_base_path(cfg.model.init_from);
   ref.quantization = cfg.model.quantization;
   for (int u = 0; u < units; ++u) {
     for (int r = 0; r < shard.size(); ++r) {
@@ -108,6 +115,13 @@ ckpt::BaseReference base_reference(const config::Config& cfg, const FsdpEngine& 
     }
   }
   return ref;
+}
+
+std::string absolute_base_path(const std::string& init_from) {
+  if (init_from.empty()) return "";
+  std::error_code ec;
+  const std::filesystem::path p = std::filesystem::absolute(init_from, ec);
+  return ec ? init_from : p.lexically_normal().string();
 }
 
 void check_same_base(const ckpt::BaseReference& saved, const ckpt::BaseReference& loaded,

@@ -11,6 +11,7 @@
 #include "fsdp/config/config.h"
 #include "fsdp/core/error.h"
 #include "fsdp/data/shard_manifest.h"
+#include "fsdp/data/tokenizer.h"
 #include "fsdp/dist/communicator.h"
 #include "fsdp/model/param_units.h"
 #include "fsdp/train/lora_model.h"
@@ -21,17 +22,44 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// The tokenizer `prepare` recorded beside the run's training shards, if it still exists.
+// The run's tokenizer, if it still exists: the one `prepare` recorded beside the run's
+// training shards, else the one in the model.init_from folder the run started from (a
+// Hugging Face folder carries its tokenizer).
 std::string tokenizer_of_run(const ckpt::Manifest& m) {
   try {
     const config::Config cfg = config::load_config_string(m.config_yaml, "checkpoint config");
-    if (cfg.data.source != config::DataSource::Shards) return "";
-    const auto m = data::read_shard_manifest(cfg.data.path);
-    return m && !m->tokenizer_path.empty() && fs::exists(m->tokenizer_path) ? m->tokenizer_path : "";
+    if (cfg.data.source == config::DataSource::Shards) {
+      const auto shards = data::read_shard_manifest(cfg.data.path);
+      if (shards && !shards->tokenizer_path.empty() && fs::exists(shards->tokenizer_path))
+        return data::resolve_tokenizer_file(shards->tokenizer_path);
+    }
+    if (!cfg.model.init_from.empty()) return data::resolve_tokenizer_file(cfg.model.init_from);
+  } catch (const std::exception&) {
+  }
+  return "";
+}
+
+}  // namespace
+
+std::string run_tokenizer(const std::string& checkpoint) {
+  std::error_code ec;
+  // A Hugging Face folder carries its tokenizer (tokenizer.json first, as the facade picks).
+  for (const char* name : {"tokenizer.json", "tokenizer.model"})
+    if (fs::is_regular_file(fs::path(checkpoint) / name, ec)) return (fs::path(checkpoint) / name).string();
+  try {
+    std::string path = checkpoint;
+    if (!ckpt::is_checkpoint_dir(path)) {
+      auto groups = dist::local_process_groups();
+      path = ckpt::find_latest_checkpoint(checkpoint, *groups.world);
+      if (path.empty()) return "";
+    }
+    return tokenizer_of_run(ckpt::CheckpointReader(path).manifest());
   } catch (const std::exception&) {
     return "";
   }
 }
+
+namespace {
 
 // A LoRA checkpoint as a PEFT adapter folder or as a merged Hugging Face model.
 void export_lora(const std::string& path, const std::string& output, bool adapter, const std::string& base,
@@ -43,6 +71,7 @@ void export_lora(const std::string& path, const std::string& output, bool adapte
     ckpt::PeftExportOptions popt;
     popt.dtype = dtype_given ? opt.dtype : DType::F32;  // adapters are small: exact by default
     popt.base_model_name_or_path = lora->base_path();
+    popt.overwrite = opt.overwrite;
     spdlog::info("export: {} (step {}) adapters -> {} (PEFT folder, {})", path, m.state.step, output,
                  dtype_name(popt.dtype));
     ckpt::write_peft_adapter(output, lora->config(), lora->lora(), lora->lora_units(),
@@ -64,6 +93,7 @@ void export_lora(const std::string& path, const std::string& output, bool adapte
 
 void export_checkpoint(const ExportRequest& r) {
   ckpt::HfExportOptions opt = r.options;
+  if (r.tokenizer_given) opt.tokenizer_model = data::resolve_tokenizer_file(opt.tokenizer_model);  // a folder: its file
   const bool adapter = r.as == ExportAs::PeftAdapter, merge = r.as == ExportAs::Merged;
   std::string path = r.checkpoint;
   if (!ckpt::is_checkpoint_dir(path)) {

@@ -10,6 +10,7 @@
 
 #include "fsdp/ckpt/checkpoint_reader.h"
 #include "fsdp/train/base_model.h"
+#include "fsdp/train/resume_changes.h"
 #include "fsdp/train/run_ownership.h"
 
 namespace fsdp::train {
@@ -30,9 +31,12 @@ std::string CheckpointPolicy::resume_point() {
   if (r == "none") return "";
   std::error_code ec;
   if (r != "auto") {
-    FSDP_CHECK(std::filesystem::exists(r, ec), "checkpoint.resume: {} does not exist", r);
-    FSDP_CHECK(ckpt::is_checkpoint_dir(r), "checkpoint.resume: {} is not an fsdp_train checkpoint (no {}/manifest.json)",
-               r, r);
+    // A path that is not there, or is no checkpoint, is the config's error: nothing ran.
+    if (!std::filesystem::exists(r, ec)) config::fail_key(cfg_, "checkpoint.resume", fmt::format("is {}, which does not exist", r));
+    if (!ckpt::is_checkpoint_dir(r)) {
+      config::fail_key(cfg_, "checkpoint.resume",
+                       fmt::format("is {}, which is not an fsdp_train checkpoint (no {}/manifest.json)", r, r));
+    }
     ckpt::verify_checkpoint(r, *groups_.world);
     return r;
   }
@@ -40,17 +44,18 @@ std::string CheckpointPolicy::resume_point() {
   std::string found = ckpt::find_latest_checkpoint(own, *groups_.world);
   const std::string& load = cfg_.checkpoint.load_dir;
   if (found.empty() && !load.empty()) {
-    FSDP_CHECK(std::filesystem::is_directory(load, ec), "checkpoint.load_dir {} does not exist (or is not a directory)",
-               load);
+    if (!std::filesystem::is_directory(load, ec))
+      config::fail_key(cfg_, "checkpoint.load_dir", fmt::format("is {}, which does not exist (or is not a directory)", load));
     found = ckpt::find_latest_checkpoint(load, *groups_.world);
     FSDP_CHECK(!found.empty(), "checkpoint.load_dir {} holds no complete checkpoint to start from (step_<N>/ with a "
                "manifest.json that verifies)", load);
   }
-  if (found.empty()) spdlog::info("checkpoint: none in {}: starting from step 0", own);
+  if (found.empty() && training_) spdlog::info("checkpoint: none in {}: starting from step 0", own);
   return found;
 }
 
 std::string CheckpointPolicy::start(bool claims_dir) {
+  training_ = claims_dir;
   const std::string path = resume_point();
   const std::string resumed_id = path.empty() ? "" : ckpt::CheckpointReader(path).manifest().run_id;
   run_id_ = claims_dir ? claim_checkpoint_dir(cfg_, *groups_.world, path, resumed_id) : resumed_id;
@@ -66,8 +71,11 @@ ckpt::TrainState CheckpointPolicy::restore(const std::string& path, const model:
   const ckpt::CheckpointReader reader(path);
   reader.check_model(model.config(), model.units());
   const ckpt::Manifest& m = reader.manifest();
-  // The units matched, so both or neither are LoRA runs; the base must be the same one.
+  // The units matched, so both or neither are LoRA runs; the base must be the same one,
+  // and the adapters must mean what they meant: the rank is in the units' sizes, the scale
+  // (lora.alpha, lora.rslora) only in the config the checkpoint recorded.
   if (m.base && base_) check_same_base(*m.base, *base_, path);
+  if (m.base && cfg_.lora.enabled) check_same_lora_scale(m.config_yaml, path);
   uint64_t bytes = 0;
   Tensor staging;  // shards on a GPU are read into host memory, then uploaded
   for (int u = 0; u < engine.num_units(); ++u) {
@@ -101,12 +109,58 @@ ckpt::TrainState CheckpointPolicy::restore(const std::string& path, const model:
                  "original run's",
                  cfg_.data.seed, m.state.data_seed);
   }
-  if (m.state.step >= cfg_.train.max_steps) {
+  // Only a training run continues the checkpoint's run (eval reads the weights).
+  if (training_ && groups_.world->rank() == 0) warn_changes(m, path);
+  if (training_ && m.state.step >= cfg_.train.max_steps) {
     spdlog::warn("checkpoint: {} is at step {}, train.max_steps is {}: nothing to train (raise train.max_steps to "
-                 "train on, or set checkpoint.resume: none to start over)",
+                 "train on; to start over, set checkpoint.resume: none and checkpoint.overwrite: true, which moves "
+                 "the old checkpoints aside; or give this run its own run.dir)",
                  path, m.state.step, cfg_.train.max_steps);
   }
   return m.state;
+}
+
+// A LoRA adapter's update is scale x B A with scale = alpha / r (alpha / sqrt(r) under
+// rslora): continuing a checkpoint with another alpha or rslora would scale every trained
+// adapter differently from the step it was saved at. A changed rank is refused by the
+// units' sizes (check_model); these two the same way, by name. The config is what must
+// change, before the first step: a ConfigError (exit 2, docs/checkpoints-and-resume.md#exit-codes).
+void CheckpointPolicy::check_same_lora_scale(const std::string& saved_yaml, const std::string& path) const {
+  config::Config saved;
+  try {
+    saved = config::load_config_string(saved_yaml, path + "/manifest.json: config");
+  } catch (const std::exception&) {
+    return;  // a config this build cannot read (an older schema): nothing to compare against
+  }
+  const auto& was = saved.lora;
+  const auto& now = cfg_.lora;
+  if (was.alpha != now.alpha) {
+    throw config::ConfigError(fmt::format(
+        "checkpoint {} was trained with lora.alpha {}, but this run has lora.alpha {}: its adapters would be scaled "
+        "differently (by alpha / {}); set lora.alpha: {} to continue it, or start another run in another run.dir",
+        path, was.alpha, now.alpha, now.rslora ? "sqrt(r)" : "r", was.alpha));
+  }
+  if (was.rslora != now.rslora) {
+    throw config::ConfigError(fmt::format(
+        "checkpoint {} was trained with lora.rslora {}, but this run has lora.rslora {}: its adapters would be scaled "
+        "by alpha / {} instead of alpha / {}; set lora.rslora: {} to continue it, or start another run in another "
+        "run.dir",
+        path, was.rslora, now.rslora, now.rslora ? "sqrt(r)" : "r", was.rslora ? "sqrt(r)" : "r", was.rslora));
+  }
+}
+
+void CheckpointPolicy::warn_changes(const ckpt::Manifest& m, const std::string& path) const {
+  config::Config saved;
+  try {
+    saved = config::load_config_string(m.config_yaml, path + "/manifest.json");
+  } catch (const Error& e) {
+    // A checkpoint of an older fsdp_train whose config no longer loads: nothing to compare.
+    spdlog::debug("checkpoint: the config stored in {} does not load ({}): resume changes not checked", path,
+                  e.what());
+    return;
+  }
+  for (const std::string& line : resume_changes(saved, m.world_size, cfg_, groups_.world->size(), m.state.step))
+    spdlog::warn("checkpoint: {}", line);
 }
 
 template <typename F>
@@ -136,6 +190,9 @@ ckpt::SaveStats CheckpointPolicy::save(const ckpt::TrainState& state, const mode
     shards[size_t(u)] = ckpt::UnitShard{engine.shard_range(u).begin, engine.master(u), engine.exp_avg(u),
                                         engine.exp_avg_sq(u)};
   }
+  // A background save still pending commits first, here rather than inside the writer's
+  // save(), so that its commit is logged and counted like any other.
+  finish();
   last_saved_step_ = state.step;
   ckpt::SaveStats s;
   if (guarded([&] { s = writer_->save(meta, shards); })) log_save(s, !cfg_.checkpoint.async);
@@ -152,9 +209,14 @@ void CheckpointPolicy::commit_ready(int busy_writers) {
   guarded([&] { log_save(writer_->commit(), true); });
 }
 
+// The commit that finish() makes is a commit like commit_ready()'s: it is logged and it
+// moves last_committed_step_. (It once did neither, so every run with checkpoint.async
+// ended by reporting its final, committed checkpoint as not on disk, and exited 1.)
 void CheckpointPolicy::finish() {
   if (!writer_->pending()) return;
-  guarded([&] { writer_->finish(); });
+  guarded([&] {
+    if (const std::optional<ckpt::SaveStats> s = writer_->finish()) log_save(*s, true);
+  });
 }
 
 void CheckpointPolicy::log_save(const ckpt::SaveStats& s, bool committed) {

@@ -81,33 +81,39 @@ Device resolve_inference_device(const std::string& want) {
   return Device::cpu();
 }
 
-InferenceModel load_inference_model(const std::string& path, const std::string& adapter) {
-  FSDP_CHECK(fs::is_directory(path), "--checkpoint {}: no such directory", path);
+InferenceModel load_inference_model(const std::string& path, const std::string& adapter, const std::string& base) {
+  std::error_code ec;
+  FSDP_CHECK(fs::is_directory(path, ec), "--checkpoint {}: no such directory{}", path, ec ? ": " + ec.message() : "");
   InferenceModel m;
   if (!adapter.empty()) {
-    FSDP_CHECK(fs::exists(fs::path(path) / "config.json"),
+    FSDP_CHECK(fs::exists(fs::path(path) / "config.json", ec),
                "--adapter {} needs --checkpoint to be its base's Hugging Face folder ({} not found)", adapter,
                (fs::path(path) / "config.json").string());
     const auto lora = LoraModel::from_peft(path, adapter);
     return merged_model(*lora, "Hugging Face folder " + path + " with the PEFT adapter " + adapter + " merged");
   }
-  if (fs::exists(fs::path(path) / "config.json")) {
+  if (fs::exists(fs::path(path) / "config.json", ec)) {
+    FSDP_CHECK(base.empty(), "--base {} is for a LoRA checkpoint, but --checkpoint {} is a Hugging Face folder", base,
+               path);
     m.kind = "Hugging Face folder " + path;
     m.config = ckpt::read_hf_llama_config(path);
     const auto units = model::llama_units(m.config);
     m.params = std::make_unique<InferenceParams>(units);
     const ckpt::SafetensorsFolder folder(path);
+    ckpt::check_unused_tensors(folder, m.config);
     for (int u = 0; u < int(units.size()); ++u) ckpt::load_hf_unit(folder, units[size_t(u)], m.params->params(u));
     return m;
   }
   if (const std::string dir = find_checkpoint(path); !dir.empty()) {
     const ckpt::CheckpointReader reader(dir);
     if (reader.manifest().base) {
-      const auto lora = LoraModel::from_checkpoint(dir);
+      const auto lora = LoraModel::from_checkpoint(dir, base);
       return merged_model(*lora, fmt::format("fsdp_train LoRA checkpoint {} (step {}) merged into {}", dir,
                                              reader.manifest().state.step,
                                              lora->base_path().empty() ? "its seeded base" : lora->base_path()));
     }
+    FSDP_CHECK(base.empty(), "--base {} is for a LoRA checkpoint, but {} holds a whole model (it has no base)", base,
+               dir);
     m.kind = fmt::format("fsdp_train checkpoint {} (step {})", dir, reader.manifest().state.step);
     m.config = reader.manifest().model;
     const auto units = model::llama_units(m.config);

@@ -6,6 +6,7 @@
 #include <sys/vfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -17,6 +18,7 @@
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
+#include "fsdp/config/model_options.h"
 #include "fsdp/core/error.h"
 
 #ifdef FSDP_WITH_CUDA
@@ -48,6 +50,9 @@ std::optional<int> count_var(const LaunchEnv& env, const char* name) {
 void check_task_count(const dist::WorldInfo& w, const LaunchEnv& env, std::vector<LaunchFinding>& out) {
   const std::string* job = var(env, "SLURM_JOB_ID");
   if (job == nullptr) return;
+  // torchrun starts its workers itself (one srun task per node, or none): Slurm's task count
+  // does not count them, and the TCP store has already held them to WORLD_SIZE.
+  if (w.launcher == "torchrun") return;
   if (var(env, "SLURM_STEP_ID") != nullptr) {
     if (w.launcher == "mpirun") return;
     std::optional<int> n = count_var(env, "SLURM_STEP_NUM_TASKS");
@@ -197,30 +202,38 @@ std::filesystem::path existing_dir_of(const std::string& path) {
 // Collective over the world (multi-node jobs): rank 0 creates a file with a random name next
 // to checkpoint.dir, every node's local rank 0 looks for it at the same path, rank 0 removes
 // it. Returns the hosts that did not see it, or nullopt when rank 0 could not write it.
+// The path travels from rank 0: "the nearest existing directory" of a fresh run's
+// checkpoint.dir is run.dir once rank 0's log file has made it, and a node that asked
+// earlier would look one level up and report the directory unshared (seen in slurm_two_nodes).
 std::optional<std::vector<std::string>> probe_checkpoint_dir(const config::Config& cfg, dist::ProcessGroups& groups) {
   dist::Communicator& world = *groups.world;
   const dist::WorldInfo& w = groups.world_info;
-  const std::filesystem::path dir = existing_dir_of(config::checkpoint_dir(cfg));
-  auto probe_path = [&](uint64_t token) { return dir / fmt::format(".fsdp_train_probe_{:016x}", token); };
-  // {written, token}; the token travels as the bit pattern of a double (broadcast copies bytes).
-  Tensor head = Tensor::zeros({2}, DType::F64);
+  // {written, path length, path bytes}; the bytes travel as doubles' bit patterns
+  // (broadcast copies bytes).
+  constexpr size_t kPathDoubles = 512;
+  Tensor head = Tensor::zeros({int64_t(2 + kPathDoubles)}, DType::F64);
   if (w.rank == 0) {
     const uint64_t token = (uint64_t(std::random_device{}()) << 32) ^ uint64_t(::getpid()) ^
                            uint64_t(std::chrono::steady_clock::now().time_since_epoch().count());
-    const int fd = ::open(probe_path(token).c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
-    if (fd >= 0) ::close(fd);
+    const std::string path =
+        (existing_dir_of(config::checkpoint_dir(cfg)) / fmt::format(".fsdp_train_probe_{:016x}", token)).string();
+    int fd = -1;
+    if (path.size() < kPathDoubles * 8) fd = ::open(path.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
+    if (fd >= 0) {
+      ::close(fd);
+      std::memcpy(head.data<double>() + 2, path.data(), path.size());
+    }
     head.data<double>()[0] = fd >= 0 ? 1 : 0;
-    std::memcpy(head.data<double>() + 1, &token, 8);
+    head.data<double>()[1] = double(path.size());
   }
   world.wait(world.broadcast(head, 0));
   if (head.data<double>()[0] == 0) return std::nullopt;
-  uint64_t token = 0;
-  std::memcpy(&token, head.data<double>() + 1, 8);
+  const std::string probe(reinterpret_cast<const char*>(head.data<double>() + 2), size_t(head.data<double>()[1]));
   Tensor seen = Tensor::zeros({1}, DType::F64), all = Tensor::zeros({world.size()}, DType::F64);
   std::error_code ec;
-  seen.data<double>()[0] = w.local_rank != 0 || std::filesystem::exists(probe_path(token), ec) ? 1 : 0;
+  seen.data<double>()[0] = w.local_rank != 0 || std::filesystem::exists(probe, ec) ? 1 : 0;
   world.wait(world.all_gather(seen, all));
-  if (w.rank == 0) std::filesystem::remove(probe_path(token), ec);
+  if (w.rank == 0) std::filesystem::remove(probe, ec);
   std::vector<std::string> unseen;
   for (int r = 0; r < world.size(); ++r) {
     if (all.data<double>()[r] == 0) unseen.push_back(r < int(w.hosts.size()) ? w.hosts[size_t(r)] : "?");
@@ -245,7 +258,17 @@ dist::MeshSpec mesh_spec(const config::Config& cfg) { return dist::MeshSpec{cfg.
 void check_mesh(const config::Config& cfg, const dist::WorldInfo& world) {
   std::vector<int> nodes = world.node_of_rank;
   if (nodes.empty()) nodes.assign(size_t(world.size), 0);
-  if (const auto p = dist::mesh_problem(mesh_spec(cfg), world.size, nodes)) config::fail_key(cfg, p->key, p->text());
+  const std::optional<dist::MeshProblem> p = dist::mesh_problem(mesh_spec(cfg), world.size, nodes);
+  // The tensor degree against the world and its nodes first (the mesh knows every node's
+  // ranks), then the shard group in the words `plan` uses, then what is left (unequal nodes).
+  if (p && p->key == "parallel.tensor") config::fail_key(cfg, p->key, p->text());
+  std::vector<int> per_node;
+  for (int n : nodes) {
+    if (n >= int(per_node.size())) per_node.resize(size_t(n) + 1, 0);
+    ++per_node[size_t(n)];
+  }
+  config::checked_shard_group(cfg, world.size, *std::min_element(per_node.begin(), per_node.end()));
+  if (p) config::fail_key(cfg, p->key, p->text());
 }
 
 Filesystem classify_filesystem(int64_t f_type) {

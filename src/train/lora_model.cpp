@@ -2,6 +2,7 @@
 #include "fsdp/train/lora_model.h"
 
 #include <algorithm>
+#include <filesystem>
 
 #include "fsdp/ckpt/hf_frozen.h"
 #include "fsdp/ckpt/hf_import.h"
@@ -21,6 +22,16 @@ std::unique_ptr<LoraModel> LoraModel::from_checkpoint(const std::string& checkpo
   // The run's own config: its LoRA settings, seed and dtype made the layout and the base's bytes.
   config::Config cfg = config::load_config_string(man.config_yaml, checkpoint + "/manifest.json's config");
   cfg.model.init_from = base.empty() ? man.base->path : base;
+  std::error_code ec;
+  if (base.empty() && !man.base->path.empty() && !std::filesystem::is_directory(man.base->path, ec)) {
+    FSDP_FAIL("{} holds adapters trained on the base {} (model.init_from, as its manifest records it), which is not "
+              "there{}: pass --base DIR with the base folder (its bytes must be the ones trained on)",
+              checkpoint, man.base->path,
+              std::filesystem::path(man.base->path).is_relative()
+                  ? " (a relative path, recorded from the training run's working directory)"
+                  : "");
+  }
+  FSDP_CHECK(base.empty() || std::filesystem::is_directory(base, ec), "--base {}: no such directory", base);
   m->cfg_ = man.model;
   m->spec_ = config::peft_spec(cfg, m->cfg_);
   m->lora_ = model::lora_units(m->cfg_, m->spec_);
@@ -60,7 +71,7 @@ std::unique_ptr<LoraModel> LoraModel::from_peft(const std::string& base, const s
   m->plain_ = model::llama_units(m->cfg_);
   m->base_path_ = base;
   m->base_ = std::make_unique<BaseSource>(cfg, m->cfg_);
-  m->adapter_folder_ = std::make_unique<ckpt::SafetensorsFolder>(adapter);
+  m->adapter_folder_ = ckpt::open_peft_adapter_weights(adapter);
   return m;
 }
 

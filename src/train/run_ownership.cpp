@@ -32,16 +32,29 @@ std::string describe(const std::vector<ckpt::CheckpointOwner>& owners) {
 }
 
 // Rank 0: moves what is in the way aside, or says why the run may not start ("" when it
-// may). A fresh run also moves its predecessor's metrics.jsonl, which it would truncate.
+// may; "refuse " + the reason when the config must change, exit 2). A fresh run also moves
+// its predecessor's metrics.jsonl, which it would truncate.
 std::string clear_the_way(const config::Config& cfg, const std::vector<ckpt::CheckpointOwner>& foreign, bool fresh) {
   const std::string dir = config::checkpoint_dir(cfg);
   if (!cfg.checkpoint.overwrite) {
+    // A fresh start over this directory's checkpoints is most often the same command run
+    // again with checkpoint.resume: none, the user's own earlier run: say so, and what
+    // starts over (both keys), not "another run".
+    if (fresh) {
+      return fmt::format(
+          "refuse checkpoint.dir {} holds {} checkpoint(s) of an earlier run: {}. checkpoint.resume: {} starts a new "
+          "run, which would mix its checkpoints with them (keep_last rotation could delete its own). To start over, "
+          "set checkpoint.resume: none and checkpoint.overwrite: true (the old checkpoints are moved aside into "
+          "{}/replaced-<time>/); {}or point run.dir (or checkpoint.dir) elsewhere",
+          dir, foreign.size(), describe(foreign), cfg.checkpoint.resume, dir,
+          // Under resume: auto these are the checkpoints it could not resume from: no advice to set it.
+          cfg.checkpoint.resume == "auto" ? "" : "to continue that run, checkpoint.resume: auto; ");
+    }
     return fmt::format(
-        "checkpoint.dir {} holds {} checkpoint(s) of another run: {}. This run ({}) would mix its checkpoints with "
-        "them, and keep_last rotation could delete its own. Resume that run (checkpoint.resume: auto), point "
-        "checkpoint.dir (or run.dir) elsewhere, or set checkpoint.overwrite: true to move them aside",
-        dir, foreign.size(), describe(foreign),
-        fresh ? fmt::format("a fresh start: checkpoint.resume is {}", cfg.checkpoint.resume) : "a resumed run");
+        "refuse checkpoint.dir {} holds {} checkpoint(s) of another run: {}. This resumed run would mix its "
+        "checkpoints with them, and keep_last rotation could delete its own. Point checkpoint.dir (or run.dir) "
+        "elsewhere, or set checkpoint.overwrite: true to move them aside",
+        dir, foreign.size(), describe(foreign));
   }
   try {
     const std::string aside = ckpt::move_checkpoints_aside(dir, foreign);
@@ -72,6 +85,17 @@ std::string claim_checkpoint_dir(const config::Config& cfg, dist::Communicator& 
     const std::string id = resumed_run_id.empty() ? ckpt::new_run_id() : resumed_run_id;
     std::vector<ckpt::CheckpointOwner> foreign;
     for (ckpt::CheckpointOwner& o : ckpt::checkpoint_owners(config::checkpoint_dir(cfg))) {
+      // A checkpoint whose manifest cannot be read is broken, not another run's: resume: auto
+      // skipped it (with a warning naming why) as it skips one that fails its CRCs, and it
+      // would have resumed from it, as from any complete checkpoint here, had it been whole.
+      // It stays until this run writes its step or rotation removes it.
+      if (!o.readable && cfg.checkpoint.resume == "auto") {
+        spdlog::warn("checkpoint.dir {}: {} is a broken checkpoint (its manifest.json cannot be read; see above) and "
+                     "was skipped{}",
+                     config::checkpoint_dir(cfg), fs::path(o.path).filename().string(),
+                     fresh ? "; no earlier checkpoint verifies, so this run starts from step 0" : "");
+        continue;
+      }
       // Checkpoints without a run id predate run ids: a resumed run cannot tell them from its own.
       const bool other = fresh || (!o.run_id.empty() && o.run_id != id);
       if (other && fs::path(o.path) != fs::path(resumed_from)) foreign.push_back(std::move(o));
@@ -80,6 +104,7 @@ std::string claim_checkpoint_dir(const config::Config& cfg, dist::Communicator& 
     verdict = why.empty() ? "ok " + id : "error " + why;
   }
   verdict = dist::broadcast_text(world, verdict);
+  if (verdict.starts_with("error refuse ")) throw config::ConfigError(verdict.substr(13));
   FSDP_CHECK(verdict.starts_with("ok "), "{}", verdict.substr(6));
   return verdict.substr(3);
 }

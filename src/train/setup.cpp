@@ -15,6 +15,7 @@
 #include "fsdp/model/param_init.h"
 #if defined(FSDP_WITH_CUDA)
 #include "fsdp/core/cuda.h"
+#include "fsdp/core/cuda_libraries.h"
 #endif
 #if defined(FSDP_WITH_NCCL)
 #include "fsdp/dist/nccl.h"
@@ -55,14 +56,79 @@ class OffsetSamples final : public data::SampleSource {
 void check_manifest_vocab(const std::string& dir, int64_t model_vocab) {
   const auto m = data::read_shard_manifest(dir);
   if (!m || !m->vocab_size) return;
-  FSDP_CHECK(*m->vocab_size == model_vocab,
-             "{}: the tokenizer's vocab_size {} differs from model.vocab_size {} (prepare the data with the model's "
-             "tokenizer, or set model.vocab_size)",
-             (std::filesystem::path(dir) / "manifest.json").string(), *m->vocab_size, model_vocab);
+  // The config's error (exit 2): nothing ran, and model.vocab_size or data.path is to change.
+  if (*m->vocab_size != model_vocab) {
+    throw config::ConfigError(fmt::format(
+        "{}: the tokenizer's vocab_size {} differs from model.vocab_size {} (prepare the data with the model's "
+        "tokenizer, or set model.vocab_size)",
+        (std::filesystem::path(dir) / "manifest.json").string(), *m->vocab_size, model_vocab));
+  }
 }
 
+// A relative path resolves from the working directory: say which, since the repository's
+// configs name paths relative to its root.
+std::string resolved(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::path(path).is_absolute()) return "";
+  const auto cwd = std::filesystem::current_path(ec);
+  if (ec) return "";
+  return fmt::format(" (relative to the working directory {}: {})", cwd.string(), (cwd / path).lexically_normal().string());
+}
+
+// data.path (or data.val_path) must name token shards that are there: a missing one is the
+// config's error (exit 2), reported before the run builds anything on it.
+void check_shards_exist(const config::Config& cfg, const std::string& key, const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec) || std::filesystem::exists(path + ".idx", ec)) return;
+  const bool demo = path.find("data/demo") != std::string::npos;
+  config::fail_key(
+      cfg, key,
+      fmt::format("is '{}', which is neither a folder of token shards nor a shard prefix ({}.idx){}; {}", path, path,
+                  resolved(path),
+                  demo ? "make the demo corpus with `bash scripts/demo_corpus.sh` (or `bash scripts/demo.sh`), or run "
+                         "from the repository root"
+                       : fmt::format("make it with `fsdp_train prepare --tokenizer tokenizer.model --output {} "
+                                     "<text or jsonl files>`",
+                                     path)));
+}
+
+#if defined(FSDP_WITH_CUDA)
+// cuBLASLt for every GPU run, NCCL when there are several ranks (fsdp/core/cuda_libraries.h):
+// found and loaded before anything runs, and said in one line; a missing one stops the run
+// here with that line (exit 2), not at the first GEMM.
+void require_cuda_libraries(const config::Config& cfg, const dist::WorldInfo& world) {
+  const std::vector<cuda::FoundLibrary>& libs = cuda::process_libraries();
+  for (const cuda::FoundLibrary& l : libs) {
+    if (!l.found() && (l.spec.id == cuda::CudaLibrary::CublasLt || world.size > 1))
+      config::fail_key(cfg, "train.device",
+                       fmt::format("{} needs {} on rank {} ({}): {}", cfg.train.device == "auto" ? "auto (a GPU)" : "cuda",
+                                   l.spec.what, world.rank, world.hostname, cuda::process_libraries_line()));
+  }
+  if (world.rank == 0) spdlog::info("{}", cuda::process_libraries_line());
+}
+#endif
 
 }  // namespace
+
+config::Config with_global_batch(const config::Config& cfg, int data_parallel_ranks) {
+  const int64_t g = cfg.train.global_batch_size;
+  if (g == 0) return cfg;
+  const int64_t per_step = int64_t(cfg.train.micro_batch_size) * data_parallel_ranks;
+  if (g % per_step != 0) {
+    config::fail_key(cfg, "train.global_batch_size",
+                     fmt::format("{} is not a multiple of train.micro_batch_size {} x {} data-parallel rank(s) = {}: "
+                                 "set a multiple of {}, or another micro_batch_size",
+                                 g, cfg.train.micro_batch_size, data_parallel_ranks, per_step, per_step));
+  }
+  config::Config out = cfg;
+  out.train.grad_accum_steps = int(g / per_step);
+  if (cfg.origins.where.count("train.grad_accum_steps") != 0 && cfg.train.grad_accum_steps != out.train.grad_accum_steps)
+    spdlog::warn("train.grad_accum_steps {} ({}) is not used: train.global_batch_size {} over {} rank(s) x "
+                 "micro_batch_size {} makes it {}",
+                 cfg.train.grad_accum_steps, cfg.origins.where.at("train.grad_accum_steps"), g, data_parallel_ranks,
+                 cfg.train.micro_batch_size, out.train.grad_accum_steps);
+  return out;
+}
 
 Device resolve_device(const config::Config& cfg, const dist::WorldInfo& world) {
   const std::string& want = cfg.train.device;
@@ -84,6 +150,7 @@ Device resolve_device(const config::Config& cfg, const dist::WorldInfo& world) {
                "per GPU (srun --ntasks-per-node={})",
                world.rank, world.local_rank, world.local_size, world.hostname, visible, visible);
     d = Device::cuda(index);
+    require_cuda_libraries(cfg, world);
   }
 #else
   if (want == "cuda") {
@@ -91,8 +158,16 @@ Device resolve_device(const config::Config& cfg, const dist::WorldInfo& world) {
                      "is cuda but this fsdp_train was built without the CUDA backend (rebuild where nvcc is found: "
                      "scripts/build.sh -DFSDP_CUDA=ON), or set train.device: cpu");
   }
-  (void)world;
 #endif
+  // The store carries a GPU run's few host collectives; the CPU backend's parameters and
+  // gradients would crawl through it. MPI is the CPU backend's transport.
+  if (d.is_cpu() && world.size > 1 && world.bootstrap != "MPI") {
+    config::fail_key(cfg, "train.device",
+                     fmt::format("puts rank {} on the CPU, and the CPU backend across {} ranks needs MPI: launch with "
+                                 "`mpirun -np {}` or `srun --mpi=pmix` ({} started these ranks without MPI, which "
+                                 "only GPU runs support)",
+                                 world.rank, world.size, world.size, world.launcher));
+  }
   if (d.is_cpu() && cfg.train.dtype != DType::F32) {
     config::fail_key(cfg, "train.dtype",
                      fmt::format("is {}, which needs train.device cuda (a GPU); this rank computes on the CPU, in "
@@ -151,6 +226,13 @@ DataSources make_data_sources(const config::Config& cfg, int64_t vocab, const di
     lo.shuffle = false;  // already random; sample i is a pure function of i
     d.val = std::make_shared<OffsetSamples>(chain, kValidationFirstSample, kValidationFirstSample);
   } else {
+    if (cfg.data.path.empty()) {
+      config::fail_key(cfg, "data.path",
+                       "is not set: it names the folder of token shards to train on (from `fsdp_train prepare`); "
+                       "data.source: synthetic trains on a synthetic Markov chain instead, for a smoke test");
+    }
+    check_shards_exist(cfg, "data.path", cfg.data.path);
+    if (!cfg.data.val_path.empty()) check_shards_exist(cfg, "data.val_path", cfg.data.val_path);
     check_manifest_vocab(cfg.data.path, vocab);
     data::CorpusOptions co;
     co.rank = world.rank();
@@ -163,12 +245,22 @@ DataSources make_data_sources(const config::Config& cfg, int64_t vocab, const di
     try {
       d.val = data::open_token_corpus(val, cfg.eval.split, T, vocab, co);
     } catch (const Error& e) {
-      d.val_error = fmt::format("{} (evaluation reads the '{}' shards, eval.split: set data.val_path to a folder of "
-                                "{}_*.idx shards, or evaluate another split with eval.split, e.g. `fsdp_train eval "
-                                "--split train`)",
-                                e.what(), cfg.eval.split, cfg.eval.split);
       // Without val shards a run that never evaluates is fine; evaluate() reports val_error.
-      if (cfg.train.eval_every > 0 || !cfg.data.val_path.empty()) FSDP_FAIL("{}", d.val_error);
+      // Either way it is the config's (or the corpus's) error, found before any step: exit 2.
+      const std::string remedies = fmt::format(
+          "prepare the corpus with a validation split (`fsdp_train prepare ... --val-fraction 0.01`, with --overwrite "
+          "to replace its --output), point data.val_path at a folder of {}_*.idx shards, or evaluate another split "
+          "(eval.split; `fsdp_train eval --split train`)",
+          cfg.eval.split);
+      d.val_error = fmt::format("{}; evaluation reads the '{}' shards (eval.split): {}", e.what(), cfg.eval.split,
+                                remedies);
+      if (!cfg.data.val_path.empty()) config::fail_key(cfg, "data.val_path", fmt::format("is '{}': {}", cfg.data.val_path, d.val_error));
+      if (cfg.train.eval_every > 0) {
+        config::fail_key(cfg, "train.eval_every",
+                         fmt::format("is {}, but there is nothing to evaluate on: {}; {}, or set train.eval_every: 0 "
+                                     "to train without evaluating",
+                                     cfg.train.eval_every, e.what(), remedies));
+      }
     }
   }
   d.train_loader = std::make_unique<data::Loader>(d.train, lo);
@@ -191,9 +283,11 @@ optim::AdamWConfig adamw_config(const config::Config& cfg) {
   return optim::AdamWConfig{cfg.optim.beta1, cfg.optim.beta2, cfg.optim.eps, cfg.optim.weight_decay};
 }
 
-void init_parameters(const config::Config& cfg, const std::vector<model::UnitLayout>& units, FsdpEngine& engine) {
+void init_parameters(const config::Config& cfg, const model::LlamaConfig& model,
+                     const std::vector<model::UnitLayout>& units, FsdpEngine& engine) {
   if (!cfg.model.init_from.empty()) {
     const ckpt::SafetensorsFolder folder(cfg.model.init_from);
+    ckpt::check_unused_tensors(folder, model);
     engine.init_shards([&](int u, int64_t begin, const Tensor& shard) {
       ckpt::load_hf_unit(folder, units[size_t(u)], shard, begin);
     });

@@ -1,4 +1,5 @@
-// The training step and the run loop; see trainer.h.
+// The training step and the run loop; see trainer.h (what a run logs as it starts:
+// run_start_report.cpp).
 #include "fsdp/train/trainer.h"
 
 #include <sys/resource.h>
@@ -9,13 +10,11 @@
 #include <filesystem>
 #include <tuple>
 
-#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include "fsdp/config/model_options.h"
 #include "fsdp/core/memory_category.h"
 #include "fsdp/core/trace.h"
-#include "fsdp/data/synthetic.h"
 #include "fsdp/dist/watchdog.h"
 #include "fsdp/obs/device_peak.h"
 #include "fsdp/obs/observability.h"
@@ -32,16 +31,6 @@ namespace fsdp::train {
 
 namespace {
 
-// "world ranks 0-1 on n01" / "world ranks 0, 2 on n01, n02": a group and where it runs.
-std::string describe_placement(const dist::Communicator& c, const dist::WorldInfo& w) {
-  std::vector<std::string> hosts;
-  for (int r : c.world_ranks()) {
-    const std::string& h = r >= 0 && r < int(w.hosts.size()) ? w.hosts[size_t(r)] : w.hostname;
-    if (std::find(hosts.begin(), hosts.end(), h) == hosts.end()) hosts.push_back(h);
-  }
-  return fmt::format("{} on {}", dist::describe_world_ranks(c.world_ranks()), fmt::join(hosts, ", "));
-}
-
 uint64_t max_rss_bytes() {
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
@@ -51,6 +40,9 @@ uint64_t max_rss_bytes() {
 }  // namespace
 
 Trainer::Trainer(const config::Config& cfg, dist::ProcessGroups& groups, TrainerPurpose purpose)
+    : Trainer(Effective{}, with_global_batch(cfg, groups.mesh.data_parallel_size()), groups, purpose) {}
+
+Trainer::Trainer(Effective, const config::Config& cfg, dist::ProcessGroups& groups, TrainerPurpose purpose)
     : cfg_(cfg),
       groups_(groups),
       device_(resolve_device(cfg, groups.world_info)),
@@ -95,7 +87,7 @@ Trainer::Trainer(const config::Config& cfg, dist::ProcessGroups& groups, Trainer
   } else if (cfg.lora.enabled) {
     init_adapters(cfg, model_, engine_);
   } else {
-    init_parameters(cfg, model_.units(), engine_);
+    init_parameters(cfg, model_.config(), model_.units(), engine_);
   }
 }
 
@@ -139,28 +131,6 @@ uint64_t Trainer::comm_bytes() const {
 double Trainer::comm_wait_seconds() const {
   return groups_.world->stats().wait_seconds + engine_groups_.shard->stats().wait_seconds +
          engine_groups_.replicate->stats().wait_seconds + engine_groups_.tensor->stats().wait_seconds;
-}
-
-void Trainer::log_device() const {
-  const std::string dtype = dtype_name(cfg_.train.dtype);
-  if (device_.is_cpu()) {
-    spdlog::info("device: cpu, {} compute", dtype);
-    return;
-  }
-#if defined(FSDP_WITH_CUDA)
-  const int i = device_.index;
-  spdlog::info("device: one GPU per rank ({} here: {}, {:.0f} GiB{}), {} compute{}{}, collectives over {}", device_.str(),
-               cuda::device_name(i), double(cuda::device_memory_bytes(i)) / double(1ull << 30),
-               cuda::is_emulated() ? ", the CPU emulator: no GPU timing" : "", dtype,
-               scaler_.enabled() ? fmt::format(" with dynamic loss scaling from {:g}", scaler_.scale()) : "",
-               cfg_.train.tf32 ? ", TF32 GEMMs" : "",
-               engine_groups_.shard->size() > 1 || engine_groups_.replicate->size() > 1 ? "NCCL" : "none (one rank)");
-  if (peak_flops_) {
-    spdlog::info("device: MFU is model FLOP/s over {:.0f} TFLOP/s (dense bf16 peak of this GPU; FSDP_PEAK_TFLOPS "
-                 "overrides)",
-                 *peak_flops_ / 1e12);
-  }
-#endif
 }
 
 // Micro-batch `index` of a step goes through staging row `index`: the upload from it is
@@ -342,7 +312,9 @@ obs::StepMetrics Trainer::train_step() {
 double Trainer::evaluate(int batches) {
   FSDP_CHECK(batches >= 1, "eval.batches must be >= 1, got {}", batches);
   const trace::Span span("evaluate", "eval");
-  FSDP_CHECK(data_.val_loader != nullptr, "{}", data_.val_error);
+  // Only `fsdp_train eval` gets here without shards (a training run that evaluates was
+  // refused at start-up): the config's error, nothing ran.
+  if (data_.val_loader == nullptr) throw config::ConfigError(data_.val_error);
   data_.val_loader->seek(0);
   model::LossSum local;
   for (int b = 0; b < batches; ++b) {
@@ -355,67 +327,19 @@ double Trainer::evaluate(int batches) {
   return total.sum / double(total.tokens);
 }
 
-void Trainer::log_lora() const {
-  const model::PeftSpec& p = model_.peft();
-  int64_t trainable = 0;
-  for (const auto& u : model_.units()) trainable += u.numel;
-  const int64_t total = model_.config().num_parameters();
-  spdlog::info("lora: r {} alpha {} ({}scale {:.4g}), dropout {}, on {}: {} trainable parameters ({:.3f}% of {}); "
-               "the base is frozen{} ({:.1f} MiB of frozen shards on this rank, from {})",
-               p.lora.rank, p.lora.alpha, p.lora.rslora ? "rslora, " : "", p.lora.scale(), p.lora.dropout,
-               fmt::join(p.lora.targets, ", "), trainable, 100.0 * double(trainable) / double(total), total,
-               p.quantization == model::Quantization::Nf4 ? " in NF4" : "",
-               double(engine_.frozen_bytes()) / (1 << 20),
-               cfg_.model.init_from.empty() ? std::string("the seeded initialiser") : cfg_.model.init_from);
-}
-
-void Trainer::log_run_start() const {
-  const auto& t = cfg_.train;
-  spdlog::info("model: {}", model_.config().summary());
-  log_device();
-  const int world = groups_.world->size(), data_ranks = groups_.mesh.data_parallel_size();
-  spdlog::info("batch: {} sequences x {} tokens per micro-batch, {} accumulation steps, {} {} = {} tokens per step",
-               t.micro_batch_size, t.seq_len, t.grad_accum_steps, data_ranks,
-               data_ranks == world ? "ranks" : "data-parallel ranks",
-               int64_t(t.micro_batch_size) * t.grad_accum_steps * data_ranks * t.seq_len);
-  if (groups_.mesh.shape().tensor > 1) {
-    spdlog::info("mesh {} (replicate x shard x tensor): tensor parallelism over {} ranks with sequence parallelism; "
-                 "rank 0's tensor group is {}",
-                 groups_.mesh.shape().str(), groups_.mesh.shape().tensor,
-                 describe_placement(*groups_.tensor, groups_.world_info));
-  }
-  spdlog::info("fsdp: {} over {} ranks on {} node(s) (shard group {}, replicate group {}), params {} / reduce {}, "
-               "{:.1f} MiB of sharded state on this rank",
-               config::to_string(cfg_.fsdp.sharding_strategy), world, groups_.world_info.num_nodes,
-               groups_.shard->size(), groups_.replicate->size(), dtype_name(cfg_.fsdp.param_dtype),
-               dtype_name(cfg_.fsdp.reduce_dtype), double(engine_.persistent_bytes()) / (1 << 20));
-  if (cfg_.lora.enabled) log_lora();
-  if (world > 1) {
-    spdlog::info("fsdp: rank 0's shard group is {}; its replicate group {}",
-                 describe_placement(*groups_.shard, groups_.world_info),
-                 describe_placement(*groups_.replicate, groups_.world_info));
-  }
-  if (cfg_.data.source == config::DataSource::Synthetic) {
-    spdlog::info("data: synthetic Markov chain (loss floor {:.3f} nats, uniform guess {:.3f})",
-                 data::SyntheticSource::entropy_rate(), std::log(double(model_.config().vocab_size)));
-  } else {
-    spdlog::info("data: {} ({} windows of {} tokens per epoch, {} per step; validation: {})", cfg_.data.path,
-                 data_.train->num_samples(), t.seq_len + 1, int64_t(t.micro_batch_size) * t.grad_accum_steps * data_ranks,
-                 data_.val ? std::to_string(data_.val->num_samples()) + " windows" : std::string("none"));
-  }
-}
-
 int Trainer::run() {
   const bool rank0 = groups_.world->rank() == 0;
   std::unique_ptr<obs::MetricsWriter> metrics;
   if (rank0 && cfg_.logging.metrics) {
-    std::filesystem::create_directories(cfg_.run.dir);
+    std::error_code ec;
+    std::filesystem::create_directories(cfg_.run.dir, ec);  // made by check_output_dirs; its errors are named there
     const std::string path = (std::filesystem::path(cfg_.run.dir) / "metrics.jsonl").string();
     // A resumed run continues the file: drop the steps logged after the checkpoint (the
     // killed run's), which are about to be trained again.
     if (!resumed_from().empty()) obs::truncate_metrics_after(path, step_);
     metrics = std::make_unique<obs::MetricsWriter>(path, /*truncate=*/resumed_from().empty());
   }
+  if (rank0) write_effective_config();
   log_run_start();
   try {
     return train_loop(metrics.get());
@@ -431,6 +355,15 @@ int Trainer::train_loop(obs::MetricsWriter* metrics) {
   const auto& t = cfg_.train;
   const bool rank0 = groups_.world->rank() == 0;
   obs::Observability outputs(cfg_, groups_, device_, step_ + 1);
+  // A router whose load stays at or above half the collapsed ratio E/k for 20 steps in a
+  // row: said once (see obs::ImbalanceWatch; docs/mixtral.md says what healthy looks like).
+  std::optional<obs::ImbalanceWatch> imbalance;
+  if (model_.config().is_moe()) {
+    const auto& mc = model_.config();
+    imbalance.emplace(std::max(1.5, 0.5 * double(mc.num_experts) / double(mc.experts_per_token)), 20);
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  const int64_t first = step_;
   while (step_ < t.max_steps) {
     outputs.before_step(step_ + 1);
     obs::StepMetrics m = train_step();
@@ -438,6 +371,12 @@ int Trainer::train_loop(obs::MetricsWriter* metrics) {
     m.max_rss_bytes = max_rss_bytes();
     m.run_id = run_id();
     if (t.eval_every > 0 && (step_ % t.eval_every == 0 || step_ == t.max_steps)) m.val_loss = evaluate(cfg_.eval.batches);
+    // Wall time of this process's steps (evaluations included), and the rest at that pace.
+    m.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    m.eta_s = m.elapsed_s / double(step_ - first) * double(t.max_steps - step_);
+    if (imbalance && rank0) {
+      if (const std::string w = imbalance->observe(step_, m.expert_imbalance); !w.empty()) spdlog::warn("{}", w);
+    }
     // metrics.jsonl gets every step (resume and equivalence checks compare whole loss
     // curves); the console gets one line per log_every steps. Rank 0 speaks for all.
     if (metrics) metrics->write(m);

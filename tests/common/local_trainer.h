@@ -36,7 +36,7 @@ inline config::Config ckpt_config(const std::string& dir, const std::vector<std:
                                 "train.max_steps=8",         "optim.warmup_steps=2", "logging.metrics=false",
                                 "run.dir=" + dir,            "checkpoint.keep_last=10"};
   o.insert(o.end(), extra.begin(), extra.end());
-  return config::load_config_string("", "test", o);
+  return config::load_config_string("data:\n  source: synthetic\n", "test", o);
 }
 
 }  // namespace fsdp::test

@@ -142,7 +142,7 @@ TEST(ActivationCheckpointing, OffloadIsBitIdenticalAndMovesKeptTensorsToTheHostA
 TEST(ActivationCheckpointing, TrainerStepsAreBitIdentical) {
   auto steps = [](const std::string& ac, bool offload = false) {
     auto groups = dist::local_process_groups();
-    train::Trainer t(config::load_config_string("", "test",
+    train::Trainer t(config::load_config_string("data:\n  source: synthetic\n", "test",
                                                 {"model.preset=tiny_moe", "model.num_layers=3", "model.hidden_size=32",
                                                  "model.intermediate_size=24", "model.vocab_size=97",
                                                  "model.num_heads=4", "model.num_kv_heads=2", "train.seq_len=16",

@@ -143,7 +143,7 @@ TEST(CliSafety, AMissingLoadDirIsAnError) {
   const std::string dir = scratch("load_dir");
   expect_refusal(run("train --config " + kTiny + " --set run.dir=" + dir + " --set checkpoint.load_dir=" + dir +
                      "/pretrained"),
-                 1, {"checkpoint.load_dir " + dir + "/pretrained does not exist"});
+                 2, {"key 'checkpoint.load_dir' is " + dir + "/pretrained, which does not exist"});
 }
 
 }  // namespace

@@ -45,7 +45,10 @@ TEST(ConfigDefaults, EmptyTextGivesTheDocumentedDefaults) {
   EXPECT_EQ(c.model.preset, "tiny");
   EXPECT_FALSE(c.model.hidden_size.has_value());
   EXPECT_DOUBLE_EQ(c.model.init_std, 0.02);
-  EXPECT_EQ(c.data.source, DataSource::Synthetic);
+  // Token shards unless a config says synthetic (then data.path is required at start-up).
+  EXPECT_EQ(c.data.source, DataSource::Shards);
+  EXPECT_EQ(c.data.path, "");
+  EXPECT_EQ(c.train.global_batch_size, 0);
   EXPECT_EQ(c.data.seed, 1234);
   EXPECT_EQ(c.train.max_steps, 100);
   EXPECT_EQ(c.train.micro_batch_size, 8);
@@ -156,7 +159,7 @@ TEST(ConfigFile, EveryKeyIsRead) {
   EXPECT_EQ(c.lora.targets, (std::vector<std::string>{"q_proj", "k_proj", "v_proj", "o_proj"}));
   EXPECT_TRUE(c.lora.rslora);
   EXPECT_EQ(c.lora.init_from, "/adapters/previous");
-  EXPECT_EQ(c.data.source, DataSource::Shards);
+  EXPECT_EQ(c.data.source, DataSource::Synthetic);
   EXPECT_EQ(c.data.path, "data/shards/train");
   EXPECT_EQ(c.data.val_path, "data/shards/val");
   EXPECT_EQ(c.data.num_workers, 4);
@@ -164,6 +167,7 @@ TEST(ConfigFile, EveryKeyIsRead) {
   EXPECT_EQ(c.data.seed, 7);
   EXPECT_EQ(c.train.max_steps, 5000);
   EXPECT_EQ(c.train.micro_batch_size, 2);
+  EXPECT_EQ(c.train.global_batch_size, 64);
   EXPECT_EQ(c.train.grad_accum_steps, 16);
   EXPECT_EQ(c.train.seq_len, 4096);
   EXPECT_EQ(c.train.seed, 1);
@@ -331,7 +335,8 @@ TEST(ConfigErrors, ImpossibleValue) {
   EXPECT_EQ(file_error_of(kDataDir + "bad_value.yaml"),
             kDataDir + "bad_value.yaml:5: key 'optim.lr' must be > 0, got -1");
   EXPECT_EQ(error_of("optim:\n  schedule: cosin\n"),
-            "configs/x.yaml:2: key 'optim.schedule' must be one of cosine, linear, constant, got 'cosin'");
+            "configs/x.yaml:2: key 'optim.schedule' must be one of cosine, linear, constant, got 'cosin' (did you mean "
+            "'cosine'?)");
   EXPECT_EQ(error_of("train:\n  micro_batch_size: 0\n"), "configs/x.yaml:2: key 'train.micro_batch_size' must be > 0, got 0");
   EXPECT_EQ(error_of("train:\n  grad_accum_steps: 0\n"), "configs/x.yaml:2: key 'train.grad_accum_steps' must be >= 1, got 0");
   EXPECT_EQ(error_of("optim:\n  beta2: 1.0\n"), "configs/x.yaml:2: key 'optim.beta2' must be in [0, 1), got 1");
@@ -339,7 +344,8 @@ TEST(ConfigErrors, ImpossibleValue) {
   EXPECT_EQ(error_of("model:\n  norm_eps: 0\n"), "configs/x.yaml:2: key 'model.norm_eps' must be > 0, got 0");
   EXPECT_EQ(error_of("model:\n  preset: llama3_7b\n"),
             "configs/x.yaml:2: key 'model.preset' must be one of tiny, tiny_moe, llama2_7b, llama2_13b, llama2_70b, "
-            "codellama_7b, mixtral_8x7b, llama3_8b, llama3_70b, llama3.1_8b, llama3.1_70b, got 'llama3_7b'");
+            "codellama_7b, mixtral_8x7b, llama3_8b, llama3_70b, llama3.1_8b, llama3.1_70b, got 'llama3_7b' (did you "
+            "mean 'llama2_7b'?)");
   EXPECT_EQ(error_of("model:\n  rope_scaling: yarn\n"),
             "configs/x.yaml:2: key 'model.rope_scaling' must be one of none, linear, llama3, got 'yarn' (dynamic, "
             "yarn, longrope and the other transformers types are not implemented)");
@@ -350,7 +356,8 @@ TEST(ConfigErrors, ImpossibleValue) {
   EXPECT_EQ(error_of("eval:\n  split: data/val\n"),
             "configs/x.yaml:2: key 'eval.split' must be a shard name, not a path, got 'data/val'");
   EXPECT_EQ(error_of("train:\n  dtype: float8\n"),
-            "configs/x.yaml:2: key 'train.dtype' must be one of float32, bfloat16, float16, got 'float8'");
+            "configs/x.yaml:2: key 'train.dtype' must be one of float32, bfloat16, float16, got 'float8' (did you mean "
+            "'float32'?)");
   EXPECT_EQ(error_of("train:\n  device: gpu\n"),
             "configs/x.yaml:2: key 'train.device' must be one of auto, cpu, cuda, got 'gpu'");
   EXPECT_EQ(error_of("run:\n  dir: \"\"\n"), "configs/x.yaml:2: key 'run.dir' must not be empty (the run directory)");
@@ -374,14 +381,49 @@ TEST(ConfigErrors, RulesOverTwoKeysBlameTheOneSetLast) {
             "configs/x.yaml:2: key 'model.experts_per_token' must be in [1, model.num_experts = 4], got 0");
   EXPECT_EQ(error_of("model:\n  experts_per_token: 2\n  num_experts: 1\n"),
             "configs/x.yaml:3: key 'model.num_experts' must be >= model.experts_per_token (2), got 1");
-  EXPECT_EQ(error_of("data:\n  source: shards\n"),
-            "configs/x.yaml:2: key 'data.source' is 'shards', which needs data.path (the folder of token shards)");
+  // data.path is a start-up check (train/setup.cpp): `plan` and the defaults need none.
+  EXPECT_EQ(error_of("data:\n  source: shards\n"), "no error");
+  EXPECT_EQ(error_of("train:\n  micro_batch_size: 4\n  global_batch_size: 10\n"),
+            "configs/x.yaml:3: key 'train.global_batch_size' must be a multiple of train.micro_batch_size (4), got 10");
+  EXPECT_EQ(error_of("train:\n  global_batch_size: 12\n", {"train.micro_batch_size=5"}),
+            "--set train.micro_batch_size=5: key 'train.micro_batch_size' must divide train.global_batch_size (12), "
+            "got 5");
   EXPECT_EQ(error_of("model:\n  quantization: nf4\n"),
             "configs/x.yaml:2: key 'model.quantization' is 'nf4', which needs lora.enabled: true (a quantized base "
             "trains only through adapters)");
   EXPECT_EQ(error_of("lora:\n  enabled: true\nmodel:\n  quantization: nf4\n", {"lora.enabled=false"}),
             "--set lora.enabled=false: key 'lora.enabled' must be true when model.quantization is 'nf4'");
   EXPECT_EQ(error_of("lora:\n  init_from: /a\n"), "configs/x.yaml:2: key 'lora.init_from' needs lora.enabled: true");
+}
+
+// train.global_batch_size (issue 31): sequences per optimizer step over all ranks, from
+// which the run derives grad_accum_steps (train/setup.h's with_global_batch).
+TEST(ConfigTrain, GlobalBatchSizeFromYamlAndSetAndItsBounds) {
+  EXPECT_EQ(load_config_string("train:\n  global_batch_size: 32\n", "x").train.global_batch_size, 32);
+  EXPECT_EQ(load_config_string("", "x", {"train.global_batch_size=16"}).train.global_batch_size, 16);
+  EXPECT_EQ(error_of("train:\n  global_batch_size: -8\n"),
+            "configs/x.yaml:2: key 'train.global_batch_size' must be >= 0, got -8");
+  EXPECT_EQ(error_of("", {"train.global_batch_size=many"}),
+            "--set train.global_batch_size=many: key 'train.global_batch_size' expects an integer, got 'many'");
+}
+
+// The logs print [warning]: the level a user copies from them is accepted.
+TEST(ConfigLogging, WarningIsALevelAsTheLogSpellsIt) {
+  EXPECT_EQ(load_config_string("", "x", {"logging.level=warning"}).logging.level, "warning");
+  EXPECT_EQ(load_config_string("logging:\n  level: warn\n", "x").logging.level, "warn");
+}
+
+// Values of a closed list get a did-you-mean, as keys do.
+TEST(ConfigErrors, ChoicesSuggestTheClosestValue) {
+  EXPECT_EQ(error_of("", {"fsdp.sharding_strategy=FULL_SHRD"}),
+            "--set fsdp.sharding_strategy=FULL_SHRD: key 'fsdp.sharding_strategy' must be one of FULL_SHARD, "
+            "SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD, got 'FULL_SHRD' (did you mean 'FULL_SHARD'?)");
+  EXPECT_EQ(error_of("", {"logging.level=warnings"}),
+            "--set logging.level=warnings: key 'logging.level' must be one of trace, debug, info, warn, warning, "
+            "error, got 'warnings' (did you mean 'warning'?)");
+  EXPECT_EQ(error_of("", {"train.activation_checkpointing=ful"}),
+            "--set train.activation_checkpointing=ful: key 'train.activation_checkpointing' must be one of none, "
+            "full, selective, got 'ful' (did you mean 'full'?)");
 }
 
 // lora.targets: a YAML list, one name, or names separated by commas (the --set spelling),
@@ -538,7 +580,10 @@ TEST(ConfigErrors, BadOverride) {
 TEST(ConfigErrors, MissingFileAndSyntaxError) {
   const std::string missing = kDataDir + "no_such_file.yaml";
   EXPECT_EQ(file_error_of(missing), missing + ": cannot open config file: No such file or directory");
-  EXPECT_EQ(file_error_of(kDataDir), kDataDir + ": cannot read config file: Is a directory");
+  EXPECT_EQ(file_error_of(kDataDir), kDataDir + ": cannot open config file: it is a directory, not a regular file");
+  // Once a FIFO blocked here until something wrote to it, and /dev/zero was read forever.
+  EXPECT_EQ(file_error_of("/dev/zero"),
+            "/dev/zero: cannot open config file: it is a character device, not a regular file");
   const std::string syntax = file_error_of(kDataDir + "syntax_error.yaml");
   EXPECT_TRUE(syntax.starts_with(kDataDir + "syntax_error.yaml:4: invalid YAML: ")) << syntax;
 }
@@ -583,7 +628,7 @@ TEST(ConfigDump, EveryKeyInSectionOrder) {
   EXPECT_NE(text.find("  sharding_strategy: FULL_SHARD\n"), std::string::npos);
   EXPECT_NE(text.find("  dtype: float32\n"), std::string::npos);
   const size_t lines = static_cast<size_t>(std::count(text.begin(), text.end(), '\n'));
-  EXPECT_EQ(lines, 12 + 89u);  // 12 sections, 89 keys
+  EXPECT_EQ(lines, 12 + 90u);  // 12 sections, 90 keys
 }
 
 TEST(ConfigDump, HashIsDeterministicAndSeesEveryChange) {
@@ -615,6 +660,10 @@ TEST(ConfigDump, DescribeKeysListsTypeDefaultAndDoc) {
     EXPECT_NE(help.find(fmt::format("  {}.{} = ", f.section, f.key)), std::string::npos) << f.key;
     EXPECT_FALSE(f.doc.empty()) << f.key;
   }
+  // Doc lines wrap at 100 columns (issue 31: up to 308); only a key's own line, which names
+  // a long list of choices, may be longer.
+  for (size_t p = 0, q; (q = help.find('\n', p)) != std::string::npos; p = q + 1)
+    if (help.compare(p, 6, "      ") == 0) EXPECT_LE(q - p, 100u) << help.substr(p, q - p);
 }
 
 }  // namespace

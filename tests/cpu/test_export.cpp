@@ -112,12 +112,12 @@ TEST(Export, BadInputExitsWithOneMessage) {
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.out.find("--output"), std::string::npos) << r.out;
   r = run("export --checkpoint " + out + "/nowhere --output " + out, out + ".log");
-  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.code, 2);  // the command line's: nothing to read (issue 31)
   EXPECT_NE(r.out.find(out + "/nowhere"), std::string::npos) << r.out;
   fs::create_directories(out + "/full");
   std::ofstream(out + "/full/keep.txt") << "mine";
   r = run("export --checkpoint " + trained + "/checkpoints --output " + out + "/full", out + ".log");
-  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.code, 2);  // --overwrite replaces it
   EXPECT_NE(r.out.find(out + "/full"), std::string::npos) << r.out;
   EXPECT_TRUE(fs::exists(out + "/full/keep.txt"));
   // A corrupt checkpoint is refused by its CRC, not exported.

@@ -93,6 +93,15 @@ TEST(LaunchChecks, MpirunRanksOnRemoteNodesAreNotJudged) {
   EXPECT_TRUE(run(world("mpirun", 16, 8, 2), e).empty());
 }
 
+TEST(LaunchChecks, TorchrunWorkersAreNotJudgedBySlurmsTaskCount) {
+  // torchrun started by `srun --ntasks-per-node=1` on 2 nodes, 8 workers each; and torchrun
+  // run straight from a one-task batch script: Slurm's counts are of torchrun, not its workers.
+  EXPECT_TRUE(run(world("torchrun", 16, 8, 2), env_of({{"SLURM_JOB_ID", "9"}, {"SLURM_STEP_ID", "0"},
+                                                         {"SLURM_STEP_NUM_TASKS", "2"}}))
+                  .empty());
+  EXPECT_TRUE(run(world("torchrun", 8), env_of({{"SLURM_JOB_ID", "9"}, {"SLURM_NTASKS", "1"}})).empty());
+}
+
 TEST(LaunchChecks, OneProcessInAManyTaskAllocationIsAWarning) {
   const auto e = env_of({{"SLURM_JOB_ID", "5"}, {"SLURM_NTASKS", "4"}});
   expect_one(run(world("none", 1), e), Severity::Warning, Scope::Job,

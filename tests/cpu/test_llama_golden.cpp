@@ -97,7 +97,7 @@ TEST_F(LlamaGolden, Bf16WeightsLoadAsTheirExactFloat32Values) {
   const std::string bdir = test::source_path("tests/golden/llama_bf16_tiny");
   const model::LlamaConfig c = ckpt::read_hf_llama_config(bdir);
   const ckpt::SafetensorsFolder folder(bdir);
-  const ckpt::SafetensorsFile ref(bdir + "/reference_f32.safetensors");
+  const ckpt::SafetensorsFile ref(bdir + "/reference/reference_f32.safetensors");
   const auto units = model::llama_units(c);
   for (const auto& unit : units) {
     Tensor flat = Tensor::empty({unit.numel}, DType::F32);

@@ -232,5 +232,72 @@ TEST_F(LoraCli, BadInputIsRefusedByName) {
   EXPECT_NE(r.out.find("lora.rank 17 is outside [1, 16] for layers.0.wk"), std::string::npos) << r.out;
 }
 
+// alpha and rslora are part of what trained adapters mean (the update is alpha / r B A, or
+// alpha / sqrt(r) B A): resuming with either changed is refused like a changed rank, not
+// continued with adapters scaled differently; the config's to fix before the first step (2).
+TEST_F(LoraCli, ResumeRefusesAnotherAlphaOrRslora) {
+  ASSERT_EQ(trained.code, 0) << trained.out;
+  const fs::path copy = root / "resume_scale";
+  fs::copy(root / "run", copy, fs::copy_options::recursive);
+  const std::string args = "train --config " + (root / "lora.yaml").string() + " --set run.dir=" + copy.string() +
+                           " --set train.max_steps=4";
+  auto r = run(args + " --set lora.alpha=16", "alpha");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("was trained with lora.alpha 8, but this run has lora.alpha 16: its adapters would be scaled "
+                       "differently"),
+            std::string::npos)
+      << r.out;
+  r = run(args + " --set lora.rslora=true", "rslora");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("was trained with lora.rslora false, but this run has lora.rslora true"), std::string::npos)
+      << r.out;
+  EXPECT_EQ(r.out.find("step      4/"), std::string::npos) << r.out;
+  r = run(args + " --set lora.dropout=0.1", "dropout");  // a training choice: may change
+  EXPECT_EQ(r.code, 0) << r.out;
+}
+
+// A base given as a relative model.init_from is recorded absolute, so `export --merge` and
+// `generate` work from any directory; a base that moved is named as the checkpoint's
+// recorded one, with --base to point at its new place.
+TEST_F(LoraCli, ARelativeBaseIsRecordedAbsoluteAndAMovedOneNamesBase) {
+  const fs::path base_copy = root / "rel_base";
+  fs::create_directories(base_copy);
+  for (const auto& e : fs::directory_iterator(base)) fs::copy_file(e.path(), base_copy / e.path().filename());
+  const std::string bin = FSDP_TRAIN_BIN;
+  auto in_dir = [&](const fs::path& cwd, const std::string& args, const std::string& name) {
+    return test::run_command("cd " + cwd.string() + " && " + bin + " " + args, (root / (name + ".log")).string());
+  };
+  auto r = in_dir(root, "train --config lora.yaml --set model.init_from=rel_base --set lora.init_from= "
+                        "--set train.max_steps=1 --set run.dir=rel_run", "rel_train");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const std::string ckpt = (root / "rel_run" / "checkpoints").string();
+  const ckpt::CheckpointReader reader(ckpt::list_checkpoints(ckpt).front());
+  ASSERT_TRUE(reader.manifest().base.has_value());
+  EXPECT_EQ(reader.manifest().base->path, base_copy.string());
+  r = in_dir("/", "export --checkpoint " + ckpt + " --output " + (root / "rel_merged").string() + " --merge", "rel_m1");
+  EXPECT_EQ(r.code, 0) << r.out;
+
+  const fs::path moved = root / "moved_base";
+  fs::rename(base_copy, moved);
+  const std::string why = "holds adapters trained on the base " + base_copy.string() +
+                          " (model.init_from, as its manifest records it), which is not there: pass --base DIR";
+  r = in_dir("/", "export --checkpoint " + ckpt + " --output " + (root / "rel_m2").string() + " --merge", "rel_m2");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find(why), std::string::npos) << r.out;
+  const std::string spm = test::made_up_tokenizer(root, 96);
+  const std::string gen =
+      "generate --checkpoint " + ckpt + " --tokenizer " + spm + " --prompt kalomi --max-new-tokens 2";
+  r = in_dir("/", gen, "rel_g1");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find(why), std::string::npos) << r.out;
+  r = in_dir("/", gen + " --base " + moved.string(), "rel_g2");
+  EXPECT_EQ(r.code, 0) << r.out;
+  r = in_dir("/", "export --checkpoint " + ckpt + " --output " + (root / "rel_m3").string() + " --merge --base " +
+                      moved.string(), "rel_m3");
+  EXPECT_EQ(r.code, 0) << r.out;
+  r = in_dir("/", gen + " --base " + moved.string() + " --adapter " + (root / "x").string(), "rel_g3");
+  EXPECT_EQ(r.code, 2) << r.out;  // --base with --adapter: the base is --checkpoint then
+}
+
 }  // namespace
 }  // namespace fsdp

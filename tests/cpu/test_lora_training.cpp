@@ -21,7 +21,7 @@ config::Config lora_tiny(const std::vector<std::string>& extra) {
                                 "lora.enabled=true",        "lora.rank=4",            "lora.targets=all-linear",
                                 "lora.dropout=0.25"};
   o.insert(o.end(), extra.begin(), extra.end());
-  return config::load_config_string("", "test", o);
+  return config::load_config_string("data:\n  source: synthetic\n", "test", o);
 }
 
 struct Trained {

@@ -28,7 +28,7 @@ namespace fsdp {
 namespace {
 
 config::Config load(const std::vector<std::string>& o, const std::string& file = "") {
-  return file.empty() ? config::load_config_string("", "test", o) : config::load_config(test::source_path(file), o);
+  return file.empty() ? config::load_config_string("data:\n  source: synthetic\n", "test", o) : config::load_config(test::source_path(file), o);
 }
 
 plan::PlanTarget gpus(int ranks, double bytes = 80e9) {
@@ -143,9 +143,10 @@ TEST(MemoryPlan, ParsesSizesAndRefusesTheRest) {
   EXPECT_EQ(plan::parse_bytes("80GB", "x"), 80e9);
   EXPECT_EQ(plan::parse_bytes("80 GiB", "x"), 80.0 * (1ull << 30));
   EXPECT_EQ(plan::parse_bytes("512MiB", "x"), 512.0 * (1 << 20));
-  EXPECT_EQ(plan::parse_bytes("8e9", "x"), 8e9);
+  EXPECT_EQ(plan::parse_bytes("8e9B", "x"), 8e9);
   EXPECT_EQ(plan::parse_bytes("1.5T", "x"), 1.5 * (1ull << 40));
-  for (const char* bad : {"", "lots", "80XB", "-5GB", "0", "80GB extra", "nan", "1e400"})
+  // "80" meant 80 bytes (issue 31): a size says its unit.
+  for (const char* bad : {"", "lots", "80XB", "-5GB", "0", "80GB extra", "nan", "1e400", "80", "8e9"})
     test::expect_error([&] { plan::parse_bytes(bad, "--device-memory"); }, {"--device-memory", "is not a size"});
   const plan::HostMemory host = plan::host_memory_limit();
   EXPECT_GT(host.bytes, 1e8);

@@ -41,7 +41,7 @@ config::Config small(const fs::path& run_dir, const std::vector<std::string>& ex
                                 "train.micro_batch_size=4", "train.max_steps=5",    "train.log_every=100",
                                 "optim.warmup_steps=2",     "checkpoint.resume=none", "run.dir=" + run_dir.string()};
   o.insert(o.end(), extra.begin(), extra.end());
-  return config::load_config_string("", "test", o);
+  return config::load_config_string("data:\n  source: synthetic\n", "test", o);
 }
 
 int run(const config::Config& cfg) {
@@ -141,7 +141,7 @@ TEST(Observability, TraceMergeWritesAProcessPerRankAndRefusesMixedRecordings) {
                      {"rank_1.trace.json", "different recordings"});
   std::ofstream(traces / "rank_1.trace.json") << "{\"traceEvents\": [";
   test::expect_error([&] { obs::merge_traces(traces.string(), (traces / "t2.json").string()); },
-                     {"rank_1.trace.json", "not JSON"});
+                     {"rank_1.trace.json: not valid JSON (line 1, column", "(a trace cut short?)"});
   test::expect_error([&] { obs::merge_traces((dir / "nope").string(), "x"); }, {"nope", "not a directory"});
   fs::remove_all(dir);
 }

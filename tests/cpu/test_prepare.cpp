@@ -24,6 +24,7 @@
 #include "fsdp/data/loader.h"
 #include "fsdp/data/prepare.h"
 #include "fsdp/data/shard_manifest.h"
+#include "fsdp/data/text_inputs.h"
 #include "fsdp/data/tokenizer.h"
 #include "test_util.h"
 
@@ -311,7 +312,7 @@ TEST_F(Prepare, OverLongLinesAreBadLinesNotReadWhole) {
   // Beyond --max-bad-fraction (1 of 402 > 0.001), the run fails naming it.
   PrepareOptions o = options("long_fails", {file("long.jsonl")});
   o.max_line_bytes = 1 << 20;
-  expect_failure(o, {"1 of 402 lines are malformed or too long", "long.jsonl:401"});
+  expect_failure(o, {"1 of 402 lines are malformed, too long or not UTF-8", "long.jsonl:401"});
 }
 
 // `fsdp_train prepare ARGS...` as a child process, output discarded, with the terminal's
@@ -576,6 +577,22 @@ TEST_F(Prepare, TextThroughTheLoaderDecodesToTheOriginalDocuments) {
   }
   ASSERT_GE(decoded.size(), paras.size() - 1);
   for (size_t i = 0; i < decoded.size(); ++i) EXPECT_EQ(decoded[i], paras[i]) << "document " << i;
+}
+
+// prepare's UTF-8 check, Unicode's table of well-formed sequences: the offset of the first
+// byte that breaks it.
+TEST(PrepareUtf8, FirstInvalidByteIsFound) {
+  using fsdp::data::first_invalid_utf8;
+  constexpr size_t ok = std::string_view::npos;
+  EXPECT_EQ(first_invalid_utf8("plain ascii"), ok);
+  EXPECT_EQ(first_invalid_utf8("caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80 \xF4\x8F\xBF\xBF"), ok);  // é € 😀 U+10FFFF
+  EXPECT_EQ(first_invalid_utf8("ab\xFF"), 2u);                // never a UTF-8 byte
+  EXPECT_EQ(first_invalid_utf8("\xC0\xAF"), 0u);             // an overlong '/'
+  EXPECT_EQ(first_invalid_utf8("x\xE0\x80\xAF"), 1u);       // an overlong three-byte form
+  EXPECT_EQ(first_invalid_utf8("\xED\xA0\x80"), 0u);        // a surrogate, U+D800
+  EXPECT_EQ(first_invalid_utf8("\xF4\x90\x80\x80"), 0u);   // past U+10FFFF
+  EXPECT_EQ(first_invalid_utf8("ok \xE2\x82"), 3u);          // cut short
+  EXPECT_EQ(first_invalid_utf8("\xC3("), 0u);                 // a continuation byte missing
 }
 
 }  // namespace

@@ -40,10 +40,17 @@ TEST(RunOwnership, ResumeNoneOverAnotherRunsCheckpointsIsRefusedNamingThem) {
   const std::string dir = scratch("own_refused");
   const std::string old_id = older_run(dir);
   const std::string msg = error_message([&] { LocalTrainer t(ckpt_config(dir, {"checkpoint.resume=none"})); });
-  for (const std::string& part : std::vector<std::string>{dir + "/checkpoints holds 2 checkpoint(s) of another run",
-                                                           "step_4 (run " + old_id + ")", "step_2",
-                                                           "checkpoint.overwrite: true", "checkpoint.resume is none"})
+  // The same command run again with resume: none: the earlier run's checkpoints, and the
+  // hint names both keys that start over (issue 31: "nothing to train ... set
+  // checkpoint.resume: none" led straight into this refusal).
+  for (const std::string& part :
+       std::vector<std::string>{dir + "/checkpoints holds 2 checkpoint(s) of an earlier run",
+                                "step_4 (run " + old_id + ")", "step_2", "checkpoint.resume: none starts a new run",
+                                "set checkpoint.resume: none and checkpoint.overwrite: true"})
     EXPECT_NE(msg.find(part), std::string::npos) << part << "\n" << msg;
+  EXPECT_EQ(msg.find("another run"), std::string::npos) << msg;
+  // A config to change, nothing ran: the config's error (exit 2 from the commands).
+  EXPECT_THROW(LocalTrainer t(ckpt_config(dir, {"checkpoint.resume=none"})), config::ConfigError);
   EXPECT_EQ(msg.find("check `"), std::string::npos) << msg;
   // Nothing was touched.
   EXPECT_EQ(ckpt::list_checkpoints(dir + "/checkpoints").size(), 2u);
@@ -112,7 +119,7 @@ TEST(RunOwnership, AResumedRunRefusesCheckpointsOfAnotherRunId) {
   fs::rename(other + "/checkpoints/step_2", dir + "/checkpoints/step_1");  // the other run's, at a lower step
   const std::string msg = error_message([&] { LocalTrainer t(ckpt_config(dir, {"train.max_steps=6"})); });
   EXPECT_NE(msg.find("holds 1 checkpoint(s) of another run: step_1 (run "), std::string::npos) << msg;
-  EXPECT_NE(msg.find("a resumed run"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("This resumed run"), std::string::npos) << msg;
 }
 
 // Rotation keeps the checkpoint just written whatever steps the others have: here a copy of
@@ -132,12 +139,13 @@ TEST(RunOwnership, RotationNeverDeletesTheCheckpointJustWritten) {
 TEST(RunOwnership, AMissingLoadDirOrResumePathIsAnError) {
   const std::string dir = scratch("own_missing");
   std::string msg = error_message([&] { LocalTrainer t(ckpt_config(dir, {"checkpoint.load_dir=" + dir + "/nowhere"})); });
-  EXPECT_NE(msg.find("checkpoint.load_dir " + dir + "/nowhere does not exist"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("key 'checkpoint.load_dir' is " + dir + "/nowhere, which does not exist"), std::string::npos) << msg;
   fs::create_directories(dir + "/empty");
   msg = error_message([&] { LocalTrainer t(ckpt_config(dir, {"checkpoint.load_dir=" + dir + "/empty"})); });
   EXPECT_NE(msg.find("checkpoint.load_dir " + dir + "/empty holds no complete checkpoint"), std::string::npos) << msg;
   msg = error_message([&] { LocalTrainer t(ckpt_config(dir, {"checkpoint.resume=" + dir + "/nowhere/step_3"})); });
-  EXPECT_NE(msg.find("checkpoint.resume: " + dir + "/nowhere/step_3 does not exist"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("key 'checkpoint.resume' is " + dir + "/nowhere/step_3, which does not exist"), std::string::npos)
+      << msg;
 }
 
 // A fine-tune starts from load_dir; requeued, it continues its own checkpoints in

@@ -101,10 +101,10 @@ uint16_t f32_to_bf16_rne(float f) {
 
 TEST(SafetensorsFolder, Bf16FixtureConvertsExactlyToItsReference) {
   SafetensorsFolder folder(kBf16);
-  // No index: model.safetensors alone, never reference_f32.safetensors beside it.
+  // No index: model.safetensors alone (the reference copy lives in reference/: beside it, it would be refused).
   ASSERT_EQ(folder.files().size(), 1u);
   EXPECT_EQ(fs::path(folder.files()[0]).filename(), "model.safetensors");
-  SafetensorsFile reference(kBf16 + "/reference_f32.safetensors");
+  SafetensorsFile reference(kBf16 + "/reference/reference_f32.safetensors");
   SafetensorsFolder f32_folder(kGqa);
   EXPECT_EQ(folder.names(), llama_param_names());
   for (const auto& name : folder.names()) {

@@ -41,7 +41,7 @@ config::Config small_config(const std::vector<std::string>& extra = {}) {
                                 "optim.warmup_steps=5",     "optim.min_lr=3e-4",   "logging.metrics=false",
                                 "run.dir=/tmp/fsdp_test_trainer"};
   o.insert(o.end(), extra.begin(), extra.end());
-  return config::load_config_string("", "test", o);
+  return config::load_config_string("data:\n  source: synthetic\n", "test", o);
 }
 
 TEST(Trainer, LossFallsOnSyntheticData) {

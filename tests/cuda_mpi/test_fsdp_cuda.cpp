@@ -58,7 +58,7 @@ config::Config tiny(const std::vector<std::string>& extra = {}) {
                                 "logging.metrics=false",      "checkpoint.resume=none", "checkpoint.keep_last=10",
                                 "train.device=cuda"};
   o.insert(o.end(), extra.begin(), extra.end());
-  return config::load_config_string("", "test", o);
+  return config::load_config_string("data:\n  source: synthetic\n", "test", o);
 }
 
 class CudaTrainer : public ::testing::Test {

@@ -31,7 +31,7 @@ TEST(CudaTrainerTrace, StreamTracksHoldEveryOpTheProfilerCountsAndTheCollectives
   dist::Communicator& world = *groups.world;
   const std::string dir = test::shared_scratch(world, "fsdp_cuda_trace");
   const config::Config cfg = config::load_config_string(
-      "", "test",
+      "data:\n  source: synthetic\n", "test",
       {"model.preset=tiny", "model.num_layers=2", "model.vocab_size=97", "model.hidden_size=36", "model.num_heads=3",
        "model.num_kv_heads=1", "model.intermediate_size=50", "train.seq_len=16", "train.micro_batch_size=2",
        "train.max_steps=3", "train.device=cuda", "train.log_every=100", "checkpoint.resume=none",

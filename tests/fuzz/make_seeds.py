@@ -112,6 +112,47 @@ def prepare_jsonl():
     write("prepare_jsonl", "paragraphs.txt", b"\x03first paragraph\nstill the first\n\n \n\nsecond\r\n")
 
 
+def tokenizer_json():
+    """Each golden tokenizer (tests/golden/tokenizers, written by `tokenizers`) cut to its 260
+    lowest ids and the merges among them: the same pipelines, small enough to mutate fast."""
+    root = os.path.join(ROOT, "tests", "golden", "tokenizers")
+    for name in sorted(os.listdir(root)):
+        path = os.path.join(root, name, "tokenizer.json")
+        if not os.path.exists(path):
+            continue
+        with open(path, encoding="utf-8") as f:
+            j = json.load(f)
+        kept = sorted((i, t) for t, i in j["model"]["vocab"].items() if i < 260)
+        vocab = {t: new for new, (_, t) in enumerate(kept)}
+        merges = []
+        for m in j["model"]["merges"]:
+            a, b = m.split(" ") if isinstance(m, str) else m
+            if a in vocab and b in vocab and a + b in vocab:
+                merges.append(m)
+        j["model"]["vocab"], j["model"]["merges"] = vocab, merges
+        added = []
+        for k, a in enumerate(j["added_tokens"]):
+            a = dict(a, id=vocab.get(a["content"], len(vocab) + k))
+            added.append(a)
+        j["added_tokens"] = added
+        ids = {a["content"]: a["id"] for a in added}
+
+        def fix(p):
+            if not p:
+                return
+            if p["type"] == "TemplateProcessing":
+                for content, v in p["special_tokens"].items():
+                    v["ids"] = [ids[content]]
+            elif p["type"] == "Sequence":
+                for q in p["processors"]:
+                    fix(q)
+            elif p["type"] in ("BertProcessing", "RobertaProcessing"):
+                for key in ("cls", "sep"):
+                    p[key][1] = ids.get(p[key][0], vocab.get(p[key][0]))
+        fix(j.get("post_processor"))
+        write("tokenizer_json", name + ".json", json.dumps(j, ensure_ascii=False, separators=(",", ":")))
+
+
 def chat_template():
     # The published templates (tests/golden/chat_templates/sources) and every one-construct
     # case of jinja_cases.json: the interpreter's accepting paths and each error path.
@@ -156,6 +197,15 @@ DICT_WORDS = {
     "safetensors": ["dtype", "shape", "data_offsets", "__metadata__", "F32", "BF16", "F16", "F64", "I64", "I32",
                     "U8", "I8", "BOOL", "F8_E4M3", "U64"],
     "prepare_jsonl": ["text", "input_ids"],
+    "tokenizer_json": ["type", "BPE", "Sequence", "Split", "ByteLevel", "Metaspace", "Digits", "Whitespace",
+                       "WhitespaceSplit", "NFC", "NFKC", "NFD", "NFKD", "Prepend", "Replace", "Strip",
+                       "TemplateProcessing", "BertProcessing", "ByteFallback", "Fuse", "BPEDecoder", "Regex", "String",
+                       "pattern", "behavior", "Isolated", "Removed", "MergedWithPrevious", "MergedWithNext",
+                       "Contiguous", "invert", "prepend_scheme", "always", "first", "never", "split", "added_tokens",
+                       "content", "special", "normalized", "lstrip", "rstrip", "single_word", "byte_fallback",
+                       "unk_token", "fuse_unk", "ignore_merges", "continuing_subword_prefix", "end_of_word_suffix",
+                       "merges", "vocab", "single", "special_tokens", "SpecialToken", "ids", "\\p{L}", "\\p{N}",
+                       "(?i:", "\\s+(?!\\S)", "[^\\s", "<0x0A>", "\u2581"],
     "chat_template": ["{{", "}}", "{%", "%}", "{#", "#}", "{%-", "-%}", "{{-", "-}}", "for ", " in ", "endfor",
                       "if ", "elif ", "else", "endif", "set ", "endset", "macro ", "endmacro", "filter ",
                       "endfilter", "generation", "endgeneration", "raw", "endraw", "break", "continue",
@@ -190,7 +240,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--manifest-from", metavar="FUZZER", help="build-fuzz/tests/fuzz_checkpoint_manifest")
     args = parser.parse_args()
-    for target in ("config_yaml", "hf_config_json", "safetensors", "megatron_idx", "prepare_jsonl", "chat_template"):
+    for target in ("config_yaml", "hf_config_json", "safetensors", "megatron_idx", "prepare_jsonl", "tokenizer_json",
+                   "chat_template"):
         d = os.path.join(CORPUS, target)
         if os.path.isdir(d):
             for f in os.listdir(d):
@@ -201,6 +252,7 @@ def main():
     safetensors()
     megatron_idx()
     prepare_jsonl()
+    tokenizer_json()
     chat_template()
     dictionaries()
     if args.manifest_from:

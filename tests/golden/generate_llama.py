@@ -6,7 +6,8 @@
                       input_ids, labels, logits, loss and the gradient of every parameter,
                       computed in float64 (see exact_float64_llama below) and stored as float32.
     llama_bf16_tiny/  the same weights rounded to bfloat16 in one model.safetensors (no index),
-                      and reference_f32.safetensors = those bf16 values upcast to fp32, exactly.
+                      and reference/reference_f32.safetensors = those bf16 values upcast to fp32,
+                      exactly (in a subfolder: beside model.safetensors it would be a second copy).
 
 Run with the venv described in README.md (Debian's torch 1.13 + requirements.txt):
     /work/venv-golden/bin/python tests/golden/generate_llama.py
@@ -266,10 +267,13 @@ def write_bf16_fixture(model, out_dir):
     with open(os.path.join(out_dir, "config.json")) as f:
         assert json.load(f)["torch_dtype"] == "bfloat16"
     reference = {n: p.detach().float().contiguous() for n, p in bf16.state_dict().items()}
-    save_file(reference, os.path.join(out_dir, "reference_f32.safetensors"),
+    # In a subfolder: beside model.safetensors, a file holding the same tensors makes the
+    # folder ambiguous, and the importer refuses it.
+    os.makedirs(os.path.join(out_dir, "reference"))
+    save_file(reference, os.path.join(out_dir, "reference", "reference_f32.safetensors"),
               metadata=one_key_metadata({"generator": "tests/golden/generate_llama.py",
                                          "content": "model.safetensors (bfloat16) upcast to float32 exactly"}))
-    print(f"{out_dir}: model.safetensors (bf16) + reference_f32.safetensors")
+    print(f"{out_dir}: model.safetensors (bf16) + reference/reference_f32.safetensors")
 
 
 def main():

@@ -35,7 +35,7 @@ config::Config tiny(const std::string& dir, const std::vector<std::string>& extr
                                 "optim.lr=3e-3",              "optim.warmup_steps=2", "train.max_steps=20",
                                 "logging.metrics=false",      "run.dir=" + dir,       "checkpoint.keep_last=10"};
   o.insert(o.end(), extra.begin(), extra.end());
-  return config::load_config_string("", "test", o);
+  return config::load_config_string("data:\n  source: synthetic\n", "test", o);
 }
 
 struct Curve {
@@ -216,7 +216,7 @@ TEST(InitFromSharded, ShardsAssembleIntoTheSingleProcessImport) {
   const std::string hf = std::string(FSDP_SOURCE_DIR) + "/tests/golden/llama_gqa_tiny";
   const std::vector<std::string> o = {"model.init_from=" + hf, "checkpoint.resume=none", "train.seq_len=13",
                                       "train.micro_batch_size=1", "logging.metrics=false"};
-  const config::Config cfg = config::load_config_string("", "test", o);
+  const config::Config cfg = config::load_config_string("data:\n  source: synthetic\n", "test", o);
   auto sharded = dist::split_process_groups(world, 0);
   train::Trainer t(cfg, sharded);
   auto local = dist::local_process_groups();

@@ -36,7 +36,7 @@ config::Config tiny(const std::vector<std::string>& extra = {}) {
                                 "train.micro_batch_size=2", "optim.lr=3e-3",  "optim.warmup_steps=3",
                                 "train.max_steps=20",       "logging.metrics=false",  "checkpoint.resume=none"};
   o.insert(o.end(), extra.begin(), extra.end());
-  return config::load_config_string("", "test", o);
+  return config::load_config_string("data:\n  source: synthetic\n", "test", o);
 }
 
 struct TrainRun {
@@ -86,6 +86,40 @@ void expect_equivalent(const std::string& strategy, const std::vector<std::strin
 }
 
 TEST(FsdpEquivalence, FullShard) { expect_equivalent("FULL_SHARD", {}); }
+
+// train.global_batch_size keeps the sequences per step on any world size (issue 31): one
+// process of micro-batch 4 accumulates 2, two ranks of micro-batch 4 accumulate 1, and both
+// train the same losses; on 4 ranks 8 sequences do not divide into micro-batches of 4, and
+// the run is refused naming the key.
+TEST(FsdpEquivalence, GlobalBatchSizeIsKeptOnAnyWorldSize) {
+  dist::ProcessGroups& world = test::world_groups();
+  const int n = world.world->size();
+  const std::vector<std::string> o = {"train.micro_batch_size=4", "train.global_batch_size=8",
+                                      "fsdp.sharding_strategy=FULL_SHARD"};
+  const config::Config cfg = tiny(o);
+  auto groups = dist::split_process_groups(world, train::shard_group_size(cfg));
+  if (8 % (4 * n) != 0) {
+    try {
+      train::Trainer t(cfg, groups);
+      ADD_FAILURE() << "8 sequences in micro-batches of 4 on " << n << " ranks were not refused";
+    } catch (const config::ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("key 'train.global_batch_size' 8 is not a multiple of "
+                                           "train.micro_batch_size 4 x " + std::to_string(n)),
+                std::string::npos)
+          << e.what();
+    }
+    return;
+  }
+  EXPECT_EQ(train::Trainer(cfg, groups).config().train.grad_accum_steps, 8 / (4 * n));
+  const TrainRun got = train(cfg, groups);
+  auto local = dist::local_process_groups();
+  const config::Config one = tiny(o);
+  const TrainRun want = train(one, local);  // one rank: 2 micro-batches of 4
+  for (int i = 0; i < kSteps; ++i) {
+    EXPECT_LT(std::abs(got.losses[i] - want.losses[i]) / want.losses[i], kTolerance)
+        << "step " << i + 1 << ": " << got.losses[i] << " vs " << want.losses[i];
+  }
+}
 TEST(FsdpEquivalence, ShardGradOp) { expect_equivalent("SHARD_GRAD_OP", {}); }
 TEST(FsdpEquivalence, NoShard) { expect_equivalent("NO_SHARD", {}); }
 TEST(FsdpEquivalence, HybridShard) {

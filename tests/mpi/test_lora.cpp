@@ -48,7 +48,7 @@ config::Config tiny(const std::vector<std::string>& extra) {
   std::vector<std::string> o = {"model.preset=tiny", "model.num_layers=2",       "train.seq_len=32",
                                 "train.micro_batch_size=2", "optim.lr=1e-2",     "optim.warmup_steps=2",
                                 "train.max_steps=40",        "logging.metrics=false", "checkpoint.resume=none"};
-  return config::load_config_string("", "test", with(o, extra));
+  return config::load_config_string("data:\n  source: synthetic\n", "test", with(o, extra));
 }
 
 struct TrainRun {

@@ -84,7 +84,7 @@ config::Config tiny(const std::vector<std::string>& extra) {
                                 "train.micro_batch_size=2", "logging.metrics=false", "checkpoint.resume=none",
                                 "data.num_workers=0"};
   o.insert(o.end(), extra.begin(), extra.end());
-  return config::load_config_string("", "test", o);
+  return config::load_config_string("data:\n  source: synthetic\n", "test", o);
 }
 
 TEST(MemoryPlan, PeakMatchesTheAllocatorAndTheEngineExactly) {

@@ -4,14 +4,14 @@
 source "$(dirname "$0")/common.sh" "$@"
 
 # The error messages of a job log, one per line, as train.sbatch and fsdp_train print them
-# (`[train.sbatch] error: ...`, `[error] ...`, `error: ...`), with timestamps and the
-# `[rank N]` prefix and colours (mpirun gives ranks a terminal) removed, so the same message
+# (`[train.sbatch] error: ...`, `[error] ...`, `fsdp_train train: error: ...`), with timestamps and the
+# `[rank N]` / `rank N: ` prefix and colours (mpirun gives ranks a terminal) removed, so the same message
 # from several ranks is one. What srun,
 # slurmstepd and MPI_Abort add around a failure is not counted.
 error_messages() {
   sed 's/\x1b\[[0-9;]*m//g' "$1" | sed -n -e 's/^[0-9-]* [0-9:]* \[train.sbatch\] error: /script: /p' \
     -e 's/^\[[0-9-]* [0-9:.]*\] \[error\] \(\[rank [0-9]*\] \)\{0,1\}/fsdp_train: /p' \
-    -e 's/^error: /fsdp_train: /p' | sort -u
+    -e 's/^fsdp_train[a-z -]*: error: \(rank [0-9]*: \)\{0,1\}/fsdp_train: /p' -e 's/^error: /fsdp_train: /p' | sort -u
 }
 
 # expect_refusal NAME PATTERN [sbatch args...]: the job fails, is not requeued, and its log

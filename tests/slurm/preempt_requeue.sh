@@ -6,8 +6,13 @@
 #     forwards it to srun, fsdp_train checkpoints and exits 75, the script runs `scontrol
 #     requeue`, Slurm starts the job again (SLURM_RESTART_COUNT=1) and it resumes from the
 #     checkpoint: every step's loss equals the reference's bit for bit;
+#     The preempted job saves asynchronously (checkpoint.async), whose preemption save once
+#     exited 1, so Slurm never requeued it; the requeued run takes the run.dir's lock its
+#     previous run released (no stale-lock warning) and records its restart in it.
 #  3. a job cancelled mid-run (`scancel`: SIGTERM to everything) still checkpoints, but is
 #     not requeued.
+#  4. one run per run.dir: a second job started on a run.dir a running job holds is refused
+#     (exit 1, naming the holder and its Slurm job), and the holder trains on.
 source "$(dirname "$0")/common.sh" "$@"
 
 STEPS=150
@@ -21,8 +26,8 @@ check_loss_falls "$WORK/runs/ref/metrics.jsonl" "$STEPS"
 
 say "2. preempted: the warning signal to the batch shell after step 20"
 run=$WORK/runs/pre
-JOB_ID=$(RUN_DIR=$run GPUS_PER_NODE=0 EXTRA_ARGS="$ARGS" sbatch --parsable --job-name=pre --ntasks=2 \
-  --output="$WORK/logs/%x_%j.out" "$REPO/slurm/train.sbatch")
+JOB_ID=$(RUN_DIR=$run GPUS_PER_NODE=0 EXTRA_ARGS="$ARGS --set checkpoint.async=true" sbatch --parsable --job-name=pre \
+  --ntasks=2 --output="$WORK/logs/%x_%j.out" "$REPO/slurm/train.sbatch")
 JOB_LOG=$WORK/logs/pre_$JOB_ID.out
 wait_for_steps "$run/metrics.jsonl" 20 "$JOB_ID"
 scancel --batch --signal=USR1 "$JOB_ID"
@@ -38,6 +43,10 @@ stopped=$(sed -n "s/.*resumed from .*step_\([0-9]*\) at step .*/\1/p" "$JOB_LOG"
 [[ -n $stopped ]] || fail "the requeued run did not resume from a checkpoint"
 ((stopped >= 20 && stopped < STEPS)) || fail "resumed at step $stopped"
 require_log "$JOB_LOG" "fsdp_train finished"
+! log_has "$JOB_LOG" "could not be saved" || fail "an async save was reported lost"
+! log_has "$JOB_LOG" "taking over the lock" || fail "the requeued run found its predecessor's lock stale"
+require_log "$run/fsdp_train.lock" "tag: slurm job $JOB_ID restart 1"
+require_log "$run/fsdp_train.lock" "state: released"
 say "signal after step $signalled_at, checkpoint at step $stopped, requeued, resumed, finished"
 expect_same_losses "$WORK/runs/ref/metrics.jsonl" "$run/metrics.jsonl" "$STEPS"
 say "all $STEPS losses equal the uninterrupted run's, bit for bit (steps $((stopped + 1))..$STEPS after the resume)"
@@ -60,4 +69,22 @@ require_log "$JOB_LOG" "fsdp_train wrote a checkpoint and stopped \(exit code 75
 saved=$(sed -n 's/.*checkpoint: saved .*step_\([0-9]*\) .*/\1/p' "$JOB_LOG" | tail -1)
 [[ -n $saved && -f $run/checkpoints/step_$saved/manifest.json ]] || fail "the cancelled job left no checkpoint"
 say "cancelled: checkpoint at step $saved, not requeued"
+
+say "4. one run per run.dir: a second job on a run.dir in use is refused"
+run=$WORK/runs/held
+HOLDER=$(RUN_DIR=$run GPUS_PER_NODE=0 EXTRA_ARGS="$TINY_ARGS --set train.max_steps=100000" sbatch --parsable \
+  --job-name=holder --ntasks=2 --output="$WORK/logs/%x_%j.out" "$REPO/slurm/train.sbatch")
+wait_for_steps "$run/metrics.jsonl" 5 "$HOLDER"
+RUN_DIR=$run GPUS_PER_NODE=0 EXTRA_ARGS="$TINY_ARGS --set train.max_steps=100000" JOB_TIMEOUT=60 \
+  submit_wait intruder --ntasks=1 "$REPO/slurm/train.sbatch"
+((JOB_RC == 1)) || fail "the second job on $run exited $JOB_RC, expected 1"
+require_log "$JOB_LOG" "run.dir $run is in use by pid [0-9]+ on host .* \(since .*\), slurm job $HOLDER restart 0"
+require_log "$JOB_LOG" "fsdp_train failed \(exit code 1\): not requeueing"
+! log_has "$JOB_LOG" "step +1/" || fail "the refused job trained"
+[[ $(job_field "$HOLDER" JobState) == RUNNING ]] || fail "the holder stopped: $(job_field "$HOLDER" JobState)"
+before=$(steps_logged "$run/metrics.jsonl")
+wait_for_steps "$run/metrics.jsonl" $((before + 5)) "$HOLDER"
+scancel "$HOLDER"
+wait_job_end "$HOLDER" 60
+say "refused: $(grep -o 'run.dir .* is in use by .*' "$JOB_LOG" | head -1); the holder trained on"
 say "PASS"

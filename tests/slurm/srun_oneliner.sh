@@ -28,7 +28,7 @@ timeout 120 $salloc_line bash -c "$srun_line --set train.max_steps=$STEPS --set 
   >"$WORK/logs/oneliner.out" 2>&1 || fail "the one-liner failed: $(tail -5 "$WORK/logs/oneliner.out")"
 require_log "$WORK/logs/oneliner.out" "salloc: Granted job allocation"
 require_log "$WORK/logs/oneliner.out" "launched by srun"
-require_log "$WORK/logs/oneliner.out" "step +$STEPS/$STEPS \| loss"
+require_log "$WORK/logs/oneliner.out" "step +$STEPS/$STEPS .*\| loss"
 check_loss_falls "$run_dir/metrics.jsonl" "$STEPS"
 ntasks=$(sed -n 's/.*--ntasks=\([0-9]*\).*/\1/p' <<<"$salloc_line")
 grep -q "\"world_size\":$ntasks[,}]" "$run_dir/metrics.jsonl" || fail "world_size is not the salloc line's $ntasks"

@@ -92,8 +92,9 @@ class CheckpointWriter {
   // of the committed save. Errors of any rank are reported on every rank as one fsdp::Error
   // naming the rank; the tmp directory is removed and older checkpoints are untouched.
   SaveStats commit();
-  // Collective: waits for the background write, then commits. No-op when nothing pending.
-  void finish();
+  // Collective: waits for the background write, then commits; returns the committed save's
+  // stats (what commit() returns), or nothing when no save was pending.
+  std::optional<SaveStats> finish();
 
  private:
   struct Job;

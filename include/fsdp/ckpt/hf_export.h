@@ -5,6 +5,7 @@
 //   out_dir/model.safetensors               when everything fits in one shard, else
 //   out_dir/model-0000i-of-0000n.safetensors + model.safetensors.index.json
 //   out_dir/tokenizer.model + tokenizer_config.json   when a sentencepiece model is given
+//   out_dir/tokenizer.json (+ the files beside it)    when a Hugging Face tokenizer is given
 //
 // Tensors carry Hugging Face's names and shapes (ParamSlot::hf_name) and are copied as they
 // lie in the unit: our q/k rows are already in HF's rotate-half (head-major, half-split)
@@ -36,11 +37,17 @@ struct HfExportOptions {
   // Element type of the weights: BF16 (what published Llama checkpoints ship; rounded to
   // nearest even, as torch's .to(torch.bfloat16)) or F32 (bit-exact).
   DType dtype = DType::BF16;
+  // Replace an out_dir that exists and is not empty (export --overwrite): the new folder is
+  // written beside it and takes its place only once complete. false = refuse it.
+  bool overwrite = false;
   // Largest shard file, counting tensor bytes as transformers' save_pretrained does
   // (max_shard_size="5GB", 1 GB = 10^9 bytes). A tensor larger than this gets a shard alone.
   uint64_t max_shard_bytes = 5'000'000'000ULL;
-  // A sentencepiece model to copy in as tokenizer.model (empty: no tokenizer files). Its
-  // BOS/EOS/UNK pieces go into tokenizer_config.json so LlamaTokenizer / AutoTokenizer load it.
+  // The run's tokenizer (empty: no tokenizer files). A Hugging Face tokenizer.json is copied
+  // verbatim with the files beside it that transformers reads (tokenizer_config.json,
+  // special_tokens_map.json, a chat template). A sentencepiece model is copied in as
+  // tokenizer.model, its BOS/EOS/UNK pieces written into tokenizer_config.json so
+  // LlamaTokenizer / AutoTokenizer load it.
   // LlamaTokenizer then encodes exactly as sentencepiece does. AutoTokenizer's fast tokenizer
   // is converted by transformers with Llama's own normaliser, so it is exact only for a model
   // trained like Llama's (identity normalisation, --remove_extra_whitespaces=false); with

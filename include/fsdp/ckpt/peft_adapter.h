@@ -16,9 +16,11 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "fsdp/ckpt/safetensors.h"
 #include "fsdp/core/tensor.h"
 #include "fsdp/model/llama_config.h"
 #include "fsdp/model/param_units.h"
@@ -40,6 +42,10 @@ struct PeftAdapterConfig {
 // Reads and checks <dir>/adapter_config.json (errors name the file and the key).
 PeftAdapterConfig read_peft_adapter_config(const std::string& dir);
 
+// <dir>'s adapter_model.safetensors, opened; an error naming it (and an adapter_model.bin
+// found instead) when it is not there.
+std::unique_ptr<SafetensorsFolder> open_peft_adapter_weights(const std::string& dir);
+
 // Errors (naming the key on both sides) unless the adapter is the one `lora` asks for on a
 // model of shape `cfg`: the same r, alpha, rslora and set of target modules. The dropout may
 // differ (it is a training choice, not part of the weights).
@@ -49,6 +55,7 @@ void check_peft_adapter_matches(const PeftAdapterConfig& adapter, const model::L
 struct PeftExportOptions {
   DType dtype = DType::F32;  // of the adapter tensors: float32 (exact) or bfloat16
   std::string base_model_name_or_path;
+  bool overwrite = false;  // replace a non-empty out_dir (export --overwrite) once the new one is complete
 };
 
 // Writes a PEFT folder for the adapters of `units` (lora_units' layout): `full_unit(u)`

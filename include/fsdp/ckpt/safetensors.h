@@ -83,7 +83,8 @@ class SafetensorsFile {
 // A Hugging Face model folder. With model.safetensors.index.json, its weight_map says which
 // shard holds each tensor (only those shards are opened; a missing one is an error naming it).
 // Without an index, the folder's model.safetensors if there is one (what transformers loads),
-// else every *.safetensors in it; a tensor name found in two files is an error.
+// else every *.safetensors in it; a tensor name found in two files is an error, a file beside
+// model.safetensors that holds one of its tensors included (which copy is meant is unknowable).
 class SafetensorsFolder {
  public:
   explicit SafetensorsFolder(const std::string& dir);
@@ -98,6 +99,8 @@ class SafetensorsFolder {
  private:
   void open_from_index(const std::string& index_path);
   void open_all(const std::vector<std::string>& paths);
+  // Beside model.safetensors (no index): a file holding one of its tensors is an error.
+  void refuse_other_copies(const std::vector<std::string>& others) const;
 
   std::string dir_;
   std::vector<std::unique_ptr<SafetensorsFile>> files_;

@@ -16,6 +16,8 @@ struct ConfigArgs {
   std::string config_path;
   std::vector<std::string> overrides;
   std::string split;  // eval --split NAME: eval.split
+  std::string checkpoint;  // eval --checkpoint DIR: a step_<N>/ or a checkpoint.dir (its newest)
+  bool init = false;       // eval --init: the seeded initialisation, knowingly
   bool help = false;
 };
 // Trains the model the config describes (fsdp/train/trainer.h).
@@ -30,11 +32,13 @@ int eval_command(const ConfigArgs& args);
 //   plan         the memory plan of a run, without allocating (fsdp/plan/memory_plan.h); 1 when
 //                the run does not fit
 //   trace-merge  a run's per-rank traces as one (fsdp/obs/trace_merge.h)
+//   tokenize     a tokenizer's ids for lines of stdin, or their text back (fsdp/data/tokenizer.h)
 int prepare_command(int argc, char** argv);
 int generate_command(int argc, char** argv);
 int export_command(int argc, char** argv);
 int plan_command(int argc, char** argv);
 int trace_merge_command(int argc, char** argv);
+int tokenize_command(int argc, char** argv);
 
 // The text each prints for --help.
 const char* prepare_help();
@@ -42,5 +46,6 @@ const char* generate_help();
 const char* export_help();
 const char* plan_help();
 const char* trace_merge_help();
+const char* tokenize_help();
 
 }  // namespace fsdp::cli

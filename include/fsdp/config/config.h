@@ -102,7 +102,9 @@ struct LoraConfig {
 };
 
 struct DataConfig {
-  DataSource source = DataSource::Synthetic;
+  // Shards unless the config says `source: synthetic`: a config without a data section is
+  // refused for its missing data.path at start-up, never trained on made-up tokens.
+  DataSource source = DataSource::Shards;
   std::string path;      // token shards (required when source is shards)
   std::string val_path;  // validation shards; "" = none
   int num_workers = 1;
@@ -115,6 +117,9 @@ struct TrainConfig {
   int max_steps = 100;
   int micro_batch_size = 8;
   int grad_accum_steps = 1;
+  // Sequences per optimizer step over all ranks; 0 = micro_batch_size x grad_accum_steps x
+  // ranks. Set, it decides grad_accum_steps on every world size (train/setup.h).
+  int global_batch_size = 0;
   int seq_len = 128;
   int seed = 42;
   int log_every = 10;
@@ -178,7 +183,7 @@ struct DistConfig {
 };
 
 struct LoggingConfig {
-  std::string level = "info";  // trace | debug | info | warn | error
+  std::string level = "info";  // trace | debug | info | warn (or warning) | error
   bool metrics = true;         // write <run.dir>/metrics.jsonl
   // A trace of global steps (wait, wait + warmup] recorded and dropped, then the next
   // `active` steps written (torch.profiler.schedule); 0 active steps = no trace.

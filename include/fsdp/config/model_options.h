@@ -37,6 +37,15 @@ model::PeftSpec peft_keys(const Config& cfg);
 // an NF4 weight off the block size) thrown as config errors (exit 2).
 std::vector<model::UnitLayout> checked_lora_units(const model::LlamaConfig& model_cfg, const model::PeftSpec& p);
 
+// The shard group's size on `world_size` ranks with `ranks_per_node` per node: the
+// data-parallel ranks (world / parallel.tensor) for FULL_SHARD and SHARD_GRAD_OP, 1 for
+// NO_SHARD, fsdp.shard_group_size for HYBRID_SHARD (0: one node's data-parallel ranks). A
+// parallel.tensor that does not divide the world or a node's ranks, or a group that does not
+// divide the data-parallel ranks, is a ConfigError naming the key (exit 2, on every rank
+// count). The one layout validation: `train` runs it at start-up once the world's size is
+// known (train::check_mesh, which adds what only the node map shows), and `plan` on --ranks.
+int checked_shard_group(const Config& cfg, int world_size, int ranks_per_node);
+
 // train.activation_checkpointing, _every and activation_offload as the model's policy.
 model::ActivationCheckpointing activation_checkpointing(const TrainConfig& t);
 // fsdp.* as engine options for a model computing in train.dtype on `device`.

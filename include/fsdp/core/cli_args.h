@@ -10,6 +10,8 @@
 #pragma once
 
 #include <string>
+#include <string_view>
+#include <vector>
 
 namespace fsdp {
 
@@ -42,5 +44,17 @@ class ArgCursor {
   std::string raw_, arg_, inline_;
   bool has_inline_ = false;
 };
+
+// The candidate closest to `typo` when it is close enough to be one (at most 2 edits and a
+// third of the word; '_' and '-' count as the same, so --max_new_tokens finds
+// --max-new-tokens), else "". Config keys, their values and command-line flags share it.
+std::string closest_match(std::string_view typo, const std::vector<std::string>& candidates);
+// The same for a value of a closed list, which must also start with the typo's letter: "gpu"
+// is one edit from "cpu", and the user who wrote it wants the GPU.
+std::string closest_value(std::string_view typo, const std::vector<std::string>& candidates);
+
+// "unknown argument '--max_new_tokens' (did you mean --max-new-tokens?)", with `flags`
+// the command's flags.
+UsageError unknown_argument(const std::string& raw, const std::vector<std::string>& flags);
 
 }  // namespace fsdp

@@ -27,8 +27,13 @@
 
 namespace fsdp::data {
 
+// Tokenizer threads at most: far above any machine's useful count, far below what makes
+// thread creation fail (--workers 100000 once ended in SIGSEGV).
+inline constexpr int kMaxWorkers = 1024;
+
 struct PrepareOptions {
-  std::string tokenizer;            // sentencepiece .model; or none, with vocab_size:
+  std::string tokenizer;            // a tokenizer.model, a tokenizer.json or a model folder
+                                    // holding either (data/tokenizer.h); or none, with vocab_size:
   // Without a tokenizer: the vocabulary size of pre-tokenized inputs (JSONL lines of
   // input_ids from any tokenizer: Llama 3's, SageMaker model parallel's json.gz, ...), every
   // id checked against it. Text inputs then have nothing to tokenize them and are refused.
@@ -37,12 +42,13 @@ struct PrepareOptions {
   std::vector<std::string> inputs;  // .txt / .jsonl, optionally .gz / .zst
   double val_fraction = 0.0;        // in [0, 1)
   std::string text_field = "text";
-  double max_bad_fraction = 0.001;  // of all non-blank JSONL lines and text paragraphs
+  double max_bad_fraction = 0.001;  // of all non-blank JSONL lines and text paragraphs (malformed,
+                                    // too long, or not UTF-8)
   int64_t max_line_bytes = int64_t(64) << 20;  // longer lines are bad lines, never read whole
   // Polled between batches: non-zero (the signal number) stops the run, which then
   // removes its temporary directory and throws. Null = never.
   const std::atomic<int>* stop_signal = nullptr;
-  int workers = 0;                  // tokenizer threads; 0 = hardware concurrency
+  int workers = 0;                  // tokenizer threads, at most kMaxWorkers; 0 = hardware concurrency
   bool overwrite = false;           // replace a non-empty DIR
   int64_t shard_tokens = 0;         // tokens per shard before a new one; 0 = 256 MiB's worth
   uint64_t split_seed = 0x5eedf5d9ULL;

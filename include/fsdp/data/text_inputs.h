@@ -70,6 +70,11 @@ class InputReader {
   int64_t line_no_ = 0, bytes_ = 0;
 };
 
+// The offset of the first byte of `text` that does not belong to well-formed UTF-8 (an
+// overlong form, a surrogate, a code point past U+10FFFF, a sequence cut short), or npos
+// when all of it is UTF-8.
+size_t first_invalid_utf8(std::string_view text);
+
 // One JSONL line, parsed.
 struct ParsedLine {
   enum class Kind {

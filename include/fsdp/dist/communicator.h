@@ -80,7 +80,8 @@ struct WorldInfo {
   int num_nodes = 1;
   int node_index = 0;                  // 0 .. num_nodes-1, in order of each node's lowest rank
   std::string hostname;
-  std::string launcher;                // "none", "mpirun", "srun" (how it was detected)
+  std::string launcher;                // "none", "mpirun", "srun", "torchrun" (how it was detected)
+  std::string bootstrap = "none";      // how the ranks met: "none", "MPI", "the TCP store at h:p (...)"
   std::vector<std::string> hosts;      // every world rank's host name, by world rank
   std::vector<int> node_of_rank;       // every world rank's node_index, by world rank
 };
@@ -102,18 +103,25 @@ struct ProcessGroups {
 
 // Initialises MPI if the process was started by mpirun / mpiexec / srun --mpi=pmix
 // (detected from the environment: OMPI_COMM_WORLD_SIZE, PMIX_RANK, PMI_RANK, ...) and
-// learns the node layout; returns the world alone (the other groups null, the mesh
-// unset) for split_process_groups to make the mesh's. Otherwise returns single-rank
-// groups without ever touching MPI. Call once per process.
-ProcessGroups init_world();
-
-// init_world, then split_process_groups. A layout the world cannot hold (mesh_problem) is
-// an error naming the key and the rank.
+// returns MPI communicators; a process started without MPI by torchrun-style variables
+// (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) or by srun without --mpi meets the others
+// through the TCP store instead (fsdp/dist/rendezvous.h, tcp_store.h) and gets store
+// communicators, which carry the host collectives of a GPU run (the CPU backend across ranks
+// needs MPI); otherwise returns single-rank communicators without ever touching MPI. The
+// groups are the device mesh's for `spec` (mesh.h); a layout the world cannot hold
+// (mesh_problem) is an error naming the key and the rank. Call once per process.
 ProcessGroups init_process_groups(const MeshSpec& spec);
 // Without tensor parallelism: shard_group_size must divide the world size (error naming
 // both, and the rank); 0 means the whole world and -1 the ranks of one node (HYBRID_SHARD's
 // default; every node must then run the same number of ranks).
 ProcessGroups init_process_groups(int shard_group_size);
+
+// init_process_groups' first half: MPI up (as above) and the world with its WorldInfo
+// (rank, size, nodes, node_of_rank); shard, replicate and tensor are not set and the mesh
+// is one rank's. A caller that must judge the layout against the world before splitting it
+// (train's start-up: a layout the world cannot hold is a config error) calls this, then
+// split_process_groups.
+ProcessGroups init_world_groups();
 
 // The mesh's groups over an existing world (a collective over base.world; the world
 // communicator is shared, not duplicated): lets one process run several layouts (tests)
@@ -125,11 +133,12 @@ ProcessGroups split_process_groups(const ProcessGroups& base, int shard_group_si
 // process started without a launcher, and what tests use for single-process references.
 ProcessGroups local_process_groups();
 
-// Finalises MPI if init_process_groups initialised it (also done at exit).
+// Finalises MPI if init_process_groups initialised it (also done at exit); in a job launched
+// without MPI, says bye to the TCP store and waits for every rank's.
 void shutdown_distributed();
 
 // MPI_Abort when MPI is up (so one failing rank does not leave the others hanging in a
-// collective), std::exit otherwise.
+// collective), the TCP store's abort in a job launched without MPI, std::exit otherwise.
 [[noreturn]] void abort_all(int exit_code);
 
 }  // namespace fsdp::dist

@@ -3,18 +3,20 @@
 // (PyTorch's NCCL watchdog, TORCH_NCCL_ASYNC_ERROR_HANDLING=1, with TORCH_NCCL_DESYNC_DEBUG's
 // report of which ranks did not join).
 //
-// How. Every blocking point of the MPI and NCCL communicators (wait(), barrier()) polls its
-// collective against a deadline instead of blocking in the library. When the deadline passes,
-// or the library reports an error, this rank asks the collective's group, over a side
-// communicator of its own (a duplicate of MPI_COMM_WORLD), how many collectives each member has
+// How. Every blocking point of the MPI, TCP-store and NCCL communicators (wait(), barrier())
+// polls its collective against a deadline instead of blocking in the library. When the deadline
+// passes, or the library reports an error, this rank asks the collective's group, over a side
+// channel of its own (a duplicate of MPI_COMM_WORLD; in a job launched without MPI, the TCP
+// store's relay), how many collectives each member has
 // entered on that group: a member that answers with a smaller count, or does not answer within
 // a short grace period (dead, stopped, or stuck outside any collective), did not arrive. The
 // rank then reports one line (the collective, its sequence number on the group, the group, the
 // step, the ranks that did not arrive and why), tells every other rank (so that those blocked
 // elsewhere report too instead of waiting for their own deadlines), lingers so they can ask it
-// in turn, aborts the NCCL communicators, and calls MPI_Abort with the configured exit code,
+// in turn, aborts the NCCL communicators, and ends the job (MPI_Abort) with the configured exit code,
 // which also ends ranks that are stopped. A job therefore ends within timeout + about twice the
-// grace period + the launcher's teardown. Ranks answer the side communicator only while they
+// grace period + the launcher's teardown (in a job launched without MPI the store's abort ends
+// every rank in MPI_Abort's place). Ranks answer the side channel only while they
 // wait in a collective, so the watchdog costs nothing between collectives and a clock read
 // plus an MPI_Iprobe per millisecond of waiting inside them (bench/watchdog_bench).
 //
@@ -61,6 +63,9 @@ struct WatchdogOptions {
   // false (tests only): after the report, go on waiting without a deadline instead of
   // aborting the job.
   bool abort = true;
+  // Where a line that ends the job from outside the watchdog goes (a job launched without MPI:
+  // the TCP store's abort, or its host gone; fsdp/dist/tcp_store.h); empty = stderr.
+  std::function<void(const std::string& line)> log_line;
 };
 
 // Sets the options (any time; the latest apply to the next wait). The side communicator is

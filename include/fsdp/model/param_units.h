@@ -52,8 +52,11 @@ struct ParamSlot {
   // Where the same values sit in transformers 5's fused expert layout, if anywhere: a
   // tensor holding every expert's weight (e.g. "model.layers.3.mlp.experts.gate_up_proj",
   // [E, 2F, C]) and this slot's first element in it. Empty for everything but experts.
+  // hf_fused_shape is that tensor's whole shape: an import checks it in full (element
+  // counts alone let [E, C, 2F], or 2E experts as [E, 4F, C], through with wrong weights).
   std::string hf_fused_name;
   int64_t hf_fused_offset = 0;
+  Dims hf_fused_shape;
   // Tensor parallelism: the slice this slot holds, and where the whole parameter starts in
   // the whole model's unit (the unit as one rank lays it out: == offset without tensor
   // parallelism). Seeded initialisation and checkpoints number elements by it, so every
@@ -75,6 +78,7 @@ struct FrozenSlot {
   std::string hf_name;  // Hugging Face's ("model.layers.3.self_attn.q_proj.weight")
   std::string hf_fused_name;  // as ParamSlot's (an expert in transformers 5's fused layout)
   int64_t hf_fused_offset = 0;
+  Dims hf_fused_shape;
   Dims shape;
   int64_t numel = 0;
   FrozenFormat format = FrozenFormat::Dense;

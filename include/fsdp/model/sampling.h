@@ -2,7 +2,12 @@
 // do_sample: the logits are divided by the temperature, then cut to the top_k largest, then
 // to the nucleus (the fewest most-probable tokens whose probability reaches top_p), and the
 // token is drawn from the softmax of what is left. Temperature 0 is greedy: the arg max
-// (the lowest id among equal maxima, as torch.argmax).
+// (the lowest id among equal maxima, as torch.argmax); so is any temperature below
+// kGreedyBelow, where the softmax is one-hot in double precision for any logit gap that
+// float32 logits can show. Below it, logit / temperature is so large that the rounding of
+// a contracted multiply-add in exp(l / t - max / t) is itself huge (about 1e15 at t = 1e-30):
+// exp overflowed, the probabilities became inf / inf = NaN, and every draw fell through to
+// the last vocabulary piece.
 //
 // The draw for generated token number i (0, 1, ...) is uniform01(key, i) from the project's
 // counter-based generator (core/random.h) with key = mix_key(seed, purpose, stream): the same
@@ -16,8 +21,10 @@
 
 namespace fsdp::model {
 
+inline constexpr double kGreedyBelow = 1e-6;
+
 struct SamplingOptions {
-  double temperature = 0.8;  // 0: greedy; otherwise > 0
+  double temperature = 0.8;  // 0 (or below kGreedyBelow): greedy; otherwise > 0
   int64_t top_k = 0;         // 0: off; otherwise keep the k most likely tokens
   double top_p = 1.0;        // 1: off; otherwise in (0, 1]: keep the nucleus of mass top_p
   uint64_t seed = 0;
@@ -33,7 +40,7 @@ class Sampler {
   explicit Sampler(const SamplingOptions& options, uint64_t stream = 0);
 
   const SamplingOptions& options() const { return opt_; }
-  bool greedy() const { return opt_.temperature == 0; }
+  bool greedy() const { return opt_.temperature < kGreedyBelow; }
 
   // The token chosen from `logits` (one row, float32) as generated token number `index`.
   // Allocates nothing once it has seen a row of this length.

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "fsdp/core/tensor.h"
@@ -13,6 +14,22 @@
 #include "fsdp/model/decoder.h"
 
 namespace fsdp::obs {
+
+// A mixture of experts whose routing has collapsed trains on with a healthy-looking loss:
+// this watch says so once, when the worst layer's max/mean load stayed at or above
+// `threshold` for `patience` consecutive steps (1 = balanced, E/k = collapsed). Rank 0's.
+class ImbalanceWatch {
+ public:
+  ImbalanceWatch(double threshold, int64_t patience) : threshold_(threshold), patience_(patience) {}
+  // The warning to log after a step with these per-layer imbalances, or "" (at most once).
+  std::string observe(int64_t step, const std::vector<double>& imbalance);
+
+ private:
+  double threshold_;
+  int64_t patience_;
+  int64_t run_ = 0;
+  bool warned_ = false;
+};
 
 class ExpertLoad {
  public:

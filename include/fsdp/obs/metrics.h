@@ -37,6 +37,10 @@ struct StepMetrics {
   double comm_wait_ms = 0;         // time this rank spent waiting on collectives
   double data_wait_ms = 0;         // time the step waited for the loader
   int world_size = 1;
+  // Wall time since this process's first step, and the estimate of what the remaining steps
+  // take at the mean pace so far (none before a step has been timed).
+  double elapsed_s = 0;
+  std::optional<double> eta_s;
   std::optional<double> val_loss;
   // A mixture of experts: loss = ce_loss + router_aux_loss_coef * aux_loss (+ z-loss term).
   std::optional<double> ce_loss, aux_loss, z_loss;
@@ -51,6 +55,8 @@ struct StepMetrics {
 };
 
 std::string format_step_line(const StepMetrics& m, int64_t max_steps);
+// "42 s", "12:05", "3:04:05": a duration as the step line prints it.
+std::string format_duration(double seconds);
 std::string to_json_line(const StepMetrics& m);
 
 // Keeps only the lines of a metrics.jsonl whose "step" is <= `step` (tmp + rename), so a

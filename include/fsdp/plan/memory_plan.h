@@ -13,7 +13,8 @@
 //   allocator headroom                 an estimate, not a measurement: on a GPU the CUDA
 //                                      context, NCCL's buffers and the stream-ordered pool's
 //                                      fragmentation; on the CPU the process outside its
-//                                      tensors (code, MPI, thread stacks and heaps)
+//                                      tensors (code, MPI, thread stacks and heaps), or under
+//                                      RLIMIT_AS the address space it reserves (host_memory.h)
 // `tensor_peak` is the part the tensor allocators count; tests/mpi/test_memory_plan.cpp
 // holds it to the allocator's measured peak (CPU runs on 1, 2 and 4 ranks and the CUDA
 // emulator's allocator), within 10% for every strategy, mode and accumulation.
@@ -42,6 +43,10 @@ struct PlanTarget {
   // 0 on a GPU, where each rank has its device's.
   double node_bytes = 0;
   std::string device_source;  // where the memory figure came from ("--device-memory", "RLIMIT_AS", ...)
+  // The limit is RLIMIT_AS, which counts reserved address space (OpenBLAS's buffers, thread
+  // stacks and malloc arenas) as well: the CPU plan's row outside the tensors counts those
+  // (plan/host_memory.h) instead of the resident estimate.
+  bool address_space = false;
 
   // The same machine with `n` ranks (the CPU's share per rank recomputed).
   PlanTarget with_ranks(int n) const;

@@ -46,6 +46,9 @@ void init_adapters(const config::Config& cfg, const model::Llama& model, FsdpEng
 // `shard` is the engine's shard group on the host (MPI, or one rank).
 ckpt::BaseReference base_reference(const config::Config& cfg, const FsdpEngine& engine, dist::Communicator& shard);
 
+// model.init_from as a checkpoint records it: absolute ("" for the seeded base).
+std::string absolute_base_path(const std::string& init_from);
+
 // Errors (naming both) unless `saved` (a checkpoint's) and `loaded` (this run's) are the same
 // base; `checkpoint` names the checkpoint.
 void check_same_base(const ckpt::BaseReference& saved, const ckpt::BaseReference& loaded,

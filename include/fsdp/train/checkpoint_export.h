@@ -32,4 +32,11 @@ struct ExportRequest {
 // checkpoint exported as a model or the reverse, the output folder not empty, ...).
 void export_checkpoint(const ExportRequest& request);
 
+// The tokenizer file a model was trained with, as export and generate find it when no
+// --tokenizer is given: for an fsdp_train checkpoint (or a checkpoint.dir, its newest), the
+// one `fsdp_train prepare` recorded beside the run's data.path, else its model.init_from
+// folder's; for a Hugging Face folder, its tokenizer.json, else its tokenizer.model. "" when
+// there is none that still exists.
+std::string run_tokenizer(const std::string& checkpoint);
+
 }  // namespace fsdp::train

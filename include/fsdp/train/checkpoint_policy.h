@@ -21,6 +21,7 @@
 #include <string>
 
 #include "fsdp/ckpt/checkpoint_writer.h"
+#include "fsdp/ckpt/manifest.h"
 #include "fsdp/config/config.h"
 #include "fsdp/dist/communicator.h"
 #include "fsdp/fsdp/fsdp_engine.h"
@@ -71,7 +72,12 @@ class CheckpointPolicy {
   template <typename F>
   bool guarded(F&& f);
   std::string resume_point();
+  // Errors unless a LoRA checkpoint's recorded lora.alpha and lora.rslora are this run's.
+  void check_same_lora_scale(const std::string& saved_yaml, const std::string& path) const;
   void log_save(const ckpt::SaveStats& s, bool committed);
+  // Rank 0, a training run: warns of each change to the schedule or global batch against
+  // the checkpoint's config (resume_changes.h).
+  void warn_changes(const ckpt::Manifest& m, const std::string& path) const;
 
   config::Config cfg_;
   dist::ProcessGroups& groups_;
@@ -81,6 +87,7 @@ class CheckpointPolicy {
   std::string resumed_from_;
   std::string run_id_;
   std::optional<ckpt::BaseReference> base_;
+  bool training_ = false;  // start(claims_dir = true): a training run, not an evaluation
 };
 
 }  // namespace fsdp::train

@@ -41,8 +41,10 @@ struct InferenceModel {
 };
 
 // Loads the model at `path` (generate's --checkpoint), `adapter` (--adapter) merged into it
-// when not empty. Errors name the flag and what was expected there.
-InferenceModel load_inference_model(const std::string& path, const std::string& adapter);
+// when not empty; `base` (--base) is a LoRA checkpoint's base folder when it is no longer
+// where the checkpoint records it. Errors name the flag and what was expected there.
+InferenceModel load_inference_model(const std::string& path, const std::string& adapter,
+                                    const std::string& base = "");
 
 // generate's --device (auto, cpu or cuda) as a Device: the GPU of this process (cuda:0;
 // CUDA_VISIBLE_DEVICES picks which), or the CPU.

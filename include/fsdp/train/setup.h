@@ -47,10 +47,17 @@ struct DataSources {
 };
 DataSources make_data_sources(const config::Config& cfg, int64_t vocab_size, const dist::ProcessGroups& groups);
 
+// The config as this world size runs it: with train.global_batch_size set,
+// train.grad_accum_steps = global_batch_size / (micro_batch_size x data-parallel ranks),
+// refused by name (exit 2) when that does not divide; otherwise `cfg` unchanged.
+config::Config with_global_batch(const config::Config& cfg, int data_parallel_ranks);
+
 optim::LrSchedule lr_schedule(const config::Config& cfg);
 optim::AdamWConfig adamw_config(const config::Config& cfg);
 // Fills every rank's shards for a fresh start: from model.init_from (a Hugging Face folder,
-// each rank reading only its ranges) or from the seeded initialiser.
-void init_parameters(const config::Config& cfg, const std::vector<model::UnitLayout>& units, FsdpEngine& engine);
+// each rank reading only its ranges) or from the seeded initialiser. `model` is the shape
+// of `units` (a folder's tensors beyond it are refused: ckpt::check_unused_tensors).
+void init_parameters(const config::Config& cfg, const model::LlamaConfig& model,
+                     const std::vector<model::UnitLayout>& units, FsdpEngine& engine);
 
 }  // namespace fsdp::train

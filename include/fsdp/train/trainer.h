@@ -58,6 +58,8 @@ enum class TrainerPurpose { Train, Evaluate };
 
 class Trainer {
  public:
+  // Runs `cfg` as this world size does: train.global_batch_size decides the accumulation
+  // (setup.h's with_global_batch); config() is that effective config.
   Trainer(const config::Config& cfg, dist::ProcessGroups& groups, TrainerPurpose purpose = TrainerPurpose::Train);
 
   // One optimizer step over train.grad_accum_steps micro-batches on every rank.
@@ -87,6 +89,8 @@ class Trainer {
   const config::Config& config() const { return cfg_; }
 
  private:
+  struct Effective {};  // the constructor that takes the effective config
+  Trainer(Effective, const config::Config& cfg, dist::ProcessGroups& groups, TrainerPurpose purpose);
   uint64_t comm_bytes() const;
   double comm_wait_seconds() const;
   // Sums (loss, tokens) and this rank's votes over the world; the same on every rank.
@@ -105,6 +109,7 @@ class Trainer {
   // run()'s steps, evaluations, logging and checkpoints; throws Diverged (divergence.h).
   int train_loop(obs::MetricsWriter* metrics);
   void log_lora() const;
+  void write_effective_config() const;
   void log_device() const;
 
   config::Config cfg_;

@@ -1,7 +1,9 @@
 // Stand-in for NCCL's nccl.h in the emulation build (FSDP_CUDA_EMULATION=ON): the calls
 // src/dist/cuda/nccl_communicator.cpp makes, with NCCL 2.x's names, values and documented
 // semantics, executed over MPI between the processes of an mpirun job on the emulator's
-// device memory (host memory here). Implementation: src/cuda_emu/nccl/nccl.cpp.
+// device memory (host memory here), or over TCP sockets between processes that never
+// initialised MPI (a launch through fsdp_train's TCP store; src/cuda_emu/nccl/nccl_tcp.h).
+// Implementation: src/cuda_emu/nccl/nccl.cpp.
 //
 // Semantics kept from NCCL (nccl.h of NCCL 2.28, the user guide's "Collective Operations"):
 //   * ncclGetUniqueId makes an id; every rank of the clique passes the same id, the clique
@@ -23,7 +25,7 @@
 //     stream of the communicator's device (or a null stream). Buffers must be device memory
 //     of that device (or pinned host memory) and hold the counts given; count 0 is a no-op.
 //   * Errors are the result codes NCCL uses (ncclInvalidArgument for bad arguments,
-//     ncclInvalidUsage for misuse of the API, ncclSystemError when MPI fails), and
+//     ncclInvalidUsage for misuse of the API, ncclSystemError when MPI or a socket fails), and
 //     ncclGetLastError says why, as NCCL's does.
 //
 // Emulated, where it differs from NCCL:
@@ -36,7 +38,8 @@
 //     ends the collectives in flight;
 //   * ncclGroupStart / ncclGroupEnd only nest (the calls inside already ran); this is
 //     enough for collectives, which NCCL also lets run one by one;
-//   * the transport (rings, trees, NVLink, the reduction order NCCL picks) is MPI's;
+//   * the transport (rings, trees, NVLink, the reduction order NCCL picks) is MPI's, or on
+//     the TCP transport a star through the id's maker, reducing in rank order;
 //   * counts above INT_MAX elements are refused (MPI 3.1 counts are int).
 // Emulator only: fsdpEmuNcclInjectError makes the next call of a given NCCL function fail,
 // so tests can check the error paths of the code calling NCCL.

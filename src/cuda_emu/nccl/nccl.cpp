@@ -16,6 +16,11 @@
 // rank), it checks that they agree and answers with the member table, and the members
 // create their communicator with MPI_Comm_create_group (collective over the members only).
 //
+// Processes that never initialised MPI (a job launched through fsdp_train's TCP store) use the
+// second transport, TCP sockets through the process that made the id (nccl_tcp.h), as real NCCL
+// makes its own connections whatever bootstrapped the processes; FSDP_EMU_NCCL_TRANSPORT=tcp
+// picks it under MPI too. The id records which transport it was made for.
+//
 // Every argument is checked the way a GPU would fail (a host pointer, a buffer shorter than
 // the count, a stream of another device) or NCCL would refuse (bad rank, type, op, root),
 // and the reason goes to ncclGetLastError. Lives in its own library (fsdp_cuda_emu_nccl)
@@ -32,6 +37,7 @@
 #include <climits>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <set>
@@ -39,13 +45,15 @@
 #include <vector>
 
 #include "../internal.h"
+#include "nccl_tcp.h"
 
 struct ncclComm {
   int nranks, rank, device;
-  MPI_Comm mpi;  // MPI_COMM_NULL for a one-rank clique
+  MPI_Comm mpi;  // MPI_COMM_NULL for a one-rank clique, or one over TCP
   ncclResult_t async;
   std::atomic<bool> busy{false};     // a collective is waiting for the other ranks
   std::atomic<bool> aborted{false};  // ncclCommAbort came meanwhile: the waiting call frees it
+  fsdp_emu::TcpClique* tcp = nullptr;  // the TCP transport's clique, when the id was made for it
 };
 
 namespace fsdp_emu {
@@ -57,6 +65,8 @@ struct IdFields {
   int32_t root_world_rank;  // -1: made before MPI was up (only a one-rank clique can use it)
   int32_t root_pid;
   uint64_t seq;
+  int32_t tcp;              // 1: the TCP transport (nccl_tcp.h), listening on tcp_id
+  TcpId tcp_id;
 };
 static_assert(sizeof(IdFields) <= NCCL_UNIQUE_ID_BYTES);
 
@@ -261,7 +271,73 @@ ncclResult_t mpi_result(const Call& c, int rc, const char* mpi_call) {
 // communicator is left to MPI_Finalize. After MPI_Finalize MPI has freed it itself.
 void free_comm(ncclComm_t comm, bool pending) {
   if (!pending && comm->mpi != MPI_COMM_NULL && mpi_up()) MPI_Comm_free(&comm->mpi);
+  delete comm->tcp;
   delete comm;
+}
+
+// Elementwise inout = inout (op) in over count elements of an NCCL datatype: the TCP
+// transport's reduction (MPI's ops do it on the other transport).
+template <typename T>
+void combine_as(const void* in, void* inout, size_t count, int op) {
+  const auto* a = static_cast<const T*>(in);
+  auto* b = static_cast<T*>(inout);
+  for (size_t i = 0; i < count; ++i) {
+    const T x = a[i], y = b[i];
+    b[i] = op == ncclSum ? T(y + x) : op == ncclProd ? T(y * x) : op == ncclMax ? (x > y ? x : y) : (x < y ? x : y);
+  }
+}
+
+void combine(const void* in, void* inout, size_t count, int type, int op) {
+  switch (ncclDataType_t(type)) {
+    case ncclInt8: return combine_as<int8_t>(in, inout, count, op);
+    case ncclUint8: return combine_as<uint8_t>(in, inout, count, op);
+    case ncclInt32: return combine_as<int32_t>(in, inout, count, op);
+    case ncclUint32: return combine_as<uint32_t>(in, inout, count, op);
+    case ncclInt64: return combine_as<int64_t>(in, inout, count, op);
+    case ncclUint64: return combine_as<uint64_t>(in, inout, count, op);
+    case ncclFloat32: return combine_as<float>(in, inout, count, op);
+    case ncclFloat64: return combine_as<double>(in, inout, count, op);
+    case ncclFloat16:
+    case ncclBfloat16: {
+      const bool bf16 = type == ncclBfloat16;
+      const auto* a = static_cast<const uint16_t*>(in);
+      auto* b = static_cast<uint16_t*>(inout);
+      for (size_t i = 0; i < count; ++i) {
+        const float x = half_to_float(a[i], bf16), y = half_to_float(b[i], bf16);
+        const float r = op == ncclSum ? y + x : op == ncclProd ? y * x : op == ncclMax ? (x > y ? x : y) : (x < y ? x : y);
+        b[i] = float_to_half(r, bf16);
+      }
+      return;
+    }
+    default: return;
+  }
+}
+
+bool tcp_forced() {
+  const char* v = std::getenv("FSDP_EMU_NCCL_TRANSPORT");
+  return v != nullptr && std::string(v) == "tcp";
+}
+
+// One collective on the TCP transport, waited for like wait_for waits for MPI's.
+ncclResult_t tcp_collective(const Call& c, TcpOp op, int red_op, int root, const void* send, size_t send_bytes,
+                            void* recv, size_t recv_bytes, ncclDataType_t type) {
+  ncclComm_t comm = c.comm;
+  comm->busy = true;
+  std::string why;
+  const bool ok = comm->tcp->run(op, int(type), red_op, root, send, send_bytes, recv, recv_bytes, c.type.size,
+                                 &combine, g_wait_hook.load(), comm->aborted, &why);
+  comm->busy = false;
+  if (comm->aborted) {
+    free_comm(comm, false);
+    return fail(ncclRemoteError, std::string(c.name) + ": the communicator was aborted (ncclCommAbort) while the "
+                                                       "collective waited for the other ranks");
+  }
+  if (ok) return ncclSuccess;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    comm->async = ncclSystemError;
+  }
+  return fail(ncclSystemError, std::string(c.name) + ": the TCP transport: " + why);
 }
 
 // The collective just issued (rc, *req) to completion: polled, with the wait hook called
@@ -340,6 +416,11 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId* id) {
   if (mpi_up()) MPI_Comm_rank(MPI_COMM_WORLD, &f.root_world_rank);
   f.root_pid = int32_t(getpid());
   f.seq = ++g_seq;
+  if (!mpi_up() || tcp_forced()) {
+    std::string why;
+    if (!tcp_listen(f.seq, &f.tcp_id, &why)) return fail(ncclSystemError, "ncclGetUniqueId: " + why);
+    f.tcp = 1;
+  }
   std::memset(id, 0, sizeof *id);
   std::memcpy(id->internal, &f, sizeof f);
   return ncclSuccess;
@@ -364,7 +445,12 @@ ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int
     return fail(ncclUnhandledCudaError, "ncclCommInitRank: no usable current device (cuda:" + std::to_string(device) + ")");
 
   MPI_Comm mpi = MPI_COMM_NULL;
-  if (nranks > 1) {
+  TcpClique* tcp = nullptr;
+  if (nranks > 1 && f.tcp == 1) {
+    std::string why;
+    tcp = TcpClique::join(nranks, rank, f.root_pid, f.seq, f.tcp_id, &why);
+    if (tcp == nullptr) return fail(ncclSystemError, "ncclCommInitRank: the TCP transport: " + why);
+  } else if (nranks > 1) {
     if (!mpi_up())
       return fail(ncclSystemError, "ncclCommInitRank: the emulated NCCL moves data over MPI, which is not initialised "
                                    "(start the ranks with mpirun and initialise MPI first)");
@@ -427,7 +513,7 @@ ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int
     if (world_group != MPI_GROUP_NULL) MPI_Group_free(&world_group);
     if (rc != MPI_SUCCESS) return fail(ncclSystemError, "ncclCommInitRank: MPI_Comm_create_group: " + mpi_error(rc));
   }
-  auto* c = new ncclComm{nranks, rank, device, mpi, ncclSuccess, {}, {}};
+  auto* c = new ncclComm{nranks, rank, device, mpi, ncclSuccess, {}, {}, tcp};
   std::lock_guard<std::mutex> lock(g_mu);
   g_live.insert(c);
   *comm = c;
@@ -510,6 +596,9 @@ ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcoun
     if (!in_place) std::memcpy(mine, sendbuff, bytes);
     return ncclSuccess;
   }
+  if (comm->tcp != nullptr)
+    return tcp_collective(c, TcpOp::AllGather, 0, 0, in_place ? static_cast<const void*>(mine) : sendbuff, bytes,
+                          recvbuff, bytes * n, datatype);
   const int count = int(sendcount);
   MPI_Request req = MPI_REQUEST_NULL;
   return wait_for(c, MPI_Iallgather(in_place ? MPI_IN_PLACE : sendbuff, count, c.type.mpi, recvbuff, count,
@@ -534,6 +623,8 @@ ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recv
     if (!in_place) std::memcpy(recvbuff, sendbuff, bytes);
     return ncclSuccess;
   }
+  if (comm->tcp != nullptr)
+    return tcp_collective(c, TcpOp::ReduceScatter, int(op), 0, sendbuff, bytes * n, recvbuff, bytes, datatype);
   // MPI forbids aliasing its send and receive buffers (and its in-place layout differs).
   std::vector<char> copy;
   const void* src = sendbuff;
@@ -563,6 +654,8 @@ ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, n
     if (!in_place) std::memcpy(recvbuff, sendbuff, bytes);
     return ncclSuccess;
   }
+  if (comm->tcp != nullptr)
+    return tcp_collective(c, TcpOp::AllReduce, int(op), 0, sendbuff, bytes, recvbuff, bytes, datatype);
   MPI_Request req = MPI_REQUEST_NULL;
   return wait_for(c, MPI_Iallreduce(in_place ? MPI_IN_PLACE : sendbuff, recvbuff, int(count), c.type.mpi,
                                     mpi_op(op, c.type), comm->mpi, &req),
@@ -586,6 +679,8 @@ static ncclResult_t broadcast(const char* call, const void* sendbuff, void* recv
     std::memcpy(recvbuff, sendbuff, bytes);
   }
   if (comm->nranks == 1) return ncclSuccess;
+  if (comm->tcp != nullptr)
+    return tcp_collective(c, TcpOp::Broadcast, 0, root, recvbuff, bytes, recvbuff, bytes, datatype);
   MPI_Request req = MPI_REQUEST_NULL;
   return wait_for(c, MPI_Ibcast(recvbuff, int(count), c.type.mpi, root, comm->mpi, &req), &req, "MPI_Ibcast");
 }
