@@ -13,6 +13,7 @@
 #include "fsdp/config/config.h"
 #include "fsdp/config/model_options.h"
 #include "fsdp/train/launch_checks.h"
+#include "fsdp/train/setup.h"
 
 namespace fsdp {
 namespace {
@@ -119,8 +120,50 @@ TEST(TensorParallelConfig, LayoutsTheWorldCannotHoldAreConfigErrors) {
             "a tensor group stays inside one node (its collectives are on the critical path of every layer); run a "
             "multiple of 2 ranks per node");
   EXPECT_EQ(mesh_error({"parallel.tensor=2", "fsdp.sharding_strategy=HYBRID_SHARD", "fsdp.shard_group_size=4"}, four),
-            "--set fsdp.shard_group_size=4: key 'fsdp.shard_group_size' 4 does not divide the 2 data-parallel ranks "
-            "(world size 4 / parallel.tensor 2); use a divisor of 2, or 0 for the ranks of one node");
+            "--set fsdp.shard_group_size=4: key 'fsdp.shard_group_size' is 4, which does not divide the 2 "
+            "data-parallel ranks (world size 4 / parallel.tensor 2): HYBRID_SHARD shards over groups of that many "
+            "ranks and replicates across them; use a divisor of 2, or 0 for the ranks of one node");
+  // What `plan --ranks` judges without a node map: the same rules from the ranks per node.
+  const config::Config t2 = config::load_config_string("", "configs/x.yaml", {"parallel.tensor=2"});
+  EXPECT_EQ(config::checked_shard_group(t2, 8, 8), 4);
+  try {
+    config::checked_shard_group(t2, 6, 3);
+    ADD_FAILURE() << "expected an error";
+  } catch (const config::ConfigError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "--set parallel.tensor=2: key 'parallel.tensor' 2 must divide the ranks of every node (3 per node): a "
+              "tensor group stays inside one node (its collectives are on the critical path of every layer); run a "
+              "multiple of 2 ranks per node");
+  }
+}
+
+// What tensor parallelism does not run yet is refused where the model is made for a rank
+// of a mesh with T > 1 (train::rank_model_config), naming parallel.tensor.
+std::string rank_model_error(const std::vector<std::string>& overrides, Device device = Device::cpu()) {
+  dist::ProcessGroups g = dist::local_process_groups();
+  dist::MeshShape shape;
+  shape.tensor = 2;
+  g.mesh = dist::DeviceMesh(shape, {0, 0});
+  try {
+    const model::LlamaConfig m =
+        train::rank_model_config(config::load_config_string("", "configs/x.yaml", overrides), g, device);
+    return "tensor_parallel " + std::to_string(m.tensor_parallel);
+  } catch (const config::ConfigError& e) {
+    return e.what();
+  }
+}
+
+TEST(TensorParallelConfig, WhatIsNotBuiltYetIsRefusedNamingTheKey) {
+  EXPECT_EQ(rank_model_error({"parallel.tensor=2"}), "tensor_parallel 2");
+  EXPECT_EQ(rank_model_error({"parallel.tensor=2", "lora.enabled=true", "lora.rank=4", "lora.targets=all-linear"}),
+            "--set parallel.tensor=2: key 'parallel.tensor' is 2, but LoRA (lora.enabled) under tensor parallelism is "
+            "not built yet: set parallel.tensor: 1");
+  EXPECT_EQ(rank_model_error({"parallel.tensor=2", "model.num_experts=4", "model.experts_per_token=2"}),
+            "--set parallel.tensor=2: key 'parallel.tensor' is 2, but a mixture of experts (model.num_experts) under "
+            "tensor parallelism is not built yet: set parallel.tensor: 1");
+  EXPECT_EQ(rank_model_error({"parallel.tensor=2"}, Device::cuda(0)),
+            "--set parallel.tensor=2: key 'parallel.tensor' is 2, but training on a GPU (train.device) under tensor "
+            "parallelism is not built yet: set parallel.tensor: 1");
 }
 
 TEST(TensorParallelConfig, TheBinaryExitsTwoOnALayoutOneProcessCannotHold) {
