@@ -25,15 +25,22 @@ namespace {
 // The run's tokenizer, if it still exists: the one `prepare` recorded beside the run's
 // training shards, else the one in the model.init_from folder the run started from (a
 // Hugging Face folder carries its tokenizer).
-std::string tokenizer_of_run(const ckpt::Manifest& m) {
+std::string tokenizer_of_run(const ckpt::Manifest& m, const std::string& base_given = "") {
+  std::error_code ec;
   try {
     const config::Config cfg = config::load_config_string(m.config_yaml, "checkpoint config");
     if (cfg.data.source == config::DataSource::Shards) {
       const auto shards = data::read_shard_manifest(cfg.data.path);
-      if (shards && !shards->tokenizer_path.empty() && fs::exists(shards->tokenizer_path))
+      if (shards && !shards->tokenizer_path.empty() && fs::exists(shards->tokenizer_path, ec))
         return data::resolve_tokenizer_file(shards->tokenizer_path);
     }
-    if (!cfg.model.init_from.empty()) return data::resolve_tokenizer_file(cfg.model.init_from);
+    // The base folder as this command sees it: --base, else a LoRA run's recorded base (kept
+    // absolute), else model.init_from as the config wrote it (relative to where it trained).
+    const std::string folder = !base_given.empty() ? base_given : m.base ? m.base->path : cfg.model.init_from;
+    if (!folder.empty() && fs::is_directory(folder, ec)) {
+      for (const char* name : {"tokenizer.json", "tokenizer.model"})
+        if (fs::is_regular_file(fs::path(folder) / name, ec)) return (fs::path(folder) / name).string();
+    }
   } catch (const std::exception&) {
   }
   return "";
@@ -79,7 +86,7 @@ void export_lora(const std::string& path, const std::string& output, bool adapte
     spdlog::info("export: done; load it with PeftModel.from_pretrained(base, \"{}\") or lora.init_from", output);
     return;
   }
-  if (!tokenizer_given) opt.tokenizer_model = tokenizer_of_run(m);
+  if (!tokenizer_given) opt.tokenizer_model = tokenizer_of_run(m, lora->base_path());
   opt.metadata["fsdp_train_step"] = std::to_string(m.state.step);
   spdlog::info("export: {} (step {}) merged into {} -> {} as {}", path, m.state.step,
                lora->base_path().empty() ? std::string("the seeded base") : lora->base_path(), output,

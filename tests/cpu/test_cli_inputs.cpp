@@ -117,6 +117,7 @@ TEST(CliInputs, AFifoAsAdapterConfigIsRefusedForTrainingAndGenerate) {
   });
 }
 
+// A folder is a tokenizer's folder (tokenizer.json or tokenizer.model in it), never read as a file.
 TEST(CliInputs, ExportTokenizerMustBeARegularFile) {
   const std::string dir = scratch("export");
   ASSERT_EQ(run("train --config " + kTiny + " --set train.max_steps=1 --set run.dir=" + dir).code, 0);
@@ -127,7 +128,7 @@ TEST(CliInputs, ExportTokenizerMustBeARegularFile) {
                    1, {"tokenizer model: " + dir + "/tok is a FIFO (named pipe), not a regular file"});
   });
   expect_refusal(run("export --checkpoint " + ckpt + " --output " + dir + "/hf2 --tokenizer " + dir),
-                 1, {"tokenizer model: " + dir + " is a directory, not a regular file"});
+                 1, {"tokenizer folder '" + dir + "' holds neither tokenizer.json nor tokenizer.model"});
   EXPECT_FALSE(fs::exists(dir + "/hf1"));
   expect_refusal(run("export --checkpoint " + ckpt + " --output " + dir + "/hf3 --max-shard-size 0.1"), 2,
                  {"--max-shard-size needs a size of at least one byte", "not '0.1'"});

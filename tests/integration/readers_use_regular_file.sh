@@ -12,6 +12,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 declare -A exempt=(
   [src/core/regular_file.cpp]="the helper itself"
   [src/plan/host_memory.cpp]="/proc/meminfo and the cgroup's memory files: the kernel's, not a user's"
+  [src/cli/startup_address_space.cpp]="/proc/self/statm, before main: the kernel's, not a user's"
 )
 
 check() {  # TREE: prints offending lines, returns 1 if any

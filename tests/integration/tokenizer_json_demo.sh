@@ -21,7 +21,7 @@ vocab=3011
 entropy=$(cat "$work"/shards/train_*.bin | od -An -v -tu2 --endian=little -w2 |
           awk '{ n[$1]++; total++ } END { for (v in n) { p = n[v] / total; h -= p * log(p) } printf "%.4f", h }')
 "$bin" train --config configs/tiny.yaml --set run.dir="$work/run" --set data.path="$work/shards" \
-  --set model.vocab_size=$vocab --set train.max_steps=150 --set train.eval_every=150 --set train.log_every=50
+  --set model.vocab_size=$vocab --set train.max_steps=100 --set train.eval_every=100 --set train.log_every=50
 first=$(grep -m1 '"loss"' "$work/run/metrics.jsonl" | sed 's/.*"loss":\([0-9.eE+-]*\).*/\1/')
 val=$(grep '"val_loss"' "$work/run/metrics.jsonl" | tail -1 | sed 's/.*"val_loss":\([0-9.eE+-]*\).*/\1/')
 [ -n "$val" ] || { echo "FAIL: no val_loss in metrics.jsonl"; exit 1; }
