@@ -305,6 +305,8 @@ obs::StepMetrics Trainer::train_step() {
   m.comm_bytes = comm_bytes() - bytes0;
   m.comm_wait_ms = (comm_wait_seconds() - wait0) * 1e3;
   m.world_size = world;
+  m.mesh = groups_.mesh.shape().str();
+  m.tensor_parallel = groups_.mesh.shape().tensor;
   m.data_wait_ms = (data_.train_loader->wait_seconds() - data_wait0) * 1e3;
   return m;
 }

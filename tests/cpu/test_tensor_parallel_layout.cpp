@@ -12,6 +12,7 @@
 
 #include "fsdp/config/config.h"
 #include "fsdp/config/model_options.h"
+#include "fsdp/obs/metrics.h"
 #include "fsdp/train/launch_checks.h"
 #include "fsdp/train/setup.h"
 
@@ -164,6 +165,20 @@ TEST(TensorParallelConfig, WhatIsNotBuiltYetIsRefusedNamingTheKey) {
   EXPECT_EQ(rank_model_error({"parallel.tensor=2"}, Device::cuda(0)),
             "--set parallel.tensor=2: key 'parallel.tensor' is 2, but training on a GPU (train.device) under tensor "
             "parallelism is not built yet: set parallel.tensor: 1");
+}
+
+TEST(TensorParallelConfig, TheStepLineAndMetricsNameTheMesh) {
+  obs::StepMetrics m;
+  m.world_size = 4;
+  m.mesh = "1x2x2";
+  m.tensor_parallel = 2;
+  EXPECT_NE(obs::format_step_line(m, 10).find(" | mesh 1x2x2 | comm "), std::string::npos) << obs::format_step_line(m, 10);
+  EXPECT_NE(obs::to_json_line(m).find("\"world_size\":4,\"mesh\":\"1x2x2\""), std::string::npos) << obs::to_json_line(m);
+  // FSDP alone: the line as before, the mesh in metrics.jsonl.
+  m.mesh = "1x4x1";
+  m.tensor_parallel = 1;
+  EXPECT_EQ(obs::format_step_line(m, 10).find(" | mesh"), std::string::npos);
+  EXPECT_NE(obs::to_json_line(m).find("\"mesh\":\"1x4x1\""), std::string::npos);
 }
 
 TEST(TensorParallelConfig, TheBinaryExitsTwoOnALayoutOneProcessCannotHold) {

@@ -244,7 +244,10 @@ TEST(TensorParallel, BytesPerStepEqualTheTheory) {
       auto groups = dist::split_process_groups(test::world_groups(), train::mesh_spec(cfg));
       train::Trainer t(cfg, groups);
       for (int i = 0; i < 2; ++i) {
-        EXPECT_EQ(double(t.train_step().comm_bytes), expected_bytes(t, groups, cfg))
+        const obs::StepMetrics m = t.train_step();
+        EXPECT_EQ(m.mesh, groups.mesh.shape().str());
+        EXPECT_NE(obs::format_step_line(m, 2).find(" | mesh " + groups.mesh.shape().str()), std::string::npos);
+        EXPECT_EQ(double(m.comm_bytes), expected_bytes(t, groups, cfg))
             << "T=" << l.tensor << " " << l.strategy << " tied " << tied << " step " << i + 1;
       }
     }

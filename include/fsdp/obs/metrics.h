@@ -1,7 +1,7 @@
 // Step metrics: one rank-0 log line per `train.log_every` steps and the same fields as one
 // JSON object per line in <run.dir>/metrics.jsonl (stable field names: step, loss, lr,
 // grad_norm, tokens_per_sec, and val_loss when evaluated; mfu on a GPU; loss_scale and
-// skipped under float16; ce_loss, aux_loss and, with a z-loss, z_loss for a mixture of
+// skipped under float16; mesh (replicate x shard x tensor); ce_loss, aux_loss and, with a z-loss, z_loss for a mixture of
 // experts; peak_mem_category and its bytes, rank 0's; run_id on every line, so a reader line
 // by line always knows which run a step belongs to, with no header line to skip).
 #pragma once
@@ -37,6 +37,10 @@ struct StepMetrics {
   double comm_wait_ms = 0;         // time this rank spent waiting on collectives
   double data_wait_ms = 0;         // time the step waited for the loader
   int world_size = 1;
+  // The device mesh, replicate x shard x tensor ("1x2x2"; dist/mesh.h), and its tensor
+  // degree: the step line names the mesh under tensor parallelism, metrics.jsonl always.
+  std::string mesh;
+  int tensor_parallel = 1;
   // Wall time since this process's first step, and the estimate of what the remaining steps
   // take at the mean pace so far (none before a step has been timed).
   double elapsed_s = 0;
