@@ -2,6 +2,7 @@
 // memory_plan_search.cpp.
 #include "fsdp/plan/memory_plan.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include <fmt/format.h>
@@ -32,13 +33,17 @@ std::string human(double bytes) {
   return u == 0 ? fmt::format("{:.0f} B", v) : fmt::format("{:.2f} {}", v, kUnits[u]);
 }
 
-// The model's units as the engine shards them: the embedding, L blocks, the head.
+// The model's units as the engine shards them: the embedding, L blocks, the head; under
+// tensor parallelism (c.tensor_parallel T) one tensor rank's: its slices of q/k/v/o, the
+// MLP or each expert, the embedding and the head (model/param_units.h, Note [Tensor
+// parallel layout]), the norms and the router whole.
 std::vector<UnitShape> plain_shapes(const model::LlamaConfig& c) {
   const double C = double(c.hidden_size), F = double(c.intermediate_size), V = double(c.vocab_size);
-  const double attention = C * double(c.qkv_dim()) + double(c.q_dim()) * C;
-  const double mlp = c.is_moe() ? C * double(c.num_experts) + double(c.num_experts) * 3 * C * F : 3 * C * F;
-  const double head = c.tie_word_embeddings ? C : V * C + C;  // a tied head holds only the norm
-  return {{V * C, 1}, {attention + mlp + 2 * C, double(c.num_layers)}, {head, 1}};
+  const double T = double(c.tensor_parallel);
+  const double attention = (C * double(c.qkv_dim()) + double(c.q_dim()) * C) / T;
+  const double mlp = c.is_moe() ? C * double(c.num_experts) + double(c.num_experts) * 3 * C * F / T : 3 * C * F / T;
+  const double head = c.tie_word_embeddings ? C : V * C / T + C;  // a tied head holds only the norm
+  return {{V * C / T, 1}, {attention + mlp + 2 * C, double(c.num_layers)}, {head, 1}};
 }
 
 // LoRA's layout (model/peft.h) of a one-block model: every block's is the same, so the
@@ -65,15 +70,18 @@ double parameter_count(const std::vector<UnitShape>& shapes) {
   return n;
 }
 
+// Over the data-parallel ranks: the world / parallel.tensor (dist/mesh.h).
 int shard_group(const config::Config& cfg, const PlanTarget& t) {
+  const int T = std::max(cfg.parallel.tensor, 1);
+  const int data = std::max(t.ranks / T, 1), data_per_node = std::max(t.ranks_per_node / T, 1);
   switch (cfg.fsdp.sharding_strategy) {
     case config::ShardingStrategy::FULL_SHARD:
-    case config::ShardingStrategy::SHARD_GRAD_OP: return t.ranks;
+    case config::ShardingStrategy::SHARD_GRAD_OP: return data;
     case config::ShardingStrategy::NO_SHARD: return 1;
     case config::ShardingStrategy::HYBRID_SHARD:
-      return cfg.fsdp.shard_group_size > 0 ? cfg.fsdp.shard_group_size : std::min(t.ranks, t.ranks_per_node);
+      return cfg.fsdp.shard_group_size > 0 ? cfg.fsdp.shard_group_size : std::min(data, data_per_node);
   }
-  return t.ranks;
+  return data;
 }
 
 std::string mode_name(const config::TrainConfig& t) {
@@ -125,7 +133,7 @@ void add_activation_rows(MemoryPlan& p, const config::Config& cfg, const model::
   const model::ActivationMemory a = model::activation_memory(m, B, T, t.dtype, config::activation_checkpointing(t));
   p.rows.push_back({"saved activations", a.saved,
                     fmt::format("{} x {} tokens, activation_checkpointing {}", B, T, p.checkpointing)});
-  p.rows.push_back({"logits and cross-entropy", a.head, fmt::format("[{}, {}] in {}", N, m.vocab_size, dtype_name(t.dtype))});
+  p.rows.push_back({"logits and cross-entropy", a.head, fmt::format("[{}, {}] in {}{}", N, m.local_vocab(), dtype_name(t.dtype), m.tensor_parallel > 1 ? " (this rank's vocabulary)" : "")});
   p.rows.push_back({"backward scratch", a.scratch, "one block's gradients, shared by every block"});
   // LoRA keeps nothing of its own for backward (lora_adapter.h recomputes u and d(x) from
   // the Linear's input, which the block's bind() lists keep): one scratch serves them all.
@@ -197,12 +205,16 @@ std::string human_count(double n) {
   return fmt::format("{:.0f}", n);
 }
 
-MemoryPlan plan_memory(const config::Config& cfg, const model::LlamaConfig& m, const PlanTarget& target) {
+MemoryPlan plan_memory(const config::Config& cfg, const model::LlamaConfig& whole, const PlanTarget& target) {
   MemoryPlan p;
   p.target = target;
   p.micro_batch_size = cfg.train.micro_batch_size;
   p.checkpointing = mode_name(cfg.train);
-  p.parameters = parameter_count(plain_shapes(m));
+  p.parameters = parameter_count(plain_shapes(whole));
+  // What one rank holds and computes: its tensor rank's share under parallel.tensor (LoRA
+  // under tensor parallelism is refused where the model is made: planned unsplit here).
+  model::LlamaConfig m = whole;
+  if (!cfg.lora.enabled) m.tensor_parallel = std::max(cfg.parallel.tensor, 1);
   add_engine_rows(p, cfg, m, shard_group(cfg, target));
   add_activation_rows(p, cfg, m);
   add_outside_rows(p, cfg, m);

@@ -1,10 +1,12 @@
 // Questions asked of the memory plan by trying configs: the largest micro-batch that fits,
 // the fewest ranks per checkpointing mode, and which one change helps a run that does not
 // fit. Each try is arithmetic (memory_plan.cpp), so a search costs microseconds.
+#include <algorithm>
 #include <functional>
 
 #include <fmt/format.h>
 
+#include "fsdp/model/tensor_parallel.h"
 #include "fsdp/plan/memory_plan.h"
 
 namespace fsdp::plan {
@@ -29,8 +31,11 @@ struct Change {
   std::function<void(config::Config&)> edit;
 };
 
-// The single changes that lower a rank's memory, for the config as it is.
-std::vector<Change> changes(const config::Config& cfg) {
+// The single changes that lower a rank's memory, for the config as it is, on `target`:
+// last, a tensor-parallel degree (2, 4, 8) that the model's shape and the target's nodes
+// hold, which splits the activations and the gathered units over a node's ranks (LoRA and
+// mixtures of experts do not run under tensor parallelism yet).
+std::vector<Change> changes(const config::Config& cfg, const model::LlamaConfig& m, const PlanTarget& target) {
   std::vector<Change> out;
   const config::TrainConfig& t = cfg.train;
   if (t.micro_batch_size > 1) out.push_back({"train.micro_batch_size: 1", [](config::Config& c) { c.train.micro_batch_size = 1; }});
@@ -54,6 +59,14 @@ std::vector<Change> changes(const config::Config& cfg) {
     out.push_back({"fsdp.sharding_strategy: FULL_SHARD",
                    [](config::Config& c) { c.fsdp.sharding_strategy = config::ShardingStrategy::FULL_SHARD; }});
   if (cfg.fsdp.prefetch_limit > 0) out.push_back({"fsdp.prefetch_limit: 0", [](config::Config& c) { c.fsdp.prefetch_limit = 0; }});
+  if (!cfg.lora.enabled && !m.is_moe()) {
+    for (int T : {2, 4, 8}) {
+      if (T <= cfg.parallel.tensor || target.ranks % T != 0 || std::max(target.ranks_per_node, 1) % T != 0) continue;
+      if (model::tensor_parallel_problem(m, T, cfg.train.seq_len)) continue;
+      out.push_back({fmt::format("parallel.tensor: {} (tensor parallelism over {} ranks of a node)", T, T),
+                     [T](config::Config& c) { c.parallel.tensor = T; }});
+    }
+  }
   return out;
 }
 
@@ -87,8 +100,10 @@ std::optional<int> fewest_ranks(const config::Config& cfg, const model::LlamaCon
   if (mode == "none") c.train.activation_offload = false;
   const int per_node = std::max(target.ranks_per_node, 1), group = cfg.fsdp.shard_group_size;
   const bool hybrid = cfg.fsdp.sharding_strategy == config::ShardingStrategy::HYBRID_SHARD;
+  const int tensor = std::max(cfg.parallel.tensor, 1);
   auto fits = [&](int n) {
-    if (hybrid && group > 0 && n % group != 0) return false;
+    // Whole tensor groups, and shard groups of whole data-parallel ranks.
+    if (n % tensor != 0 || (hybrid && group > 0 && (n / tensor) % group != 0)) return false;
     return plan_memory(c, m, target.with_ranks(n)).fits();
   };
   // Within one node every count; past it whole nodes, found by doubling and then halving
@@ -113,7 +128,7 @@ std::string advise(const config::Config& cfg, const model::LlamaConfig& m, const
     if (const auto b = largest_micro_batch(cfg, m, plan.target))
       return head + fmt::format("; train.micro_batch_size {} fits (the largest)", *b);
   }
-  std::vector<Change> options = changes(cfg);
+  std::vector<Change> options = changes(cfg, m, plan.target);
   const Change* best = nullptr;
   double best_peak = plan.peak;
   for (const Change& c : options) {

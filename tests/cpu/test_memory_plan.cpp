@@ -139,6 +139,35 @@ TEST(MemoryPlan, RefusesUnlessOversubscriptionIsAllowed) {
   EXPECT_FALSE(plan::check_memory(allowed, gpus(64), false).fits());
 }
 
+// parallel.tensor in the plan: one rank's slices over the data-parallel ranks (the
+// whole model's parameter count unchanged), activations and gathered units over the tensor
+// group; and, for a run that cannot fit otherwise, a tensor degree among the answers.
+// (That the figures are what the trainer allocates: tests/mpi/test_memory_plan.cpp's T=2 cases.)
+TEST(MemoryPlan, TensorParallelismSplitsActivationsAndGatheredUnitsAndIsProposed) {
+  const config::Config one = load({"train.activation_checkpointing=full", "train.activation_offload=true"},
+                                  "configs/llama2_70b.yaml");
+  config::Config t8 = one;
+  t8.parallel.tensor = 8;
+  const model::LlamaConfig m = config::training_model_config(one);
+  const plan::MemoryPlan a = plan::plan_memory(one, m, gpus(512)), b = plan::plan_memory(t8, m, gpus(512));
+  EXPECT_EQ(a.parameters, b.parameters);
+  // FULL_SHARD over 512 ranks, or over 64 data-parallel ranks of 1/8 of every matrix: the
+  // same state per rank but for the norms each tensor rank keeps whole.
+  EXPECT_NEAR(row(b, "fp32 master weights (shards)") / row(a, "fp32 master weights (shards)"), 1.0, 1e-3);
+  EXPECT_NEAR(row(b, "saved activations") / row(a, "saved activations"), 1.0 / 8, 1e-3);
+  EXPECT_NEAR(row(b, "gathered units in flight") / row(a, "gathered units in flight"), 1.0 / 8, 1e-2);
+  const plan::MemoryPlan tight = plan::plan_memory(one, m, gpus(512, 12e9));
+  ASSERT_FALSE(tight.fits());
+  EXPECT_NE(plan::advise(one, m, tight).find("parallel.tensor: 2 (tensor parallelism over 2 ranks of a node) makes it "
+                                             "fit"),
+            std::string::npos)
+      << plan::advise(one, m, tight);
+  // Counts of ranks that are not whole tensor groups are never proposed.
+  const auto n = plan::fewest_ranks(t8, m, gpus(512), "full");
+  ASSERT_TRUE(n.has_value());
+  EXPECT_EQ(*n % 8, 0);
+}
+
 TEST(MemoryPlan, ParsesSizesAndRefusesTheRest) {
   EXPECT_EQ(plan::parse_bytes("80GB", "x"), 80e9);
   EXPECT_EQ(plan::parse_bytes("80 GiB", "x"), 80.0 * (1ull << 30));

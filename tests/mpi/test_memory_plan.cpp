@@ -79,6 +79,25 @@ std::vector<Case> cases(int world) {
   };
 }
 
+// Tensor parallelism (T=2) on the worlds that hold it: this tensor rank's slices sharded
+// over the data-parallel ranks, activations over the tensor group, its scratch buffers.
+std::vector<Case> tensor_parallel_cases(int world) {
+  if (world % 2 != 0) return {};
+  const std::string half = "fsdp.shard_group_size=" + std::to_string(world >= 4 ? world / 4 : 1);
+  return {
+      {"dense T=2 FULL_SHARD none", {"parallel.tensor=2", "fsdp.sharding_strategy=FULL_SHARD"}},
+      {"dense T=2 FULL_SHARD full, accumulation",
+       {"parallel.tensor=2", "fsdp.sharding_strategy=FULL_SHARD", "train.activation_checkpointing=full",
+        "train.grad_accum_steps=2"}},
+      {"dense T=2 SHARD_GRAD_OP selective + offload",
+       {"parallel.tensor=2", "fsdp.sharding_strategy=SHARD_GRAD_OP", "train.activation_checkpointing=selective",
+        "train.activation_offload=true", "train.activation_offload_horizon=1"}},
+      {"dense T=2 HYBRID_SHARD none, bf16 collectives",
+       {"parallel.tensor=2", "fsdp.sharding_strategy=HYBRID_SHARD", half, "fsdp.param_dtype=bfloat16",
+        "fsdp.reduce_dtype=bfloat16"}},
+  };
+}
+
 config::Config tiny(const std::vector<std::string>& extra) {
   std::vector<std::string> o = {"model.preset=tiny", "model.num_layers=6", "train.seq_len=64",
                                 "train.micro_batch_size=2", "logging.metrics=false", "checkpoint.resume=none",
@@ -90,9 +109,11 @@ config::Config tiny(const std::vector<std::string>& extra) {
 TEST(MemoryPlan, PeakMatchesTheAllocatorAndTheEngineExactly) {
   dist::ProcessGroups& world = test::world_groups();
   const int n = world.world->size();
-  for (const Case& c : cases(n)) {
+  std::vector<Case> all = cases(n);
+  for (const Case& c : tensor_parallel_cases(n)) all.push_back(c);
+  for (const Case& c : all) {
     const config::Config cfg = tiny(c.settings);
-    auto groups = dist::split_process_groups(world, train::shard_group_size(cfg));
+    auto groups = dist::split_process_groups(world, train::mesh_spec(cfg));
     Allocator& mem = allocator_for(Device::cpu());
     const size_t before = mem.stats().current_bytes, host_before = CopyStream::host_stats().current_bytes;
     mem.reset_peak();

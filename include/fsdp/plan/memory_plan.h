@@ -79,7 +79,8 @@ MemoryPlan plan_memory(const config::Config& cfg, const model::LlamaConfig& mode
 // The largest train.micro_batch_size whose plan fits (nullopt: not even 1).
 std::optional<int> largest_micro_batch(const config::Config& cfg, const model::LlamaConfig& model,
                                        const PlanTarget& target);
-// The fewest ranks (a multiple of ranks_per_node past one node, as whole nodes) whose plan
+// The fewest ranks (a multiple of ranks_per_node past one node, as whole nodes; whole tensor
+// groups of parallel.tensor) whose plan
 // fits under checkpointing mode `mode` ("none", "full", "selective"), up to `limit`.
 std::optional<int> fewest_ranks(const config::Config& cfg, const model::LlamaConfig& model, const PlanTarget& target,
                                 const std::string& mode, int limit = 1 << 20);
