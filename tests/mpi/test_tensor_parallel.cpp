@@ -26,6 +26,7 @@
 #include <map>
 
 #include "../common/distributed_train_checks.h"
+#include "fsdp/ckpt/safetensors.h"
 #include "fsdp/fsdp/tensor_group.h"
 #include "fsdp/train/launch_checks.h"
 #include "fsdp/train/step_votes.h"
@@ -191,6 +192,46 @@ TEST(TensorParallel, T2HybridShardMhaUntiedWithAccumulation) {
   expect_equivalent({2, "HYBRID_SHARD", 1}, false, false, 2, {"train.grad_clip=0"});
 }
 TEST(TensorParallel, T2ShardGradOpGqaUntied) { expect_equivalent({2, "SHARD_GRAD_OP"}, true, false); }
+
+// model.init_from at T=2: each tensor rank reads its slices of the Hugging Face tensors
+// (ckpt/hf_import.cpp, a row or a whole slice at a time), so the loaded weights are one
+// process's to the bit, and 20 steps follow one process's curve. llama_gqa_tiny: 6 heads,
+// 2 key/value heads, MLP 88, vocabulary 96.
+TEST(TensorParallel, InitFromAHuggingFaceFolderEqualsOneProcess) {
+  const Layout l{2, "FULL_SHARD"};
+  if (!fits(l)) GTEST_SKIP() << "needs a world the layout divides";
+  const std::string dir = std::string(FSDP_SOURCE_DIR) + "/tests/golden/llama_gqa_tiny";
+  const std::vector<std::string> model = {"model.init_from=" + dir};
+  std::vector<std::string> o = model;
+  for (const std::string& k : layout_keys(l)) o.push_back(k);
+  const config::Config cfg = tiny(o);
+  auto groups = dist::split_process_groups(test::world_groups(), train::mesh_spec(cfg));
+  auto local = dist::local_process_groups();
+  std::vector<std::string> one = model;
+  one.push_back("fsdp.sharding_strategy=NO_SHARD");
+  // fsdp::Run: inside a TEST body, Run alone is testing::Test::Run.
+  const fsdp::Run loaded = train(cfg, groups, 0), loaded_once = train(tiny(one), local, 0);
+  ASSERT_EQ(loaded.weights.size(), loaded_once.weights.size());
+  for (const auto& [name, w] : loaded_once.weights)
+    EXPECT_EQ(std::memcmp(loaded.weights.at(name).data_ptr(), w.data_ptr(), w.nbytes()), 0) << name;
+  // And they are the folder's: a row-split, a column-split and a vocabulary-split tensor.
+  const ckpt::SafetensorsFolder folder(dir);
+  for (const auto& [ours, theirs] : {std::pair<std::string, std::string>{"layers.0.wq", "model.layers.0.self_attn.q_proj.weight"},
+                                     {"layers.1.w_down", "model.layers.1.mlp.down_proj.weight"},
+                                     {"tok_embeddings", "model.embed_tokens.weight"}}) {
+    const std::vector<float> want = ckpt::read_as_f32(folder.entry(theirs));
+    const Tensor& got = loaded.weights.at(ours);
+    ASSERT_EQ(size_t(got.numel()), want.size()) << ours;
+    EXPECT_EQ(std::memcmp(got.data_ptr(), want.data(), want.size() * sizeof(float)), 0) << ours;
+  }
+  const fsdp::Run& want = reference(model, groups.mesh.data_parallel_size(), 1);
+  const fsdp::Run got = train(cfg, groups);
+  for (int i = 0; i < kSteps; ++i)
+    EXPECT_LT(std::abs(got.losses[size_t(i)] - want.losses[size_t(i)]) / want.losses[size_t(i)], kTolerance)
+        << "step " << i + 1;
+  for (const auto& [name, w] : want.weights)
+    EXPECT_LT(test::rel_norm_error(got.weights.at(name), w), kParamTolerance) << name;
+}
 
 // Theoretical bytes one rank sends per step (ring volumes of communicator.h), micro-batch
 // of N tokens, one micro-batch, no recompute, mesh R x S x T over W ranks, d = 4 bytes:
