@@ -2,6 +2,8 @@
 // and where a run resumes from; see checkpoint_policy.h.
 #include "fsdp/train/checkpoint_policy.h"
 
+#include <algorithm>
+
 #include <chrono>
 #include <filesystem>
 #include <utility>
@@ -159,7 +161,10 @@ void CheckpointPolicy::warn_changes(const ckpt::Manifest& m, const std::string& 
                   e.what());
     return;
   }
-  for (const std::string& line : resume_changes(saved, m.world_size, cfg_, groups_.world->size(), m.state.step))
+  // The global batch counts data-parallel ranks: a tensor group reads one micro-batch.
+  const int saved_data_ranks = m.world_size / std::max(m.tensor_parallel, 1);
+  for (const std::string& line :
+       resume_changes(saved, saved_data_ranks, cfg_, groups_.mesh.data_parallel_size(), m.state.step))
     spdlog::warn("checkpoint: {}", line);
 }
 

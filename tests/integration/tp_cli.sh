@@ -35,6 +35,8 @@ for run in tp one; do
     { cat "$work/$run.resume.log"; echo "FAIL: resume of $run on one process"; exit 1; }
 done
 grep -q "tensor parallel 2" "$work/tp.resume.log" || { cat "$work/tp.resume.log"; echo "FAIL: resume line"; exit 1; }
+# One data-parallel rank then and now: the same global batch, nothing to warn about.
+! grep -q "global batch differs" "$work/tp.resume.log" || { cat "$work/tp.resume.log"; echo "FAIL: batch warning"; exit 1; }
 paste <(loss "$work/one/metrics.jsonl") <(loss "$work/tp/metrics.jsonl") | awk '
   { d = $1 - $2; if (d < 0) d = -d; if (d / $1 > 1e-5) { print "FAIL: step " NR ": " $1 " vs " $2; bad = 1 } }
   END { exit bad || NR != 6 }'

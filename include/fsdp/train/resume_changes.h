@@ -13,7 +13,8 @@
 namespace fsdp::train {
 
 // The warnings for resuming `saved` (the checkpoint's effective config, written by
-// `saved_world` ranks, at step `step`) as `now` on `world` ranks: one line per change of the
+// `saved_world` data-parallel ranks, at step `step`) as `now` on `world` data-parallel ranks
+// (the world / parallel.tensor: a tensor group reads one micro-batch): one line per change of the
 // LR schedule (train.max_steps, optim.lr, min_lr, warmup_steps, schedule; with the lr of the
 // next step under both) and of the global batch (sequences per optimizer step), each with
 // the old and new values. Empty when the run continues as it was.
