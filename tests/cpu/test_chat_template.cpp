@@ -206,7 +206,7 @@ TEST(ChatTemplateLimits, LoopsMacrosAndOutputAreBounded) {
 }
 
 // Nesting is bounded where the stack would otherwise run out (fuzz_chat_template: 2000 unary
-// '+' in a row overflowed it; the input is tests/fuzz/corpus/chat_template/regress_*), and a
+// '+' in a row overflowed it; the input is tests/fuzz/corpus/chat_template/crash_*), and a
 // slice among several subscripts, which once left a null node, is refused.
 TEST(ChatTemplateLimits, NestingIsBoundedAndNamedWithItsPosition) {
   EXPECT_EQ(error_of("{{ " + std::string(300, '+') + "1 }}"),

@@ -230,7 +230,7 @@ TEST_F(BadFile, BrokenModelsNameWhatIsWrong) {
   expect_refused_text("[1, 2]", {"expected a JSON object"});
 }
 
-// What fuzz_tokenizer_json found (its inputs are in tests/fuzz/corpus/tokenizer_json/regress_*):
+// What fuzz_tokenizer_json found (its inputs are in tests/fuzz/corpus/tokenizer_json/crash_*):
 // a number past a double's range escaped as the library's exception, a post-processor id in a
 // hole of the vocabulary encoded and then failed to decode, and one id near 2^31 made the
 // by-id table ask for 68 GB.
