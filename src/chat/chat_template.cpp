@@ -33,6 +33,8 @@ json read_json(const fs::path& path) {
     return json::parse(text);
   } catch (const json::parse_error& e) {
     FSDP_FAIL("{} is not valid JSON: {}", path.string(), e.what());
+  } catch (const json::exception&) {  // out_of_range: 1e999
+    FSDP_FAIL("{} holds a number too large for a double (e.g. 1e999)", path.string());
   }
 }
 

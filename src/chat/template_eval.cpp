@@ -39,6 +39,7 @@ class Renderer {
   using Scope = std::unordered_map<std::string, Value>;
 
   [[noreturn]] void fail(SourcePos pos, const std::string& msg) const { throw TemplateError(t_.origin, pos, msg); }
+  int eval_depth_ = 0;
 
   void step(SourcePos pos) {
     if (opts_.max_steps > 0 && ++steps_ > opts_.max_steps)
@@ -303,6 +304,14 @@ class Renderer {
   }
 
   Value eval(const Expr& e) {
+    // A chain the parser builds without recursion (a + b + ... , x|f|g|...) and macros calling
+    // macros nest here: bounded like the parser's nesting, with the position.
+    if (++eval_depth_ > 4 * kMaxTemplateNesting)
+      fail(e.pos, nesting_message("the expression (or macro calls) nest", 4 * kMaxTemplateNesting));
+    struct Leave {
+      int& n;
+      ~Leave() { --n; }
+    } leave{eval_depth_};
     try {
       return eval_node(e);
     } catch (const TemplateValueError& err) {

@@ -169,6 +169,13 @@ ExprPtr Parser::parse_pow() {
 }
 
 ExprPtr Parser::parse_unary(bool with_filter) {
+  // Every nested expression passes here (a sign, brackets, a literal's items).
+  if (++expr_nesting_ > kMaxTemplateNesting)
+    fail_here(nesting_message("the expression nests", kMaxTemplateNesting));
+  struct Leave {
+    int& n;
+    ~Leave() { --n; }
+  } leave{expr_nesting_};
   ExprPtr e;
   if (is_op("-") || is_op("+")) {
     const Token& t = next();
@@ -273,6 +280,11 @@ ExprPtr Parser::parse_postfix(ExprPtr e) {
       }
       expect_op("]");
       if (subs.empty()) fail(pos, "expected a subscript");
+      // x[1, :] would index with a tuple holding a slice object (numpy's idiom, not a chat
+      // template's); the slice node has no object to slice there (found by fuzz_chat_template).
+      for (const auto& sub : subs)
+        if (subs.size() > 1 && sub->kind == ExprKind::Slice)
+          fail(sub->pos, "a slice among several subscripts ([a, b:c]) is not supported");
       if (subs.size() == 1 && subs[0]->kind == ExprKind::Slice) {
         subs[0]->args[0] = std::move(e);
         e = std::move(subs[0]);

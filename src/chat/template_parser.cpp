@@ -76,6 +76,8 @@ StmtPtr Parser::parse_statement() {
   auto s = std::make_unique<Stmt>();
   s->pos = pos;
   open_.push_back(pos);
+  if (int(open_.size()) > kMaxTemplateNesting)
+    fail(pos, nesting_message("blocks nest", kMaxTemplateNesting));
   if (tag == "if") {
     s->kind = StmtKind::If;
     while (true) {

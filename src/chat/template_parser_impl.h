@@ -100,6 +100,7 @@ class Parser {
   std::string origin_;
   int loop_depth_ = 0;
   std::vector<SourcePos> open_;  // the tags whose blocks are open, for "never closed" messages
+  int expr_nesting_ = 0;         // parse_unary's recursion (operators, brackets, literals)
 };
 
 }  // namespace fsdp::chat::detail

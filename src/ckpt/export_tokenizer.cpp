@@ -60,6 +60,8 @@ json parse(const std::string& text, const std::string& path) {
     return json::parse(text);
   } catch (const json::parse_error& e) {
     FSDP_FAIL("{}: not JSON (byte {})", path, e.byte);
+  } catch (const json::exception&) {  // out_of_range: 1e999
+    FSDP_FAIL("{}: holds a number too large for a double (e.g. 1e999)", path);
   }
 }
 

@@ -32,6 +32,8 @@ class HuggingFaceBackend final : public TokenizerBackend {
       c = nlohmann::json::parse(config);
     } catch (const nlohmann::json::parse_error& e) {
       FSDP_FAIL("{}: not JSON (byte {})", config_path, e.byte);
+    } catch (const nlohmann::json::exception&) {  // out_of_range: 1e999
+      FSDP_FAIL("{}: holds a number too large for a double (e.g. 1e999)", config_path);
     }
     if (!c.is_object()) FSDP_FAIL("{}: expected a JSON object", config_path);
     for (auto [key, slot] : {std::pair{"bos_token", &bos_}, std::pair{"eos_token", &eos_}}) {

@@ -205,6 +205,27 @@ TEST(ChatTemplateLimits, LoopsMacrosAndOutputAreBounded) {
   EXPECT_THROW(render_template(big, {}, o), TemplateError);
 }
 
+// Nesting is bounded where the stack would otherwise run out (fuzz_chat_template: 2000 unary
+// '+' in a row overflowed it; the input is tests/fuzz/corpus/chat_template/crash_*), and a
+// slice among several subscripts, which once left a null node, is refused.
+TEST(ChatTemplateLimits, NestingIsBoundedAndNamedWithItsPosition) {
+  EXPECT_EQ(error_of("{{ " + std::string(300, '+') + "1 }}"),
+            "chat_template:1:204: the expression nests deeper than 200 levels");
+  EXPECT_EQ(error_of("{{ " + std::string(300, '(') + "1" + std::string(300, ')') + " }}"),
+            "chat_template:1:204: the expression nests deeper than 200 levels");
+  std::string ifs;
+  for (int i = 0; i < 201; ++i) ifs += "{% if true %}";
+  EXPECT_EQ(error_of(ifs).substr(0, 47), "chat_template:1:2604: blocks nest deeper than 2");
+  std::string chain = "{{ 1";
+  for (int i = 0; i < 1000; ++i) chain += " + 1";
+  EXPECT_NE(error_of(chain + " }}").find("nest deeper than 800 levels"), std::string::npos);
+  std::string fine = "{{ 1";
+  for (int i = 0; i < 100; ++i) fine += " + 1";
+  EXPECT_EQ(render(fine + " }}"), "101");
+  EXPECT_EQ(error_of("{{ [1, 2][1, :] }}"),
+            "chat_template:1:14: a slice among several subscripts ([a, b:c]) is not supported");
+}
+
 // ---- the interpreter's pieces, by hand ----
 
 TEST(ChatTemplateInterpreter, WhitespaceControl) {

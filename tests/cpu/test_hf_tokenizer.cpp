@@ -230,6 +230,36 @@ TEST_F(BadFile, BrokenModelsNameWhatIsWrong) {
   expect_refused_text("[1, 2]", {"expected a JSON object"});
 }
 
+// What fuzz_tokenizer_json found (its inputs are in tests/fuzz/corpus/tokenizer_json/crash_*):
+// a number past a double's range escaped as the library's exception, a post-processor id in a
+// hole of the vocabulary encoded and then failed to decode, and one id near 2^31 made the
+// by-id table ask for 68 GB.
+TEST_F(BadFile, WhatTheFuzzerFoundIsRefusedByNameOrLoadsSmall) {
+  expect_refused_text("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 1e999}}}",
+                      {"tokenizer.json: holds a number too large for a double"});
+  json j = base();
+  json extra = j["added_tokens"][0];
+  extra["id"] = 3020;  // the ids 3011..3019 become a hole
+  extra["content"] = "<|past_a_hole|>";
+  j["added_tokens"].push_back(extra);
+  json& template_processing = j["post_processor"]["processors"][1];
+  ASSERT_TRUE(template_processing["special_tokens"].contains("<|begin_of_text|>")) << template_processing.dump();
+  template_processing["special_tokens"]["<|begin_of_text|>"]["ids"][0] = 3015;
+  expect_refused(j, {"post_processor: special token id 3015 is no token's id"});
+
+  j = base();
+  extra["id"] = (int64_t(1) << 31) - 2;
+  j["added_tokens"].push_back(extra);
+  fs::create_directories(dir);
+  std::ofstream(dir / "tokenizer.json") << j.dump();
+  const data::Tokenizer t((dir / "tokenizer.json").string());
+  EXPECT_EQ(t.vocab_size(), (int64_t(1) << 31) - 1);
+  std::vector<int32_t> ids;
+  t.encode("<|past_a_hole|>", {.add_special = false, .parse_special = true}, ids);
+  ASSERT_EQ(ids.size(), 1u);
+  EXPECT_EQ(t.decode(ids, false), "<|past_a_hole|>");
+}
+
 // Special tokens written in text stay text unless asked for: corpus text that contains
 // "<|eot_id|>" must not end a training document's turn.
 TEST(HfTokenizer, SpecialTokensInTextAreTextByDefault) {

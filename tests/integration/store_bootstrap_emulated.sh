@@ -71,7 +71,7 @@ for r in 0 1; do
   pids+=($!)
 done
 for ((i = 0; i < 600; ++i)); do
-  grep -q 'step +2/200' "$tmp/stopped.0.log" && break
+  grep -qE 'step +2/200' "$tmp/stopped.0.log" && break
   kill -0 "${pids[0]}" 2>/dev/null || fail "rank 0 ended before step 2: $(tail -3 "$tmp/stopped.0.log")"
   sleep 0.5
 done

@@ -13,6 +13,20 @@
 
 namespace fsdp::chat {
 
+// How deep blocks ({% if %} in {% for %} ...) and expressions may nest: published templates
+// stay under 10; a deeper one (fuzz_chat_template: 2000 unary '+' in a row) overflowed the
+// parser's and the renderer's stacks.
+inline constexpr int kMaxTemplateNesting = 200;
+// "<what> deeper than <levels> levels", appended piece by piece (GCC 12's -Wrestrict misreads
+// `"..." + std::to_string(...)` in these files).
+inline std::string nesting_message(const char* what, int levels) {
+  std::string m = what;
+  m += " deeper than ";
+  m += std::to_string(levels);
+  m += " levels";
+  return m;
+}
+
 struct Expr;
 struct Stmt;
 using ExprPtr = std::unique_ptr<Expr>;

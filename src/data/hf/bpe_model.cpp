@@ -60,12 +60,9 @@ BpeModel::BpeModel(const JsonNode& model) : cache_key_(g_next_cache_key.fetch_ad
     vocab_.emplace(token, id);
     bound = std::max<int64_t>(bound, int64_t(id) + 1);
   }
-  tokens_.assign(size_t(bound), std::string());
-  has_token_.assign(size_t(bound), false);
-  for (const auto& [token, id] : vocab_) {
-    tokens_[size_t(id)] = token;
-    has_token_[size_t(id)] = true;
-  }
+  id_bound_ = bound;
+  tokens_.reserve(vocab_.size());
+  for (const auto& [token, id] : vocab_) tokens_.emplace(id, token);
 
   if (const auto u = model.get("unk_token")) {
     const std::string unk = u->string();
@@ -110,8 +107,8 @@ std::optional<int32_t> BpeModel::token_to_id(std::string_view token) const {
 }
 
 const std::string* BpeModel::id_to_token(int32_t id) const {
-  if (id < 0 || id >= int32_t(tokens_.size()) || !has_token_[size_t(id)]) return nullptr;
-  return &tokens_[size_t(id)];
+  const auto it = tokens_.find(id);
+  return it == tokens_.end() ? nullptr : &it->second;
 }
 
 void BpeModel::tokenize(std::string_view word, std::vector<int32_t>& out) const {

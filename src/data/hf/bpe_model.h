@@ -36,14 +36,16 @@ class BpeModel {
   // The token of an id of the vocabulary, or nullptr.
   const std::string* id_to_token(int32_t id) const;
   // One past the largest id.
-  int64_t id_bound() const { return int64_t(tokens_.size()); }
+  int64_t id_bound() const { return id_bound_; }
 
  private:
   void merge_word(std::string_view word, std::vector<int32_t>& out) const;
 
   Vocab vocab_;
-  std::vector<std::string> tokens_;  // by id ("" for an id no token has)
-  std::vector<bool> has_token_;
+  // Tokens by id, in a map: a file's ids may leave holes, and one id of 2^31 - 1 in a dense
+  // table once asked for 68 GB (fuzz_tokenizer_json).
+  std::unordered_map<int32_t, std::string> tokens_;
+  int64_t id_bound_ = 0;
   struct Merge {
     int32_t rank, id;
   };

@@ -4,6 +4,7 @@
 #include <cctype>
 
 #include "byte_level.h"
+#include "prepend_scheme.h"
 #include "unicode_regex.h"
 #include "utf8.h"
 
@@ -33,7 +34,6 @@ class ByteLevel final : public Decoder {
   }
 };
 
-enum class Prepend { Always, First, Never };
 
 class Metaspace final : public Decoder {
  public:
@@ -180,17 +180,6 @@ class Sequence final : public Decoder {
  private:
   std::vector<std::unique_ptr<Decoder>> parts_;
 };
-
-Prepend prepend_scheme(const JsonNode& node) {
-  if (const auto scheme = node.get("prepend_scheme")) {
-    const std::string s = scheme->string();
-    if (s == "always") return Prepend::Always;
-    if (s == "first") return Prepend::First;
-    if (s == "never") return Prepend::Never;
-    scheme->unsupported(s);
-  }
-  return node.boolean_or("add_prefix_space", true) ? Prepend::Always : Prepend::Never;
-}
 
 }  // namespace
 

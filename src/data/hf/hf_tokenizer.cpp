@@ -24,6 +24,9 @@ HfTokenizer::HfTokenizer(const std::string& json, const std::string& name) : nam
   } catch (const nlohmann::json::parse_error& e) {
     // The byte offset, not the library's text: the file is not JSON at all.
     FSDP_FAIL("{}: not JSON (byte {})", name, e.byte);
+  } catch (const nlohmann::json::exception&) {
+    // out_of_range: a number past a double's range (1e999), found by fuzz_tokenizer_json.
+    FSDP_FAIL("{}: holds a number too large for a double (e.g. 1e999)", name);
   }
   const JsonNode root(j, name_);
   if (!j.is_object()) root.fail("expected a JSON object (a Hugging Face tokenizer.json)");
@@ -43,10 +46,17 @@ HfTokenizer::HfTokenizer(const std::string& json, const std::string& name) : nam
                                          *model_, normalizer_.get());
   vocab_size_ = std::max(model_->id_bound(), added_->id_bound());
   if (post_processor_) post_processor_->around(before_, after_);
-  for (int32_t id : before_)
-    if (id < 0 || id >= vocab_size_) root.at("post_processor").fail("special token id " + std::to_string(id) + " is outside the vocabulary");
-  for (int32_t id : after_)
-    if (id < 0 || id >= vocab_size_) root.at("post_processor").fail("special token id " + std::to_string(id) + " is outside the vocabulary");
+  // Every id the post-processor adds must be a token: an id in a hole of the vocabulary (found
+  // by fuzz_tokenizer_json) would be encoded and then fail to decode. tokenizers loads such a
+  // file and drops the id when decoding; refusing it names the broken entry instead.
+  for (const std::vector<int32_t>* ids : {&before_, &after_}) {
+    for (int32_t id : *ids) {
+      if (id < 0 || id >= vocab_size_)
+        root.at("post_processor").fail("special token id " + std::to_string(id) + " is outside the vocabulary");
+      if (added_->by_id(id) == nullptr && model_->id_to_token(id) == nullptr)
+        root.at("post_processor").fail("special token id " + std::to_string(id) + " is no token's id (the vocabulary has no entry for it)");
+    }
+  }
 }
 
 HfTokenizer::~HfTokenizer() = default;

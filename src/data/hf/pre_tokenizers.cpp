@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "byte_level.h"
+#include "prepend_scheme.h"
 #include "unicode_props.h"
 #include "unicode_regex.h"
 #include "utf8.h"
@@ -71,7 +72,6 @@ class ByteLevel final : public PreTokenizer {
   std::unique_ptr<UnicodeRegex> re_;
 };
 
-enum class Prepend { Always, First, Never };
 
 class Metaspace final : public PreTokenizer {
  public:
@@ -123,26 +123,7 @@ class Digits final : public PreTokenizer {
   bool individual_;
 };
 
-// Whitespace: \w+|[^\w\s]+ kept, the rest removed. WhitespaceSplit: split on whitespace.
-class RegexSplit final : public PreTokenizer {
- public:
-  RegexSplit(const char* pattern, SplitBehavior behavior, bool invert)
-      : re_(pattern), behavior_(behavior), invert_(invert) {}
-  void pre_tokenize(Pieces& pieces) const override {
-    split_text_pieces(pieces, [&](Piece&& p, Pieces& out) {
-      std::vector<Span> spans = spans_of(re_.find_all(p.text), p.text.size());
-      if (invert_)
-        for (Span& s : spans) s.match = !s.match;
-      apply_split(std::move(p), spans, behavior_, out);
-    });
-  }
-
- private:
-  UnicodeRegex re_;
-  SplitBehavior behavior_;
-  bool invert_;
-};
-
+// WhitespaceSplit: split on whitespace, which goes.
 class WhitespaceSplit final : public PreTokenizer {
  public:
   void pre_tokenize(Pieces& pieces) const override {
@@ -163,18 +144,6 @@ class Sequence final : public PreTokenizer {
  private:
   std::vector<std::unique_ptr<PreTokenizer>> parts_;
 };
-
-Prepend prepend_scheme(const JsonNode& node) {
-  // Files written before prepend_scheme existed say add_prefix_space instead.
-  if (const auto scheme = node.get("prepend_scheme")) {
-    const std::string s = scheme->string();
-    if (s == "always") return Prepend::Always;
-    if (s == "first") return Prepend::First;
-    if (s == "never") return Prepend::Never;
-    scheme->unsupported(s);
-  }
-  return node.boolean_or("add_prefix_space", true) ? Prepend::Always : Prepend::Never;
-}
 
 std::string single_char(const JsonNode& node) {
   const std::string s = node.string();
@@ -206,7 +175,8 @@ std::unique_ptr<PreTokenizer> make_pre_tokenizer(const JsonNode& node) {
     return std::make_unique<Metaspace>(single_char(node.at("replacement")), prepend_scheme(node),
                                        node.boolean_or("split", true));
   if (type == "Digits") return std::make_unique<Digits>(node.boolean_or("individual_digits", false));
-  if (type == "Whitespace") return std::make_unique<RegexSplit>(R"(\w+|[^\w\s]+)", SplitBehavior::Removed, true);
+  // Whitespace: \w+|[^\w\s]+ kept, the rest removed (a Split on that pattern, inverted).
+  if (type == "Whitespace") return std::make_unique<Split>(UnicodeRegex(R"(\w+|[^\w\s]+)"), SplitBehavior::Removed, true);
   if (type == "WhitespaceSplit") return std::make_unique<WhitespaceSplit>();
   if (type == "Sequence") {
     const JsonNode list = node.at("pretokenizers");
