@@ -22,6 +22,14 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// A Hugging Face folder's own tokenizer (tokenizer.json first, as the facade picks), or "".
+std::string tokenizer_in_folder(const std::string& folder) {
+  std::error_code ec;
+  for (const char* name : {"tokenizer.json", "tokenizer.model"})
+    if (fs::is_regular_file(fs::path(folder) / name, ec)) return (fs::path(folder) / name).string();
+  return "";
+}
+
 // The run's tokenizer, if it still exists: the one `prepare` recorded beside the run's
 // training shards, else the one in the model.init_from folder the run started from (a
 // Hugging Face folder carries its tokenizer).
@@ -37,10 +45,7 @@ std::string tokenizer_of_run(const ckpt::Manifest& m, const std::string& base_gi
     // The base folder as this command sees it: --base, else a LoRA run's recorded base (kept
     // absolute), else model.init_from as the config wrote it (relative to where it trained).
     const std::string folder = !base_given.empty() ? base_given : m.base ? m.base->path : cfg.model.init_from;
-    if (!folder.empty() && fs::is_directory(folder, ec)) {
-      for (const char* name : {"tokenizer.json", "tokenizer.model"})
-        if (fs::is_regular_file(fs::path(folder) / name, ec)) return (fs::path(folder) / name).string();
-    }
+    if (!folder.empty()) return tokenizer_in_folder(folder);
   } catch (const std::exception&) {
   }
   return "";
@@ -49,10 +54,7 @@ std::string tokenizer_of_run(const ckpt::Manifest& m, const std::string& base_gi
 }  // namespace
 
 std::string run_tokenizer(const std::string& checkpoint) {
-  std::error_code ec;
-  // A Hugging Face folder carries its tokenizer (tokenizer.json first, as the facade picks).
-  for (const char* name : {"tokenizer.json", "tokenizer.model"})
-    if (fs::is_regular_file(fs::path(checkpoint) / name, ec)) return (fs::path(checkpoint) / name).string();
+  if (std::string own = tokenizer_in_folder(checkpoint); !own.empty()) return own;
   try {
     std::string path = checkpoint;
     if (!ckpt::is_checkpoint_dir(path)) {
