@@ -9,7 +9,6 @@
 
 #include "fsdp/config/config.h"
 #include "fsdp/config/model_options.h"
-#include "fsdp/train/setup.h"
 #include "fuzz_util.h"
 
 namespace {
