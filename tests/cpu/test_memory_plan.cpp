@@ -116,6 +116,7 @@ TEST(MemoryPlan, ShippedConfigsFitTheirJobs) {
   for (const auto& [file, ranks] : std::vector<std::pair<std::string, int>>{{"configs/llama2_7b.yaml", 32},
                                                                            {"configs/llama2_13b.yaml", 32},
                                                                            {"configs/llama2_70b.yaml", 64},
+                                                                           {"configs/llama2_70b_tp.yaml", 64},
                                                                            {"configs/mixtral_8x7b.yaml", 32}}) {
     const config::Config cfg = load({}, file);
     const plan::MemoryPlan p = plan::plan_memory(cfg, config::training_model_config(cfg), gpus(ranks));

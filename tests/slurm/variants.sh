@@ -86,6 +86,11 @@ has "$REPO/configs/llama2_70b.yaml"
 has "train.max_steps=3"
 require_log "$JOB_LOG" "job $JOB_ID \(preset_container\)"
 
+NAME="the tensor-parallel preset"
+say "$NAME"
+GPUS_PER_NODE=2 run_variant preset_tp --nodes=1 --ntasks-per-node=2 "$REPO/slurm/llama2_70b_tp.sbatch"
+has "$REPO/configs/llama2_70b_tp.yaml"
+
 NAME="a preset submitted by a relative path, as the README does"
 say "$NAME"
 # Slurm runs a spool copy of the script: the preset finds train.sbatch, and the repository
