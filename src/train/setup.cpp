@@ -190,7 +190,7 @@ dist::ProcessGroups engine_groups(dist::ProcessGroups& host, Device device) {
 #endif
 }
 
-model::LlamaConfig rank_model_config(const config::Config& cfg, const dist::ProcessGroups& groups, Device device) {
+model::LlamaConfig rank_model_config(const config::Config& cfg, const dist::ProcessGroups& groups) {
   model::LlamaConfig m = config::training_model_config(cfg);
   m.tensor_parallel = groups.mesh.shape().tensor;
   if (m.tensor_parallel == 1) return m;
@@ -201,7 +201,9 @@ model::LlamaConfig rank_model_config(const config::Config& cfg, const dist::Proc
   };
   if (cfg.lora.enabled) not_yet("LoRA (lora.enabled)");
   if (m.is_moe()) not_yet("a mixture of experts (model.num_experts)");
-  if (!device.is_cpu()) not_yet("training on a GPU (train.device)");
+  // On a GPU dense Llama runs as on the CPU: the vocabulary-parallel ops have CUDA kernels
+  // and the tensor group is an NCCL communicator (make_nccl_process_groups; See Note
+  // [Tensor-parallel collectives on a GPU] in fsdp/tensor_group.h).
   return m;
 }
 

@@ -4,6 +4,10 @@
 // match a host loop that rounds after every addition, as the kernel does. Ids are
 // checked on the device without a wait of the host: a bad id is the CPU's error (op,
 // position, id, vocabulary) at the next read-back, its row skipped.
+// The vocabulary-parallel variants (embedding_shard_*, tensor parallelism) are held to the
+// CPU's shard ops the same way, on every shard of 1, 3 and 4, with ids at every shard
+// boundary and ids of other shards (zero rows, nothing added), and a rerun of the
+// backward gives the same bits.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -57,6 +61,95 @@ TEST_F(CudaOps, EmbeddingMatchesCpu) {
             embedding_backward(gids, on_gpu(dout), gdtable);
             EXPECT_TRUE(identical(on_cpu(gdtable), dtable)) << what;
           }
+}
+
+// Ids for a vocabulary of `vocab` split in `shards`: each shard's first and last row and
+// their neighbours outside it, then random ids (repeated: N > vocab).
+Tensor boundary_ids(int64_t n, int64_t vocab, int64_t shards, DType t, uint64_t seed) {
+  Tensor ids = random_ids(n, vocab, t, seed);
+  int64_t i = 0;
+  for (int64_t s = 0; s < shards; ++s) {
+    const int64_t begin = s * (vocab / shards), end = begin + vocab / shards;
+    for (int64_t id : {begin - 1, begin, end - 1, end})
+      if (id >= 0 && id < vocab && i < n) ids.set_flat(i++, double(id));
+  }
+  return ids;
+}
+
+TEST_F(CudaOps, EmbeddingShardMatchesCpu) {
+  constexpr int64_t kVocab = 12;
+  for (DType t : kFloatTypes)
+    for (DType id_t : {DType::I32, DType::I64})
+      for (int64_t shards : {int64_t(1), int64_t(3), int64_t(4)})
+        for (int64_t c : {int64_t(1), int64_t(7), int64_t(300)})
+          for (int64_t n : {int64_t(17), int64_t(100)}) {
+            if (id_t == DType::I32 && t != DType::F32) continue;  // index width is dtype-independent
+            const int64_t rows = kVocab / shards;
+            const uint64_t seed = uint64_t(shards * 100000 + c * 1000 + n);
+            const Tensor ids = boundary_ids(n, kVocab, shards, id_t, seed);
+            const Tensor gids = on_gpu(ids);
+            const Tensor dout = random_tensor({n, c}, DType::F64, seed + 2, -2, 2).to(t);
+            const Tensor gdout = on_gpu(dout);
+            for (int64_t s = 0; s < shards; ++s) {
+              const int64_t begin = s * rows;
+              const std::string what = std::string(dtype_name(t)) + "/" + dtype_name(id_t) + " shard " +
+                                       std::to_string(s) + " of " + std::to_string(shards) + " C=" + std::to_string(c) +
+                                       " N=" + std::to_string(n);
+              const Tensor table =
+                  random_tensor({rows, c + 3}, DType::F64, seed + 10 + uint64_t(s), -2, 2).to(t).narrow(1, 1, c);
+              const Tensor dtable0 = random_tensor({rows, c}, DType::F64, seed + 20 + uint64_t(s), -2, 2).to(t);
+              // Forward: exact rows of this shard, zeros for the others' ids (the CPU op in
+              // float32 on the exact upcast table for the 16-bit types: a copy is exact).
+              const DType rt = t == DType::F64 ? DType::F64 : DType::F32;
+              Tensor want = Tensor::empty({n, c}, rt);
+              embedding_shard_forward(ids, table.to(rt), want, begin, kVocab);
+              Tensor gout = Tensor::empty({n, c}, t, kGpu);
+              embedding_shard_forward(gids, on_gpu(table.clone()).narrow(1, 0, c), gout, begin, kVocab);
+              EXPECT_TRUE(identical(on_cpu(gout), want.to(t))) << what;
+              // Backward: the CPU op where it exists, else its order with a rounding per add.
+              Tensor dtable = dtable0.clone();
+              if (t == DType::BF16 || t == DType::F16) {
+                for (int64_t i = 0; i < n; ++i)
+                  for (int64_t j = 0; j < c; ++j) {
+                    const int64_t row = int64_t(ids.get_flat(i)) - begin;
+                    if (row < 0 || row >= rows) continue;
+                    dtable.set({row, j}, double(float(dtable.get({row, j})) + float(dout.get({i, j}))));
+                  }
+              } else {
+                embedding_shard_backward(ids, dout, dtable, begin, kVocab);
+              }
+              Tensor gdtable = on_gpu(dtable0);
+              embedding_shard_backward(gids, gdout, gdtable, begin, kVocab);
+              const Tensor got = on_cpu(gdtable);
+              EXPECT_TRUE(identical(got, dtable)) << what;
+              Tensor again = on_gpu(dtable0);  // deterministic: a rerun gives the same bits
+              embedding_shard_backward(gids, gdout, again, begin, kVocab);
+              EXPECT_TRUE(identical(on_cpu(again), got)) << what << ": rerun";
+            }
+          }
+}
+
+// An id outside the whole vocabulary is the shard op's error at the next read-back, its
+// row skipped; an id of another shard is no error.
+TEST_F(CudaOps, EmbeddingShardReportsIdsOutsideTheVocabulary) {
+  Tensor ids = random_ids(10, 12, DType::I64, 7);
+  ids.set_flat(5, 12);
+  const Tensor table = random_tensor({4, 3}, DType::F32, 8);  // rows [4, 8) of 12
+  Tensor out = Tensor::empty({10, 3}, DType::F32, kGpu);
+  embedding_shard_forward(on_gpu(ids), on_gpu(table), out, 4, 12);
+  expect_error([&] { (void)on_cpu(out); },
+               {"embedding_shard_forward", "token id 12 at position 5 is outside the vocabulary [0, 12)", "cuda:0"});
+  ids.set_flat(5, 0);
+  Tensor want = Tensor::empty({10, 3}, DType::F32);
+  embedding_shard_forward(ids, table, want, 4, 12);
+  const Tensor got = on_cpu(out);
+  for (int64_t i = 0; i < 10; ++i)
+    for (int64_t j = 0; j < 3; ++j) EXPECT_EQ(got.get({i, j}), want.get({i, j})) << i << "," << j;  // row 5: zeros
+
+  ids.set_flat(2, -3);
+  Tensor dtable = on_gpu(Tensor::zeros({4, 3}, DType::F32));
+  embedding_shard_backward(on_gpu(ids), on_gpu(random_tensor({10, 3}, DType::F32, 9)), dtable, 4, 12);
+  expect_error([&] { cuda::synchronize(0); }, {"embedding_shard_backward", "token id -3 at position 2", "[0, 12)"});
 }
 
 Tensor filled(const Dims& sizes, double value) {

@@ -13,6 +13,9 @@ enum class DeviceErrorOp : uint32_t {
   EmbeddingForward = 1,   // value: a token id outside [0, bound); position: its index in ids
   EmbeddingBackward = 2,  // as EmbeddingForward
   CrossEntropy = 3,       // value: a target outside [0, bound), not ignore_index; position: its row
+  EmbeddingShardForward = 4,   // as EmbeddingForward (the vocabulary-parallel lookup)
+  EmbeddingShardBackward = 5,  // as EmbeddingForward
+  CrossEntropyShardStats = 6,  // as CrossEntropy (the vocabulary-parallel cross-entropy)
 };
 
 // In device memory, one per device, zero while no error is recorded. A kernel claims it by

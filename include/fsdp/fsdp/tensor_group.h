@@ -2,8 +2,29 @@
 // mesh (ProcessGroups::tensor): the bridge that lets the model run its collectives without
 // seeing ranks. Each call waits for its collective: tensor-parallel collectives gate the
 // computation right after them (the next GEMM reads the gathered rows), so they are on the
-// critical path; on a GPU the wait only orders the compute stream after NCCL's (Note [NCCL
-// stream ordering]), and the host does not block.
+// critical path.
+//
+// Note [Tensor-parallel collectives on a GPU]
+// On CUDA the tensor group is an NCCL communicator of its own (make_nccl_process_groups in
+// dist/nccl.h builds it over the host tensor group, which split_process_groups made from the
+// one dist::DeviceMesh), with its own communication stream, beside the shard and replicate
+// groups' streams that carry the FSDP engine's all-gathers and reduce-scatters. Ordering
+// (Note [NCCL stream ordering]):
+//   - issue: the tensor stream waits for the compute stream (the rows or partial sums the
+//     collective reads were written there), then runs the NCCL call;
+//   - wait, at once (every call here): the compute stream waits for the tensor stream.
+// So each sequence-parallel all-gather / reduce-scatter, the vocabulary-parallel
+// cross-entropy's all-gather of statistics and the embedding's reduce-scatter sit in the
+// compute stream's order between the kernel that produces their input and the one that
+// consumes their output: on the critical path, by design, as in Megatron-LM without its
+// overlap options. The host never blocks (waits are stream waits). Meanwhile the FSDP
+// engine's next-unit all-gather and previous-unit reduce-scatter stay on the shard stream
+// and overlap both compute and the tensor collectives. The engine's all-reduce of the
+// norm weights' gradients over the tensor group (FsdpEngine::reduce_gradient) is issued
+// after the unit's backward and waited before its reduce-scatter is issued, which reads
+// those gradients: it also delays the compute stream, by one all-reduce of a few norm
+// vectors per unit. Every rank issues the tensor and shard collectives in the same program
+// order, as NCCL requires of communicators that share a GPU.
 #pragma once
 
 #include "fsdp/dist/communicator.h"

@@ -38,17 +38,31 @@ struct Staging {
 };
 thread_local Staging tl_staging;
 
+const char* op_name(uint32_t op) {
+  switch (DeviceErrorOp(op)) {
+    case DeviceErrorOp::EmbeddingForward: return "embedding_forward";
+    case DeviceErrorOp::EmbeddingBackward: return "embedding_backward";
+    case DeviceErrorOp::EmbeddingShardForward: return "embedding_shard_forward";
+    case DeviceErrorOp::EmbeddingShardBackward: return "embedding_shard_backward";
+    case DeviceErrorOp::CrossEntropy: return "cross_entropy";
+    case DeviceErrorOp::CrossEntropyShardStats: return "cross_entropy_shard_stats";
+    case DeviceErrorOp::None: break;
+  }
+  return "?";
+}
+
 std::string describe(const DeviceErrorRecord& r) {
   switch (DeviceErrorOp(r.op)) {
     case DeviceErrorOp::EmbeddingForward:
     case DeviceErrorOp::EmbeddingBackward:
-      return fmt::format("{}: token id {} at position {} is outside the vocabulary [0, {})",
-                         DeviceErrorOp(r.op) == DeviceErrorOp::EmbeddingForward ? "embedding_forward"
-                                                                                 : "embedding_backward",
-                         r.value, r.position, r.bound);
+    case DeviceErrorOp::EmbeddingShardForward:
+    case DeviceErrorOp::EmbeddingShardBackward:
+      return fmt::format("{}: token id {} at position {} is outside the vocabulary [0, {})", op_name(r.op), r.value,
+                         r.position, r.bound);
     case DeviceErrorOp::CrossEntropy:
-      return fmt::format("cross_entropy: target {} at row {} is outside [0, {}) and is not ignore_index ({})", r.value,
-                         r.position, r.bound, r.ignore_index);
+    case DeviceErrorOp::CrossEntropyShardStats:
+      return fmt::format("{}: target {} at row {} is outside [0, {}) and is not ignore_index ({})", op_name(r.op),
+                         r.value, r.position, r.bound, r.ignore_index);
     case DeviceErrorOp::None: break;
   }
   return fmt::format("unknown device error {} (position {}, value {}, bound {})", r.op, r.position, r.value, r.bound);

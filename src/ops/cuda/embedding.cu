@@ -2,6 +2,9 @@
 // src/ops/cpu/embedding.cpp):
 //   forward:  out[n, :] = table[ids[n], :]              (a row gather, 2-D grid)
 //   backward: dtable[ids[n], :] += dout[n, :]
+// The vocabulary-parallel variants (embedding_shard_*) are the same kernels on a table
+// holding the rows [begin, begin + rows) of the vocabulary: an id of another shard gives
+// a zero row forward and adds nothing backward (EmbeddingIds in embedding.cuh).
 //
 // Backward without atomics and in the CPU's order: one thread per column walks the rows
 // n = 0..N-1 and adds into dtable[ids[n], c]. Each dtable element is updated by one thread
@@ -23,14 +26,17 @@ namespace {
 
 constexpr int kThreads = 256;
 
-// ids[i] when it is inside the vocabulary; else -1, after column 0's thread recorded it.
+// The table row of ids[i] when it is inside the vocabulary and this table's rows; else
+// -1, after column 0's thread recorded an id outside the vocabulary.
 template <typename I>
-__device__ __forceinline__ int64_t checked_id(const I* ids, int64_t i, int64_t j, const EmbeddingIds& a,
-                                              DeviceErrorOp op) {
+__device__ __forceinline__ int64_t checked_row(const I* ids, int64_t i, int64_t j, const EmbeddingIds& a) {
   const int64_t id = int64_t(ids[i]);
-  if (id >= 0 && id < a.vocab) return id;
-  if (j == 0) report_device_error(a.errors, op, i, id, a.vocab);
-  return -1;
+  if (id < 0 || id >= a.vocab) {
+    if (j == 0) report_device_error(a.errors, a.op, i, id, a.vocab);
+    return -1;
+  }
+  const int64_t row = id - a.begin;
+  return row >= 0 && row < a.rows ? row : -1;
 }
 
 template <typename T, typename I>
@@ -41,8 +47,8 @@ __global__ void embedding_fwd_kernel(const I* __restrict__ ids, EmbeddingIds a, 
   const T* tp = static_cast<const T*>(table.data);
   T* op = static_cast<T*>(out.data);
   for (int64_t i = blockIdx.y; i < a.n; i += gridDim.y) {
-    const int64_t id = checked_id(ids, i, j, a, DeviceErrorOp::EmbeddingForward);
-    if (j < c) op[i * out.stride + j] = id < 0 ? T{} : tp[id * table.stride + j];
+    const int64_t row = checked_row(ids, i, j, a);
+    if (j < c) op[i * out.stride + j] = row < 0 ? T{} : tp[row * table.stride + j];
   }
 }
 
@@ -55,9 +61,9 @@ __global__ void embedding_bwd_kernel(const I* __restrict__ ids, EmbeddingIds a, 
   const T* dp = static_cast<const T*>(dout.data);
   T* tp = static_cast<T*>(dtable.data);
   for (int64_t i = 0; i < a.n; ++i) {
-    const int64_t id = checked_id(ids, i, j, a, DeviceErrorOp::EmbeddingBackward);
-    if (id < 0 || j >= c) continue;
-    T* dst = tp + id * dtable.stride + j;
+    const int64_t row = checked_row(ids, i, j, a);
+    if (row < 0 || j >= c) continue;
+    T* dst = tp + row * dtable.stride + j;
     *dst = E::store(E::load(*dst) + E::load(dp[i * dout.stride + j]));
   }
 }

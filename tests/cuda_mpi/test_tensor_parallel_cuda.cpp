@@ -1,0 +1,147 @@
+// Tensor parallelism on CUDA (train.device: cuda, parallel.tensor: 2) through the trainer,
+// under mpiexec: on 2 ranks the mesh 1x1x2 (one tensor group), on 4 ranks 1x2x2 (T=2 x
+// FULL_SHARD 2); skipped on one rank. The tensor group is an NCCL communicator (the
+// stand-in over MPI in the emulation build), the vocabulary-parallel embedding and
+// cross-entropy run their CUDA kernels, and the sequence-parallel all-gathers and
+// reduce-scatters, the norm weights' gradient all-reduce and the two-level grad norm go
+// over NCCL beside the FSDP engine's own collectives. A tiny dense Llama with GQA trains
+// a few steps and equals one CUDA process over the same global batch:
+//   1e-5 per-step loss, relative: the bound; a tensor group sums each row-parallel
+//        output and each norm weight's gradient in another order than one process.
+//   5e-5 final parameters, norm-wise per parameter (its slices stacked in rank order):
+//        the bound tests/mpi/test_tensor_parallel.cpp holds the CPU layouts to, for its
+//        reason (Adam amplifies a nearly-cancelled gradient's rounding up to lr).
+//   bits: the same run twice (no atomics in any kernel of the step, NCCL's sums in a fixed
+//        order).
+// The reference runs on rank 0 alone (the emulator is slow); the comparison is there.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "../common/distributed_train_checks.h"
+#include "cuda_mpi_test_env.h"
+#include "fsdp/fsdp/tensor_group.h"
+#include "fsdp/train/launch_checks.h"
+#include "fsdp/train/trainer.h"
+
+namespace fsdp {
+namespace {
+
+constexpr int kSteps = 4;
+constexpr double kLossTolerance = 1e-5;
+constexpr double kParamTolerance = 5e-5;
+
+// 4 heads of 8, 2 key/value heads (GQA 2), MLP 48, vocabulary 64, sequences of 16:
+// everything divides by T=2; small enough for the emulator.
+std::vector<std::string> model_keys() {
+  return {"model.preset=tiny",          "model.num_layers=2",   "model.vocab_size=64", "model.hidden_size=32",
+          "model.num_heads=4",          "model.num_kv_heads=2", "model.intermediate_size=48",
+          "model.tie_word_embeddings=false"};
+}
+
+config::Config tiny(const std::vector<std::string>& extra) {
+  std::vector<std::string> o = {"train.seq_len=16",     "train.micro_batch_size=2", "optim.lr=3e-3",
+                                "optim.warmup_steps=2", "train.max_steps=20",       "logging.metrics=false",
+                                "checkpoint.resume=none", "train.device=cuda"};
+  for (const std::string& k : model_keys()) o.push_back(k);
+  o.insert(o.end(), extra.begin(), extra.end());
+  return config::load_config_string("data:\n  source: synthetic\n", "test", o);
+}
+
+class CudaTensorParallel : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!test::cuda_usable()) GTEST_SKIP() << "needs a CUDA device per rank on the node";
+    if (test::world_groups().world->size() % 2 != 0) GTEST_SKIP() << "T=2 needs an even world";
+  }
+};
+
+struct TpRun {
+  std::vector<double> losses;
+  std::map<std::string, Tensor> weights;  // every parameter, whole, on the host
+};
+
+// The whole parameter of slot `s` from every tensor rank's slice of `local` (this rank's
+// unit gathered over its shard group, on the host), over the host tensor group.
+Tensor whole(const model::ParamSlot& s, const Tensor& local, dist::Communicator& tensor) {
+  const Tensor mine = local.narrow(0, s.offset, s.numel).clone();
+  if (tensor.size() == 1 || s.tp.replicated()) return mine;
+  const int T = tensor.size();
+  const Tensor all = Tensor::empty({int64_t(T) * s.numel}, DType::F32);
+  tensor.wait(tensor.all_gather(mine, all));
+  const Tensor out = Tensor::zeros({int64_t(T) * s.numel}, DType::F32);
+  model::ParamSlot slice = s;
+  for (int r = 0; r < T; ++r) {
+    slice.tp.index = r;
+    for (int64_t i = 0; i < s.numel; ++i) out.set_flat(slice.whole_index(i), all.get_flat(int64_t(r) * s.numel + i));
+  }
+  return out;
+}
+
+TpRun train(const config::Config& cfg, dist::ProcessGroups& groups) {
+  train::Trainer t(cfg, groups);
+  EXPECT_TRUE(t.device().is_cuda());
+  TpRun r;
+  for (int i = 0; i < kSteps; ++i) r.losses.push_back(t.train_step().loss);
+  for (int u = 0; u < t.engine().num_units(); ++u) {
+    const Tensor local = t.engine().gather_full(u).to(Device::cpu());
+    for (const model::ParamSlot& s : t.model().units()[size_t(u)].params)
+      r.weights[s.name] = whole(s, local, *groups.tensor);
+  }
+  return r;
+}
+
+bool rank0() { return test::world_groups().world->rank() == 0; }
+
+// One process on this rank's GPU over the same global batch: the data-parallel ranks'
+// micro-batches become accumulation steps. Rank 0 only; the others get nothing.
+TpRun one_process(int data_ranks) {
+  if (!rank0()) return {};
+  auto local = dist::local_process_groups();
+  local.world_info.local_rank = test::world_groups().world_info.local_rank;
+  return train(tiny({"train.grad_accum_steps=" + std::to_string(data_ranks), "fsdp.sharding_strategy=NO_SHARD"}),
+               local);
+}
+
+// T=2 x FULL_SHARD over the other ranks (none on 2 ranks, 2 on 4): one process's losses and
+// weights, and the same bits when run again.
+TEST_F(CudaTensorParallel, DenseGqaEqualsOneProcessAndRerunsBitIdentical) {
+  dist::ProcessGroups& world = test::world_groups();
+  const config::Config cfg = tiny({"parallel.tensor=2", "fsdp.sharding_strategy=FULL_SHARD"});
+  auto groups = dist::split_process_groups(world, train::mesh_spec(cfg));
+  ASSERT_EQ(groups.tensor->size(), 2);
+  const TpRun got = train(cfg, groups);
+  const TpRun again = train(cfg, groups);
+  for (int i = 0; i < kSteps; ++i)
+    EXPECT_EQ(again.losses[size_t(i)], got.losses[size_t(i)]) << "rerun, step " << i + 1;
+  for (const auto& [name, w] : got.weights)
+    EXPECT_EQ(std::memcmp(again.weights.at(name).data_ptr(), w.data_ptr(), w.nbytes()), 0) << "rerun: " << name;
+
+  const TpRun want = one_process(groups.mesh.data_parallel_size());
+  if (!rank0()) return;
+  double worst_loss = 0, worst_param = 0;
+  for (int i = 0; i < kSteps; ++i) {
+    const double e = std::abs(got.losses[size_t(i)] - want.losses[size_t(i)]) / want.losses[size_t(i)];
+    worst_loss = std::max(worst_loss, e);
+    EXPECT_LT(e, kLossTolerance) << "step " << i + 1 << ": " << got.losses[size_t(i)] << " vs "
+                                 << want.losses[size_t(i)];
+  }
+  ASSERT_EQ(got.weights.size(), want.weights.size());
+  for (const auto& [name, w] : want.weights) {
+    ASSERT_TRUE(got.weights.count(name)) << name;
+    const double e = test::rel_norm_error(got.weights.at(name), w);
+    worst_param = std::max(worst_param, e);
+    EXPECT_LT(e, kParamTolerance) << name;
+  }
+  EXPECT_LT(got.losses.back(), got.losses.front());  // it trains
+  std::printf("CUDA T=2, mesh %s vs one CUDA process, %d steps: loss %.1e, params %.1e\n",
+              groups.mesh.shape().str().c_str(), kSteps, worst_loss, worst_param);
+}
+
+}  // namespace
+}  // namespace fsdp
