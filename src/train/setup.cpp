@@ -199,7 +199,7 @@ model::LlamaConfig rank_model_config(const config::Config& cfg, const dist::Proc
                      fmt::format("is {}, but {} under tensor parallelism is not built yet: set parallel.tensor: 1",
                                  m.tensor_parallel, what));
   };
-  if (cfg.lora.enabled) not_yet("LoRA (lora.enabled)");
+  if (cfg.lora.enabled && cfg.model.quantization == "nf4") not_yet("QLoRA (model.quantization nf4)");
   if (m.is_moe()) not_yet("a mixture of experts (model.num_experts)");
   if (!device.is_cpu()) not_yet("training on a GPU (train.device)");
   return m;
