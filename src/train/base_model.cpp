@@ -138,7 +138,8 @@ ckpt::BaseReference base_reference(const config::Config& cfg, const model::Llama
     one.tensor_parallel = 1;
     const std::vector<model::UnitLayout> whole = model::lora_units(one, model.peft());
     BaseSource base(cfg, model.config());
-    const int64_t parts = int64_t(shard.size()) * tensor.size(), part = int64_t(shard.rank()) * tensor.size() + tensor.rank();
+    const int64_t parts = int64_t(shard.size()) * tensor.size();
+    const int64_t part = int64_t(shard.rank()) * tensor.size() + tensor.rank();
     for (int u = 0; u < units; ++u) {
       const int64_t bytes = whole[size_t(u)].frozen_bytes;
       const int64_t begin = bytes * part / parts, end = bytes * (part + 1) / parts;

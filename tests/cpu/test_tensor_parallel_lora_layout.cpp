@@ -69,7 +69,8 @@ TEST(TensorParallelLora, AdaptersFollowTheirBase) {
     for (size_t u = 0; u < units.size(); ++u) {
       EXPECT_EQ(units[u].numel, zero[u].numel);
       EXPECT_EQ(units[u].frozen_bytes, zero[u].frozen_bytes);
-      for (size_t i = 0; i < units[u].params.size(); ++i) EXPECT_EQ(units[u].params[i].offset, zero[u].params[i].offset);
+      for (size_t i = 0; i < units[u].params.size(); ++i)
+        EXPECT_EQ(units[u].params[i].offset, zero[u].params[i].offset);
     }
   }
   // A q_proj adapter: [4, 128] whole and [2 heads of 32 = 64 of 128, 4] on tensor rank 1.
@@ -155,7 +156,8 @@ TEST(TensorParallelLora, QloraIsRefusedByName) {
   model::PeftSpec p = all_linear();
   p.quantization = model::Quantization::Nf4;
   test::expect_error([&] { model::lora_units(tiny(kT), p, 0); },
-                     {"model.quantization nf4 with parallel.tensor 2: QLoRA under tensor parallelism is not built yet"});
+                     {"model.quantization nf4 with parallel.tensor 2: QLoRA under tensor parallelism is not built "
+                      "yet"});
 }
 
 }  // namespace
