@@ -58,7 +58,7 @@ config::Config make(int tensor, int data_ranks, const std::vector<std::string>& 
   return config::load_config_string("data:\n  source: synthetic\n", "test", keys(tensor, data_ranks, extra));
 }
 
-struct Run {
+struct TrainRun {
   std::vector<double> losses;
   std::map<std::string, Tensor> adapters;  // every adapter, whole
 };
@@ -80,9 +80,9 @@ Tensor whole(const model::ParamSlot& s, const Tensor& local, model::TensorGroup*
 }
 
 // `steps` steps, then (with `save`) a checkpoint.
-Run train(const config::Config& cfg, dist::ProcessGroups& groups, int steps, bool save = false) {
+TrainRun train(const config::Config& cfg, dist::ProcessGroups& groups, int steps, bool save = false) {
   train::Trainer t(cfg, groups);
-  Run r;
+  TrainRun r;
   for (int i = 0; i < steps; ++i) r.losses.push_back(t.train_step().loss);
   CommTensorGroup tensor(*groups.tensor);
   for (int u = 0; u < t.engine().num_units(); ++u) {
@@ -98,7 +98,7 @@ Run train(const config::Config& cfg, dist::ProcessGroups& groups, int steps, boo
 }
 
 // One process over the same global batch, `steps` steps (every rank computes it alone).
-Run reference(int steps) {
+TrainRun reference(int steps) {
   auto local = dist::local_process_groups();
   return train(make(0, 1, {"checkpoint.resume=none"}), local, steps);
 }
@@ -116,8 +116,8 @@ TEST(TensorParallelLora, T2EqualsOneProcessWithDropout) {
   if (n < 2) GTEST_SKIP() << "tensor parallelism needs 2 ranks";
   const config::Config cfg = make(2, n / 2, {"checkpoint.resume=none"});
   auto groups = dist::split_process_groups(world, train::mesh_spec(cfg));
-  const Run got = train(cfg, groups, kSteps);
-  const Run want = reference(kSteps);
+  const TrainRun got = train(cfg, groups, kSteps);
+  const TrainRun want = reference(kSteps);
   expect_losses_near(got.losses, want.losses, "T=2");
   ASSERT_EQ(got.adapters.size(), want.adapters.size());
   for (const auto& [name, w] : want.adapters) {
@@ -125,7 +125,7 @@ TEST(TensorParallelLora, T2EqualsOneProcessWithDropout) {
     EXPECT_LT(test::rel_norm_error(got.adapters.at(name), w), kParamTolerance) << name;
   }
   // Again under full checkpointing with offloading: the recompute draws the same masks.
-  const Run again = train(make(2, n / 2,
+  const TrainRun again = train(make(2, n / 2,
                                {"checkpoint.resume=none", "train.activation_checkpointing=full",
                                 "train.activation_offload=true", "train.activation_offload_horizon=1"}),
                           groups, kSteps);
@@ -188,7 +188,7 @@ TEST(TensorParallelLora, CheckpointAtT2ResumesAtT1AndExportsAsOneProcess) {
   const int n = world.world->size();
   if (n < 2) GTEST_SKIP() << "tensor parallelism needs 2 ranks";
   constexpr int K = 4;
-  const Run want = reference(2 * K);
+  const TrainRun want = reference(2 * K);
   const std::string dir = test::shared_scratch(*world.world, "fsdp_tp_lora_ckpt");
   std::vector<double> got;
   {
@@ -209,7 +209,7 @@ TEST(TensorParallelLora, CheckpointAtT2ResumesAtT1AndExportsAsOneProcess) {
   {
     const config::Config cfg = make(1, n, {"run.dir=" + dir + "/t1", "checkpoint.resume=" + step_dir(dir, K)});
     auto groups = dist::split_process_groups(world, train::mesh_spec(cfg));
-    const Run more = train(cfg, groups, K);
+    const TrainRun more = train(cfg, groups, K);
     got.insert(got.end(), more.losses.begin(), more.losses.end());
   }
   expect_losses_near(got, want.losses, "T=2 then T=1");
