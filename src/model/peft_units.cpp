@@ -52,8 +52,9 @@ std::string peft_tensor_name(const std::string& hf_weight_name, const char* whic
 // seeded initialisation, checkpoints, PEFT exports and lora.init_from see the same values
 // at every T. The frozen base's slots carry their base's slice (FrozenSlot::tp): every
 // FrozenSource returns the slice's values. An NF4 base under tensor parallelism is refused:
-// its double quantization (absmax over groups of 256 blocks) is a statistic of the whole
-// tensor that a slice's pieces cannot hold.
+// one process's double quantization stores the absmax of 64-element blocks as 8-bit codes in
+// groups of 256 blocks; a row-parallel slice's blocks are strided through those groups, so
+// its pieces cannot hold the whole tensor's quantization in that format.
 
 namespace {
 
