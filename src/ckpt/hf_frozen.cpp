@@ -31,6 +31,7 @@ model::ParamSlot as_param_slot(const model::FrozenSlot& s) {
   p.hf_fused_shape = s.hf_fused_shape;
   p.shape = s.shape;
   p.numel = s.numel;
+  p.tp = s.tp;
   return p;
 }
 
@@ -93,16 +94,24 @@ void HfFrozenSource::values(const model::FrozenSlot& s, int64_t first, const Ten
   FSDP_CHECK(first >= 0 && first + out.numel() <= s.numel, "values {}..{} of {} ({} elements)", first,
              first + out.numel(), s.name, s.numel);
   if (folder_.contains(s.hf_name + kQuantState)) {
-    // A bitsandbytes weight read as values: dequantized whole, then the range.
+    // A bitsandbytes weight read as values: dequantized whole, then the range (of the
+    // slice, under tensor parallelism).
     model::FrozenSlot q = s;
+    q.shape = s.whole_shape();
+    q.numel = q.shape.numel();
+    q.tp = {};
     q.dtype = value_dtype_named(quant_state_of(folder_, s.hf_name).value("dtype", std::string()), s.hf_name);
-    const Nf4Tensors p{Tensor::empty({nf4_packed_bytes(s.numel)}, DType::U8), Tensor::empty({nf4_blocks(s.numel)}, DType::U8),
-                       Tensor::empty({nf4_nested_blocks(s.numel)}, DType::F32), Tensor::empty({256}, DType::F32),
+    const int64_t n = q.numel;
+    const Nf4Tensors p{Tensor::empty({nf4_packed_bytes(n)}, DType::U8), Tensor::empty({nf4_blocks(n)}, DType::U8),
+                       Tensor::empty({nf4_nested_blocks(n)}, DType::F32), Tensor::empty({256}, DType::F32),
                        Tensor::empty({1}, DType::F32), Tensor::empty({16}, DType::F32)};
     nf4_pieces(q, p);
-    Tensor all = Tensor::empty({s.numel}, DType::F32);
+    Tensor all = Tensor::empty({n}, DType::F32);
     nf4_dequantize(p, q.dtype, all);
-    out.copy_(all.narrow(0, first, out.numel()));
+    const Tensor flat = out.reshape({out.numel()});
+    model::for_each_whole_run(s.shape, s.tp, first, out.numel(), [&](int64_t at, int64_t whole, int64_t run) {
+      flat.narrow(0, at - first, run).copy_(all.narrow(0, whole, run));
+    });
     return;
   }
   TensorEntry e = hf_source_of(folder_, as_param_slot(s));
@@ -112,11 +121,17 @@ void HfFrozenSource::values(const model::FrozenSlot& s, int64_t first, const Ten
   FSDP_CHECK(s.format == model::FrozenFormat::Dense || stored == s.dtype,
              "{}: tensor '{}' is {}, but the base's first weight was {}: NF4 rounds every weight to one dtype", e.file,
              s.hf_name, e.dtype, dtype_name(s.dtype));
+  // A tensor-parallel slice (FrozenSlot::tp) reads its elements a run contiguous in the
+  // whole tensor at a time: one run, or one per row of a column slice.
   const size_t es = safetensors_dtype_size(e.dtype);
-  e.data += size_t(first) * es;
-  e.nbytes = size_t(out.numel()) * es;
-  e.shape = {out.numel()};
-  read_finite_f32(e, name, stored_first, out.data<float>());
+  const int64_t stored_base = stored_first - first;
+  model::for_each_whole_run(s.shape, s.tp, first, out.numel(), [&](int64_t at, int64_t whole, int64_t run) {
+    TensorEntry part = e;
+    part.data += size_t(whole) * es;
+    part.nbytes = size_t(run) * es;
+    part.shape = {run};
+    read_finite_f32(part, name, stored_base + whole, out.data<float>() + (at - first));
+  });
 }
 
 bool is_bnb_4bit_folder(const std::string& folder) {

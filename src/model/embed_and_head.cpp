@@ -12,7 +12,7 @@ TokenEmbedding::TokenEmbedding(const UnitLayout& embedding, const SequenceParall
       sp_(sp != nullptr ? sp : &kNoSequenceParallel),
       vocab_size_(embedding.find("tok_embeddings").trainable != nullptr
                       ? embedding.slot("tok_embeddings").whole_shape()[0]
-                      : embedding.frozen_slot("tok_embeddings").shape[0]) {}
+                      : embedding.frozen_slot("tok_embeddings").whole_shape()[0]) {}
 
 void TokenEmbedding::forward(const Tensor& ids, const UnitParams& p, const Tensor& out) const {
   if (!sp_->on()) return embedding_forward(ids, table_.value(p), out);

@@ -87,13 +87,16 @@ LoraAdapter::LoraAdapter(const UnitLayout& unit, const std::string& base) {
   FSDP_CHECK(b.shape[1] == rank_, "{}: lora_B is {}, lora_A {}", base, b.shape.str(), a.shape.str());
   scale_ = unit.lora_scale;
   dropout_ = unit.lora_dropout;
+  // A row-parallel base's input is this tensor rank's columns of the features: its mask is
+  // drawn at their global numbers (See Note [LoRA under tensor parallelism]).
+  col0_ = a.tp.dim == 1 ? int64_t(a.tp.index) * in_ : 0;
   stream_ = name_hash(a.name);
 }
 
 Tensor LoraAdapter::adapter_input(const Tensor& x, LinearScratch& s, int64_t row0) const {
   if (!s.training || dropout_ == 0) return x;
   const Tensor xd = rows_of(s.xd, x.size(0), in_);
-  dropout_forward(x, xd, dropout_, mix_key(s.dropout_key, stream_), s.first_row + row0);
+  dropout_forward(x, xd, dropout_, mix_key(s.dropout_key, stream_), s.first_row + row0, col0_);
   return xd;
 }
 
@@ -134,7 +137,7 @@ void LoraAdapter::backward(const Tensor& dy, const Tensor& x, const UnitParams& 
   const Tensor dxd = rows_of(s.dxd, n, in_);
   matmul(du, w.A, dxd, false, false);
   dropout_backward(dxd, dx, dropout_, mix_key(s.dropout_key, stream_), s.first_row + row0,
-                   /*accumulate=*/true);
+                   /*accumulate=*/true, col0_);
 }
 
 }  // namespace fsdp::model

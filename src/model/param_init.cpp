@@ -20,8 +20,9 @@ void init_unit(const UnitLayout& unit, int unit_index, uint64_t seed, double ini
   const uint64_t lora_key = mix_key(seed, 0x10a4au, uint64_t(unit_index));
   for (const ParamSlot& s : unit.params) {
     const int64_t lo = std::max(begin, s.offset), hi = std::min(end, s.offset + s.numel);
-    // PEFT's lora_A: torch's kaiming_uniform_(a = sqrt(5)), i.e. uniform in +-1/sqrt(fan_in).
-    const double bound = s.init_kind == 2 ? 1.0 / std::sqrt(double(s.shape[1])) : 0.0;
+    // PEFT's lora_A: torch's kaiming_uniform_(a = sqrt(5)), i.e. uniform in +-1/sqrt(fan_in),
+    // the whole parameter's fan-in (a row-parallel base's lora_A is a slice of its columns).
+    const double bound = s.init_kind == 2 ? 1.0 / std::sqrt(double(s.whole_shape()[1])) : 0.0;
     for (int64_t i = lo; i < hi; ++i) {
       // Numbered as in one rank's layout, so a tensor-parallel slice draws the whole
       // parameter's values (ParamSlot::whole_index).

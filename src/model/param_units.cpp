@@ -37,14 +37,14 @@ Tensor UnitLayout::view(const Tensor& flat, const std::string& n) const {
   return flat.narrow(0, s.offset, s.numel).reshape(s.shape);
 }
 
-Dims ParamSlot::whole_shape() const {
+Dims whole_shape(const Dims& shape, const TensorSlice& tp) {
   if (tp.replicated()) return shape;
   Dims w = shape;
   w[size_t(tp.dim)] *= tp.parts;
   return w;
 }
 
-int64_t ParamSlot::whole_index(int64_t i) const {
+int64_t whole_index(const Dims& shape, const TensorSlice& tp, int64_t i) {
   if (tp.replicated()) return i;
   const int64_t cols = shape[1];
   const int64_t r = i / cols, c = i % cols;

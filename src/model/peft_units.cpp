@@ -34,6 +34,28 @@ std::string peft_tensor_name(const std::string& hf_weight_name, const char* whic
          ".weight";
 }
 
+// Note [LoRA under tensor parallelism]
+// Adapters follow their base (Megatron-LM's and PEFT's tensor-parallel LoRA):
+//   column-parallel base (q, k, v, gate, up: rows split): lora_A [r, in] whole, lora_B
+//     [out / T, r] split on its rows like the base. The Linear runs on every row of the
+//     all-gathered input, so u = d(x) A^T is whole on every rank and dB is complete; dA
+//     sums only this rank's outputs, a partial sum the engine all-reduces over the tensor
+//     group as it does every whole slot's gradient. The adapter's share of dx is partial
+//     too, as the base's is (reduce-scattered after the Linear).
+//   row-parallel base (o, down: columns split): lora_A [r, in / T] split on its columns
+//     like the base, lora_B [out, r] whole. The input is this rank's columns and the output
+//     a partial sum reduce-scattered afterwards; s B (A_t x_t) added into it sums to
+//     s B A x over the group (B is linear), so the forward needs no collective of its own.
+//     dA_t is complete, dB a partial sum (all-reduced, a whole slot).
+// Dropout draws its mask at the global column (LoraAdapter's col0), so a tensor group
+// drops what one process drops. Each adapter's whole_offset is the one-rank layout's, so
+// seeded initialisation, checkpoints, PEFT exports and lora.init_from see the same values
+// at every T. The frozen base's slots carry their base's slice (FrozenSlot::tp): every
+// FrozenSource returns the slice's values. An NF4 base under tensor parallelism is refused:
+// one process's double quantization stores the absmax of 64-element blocks as 8-bit codes in
+// groups of 256 blocks; a row-parallel slice's blocks are strided through those groups, so
+// its pieces cannot hold the whole tensor's quantization in that format.
+
 namespace {
 
 int64_t align_up(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
@@ -48,6 +70,7 @@ void add_frozen(UnitLayout& u, const ParamSlot& p, FrozenFormat format, DType dt
   f.hf_fused_shape = p.hf_fused_shape;
   f.shape = p.shape;
   f.numel = p.numel;
+  f.tp = p.tp;
   f.format = format;
   f.dtype = dtype;
   if (format == FrozenFormat::Dense) {
@@ -76,14 +99,18 @@ void add_frozen(UnitLayout& u, const ParamSlot& p, FrozenFormat format, DType dt
   u.frozen.push_back(std::move(f));
 }
 
+// The adapter `which` of `base` follows its base's split (See Note [LoRA under tensor
+// parallelism]): lora_A [r, in] is split like a row-parallel base's columns, lora_B [out, r]
+// like a column-parallel base's rows; the other one is whole on every tensor rank.
 void add_adapter(UnitLayout& u, const ParamSlot& base, int64_t rank, const char* which) {
   ParamSlot s;
   const bool a = std::string(which) == "lora_A";
   s.name = base.name + "." + which;
   s.hf_name = peft_tensor_name(base.hf_name, which);
   s.shape = a ? Dims{rank, base.shape[1]} : Dims{base.shape[0], rank};
+  if ((a && base.tp.dim == 1) || (!a && base.tp.dim == 0)) s.tp = base.tp;
   s.offset = u.numel;
-  s.whole_offset = u.numel;
+  s.whole_offset = u.numel;  // one rank's layout; lora_units sets it under tensor parallelism
   s.numel = s.shape.numel();
   s.weight_decay = true;
   s.init_kind = a ? 2 : 3;
@@ -114,9 +141,9 @@ std::set<std::string> resolve_targets(const LlamaConfig& cfg, const LoraSpec& lo
 
 std::vector<UnitLayout> lora_units(const LlamaConfig& cfg, const PeftSpec& peft, int tensor_rank) {
   std::vector<UnitLayout> plain = llama_units(cfg, tensor_rank);
-  FSDP_CHECK(!peft.lora.enabled || cfg.tensor_parallel == 1,
-             "lora.enabled with parallel.tensor {}: LoRA under tensor parallelism is not built yet (run it with "
-             "parallel.tensor: 1)",
+  FSDP_CHECK(peft.quantization == Quantization::None || cfg.tensor_parallel == 1,
+             "model.quantization nf4 with parallel.tensor {}: QLoRA under tensor parallelism is not built yet (run it "
+             "with parallel.tensor: 1, or LoRA on a dense base)",
              cfg.tensor_parallel);
   if (!peft.lora.enabled) {
     FSDP_CHECK(peft.quantization == Quantization::None,
@@ -138,10 +165,11 @@ std::vector<UnitLayout> lora_units(const LlamaConfig& cfg, const PeftSpec& peft,
     }
     for (const ParamSlot& p : u.params) {
       if (!targets.count(lora_module_of(p))) continue;
-      const int64_t width = std::min(p.shape[0], p.shape[1]);
+      const Dims whole = p.whole_shape();
+      const int64_t width = std::min(whole[0], whole[1]);
       FSDP_CHECK(lora.rank >= 1 && lora.rank <= width,
                  "lora.rank {} is outside [1, {}] for {} ({} is {}); LoRA's rank must not exceed the layer's width",
-                 lora.rank, width, p.name, p.hf_name, p.shape.str());
+                 lora.rank, width, p.name, p.hf_name, whole.str());
       add_adapter(f, p, lora.rank, "lora_A");
       add_adapter(f, p, lora.rank, "lora_B");
     }
@@ -149,6 +177,15 @@ std::vector<UnitLayout> lora_units(const LlamaConfig& cfg, const PeftSpec& peft,
     f.lora_scale = lora.scale();
     f.lora_dropout = lora.dropout;
     out.push_back(std::move(f));
+  }
+  if (cfg.tensor_parallel > 1) {
+    // Each adapter numbered as in one rank's layout: seeded initialisation and checkpoints
+    // go by it (See Note [Tensor parallel layout] in param_units.cpp).
+    LlamaConfig one = cfg;
+    one.tensor_parallel = 1;
+    const std::vector<UnitLayout> whole = lora_units(one, peft);
+    for (size_t u = 0; u < out.size(); ++u)
+      for (ParamSlot& s : out[u].params) s.whole_offset = whole[u].slot(s.name).offset;
   }
   return out;
 }

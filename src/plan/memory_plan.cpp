@@ -211,10 +211,10 @@ MemoryPlan plan_memory(const config::Config& cfg, const model::LlamaConfig& whol
   p.micro_batch_size = cfg.train.micro_batch_size;
   p.checkpointing = mode_name(cfg.train);
   p.parameters = parameter_count(plain_shapes(whole));
-  // What one rank holds and computes: its tensor rank's share under parallel.tensor (LoRA
-  // under tensor parallelism is refused where the model is made: planned unsplit here).
+  // What one rank holds and computes: its tensor rank's share under parallel.tensor, LoRA's
+  // adapters and frozen base included (lora_layout: each split as its base).
   model::LlamaConfig m = whole;
-  if (!cfg.lora.enabled) m.tensor_parallel = std::max(cfg.parallel.tensor, 1);
+  m.tensor_parallel = std::max(cfg.parallel.tensor, 1);
   add_engine_rows(p, cfg, m, shard_group(cfg, target));
   add_activation_rows(p, cfg, m);
   add_outside_rows(p, cfg, m);

@@ -59,7 +59,8 @@ std::vector<Change> changes(const config::Config& cfg, const model::LlamaConfig&
     out.push_back({"fsdp.sharding_strategy: FULL_SHARD",
                    [](config::Config& c) { c.fsdp.sharding_strategy = config::ShardingStrategy::FULL_SHARD; }});
   if (cfg.fsdp.prefetch_limit > 0) out.push_back({"fsdp.prefetch_limit: 0", [](config::Config& c) { c.fsdp.prefetch_limit = 0; }});
-  if (!cfg.lora.enabled && !m.is_moe()) {
+  // Tensor parallelism runs dense models with or without LoRA; not yet QLoRA or experts.
+  if (cfg.model.quantization != "nf4" && !m.is_moe()) {
     for (int T : {2, 4, 8}) {
       if (T <= cfg.parallel.tensor || target.ranks % T != 0 || std::max(target.ranks_per_node, 1) % T != 0) continue;
       if (model::tensor_parallel_problem(m, T, cfg.train.seq_len)) continue;

@@ -2,6 +2,7 @@
 #include "fsdp/train/base_model.h"
 
 #include <filesystem>
+#include <initializer_list>
 #include <vector>
 
 #include <spdlog/spdlog.h>
@@ -18,15 +19,20 @@ namespace fsdp::train {
 
 namespace {
 
-// The seeded initialiser as a frozen base: a slot's values are those the plain layout's
-// slot of the same name gets from init_unit, so LoRA on a seeded base starts from exactly
-// the model a full fine-tune with this seed would.
+// The seeded initialiser as a frozen base: a slot's values are those one rank's plain
+// layout's slot of the same name gets from init_unit, so LoRA on a seeded base starts from
+// exactly the model a full fine-tune with this seed would; a tensor-parallel slot reads its
+// slice of them (FrozenSlot::tp), a run contiguous in the whole parameter at a time.
 class SeededFrozenSource final : public model::FrozenSource {
  public:
   SeededFrozenSource(const model::UnitLayout& plain, int unit, uint64_t seed, double init_std)
       : plain_(plain), unit_(unit), seed_(seed), std_(init_std) {}
   void values(const model::FrozenSlot& slot, int64_t first, const Tensor& out) override {
-    model::init_unit(plain_, unit_, seed_, std_, out, plain_.slot(slot.name).offset + first);
+    const int64_t whole = plain_.slot(slot.name).offset;
+    const Tensor flat = out.reshape({out.numel()});
+    model::for_each_whole_run(slot.shape, slot.tp, first, out.numel(), [&](int64_t at, int64_t w, int64_t run) {
+      model::init_unit(plain_, unit_, seed_, std_, flat.narrow(0, at - first, run), whole + w);
+    });
   }
 
  private:
@@ -44,7 +50,9 @@ BaseSource::BaseSource(const config::Config& cfg, const model::LlamaConfig& mode
     folder_ = std::make_unique<ckpt::SafetensorsFolder>(cfg.model.init_from);
     ckpt::check_unused_tensors(*folder_, model_cfg);
   } else {
-    plain_ = model::llama_units(model_cfg);
+    model::LlamaConfig one = model_cfg;  // one rank's layout: slices read from it
+    one.tensor_parallel = 1;
+    plain_ = model::llama_units(one);
   }
 }
 
@@ -87,27 +95,70 @@ void init_adapters(const config::Config& cfg, const model::Llama& model, FsdpEng
                adapter.base_model_name_or_path.empty() ? std::string("an unnamed base") : adapter.base_model_name_or_path);
 }
 
-ckpt::BaseReference base_reference(const config::Config& cfg, const FsdpEngine& engine, dist::Communicator& shard) {
-  const int units = engine.num_units();
-  // This rank's CRC and byte count of each unit's frozen bytes, gathered in rank order.
-  Tensor mine = Tensor::zeros({2 * units}, DType::F64);
-  for (int u = 0; u < units; ++u) {
-    const Tensor& s = engine.frozen_shard(u);
-    const int64_t valid = s.defined() ? engine.frozen_range(u).valid : 0;
-    if (valid == 0) continue;
-    const Tensor host = s.device().is_cpu() ? s : s.to(Device::cpu());
-    mine.data<double>()[2 * u] = double(ckpt::crc32_parallel(host.data_ptr(), size_t(valid)));
-    mine.data<double>()[2 * u + 1] = double(valid);
+namespace {
+
+// Each unit's CRC-32 and byte count of this rank's part of the frozen bytes, gathered over
+// `groups` in turn (the first innermost): rank r's pair of unit u at 2 (r * units + u).
+Tensor gather_crcs(Tensor mine, std::initializer_list<dist::Communicator*> groups) {
+  for (dist::Communicator* g : groups) {
+    if (g->size() == 1) continue;
+    Tensor all = Tensor::zeros({mine.numel() * g->size()}, DType::F64);
+    g->wait(g->all_gather(mine, all));
+    mine = all;
   }
-  Tensor all = Tensor::zeros({2 * units * shard.size()}, DType::F64);
-  shard.wait(shard.all_gather(mine, all));
+  return mine;
+}
+
+void set_crc(Tensor& t, int unit, uint32_t crc, int64_t bytes) {
+  t.data<double>()[2 * unit] = double(crc);
+  t.data<double>()[2 * unit + 1] = double(bytes);
+}
+
+}  // namespace
+
+ckpt::BaseReference base_reference(const config::Config& cfg, const model::Llama& model, const FsdpEngine& engine,
+                                   dist::Communicator& shard, dist::Communicator& tensor) {
+  const int units = engine.num_units();
+  Tensor mine = Tensor::zeros({2 * units}, DType::F64);
+  if (tensor.size() == 1) {
+    // This rank's CRC and byte count of each unit's frozen shard.
+    for (int u = 0; u < units; ++u) {
+      const Tensor& s = engine.frozen_shard(u);
+      const int64_t valid = s.defined() ? engine.frozen_range(u).valid : 0;
+      if (valid == 0) continue;
+      const Tensor host = s.device().is_cpu() ? s : s.to(Device::cpu());
+      set_crc(mine, u, ckpt::crc32_parallel(host.data_ptr(), size_t(valid)), valid);
+    }
+  } else {
+    // Under tensor parallelism this rank's frozen bytes are slices, which would give another
+    // fingerprint at every T: the fingerprint is one process's instead, each rank filling
+    // and checksumming its 1 / (S x T) of one rank's layout of the frozen bytes, so a
+    // checkpoint resumes at any layout (issue 27: checkpoints at any layout).
+    model::LlamaConfig one = model.config();
+    one.tensor_parallel = 1;
+    const std::vector<model::UnitLayout> whole = model::lora_units(one, model.peft());
+    BaseSource base(cfg, model.config());
+    const int64_t parts = int64_t(shard.size()) * tensor.size();
+    const int64_t part = int64_t(shard.rank()) * tensor.size() + tensor.rank();
+    for (int u = 0; u < units; ++u) {
+      const int64_t bytes = whole[size_t(u)].frozen_bytes;
+      const int64_t begin = bytes * part / parts, end = bytes * (part + 1) / parts;
+      if (end == begin) continue;
+      const Tensor host = Tensor::empty({end - begin}, DType::U8);
+      base.fill(whole[size_t(u)], u, host, begin);
+      set_crc(mine, u, ckpt::crc32_parallel(host.data_ptr(), size_t(end - begin)), end - begin);
+    }
+  }
+  // In rank order of the shard group (and inside it of the tensor group): the bytes' order.
+  Tensor all = gather_crcs(mine, {&tensor, &shard});
   ckpt::BaseReference ref;
   // Absolute: `export --merge` and `generate` of the checkpoint run from anywhere, and a
   // relative path only means something from the training run's working directory.
   ref.path = absolute_base_path(cfg.model.init_from);
   ref.quantization = cfg.model.quantization;
+  const int ranks = shard.size() * tensor.size();
   for (int u = 0; u < units; ++u) {
-    for (int r = 0; r < shard.size(); ++r) {
+    for (int r = 0; r < ranks; ++r) {
       const double* p = all.data<double>() + 2 * (r * units + u);
       if (p[1] == 0) continue;
       ref.crc32 = ckpt::crc32_concat(ref.crc32, uint32_t(p[0]), uint64_t(p[1]));

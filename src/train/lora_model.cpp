@@ -81,7 +81,8 @@ Tensor LoraModel::adapters(int u) const {
   const model::UnitLayout& unit = lora_[size_t(u)];
   Tensor flat = Tensor::zeros({unit.numel}, DType::F32);
   if (unit.numel == 0) return flat;
-  if (reader_) reader_->read(u, "master", 0, flat);
+  // By the layout: a tensor-parallel run's checkpoint stores slices, read into one rank's unit.
+  if (reader_) reader_->read(unit, u, "master", 0, flat);
   else ckpt::load_hf_unit(*adapter_folder_, unit, flat);
   return flat;
 }

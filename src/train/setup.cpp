@@ -199,7 +199,7 @@ model::LlamaConfig rank_model_config(const config::Config& cfg, const dist::Proc
                      fmt::format("is {}, but {} under tensor parallelism is not built yet: set parallel.tensor: 1",
                                  m.tensor_parallel, what));
   };
-  if (cfg.lora.enabled) not_yet("LoRA (lora.enabled)");
+  if (cfg.lora.enabled && cfg.model.quantization == "nf4") not_yet("QLoRA (model.quantization nf4)");
   if (m.is_moe()) not_yet("a mixture of experts (model.num_experts)");
   // On a GPU dense Llama runs as on the CPU: the vocabulary-parallel ops have CUDA kernels
   // and the tensor group is an NCCL communicator (make_nccl_process_groups; See Note

@@ -79,7 +79,7 @@ Trainer::Trainer(Effective, const config::Config& cfg, dist::ProcessGroups& grou
   // time, and a checkpoint records which one it was (a resume on another base is refused).
   if (cfg.lora.enabled) {
     init_frozen_base(cfg, model_, engine_);
-    checkpoints_.set_base(base_reference(cfg, engine_, *groups.shard));
+    checkpoints_.set_base(base_reference(cfg, model_, engine_, *groups.shard, *groups.tensor));
   }
   // Each rank fills only its own shards: from a checkpoint, the files or the seeded generator.
   if (const std::string path = checkpoints_.start(purpose == TrainerPurpose::Train); !path.empty()) {

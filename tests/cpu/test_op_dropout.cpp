@@ -1,7 +1,8 @@
 // Dropout on the CPU: the mask is dropout_keeps' rule element by element, kept values are
 // scaled by 1 / (1 - p), the backward applies the same mask (checked against finite
 // differences of a weighted sum, which dropout makes exactly linear), a row block computed
-// on its own with its global row offset equals those rows of the whole, the keep rate is
+// on its own with its global row offset equals those rows of the whole (and a column block
+// with its global column offset those columns), the keep rate is
 // 1 - p within four standard deviations, p = 0 copies, and the bits do not depend on the
 // thread count.
 #include <gtest/gtest.h>
@@ -70,6 +71,24 @@ TEST(OpDropout, RowBlocksAreRowsOfTheWhole) {
   EXPECT_TRUE(test::same_bits(part, whole.narrow(0, 5, 7)));
 }
 
+// And to the global column: a tensor-parallel rank's columns [6, 13) of the features,
+// computed alone with col0 6, are those columns of the whole (LoRA on a row-parallel
+// weight drops what one process drops), forward and accumulating backward.
+TEST(OpDropout, ColumnSlicesAreColumnsOfTheWhole) {
+  const Tensor x = test::random_tensor({9, 20}, DType::F32, 12);
+  Tensor whole = Tensor::empty({9, 20}, DType::F32), part = Tensor::empty({9, 7}, DType::F32);
+  dropout_forward(x, whole, 0.3, kKey, 100);
+  dropout_forward(x.narrow(1, 6, 7).clone(), part, 0.3, kKey, 100, /*col0=*/6);
+  EXPECT_TRUE(test::same_bits(part, whole.narrow(1, 6, 7).clone()));
+  Tensor dwhole = Tensor::ones({9, 20}, DType::F32), dpart = Tensor::ones({9, 7}, DType::F32);
+  dropout_backward(x, dwhole, 0.3, kKey, 100, /*accumulate=*/true);
+  dropout_backward(x.narrow(1, 6, 7).clone(), dpart, 0.3, kKey, 100, /*accumulate=*/true, /*col0=*/6);
+  EXPECT_TRUE(test::same_bits(dpart, dwhole.narrow(1, 6, 7).clone()));
+  // Not the mask of columns [0, 7): the offset is what places them.
+  dropout_forward(x.narrow(1, 6, 7).clone(), part, 0.3, kKey, 100);
+  EXPECT_FALSE(test::same_bits(part, whole.narrow(1, 6, 7).clone()));
+}
+
 // L = sum(w * dropout(x)) is linear in x: its gradient is dropout_backward(w), and central
 // differences recover it exactly up to rounding.
 TEST(OpDropout, BackwardMatchesFiniteDifferences) {
@@ -115,6 +134,7 @@ TEST(OpDropout, BadArgumentsNameTheProblem) {
   test::expect_error([&] { dropout_forward(x, out, -0.1, kKey, 0); }, {"p must be in [0, 1)"});
   test::expect_error([&] { dropout_forward(x, Tensor::empty({3, 5}, DType::F32), 0.1, kKey, 0); }, {"out"});
   test::expect_error([&] { dropout_forward(x, out, 0.1, kKey, -1); }, {"row0 must be >= 0"});
+  test::expect_error([&] { dropout_forward(x, out, 0.1, kKey, 0, -1); }, {"col0 must be >= 0"});
 }
 
 }  // namespace

@@ -158,8 +158,11 @@ std::string rank_model_error(const std::vector<std::string>& overrides) {
 TEST(TensorParallelConfig, WhatIsNotBuiltYetIsRefusedNamingTheKey) {
   EXPECT_EQ(rank_model_error({"parallel.tensor=2"}), "tensor_parallel 2");
   EXPECT_EQ(rank_model_error({"parallel.tensor=2", "lora.enabled=true", "lora.rank=4", "lora.targets=all-linear"}),
-            "--set parallel.tensor=2: key 'parallel.tensor' is 2, but LoRA (lora.enabled) under tensor parallelism is "
-            "not built yet: set parallel.tensor: 1");
+            "tensor_parallel 2");
+  EXPECT_EQ(rank_model_error({"parallel.tensor=2", "lora.enabled=true", "lora.rank=4", "lora.targets=all-linear",
+                              "model.quantization=nf4"}),
+            "--set parallel.tensor=2: key 'parallel.tensor' is 2, but QLoRA (model.quantization nf4) under tensor "
+            "parallelism is not built yet: set parallel.tensor: 1");
   EXPECT_EQ(rank_model_error({"parallel.tensor=2", "model.num_experts=4", "model.experts_per_token=2"}),
             "--set parallel.tensor=2: key 'parallel.tensor' is 2, but a mixture of experts (model.num_experts) under "
             "tensor parallelism is not built yet: set parallel.tensor: 1");

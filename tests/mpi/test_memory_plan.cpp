@@ -95,6 +95,10 @@ std::vector<Case> tensor_parallel_cases(int world) {
       {"dense T=2 HYBRID_SHARD none, bf16 collectives",
        {"parallel.tensor=2", "fsdp.sharding_strategy=HYBRID_SHARD", half, "fsdp.param_dtype=bfloat16",
         "fsdp.reduce_dtype=bfloat16"}},
+      // LoRA: each adapter and the frozen base split as its base, the scratch at the slices' widths.
+      {"lora T=2 FULL_SHARD selective",
+       {"parallel.tensor=2", "fsdp.sharding_strategy=FULL_SHARD", "train.activation_checkpointing=selective",
+        "lora.enabled=true", "lora.rank=4", "lora.targets=all-linear", "lora.dropout=0.1"}},
   };
 }
 

@@ -8,8 +8,9 @@
 //              dA += du^T d(x)              [r, in]
 //              dx += d'(du A)               (d' applies the same mask and scale)
 //
-// The dropout mask of row i is drawn from (the run's dropout key, this adapter, the row's
-// global number: scratch.first_row + row0 + i),
+// The dropout mask of element (i, j) is drawn from (the run's dropout key, this adapter, the
+// row's global number scratch.first_row + row0 + i, the column's global number: j, or j plus
+// the slice's first column on a row-parallel base under tensor parallelism),
 // fsdp/ops/dropout.h, so the backward and an activation-checkpointing recompute see the
 // mask the forward saw without storing it. The scratch tensors are shared by every
 // adapter of the model (they run one at a time), sized once by make_linear_scratch.
@@ -69,6 +70,7 @@ class LoraAdapter {
   int64_t rank_ = 0, in_ = 0, out_ = 0;
   double scale_ = 0, dropout_ = 0;
   uint64_t stream_ = 0;  // this adapter's dropout stream (from its name)
+  int64_t col0_ = 0;     // the global number of the input's column 0 (tensor parallelism)
 };
 
 }  // namespace fsdp::model

@@ -18,6 +18,7 @@
 // the order above, so a fused q|k|v is three adjacent dense ranges or three NF4 weights.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -38,6 +39,21 @@ struct TensorSlice {
   bool replicated() const { return dim < 0; }
   bool operator==(const TensorSlice&) const = default;
 };
+
+// The whole parameter's shape, given a slice's `shape`; and element i of the slice
+// (row-major) as an element of the whole parameter (row-major).
+Dims whole_shape(const Dims& shape, const TensorSlice& tp);
+int64_t whole_index(const Dims& shape, const TensorSlice& tp, int64_t i);
+// Elements [first, first + n) of a slice as runs contiguous in the whole parameter (one
+// run, or one per row of a column slice): fn(slice element, whole element, length).
+template <typename Fn>
+void for_each_whole_run(const Dims& shape, const TensorSlice& tp, int64_t first, int64_t n, Fn&& fn) {
+  for (int64_t at = first; at < first + n;) {
+    const int64_t run = tp.dim == 1 ? std::min(first + n - at, shape[1] - at % shape[1]) : first + n - at;
+    fn(at, whole_index(shape, tp, at), run);
+    at += run;
+  }
+}
 
 struct ParamSlot {
   std::string name;     // ours, e.g. "layers.3.wq"
@@ -64,9 +80,9 @@ struct ParamSlot {
   TensorSlice tp;
   int64_t whole_offset = 0;
 
-  Dims whole_shape() const;
+  Dims whole_shape() const { return model::whole_shape(shape, tp); }
   // Element i of this slot (row-major in the slice) as an element of the whole parameter.
-  int64_t whole_index(int64_t i) const;
+  int64_t whole_index(int64_t i) const { return model::whole_index(shape, tp, i); }
 };
 
 // How a frozen weight's values are stored in its unit's frozen bytes.
@@ -81,6 +97,7 @@ struct FrozenSlot {
   Dims hf_fused_shape;
   Dims shape;
   int64_t numel = 0;
+  TensorSlice tp;  // the slice this rank holds, as ParamSlot's (NF4 slots are whole)
   FrozenFormat format = FrozenFormat::Dense;
   // Dense: the element dtype stored (the compute dtype). Nf4: the weight's dtype before
   // quantization (bitsandbytes' quant_state.dtype), which dequantized values are rounded to.
@@ -91,6 +108,9 @@ struct FrozenSlot {
   struct Nf4Pieces {
     int64_t packed = 0, absmax = 0, nested_absmax = 0, offset = 0, nested_code = 0, code = 0;
   } nf4;
+
+  Dims whole_shape() const { return model::whole_shape(shape, tp); }
+  int64_t whole_index(int64_t i) const { return model::whole_index(shape, tp, i); }
 };
 
 // A parameter of a unit, wherever it lives: exactly one of the two is set.

@@ -58,9 +58,10 @@ std::string peft_tensor_name(const std::string& hf_weight_name, const char* whic
 
 // The layout for `peft` (the plain one when LoRA is off). Errors name the key and the
 // module: a target naming no module of the model, a rank outside [1, min(in, out)] of a
-// targeted weight, an NF4 weight whose element count is not a multiple of 64. Tensor rank
-// `tensor_rank`'s slices with cfg.tensor_parallel > 1 (llama_units), which LoRA does not
-// take yet (an error).
+// targeted weight, an NF4 weight whose element count is not a multiple of 64, an NF4 base
+// under tensor parallelism. Tensor rank `tensor_rank`'s slices with cfg.tensor_parallel > 1
+// (llama_units), each adapter split as its base (See Note [LoRA under tensor parallelism]
+// in peft_units.cpp).
 std::vector<UnitLayout> lora_units(const LlamaConfig& cfg, const PeftSpec& peft, int tensor_rank = 0);
 
 }  // namespace fsdp::model

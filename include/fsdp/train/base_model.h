@@ -43,8 +43,11 @@ class BaseSource {
 void init_frozen_base(const config::Config& cfg, const model::Llama& model, FsdpEngine& engine);
 void init_adapters(const config::Config& cfg, const model::Llama& model, FsdpEngine& engine);
 
-// `shard` is the engine's shard group on the host (MPI, or one rank).
-ckpt::BaseReference base_reference(const config::Config& cfg, const FsdpEngine& engine, dist::Communicator& shard);
+// `shard` and `tensor` are the engine's shard group and the tensor group on the host (MPI,
+// or one rank). The fingerprint is one process's at any layout: under tensor parallelism
+// the ranks checksum one rank's layout of the base, 1 / (shard x tensor) of it each.
+ckpt::BaseReference base_reference(const config::Config& cfg, const model::Llama& model, const FsdpEngine& engine,
+                                   dist::Communicator& shard, dist::Communicator& tensor);
 
 // model.init_from as a checkpoint records it: absolute ("" for the seeded base).
 std::string absolute_base_path(const std::string& init_from);

@@ -27,7 +27,7 @@ void apply_mask(const Tensor& src_t, const Tensor& dst_t, const DropoutArgs& a, 
     const T* s = src + i * ss;
     T* d = dst + i * ds;
     for (int64_t j = 0; j < c; ++j) {
-      const bool keep = (splitmix64(mix_key(row_key, uint64_t(j))) >> 11) >= a.threshold;
+      const bool keep = (splitmix64(mix_key(row_key, uint64_t(a.col0 + j))) >> 11) >= a.threshold;
       const T v = keep ? cpu::rounded(s[j] * scale) : T(0);  // no FMA with the add: CUDA's bits
       d[j] = accumulate ? d[j] + v : v;
     }

@@ -12,7 +12,7 @@ void run(const char* op, const Tensor& src, const Tensor& dst, const DropoutArgs
   cuda::check_implemented(op, src.dtype(), cuda::dropout_supports);
   cuda::DeviceGuard guard(src.device().index);
   cuda::launch_dropout(src.dtype(), cuda::rows(src), cuda::rows(dst), src.size(0), src.size(1), a.key, a.row0,
-                       a.threshold, a.scale, accumulate, cuda::stream_of(src));
+                       a.col0, a.threshold, a.scale, accumulate, cuda::stream_of(src));
 }
 
 void dropout_forward_cuda(const Tensor& x, const Tensor& out, const DropoutArgs& a) {

@@ -1,5 +1,5 @@
 // Dropout's mask on the GPU, the CPU's rule bit for bit (src/ops/cpu/dropout.cpp,
-// fsdp/ops/dropout.h): keep(i, j) = splitmix64(mix_key(mix_key(key, row0 + i), j)) >> 11
+// fsdp/ops/dropout.h): keep(i, j) = splitmix64(mix_key(mix_key(key, row0 + i), col0 + j)) >> 11
 // >= threshold, the same 64-bit integer arithmetic as fsdp/core/random.h. Kept values are
 // multiplied by the scale in the compute type (float; double for float64) and the product
 // rounded before any accumulating add (no FMA), so CUDA and the CPU give the same bits for
@@ -33,14 +33,14 @@ __device__ __forceinline__ double mul_rn(double a, double b) { return __dmul_rn(
 
 template <typename T>
 __global__ void dropout_kernel(RowsView src, RowsView dst, int64_t n, int64_t c, uint64_t key, int64_t row0,
-                               uint64_t threshold, double scale, bool accumulate) {
+                               int64_t col0, uint64_t threshold, double scale, bool accumulate) {
   using E = Elem<T>;
   using A = typename E::acc;
   const int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (j >= c) return;
   const A s = A(scale);
   for (int64_t i = blockIdx.y; i < n; i += gridDim.y) {
-    const bool keep = (splitmix64(mix_key(mix_key(key, uint64_t(row0 + i)), uint64_t(j))) >> 11) >= threshold;
+    const bool keep = (splitmix64(mix_key(mix_key(key, uint64_t(row0 + i)), uint64_t(col0 + j))) >> 11) >= threshold;
     const A v = keep ? mul_rn(E::load(static_cast<const T*>(src.data)[i * src.stride + j]), s) : A(0);
     T* d = static_cast<T*>(dst.data) + i * dst.stride + j;
     *d = E::store(accumulate ? E::load(*d) + v : v);
@@ -48,10 +48,11 @@ __global__ void dropout_kernel(RowsView src, RowsView dst, int64_t n, int64_t c,
 }
 
 template <typename T>
-void dropout_t(RowsView src, RowsView dst, int64_t n, int64_t c, uint64_t key, int64_t row0, uint64_t threshold,
-               double scale, bool accumulate, cudaStream_t s) {
+void dropout_t(RowsView src, RowsView dst, int64_t n, int64_t c, uint64_t key, int64_t row0, int64_t col0,
+               uint64_t threshold, double scale, bool accumulate, cudaStream_t s) {
   const dim3 grid(blocks_for(c, kThreads), unsigned(n < 65535 ? n : 65535));
-  FSDP_LAUNCH(dropout_kernel<T>, grid, kThreads, 0, s, src, dst, n, c, key, row0, threshold, scale, accumulate);
+  FSDP_LAUNCH(dropout_kernel<T>, grid, kThreads, 0, s, src, dst, n, c, key, row0, col0, threshold, scale,
+              accumulate);
 }
 
 }  // namespace
@@ -59,9 +60,9 @@ void dropout_t(RowsView src, RowsView dst, int64_t n, int64_t c, uint64_t key, i
 bool dropout_supports(DType t) { return is_floating(t); }
 
 void launch_dropout(DType t, RowsView src, RowsView dst, int64_t n, int64_t c, uint64_t key, int64_t row0,
-                    uint64_t threshold, double scale, bool accumulate, cudaStream_t stream) {
+                    int64_t col0, uint64_t threshold, double scale, bool accumulate, cudaStream_t stream) {
   with_element_type(t, [&](auto e) {
-    dropout_t<decltype(e)>(src, dst, n, c, key, row0, threshold, scale, accumulate, stream);
+    dropout_t<decltype(e)>(src, dst, n, c, key, row0, col0, threshold, scale, accumulate, stream);
   });
 }
 
