@@ -4,8 +4,9 @@
 // stand-in over MPI in the emulation build), the vocabulary-parallel embedding and
 // cross-entropy run their CUDA kernels, and the sequence-parallel all-gathers and
 // reduce-scatters, the norm weights' gradient all-reduce and the two-level grad norm go
-// over NCCL beside the FSDP engine's own collectives. A tiny dense Llama with GQA trains
-// a few steps and equals one CUDA process over the same global batch:
+// over NCCL beside the FSDP engine's own collectives. A tiny dense Llama with GQA, alone
+// and with LoRA adapters (dropout on), trains a few steps and equals one CUDA process over
+// the same global batch:
 //   1e-5 per-step loss, relative: the bound; a tensor group sums each row-parallel
 //        output and each norm weight's gradient in another order than one process.
 //   5e-5 final parameters, norm-wise per parameter (its slices stacked in rank order):
@@ -100,19 +101,23 @@ bool rank0() { return test::world_groups().world->rank() == 0; }
 
 // One process on this rank's GPU over the same global batch: the data-parallel ranks'
 // micro-batches become accumulation steps. Rank 0 only; the others get nothing.
-TpRun one_process(int data_ranks) {
+TpRun one_process(int data_ranks, std::vector<std::string> extra) {
   if (!rank0()) return {};
   auto local = dist::local_process_groups();
   local.world_info.local_rank = test::world_groups().world_info.local_rank;
-  return train(tiny({"train.grad_accum_steps=" + std::to_string(data_ranks), "fsdp.sharding_strategy=NO_SHARD"}),
-               local);
+  extra.push_back("train.grad_accum_steps=" + std::to_string(data_ranks));
+  extra.push_back("fsdp.sharding_strategy=NO_SHARD");
+  return train(tiny(extra), local);
 }
 
-// T=2 x FULL_SHARD over the other ranks (none on 2 ranks, 2 on 4): one process's losses and
-// weights, and the same bits when run again.
-TEST_F(CudaTensorParallel, DenseGqaEqualsOneProcessAndRerunsBitIdentical) {
+// T=2 x FULL_SHARD over the other ranks (none on 2 ranks, 2 on 4) with the keys `extra`:
+// one process's losses and weights (the trainable ones: LoRA's adapters), and the same bits
+// when run again.
+void expect_tensor_parallel_equals_one_process(const std::vector<std::string>& extra, const char* what) {
   dist::ProcessGroups& world = test::world_groups();
-  const config::Config cfg = tiny({"parallel.tensor=2", "fsdp.sharding_strategy=FULL_SHARD"});
+  std::vector<std::string> keys = {"parallel.tensor=2", "fsdp.sharding_strategy=FULL_SHARD"};
+  keys.insert(keys.end(), extra.begin(), extra.end());
+  const config::Config cfg = tiny(keys);
   auto groups = dist::split_process_groups(world, train::mesh_spec(cfg));
   ASSERT_EQ(groups.tensor->size(), 2);
   const TpRun got = train(cfg, groups);
@@ -122,7 +127,7 @@ TEST_F(CudaTensorParallel, DenseGqaEqualsOneProcessAndRerunsBitIdentical) {
   for (const auto& [name, w] : got.weights)
     EXPECT_EQ(std::memcmp(again.weights.at(name).data_ptr(), w.data_ptr(), w.nbytes()), 0) << "rerun: " << name;
 
-  const TpRun want = one_process(groups.mesh.data_parallel_size());
+  const TpRun want = one_process(groups.mesh.data_parallel_size(), extra);
   if (!rank0()) return;
   double worst_loss = 0, worst_param = 0;
   for (int i = 0; i < kSteps; ++i) {
@@ -138,9 +143,29 @@ TEST_F(CudaTensorParallel, DenseGqaEqualsOneProcessAndRerunsBitIdentical) {
     worst_param = std::max(worst_param, e);
     EXPECT_LT(e, kParamTolerance) << name;
   }
-  EXPECT_LT(got.losses.back(), got.losses.front());  // it trains
-  std::printf("CUDA T=2, mesh %s vs one CUDA process, %d steps: loss %.1e, params %.1e\n",
+  // It trains: the dense model's loss falls in 4 steps; LoRA's B starts at zero (PEFT's
+  // initialisation) and must have moved, on the split and on the whole slots alike.
+  if (extra.empty()) EXPECT_LT(got.losses.back(), got.losses.front());
+  for (const auto& [name, w] : got.weights) {
+    if (!name.ends_with(".lora_B")) continue;
+    double sum_sq = 0;
+    for (int64_t i = 0; i < w.numel(); ++i) sum_sq += w.get_flat(i) * w.get_flat(i);
+    EXPECT_GT(sum_sq, 0) << name << " never left zero";
+  }
+  std::printf("CUDA T=2 %s, mesh %s vs one CUDA process, %d steps: loss %.1e, params %.1e\n", what,
               groups.mesh.shape().str().c_str(), kSteps, worst_loss, worst_param);
+}
+
+TEST_F(CudaTensorParallel, DenseGqaEqualsOneProcessAndRerunsBitIdentical) {
+  expect_tensor_parallel_equals_one_process({}, "dense");
+}
+
+// LoRA on every Linear with dropout: the adapters follow their base's split (lora_A whole
+// on q/k/v/gate/up, split on o/down), the dropout kernel draws at the global column, and
+// the adapters' partial gradients are all-reduced over the NCCL tensor group.
+TEST_F(CudaTensorParallel, LoraWithDropoutEqualsOneProcessAndRerunsBitIdentical) {
+  expect_tensor_parallel_equals_one_process(
+      {"lora.enabled=true", "lora.rank=4", "lora.alpha=8", "lora.dropout=0.1", "lora.targets=all-linear"}, "LoRA");
 }
 
 }  // namespace
