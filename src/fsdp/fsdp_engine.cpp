@@ -80,10 +80,10 @@ FsdpEngine::FsdpEngine(const std::vector<model::UnitLayout>& units, dist::Proces
     : layouts_(units),
       shard_(*groups.shard),
       replicate_(*groups.replicate),
+      tensor_(groups.tensor != nullptr && groups.tensor->size() > 1 ? groups.tensor.get() : nullptr),
       opt_(options),
       pool_(options.device, max_padded_numel(units, groups.shard->size()),
             FrozenShards::max_padded_bytes(units, groups.shard->size())),
-      tensor_(groups.tensor != nullptr && groups.tensor->size() > 1 ? groups.tensor.get() : nullptr),
       frozen_(units, *groups.shard, pool_, options.device) {
   auto floating = [](DType t) { return t == DType::F32 || t == DType::BF16 || t == DType::F16; };
   FSDP_CHECK(floating(opt_.param_dtype), "fsdp.param_dtype must be float32, bfloat16 or float16, got {}",
