@@ -7,8 +7,8 @@
 
 namespace fsdp::model {
 
-std::unique_ptr<MlpSublayer> make_mlp(const LlamaConfig& cfg, const UnitLayout& block) {
-  if (cfg.is_moe()) return std::make_unique<MoeMlp>(cfg, block);
+std::unique_ptr<MlpSublayer> make_mlp(const LlamaConfig& cfg, const UnitLayout& block, RouterBiasRef bias) {
+  if (cfg.is_moe()) return std::make_unique<MoeMlp>(cfg, block, std::move(bias));
   return std::make_unique<DenseSwiGLU>(cfg, block);
 }
 

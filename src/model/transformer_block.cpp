@@ -3,8 +3,9 @@
 
 namespace fsdp::model {
 
-TransformerBlock::TransformerBlock(const LlamaConfig& cfg, const UnitLayout& block, const RopeTables& rope)
-    : cfg_(cfg), attention_(cfg, block, rope), mlp_(make_mlp(cfg, block)) {}
+TransformerBlock::TransformerBlock(const LlamaConfig& cfg, const UnitLayout& block, const RopeTables& rope,
+                                   RouterBiasRef bias)
+    : cfg_(cfg), attention_(cfg, block, rope), mlp_(make_mlp(cfg, block, std::move(bias))) {}
 
 void BlockActivations::bind(const LlamaConfig& cfg, int64_t B, int64_t T, DType dt, const SavedBinder& b) {
   attn.bind(cfg, B, T, dt, b);

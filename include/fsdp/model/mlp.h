@@ -17,6 +17,7 @@
 #include "fsdp/core/tensor.h"
 #include "fsdp/model/llama_config.h"
 #include "fsdp/model/param_units.h"
+#include "fsdp/model/router_bias.h"
 #include "fsdp/model/saved_tensors.h"
 #include "fsdp/model/unit_params.h"
 
@@ -86,7 +87,8 @@ class MlpSublayer {
   LlamaConfig cfg_;
 };
 
-// The MLP the config asks for, its slots resolved in the block's unit layout.
-std::unique_ptr<MlpSublayer> make_mlp(const LlamaConfig& cfg, const UnitLayout& block);
+// The MLP the config asks for, its slots resolved in the block's unit layout; a mixture of
+// experts routes with `bias` (its layer's row of the model's RouterBias; none for a dense MLP).
+std::unique_ptr<MlpSublayer> make_mlp(const LlamaConfig& cfg, const UnitLayout& block, RouterBiasRef bias = {});
 
 }  // namespace fsdp::model

@@ -50,8 +50,9 @@ struct BlockGrads {
 
 class TransformerBlock {
  public:
-  // `block` is the block's unit layout (param_units.h); rope the model's RoPE tables.
-  TransformerBlock(const LlamaConfig& cfg, const UnitLayout& block, const RopeTables& rope);
+  // `block` is the block's unit layout (param_units.h); rope the model's RoPE tables;
+  // bias the block's row of the model's routing biases (a mixture of experts).
+  TransformerBlock(const LlamaConfig& cfg, const UnitLayout& block, const RopeTables& rope, RouterBiasRef bias = {});
 
   // Buffers for B sequences of T tokens (training) or for up to `rows` rows (inference
   // scratch: no log-sum-exp is kept).
