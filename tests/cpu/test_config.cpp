@@ -144,6 +144,7 @@ TEST(ConfigFile, EveryKeyIsRead) {
   EXPECT_EQ(c.model.experts_per_token, 2);
   EXPECT_EQ(c.model.router_aux_loss_coef, 0.02);
   EXPECT_EQ(c.model.router_z_loss_coef, 0.001);
+  EXPECT_EQ(c.model.router_bias_update_rate, 0.001);
   EXPECT_EQ(c.model.rope_scaling, "llama3");
   EXPECT_EQ(c.model.rope_scaling_factor, 8.0);
   EXPECT_EQ(c.model.rope_low_freq_factor, 1.5);
