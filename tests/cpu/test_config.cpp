@@ -628,7 +628,7 @@ TEST(ConfigDump, EveryKeyInSectionOrder) {
   EXPECT_NE(text.find("  sharding_strategy: FULL_SHARD\n"), std::string::npos);
   EXPECT_NE(text.find("  dtype: float32\n"), std::string::npos);
   const size_t lines = static_cast<size_t>(std::count(text.begin(), text.end(), '\n'));
-  EXPECT_EQ(lines, 11 + 89u);  // 11 sections, 89 keys
+  EXPECT_EQ(lines, 11 + 90u);  // 11 sections, 90 keys
 }
 
 TEST(ConfigDump, HashIsDeterministicAndSeesEveryChange) {
