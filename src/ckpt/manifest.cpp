@@ -14,6 +14,7 @@
 // is an int), every step consumed at least one sample and every sample at least one token.
 #include "fsdp/ckpt/manifest.h"
 
+#include <cmath>
 #include <cstdint>
 #include <limits>
 
@@ -123,6 +124,9 @@ void to_json(json& j, const TrainState& s) {
        {"loss_scale", s.loss_scale},
        {"loss_scale_good_steps", s.loss_scale_good_steps},
        {"skipped_steps", s.skipped_steps}};
+  // Only a run that balances its experts has them, so every other manifest is unchanged.
+  // Each float32 is written as its exact double, which reads back to the same bits.
+  if (!s.router_bias.empty()) j["router_bias"] = s.router_bias;
 }
 
 void from_json(const json& j, TrainState& s) {
@@ -135,6 +139,19 @@ void from_json(const json& j, TrainState& s) {
   s.loss_scale = number_at(j, "loss_scale", 0, 0.0);
   if (j.contains("loss_scale_good_steps")) s.loss_scale_good_steps = integer_at<int64_t>(j, "loss_scale_good_steps", 0, s.step);
   if (j.contains("skipped_steps")) s.skipped_steps = integer_at<int64_t>(j, "skipped_steps", 0, s.step);
+  // Their shape is checked against the model by Manifest's from_json.
+  if (const auto b = j.find("router_bias"); b != j.end()) {
+    FSDP_CHECK(b->is_array(), "'router_bias' must be a list of layers, got {}", b->dump());
+    for (const json& layer : *b) {
+      FSDP_CHECK(layer.is_array(), "'router_bias' must hold one list of numbers per layer, got {}", layer.dump());
+      std::vector<float>& row = s.router_bias.emplace_back();
+      for (const json& v : layer) {
+        FSDP_CHECK(v.is_number() && std::isfinite(v.get<double>()) && std::abs(v.get<double>()) <= 3.4e38,
+                   "'router_bias' values must be finite float32 numbers, got {}", v.dump());
+        row.push_back(v.get<float>());
+      }
+    }
+  }
 }
 
 void to_json(json& j, const BaseReference& b) {
@@ -238,6 +255,14 @@ void from_json(const json& j, Manifest& m) {
   FSDP_CHECK(m.run_id.empty() || is_valid_run_id(m.run_id), "run_id '{}' is not a run id", m.run_id);
   m.state = j.at("state").get<TrainState>();
   m.model = j.at("model").get<model::LlamaConfig>();
+  if (!m.state.router_bias.empty()) {
+    FSDP_CHECK(m.model.is_moe() && int64_t(m.state.router_bias.size()) == m.model.num_layers,
+               "'router_bias' holds {} layers, but the model has {} {}", m.state.router_bias.size(),
+               m.model.num_layers, m.model.is_moe() ? "MoE layers" : "dense layers (no router)");
+    for (const auto& row : m.state.router_bias)
+      FSDP_CHECK(int64_t(row.size()) == m.model.num_experts, "'router_bias' has a layer of {} values for {} experts",
+                 row.size(), m.model.num_experts);
+  }
   m.strategy = j.at("strategy").get<std::string>();
   FSDP_CHECK(known_strategy(m.strategy), "strategy '{}' is not one of FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD",
              m.strategy);

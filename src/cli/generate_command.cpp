@@ -245,6 +245,8 @@ int run_generate(const GenerateArgs& a) {
   m.params->move_to(device, dtype);
   spdlog::info("device: {}, {} compute", device.str(), dtype_name(dtype));
   model::LlamaDecoder decoder(c, 1, max_len, std::min<int64_t>(P, 256), dtype, device);
+  // Route as training did: a checkpoint of a run that balanced its experts by bias.
+  if (!m.router_bias.empty()) decoder.router_bias()->set(m.router_bias);
   model::Sampler sampler(a.sampling);
   std::fwrite(a.prompt.data(), 1, a.prompt.size(), stdout);
   std::fflush(stdout);

@@ -216,6 +216,15 @@ std::optional<int64_t> known_layers(const ModelConfig& m) {
   return std::nullopt;
 }
 
+// Likewise the expert count (0 = a dense MLP).
+std::optional<int64_t> known_experts(const ModelConfig& m) {
+  if (m.num_experts) return *m.num_experts;
+  if (!m.init_from.empty()) return std::nullopt;
+  for (const auto& p : model::llama_presets())
+    if (p.name == m.preset) return p.config.num_experts;
+  return std::nullopt;
+}
+
 void validate(const Config& cfg, const Origins& origins, const std::string& name) {
   auto origin = [&](const std::string& key) {
     const auto it = origins.find(key);
@@ -254,6 +263,15 @@ void validate(const Config& cfg, const Origins& origins, const std::string& name
     conflict("model.num_heads", fmt::format("must divide model.hidden_size ({}), got {}", *m.hidden_size, *m.num_heads),
              "model.hidden_size",
              fmt::format("must be a multiple of model.num_heads ({}), got {}", *m.num_heads, *m.hidden_size));
+  if (const std::optional<int64_t> experts = known_experts(m); experts && *experts == 0 && m.router_bias_update_rate > 0)
+    conflict("model.router_bias_update_rate",
+             fmt::format("is {}, which needs a mixture of experts (model.num_experts > 0): a dense model has no router "
+                         "to balance",
+                         m.router_bias_update_rate),
+             "model.num_experts",
+             fmt::format("is 0 (a dense model), but model.router_bias_update_rate is {}: set it to 0 or give the "
+                         "model experts",
+                         m.router_bias_update_rate));
   const OptimConfig& o = cfg.optim;
   if (o.min_lr > o.lr)
     conflict("optim.min_lr", fmt::format("must be <= optim.lr ({}), got {}", o.lr, o.min_lr), "optim.lr",

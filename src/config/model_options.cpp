@@ -115,6 +115,12 @@ model::LlamaConfig training_model_config(const config::Config& cfg) {
     config::fail_key(cfg, "train.activation_checkpointing_every",
                      fmt::format("must be at most the model's {} layers ({}/config.json), got {}", m.num_layers,
                                  cfg.model.init_from, cfg.train.activation_checkpointing_every));
+  // config::validate checked this against the preset; a model.init_from folder decides here.
+  if (cfg.model.router_bias_update_rate > 0 && !m.is_moe())
+    config::fail_key(cfg, "model.router_bias_update_rate",
+                     fmt::format("is {}, which needs a mixture of experts, but model.init_from {} is a dense model "
+                                 "(no router to balance)",
+                                 cfg.model.router_bias_update_rate, cfg.model.init_from));
   return m;
 }
 

@@ -6,6 +6,7 @@
 // `lr: "1e-3"` is the number 0.001. An empty value (`key:` or `key: null`) means "" for a
 // string and "unset" for an optional shape override; for any other type it is an error.
 // How each type is read, written and named is field_values.h.
+#include <cmath>
 #include <functional>
 #include <optional>
 #include <string>
@@ -42,6 +43,11 @@ auto gt(double lo) {
 auto ge(double lo) {
   return [lo](const auto& v) -> std::string {
     return v >= lo ? "" : fmt::format("must be >= {}, got {}", lo, show(v));
+  };
+}
+auto finite_ge(double lo) {  // what ge(lo) passes but .inf
+  return [lo](const double& v) -> std::string {
+    return std::isfinite(v) && v >= lo ? "" : fmt::format("must be a finite number >= {}, got {}", lo, v);
   };
 }
 auto in_range(double lo, double hi) {
@@ -171,6 +177,11 @@ void add_model_rows(std::vector<detail::Field>& t) {
            "Weight of the load-balancing loss (transformers' load_balancing_loss_func); null = the preset's.", ge(0))
       .add("router_z_loss_coef", &ModelConfig::router_z_loss_coef,
            "Weight of the router z-loss, mean logsumexp(router logits)^2 (ST-MoE); null = the preset's.", ge(0))
+      .add("router_bias_update_rate", &ModelConfig::router_bias_update_rate,
+           "Auxiliary-loss-free load balancing (DeepSeek-V3, torchtitan): after every step each expert's routing "
+           "bias moves by this much towards the mean load (sign of mean - load); the bias picks the top-k "
+           "experts, never their weights. 0 = off. Needs model.num_experts > 0.",
+           finite_ge(0))
       .add("rope_scaling", &ModelConfig::rope_scaling,
            "RoPE scaling for a longer context: none, linear (every frequency / factor) or llama3 (Llama 3.1's: "
            "low frequencies / factor, high ones kept); null = the preset's or config.json's.",

@@ -46,7 +46,9 @@ Llama::Llama(const LlamaConfig& cfg, DType dtype, Device device, const PeftSpec&
   // Computed on the host (in double, rounded once) and moved once.
   const memory::CategoryScope tag("constants/rope tables");
   const RopeTables rope = llama_rope_tables(cfg_, cfg_.max_seq_len, device_);
-  for (int l = 0; l < int(cfg_.num_layers); ++l) blocks_.emplace_back(cfg_, units_[block_unit(l)], rope, sp_.get());
+  if (cfg_.is_moe()) router_bias_ = std::make_shared<RouterBias>(cfg_.num_layers, cfg_.num_experts, device_);
+  for (int l = 0; l < int(cfg_.num_layers); ++l)
+    blocks_.emplace_back(cfg_, units_[block_unit(l)], rope, sp_.get(), RouterBiasRef{router_bias_, l});
   for (const UnitLayout& u : units_)
     for (const FrozenSlot& f : u.frozen) needs_scratch_ = needs_scratch_ || f.format == FrozenFormat::Nf4;
   needs_scratch_ = needs_scratch_ || peft_.lora.enabled;

@@ -32,7 +32,9 @@ LlamaDecoder::LlamaDecoder(const LlamaConfig& cfg, int64_t batch, int64_t max_le
              max_len, max_chunk);
   // Computed on the host, moved once (as in Llama's constructor); positions < max_len only.
   const RopeTables rope = llama_rope_tables(cfg_, max_len, device);
-  for (int l = 0; l < int(cfg_.num_layers); ++l) blocks_.emplace_back(cfg_, units_[block_unit(l)], rope);
+  if (cfg_.is_moe()) router_bias_ = std::make_shared<RouterBias>(cfg_.num_layers, cfg_.num_experts, device_);
+  for (int l = 0; l < int(cfg_.num_layers); ++l)
+    blocks_.emplace_back(cfg_, units_[block_unit(l)], rope, nullptr, RouterBiasRef{router_bias_, l});
   cache_ = KVCache(cfg_, batch, max_len, dtype, device);
 
   const int64_t N = batch * max_chunk, C = cfg_.hidden_size;

@@ -8,13 +8,14 @@
 
 namespace fsdp::model {
 
-std::unique_ptr<MlpSublayer> make_mlp(const LlamaConfig& cfg, const UnitLayout& block, const SequenceParallel* sp) {
+std::unique_ptr<MlpSublayer> make_mlp(const LlamaConfig& cfg, const UnitLayout& block, const SequenceParallel* sp,
+                                      RouterBiasRef bias) {
   if (cfg.is_moe()) {
     FSDP_CHECK(cfg.tensor_parallel == 1,
                "a mixture of experts with parallel.tensor {}: experts under tensor parallelism are not built yet (run "
                "it with parallel.tensor: 1)",
                cfg.tensor_parallel);
-    return std::make_unique<MoeMlp>(cfg, block);
+    return std::make_unique<MoeMlp>(cfg, block, std::move(bias));
   }
   return std::make_unique<DenseSwiGLU>(cfg, block, sp);
 }

@@ -21,7 +21,7 @@ std::string expert_slot(const UnitLayout& block, int64_t e, const char* w) {
 
 }  // namespace
 
-MoeMlp::MoeMlp(const LlamaConfig& cfg, const UnitLayout& block)
+MoeMlp::MoeMlp(const LlamaConfig& cfg, const UnitLayout& block, RouterBiasRef bias)
     : MlpSublayer(cfg),
       hidden_(cfg.hidden_size),
       ffn_(cfg.intermediate_size),
@@ -29,7 +29,8 @@ MoeMlp::MoeMlp(const LlamaConfig& cfg, const UnitLayout& block)
       k_(cfg.experts_per_token),
       eps_(cfg.norm_eps),
       norm_(block, block.name + ".mlp_norm"),
-      router_(block, {block.name + ".router"}) {
+      router_(block, {block.name + ".router"}),
+      bias_(std::move(bias)) {
   for (int64_t e = 0; e < experts_; ++e) {
     gate_up_.emplace_back(block, std::initializer_list<std::string>{expert_slot(block, e, "w1"),
                                                                     expert_slot(block, e, "w3")});
@@ -76,7 +77,7 @@ void MoeMlpGrads::bind(const LlamaConfig& c, int64_t N, DType dt, const SavedBin
 void MoeMlp::route(const MoeMlpSaved& s, int64_t N) const {
   const int64_t NK = N * k_;
   const Tensor expert = s.expert.narrow(0, 0, N), probs = s.probs.narrow(0, 0, N), lse = s.lse.narrow(0, 0, N);
-  moe_router_forward(s.logits.narrow(0, 0, N), k_, probs, lse, expert, s.weight.narrow(0, 0, N));
+  moe_router_forward(s.logits.narrow(0, 0, N), k_, probs, lse, expert, s.weight.narrow(0, 0, N), bias_.get());
   moe_router_stats(probs, expert, lse, s.record.prob_sum, s.count, s.record.lse_sq_sum);
   moe_permute_plan(expert, experts_, s.order.narrow(0, 0, NK), s.slot.narrow(0, 0, NK), s.offsets);
 }

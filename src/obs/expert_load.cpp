@@ -17,8 +17,9 @@ std::string ImbalanceWatch::observe(int64_t step, const std::vector<double>& imb
   warned_ = true;
   return fmt::format("expert load: the router has collapsed: layer {}'s busiest expert took {:.2f}x the mean load at "
                      "step {}, and some layer stayed at or above {:.2f}x for the last {} steps (1 = balanced). The "
-                     "load-balancing loss cannot see this when the router's probabilities are near uniform: raise "
-                     "model.router_aux_loss_coef, or see docs/mixtral.md",
+                     "load-balancing loss cannot see this when the router's probabilities are near uniform: set "
+                     "model.router_bias_update_rate (auxiliary-loss-free balancing; the MoE demo uses 0.005), or see "
+                     "docs/mixtral.md",
                      worst - imbalance.begin(), *worst, step, threshold_, run_);
 }
 

@@ -39,7 +39,7 @@ void check_routing(const Tensor& probs, const Tensor& lse, const Tensor& expert,
 }  // namespace
 
 void moe_router_forward(const Tensor& logits, int64_t k, const Tensor& probs, const Tensor& lse, const Tensor& expert,
-                        const Tensor& weight) {
+                        const Tensor& weight, const Tensor& bias) {
   detail::check_float_rows(logits, "logits");
   const int64_t n = logits.size(0), e = logits.size(1);
   FSDP_CHECK(k >= 1 && k <= e, "moe_router_forward: k = {} must be in [1, {} experts]", k, e);
@@ -49,7 +49,9 @@ void moe_router_forward(const Tensor& logits, int64_t k, const Tensor& probs, co
   FSDP_CHECK(expert.size(1) == k, "moe_router_forward: expert is {}, expected k = {} columns", expert.str(), k);
   check_defined(weight, "weight");
   check_routing(probs, lse, expert, weight);
-  moe_router_forward_stub(logits.device(), logits, k, probs, lse, expert, weight);
+  // The routing bias is float32 whatever the compute dtype (training state kept in float32).
+  if (bias.defined()) check_stat(bias, Dims{e}, DType::F32, logits, "bias");
+  moe_router_forward_stub(logits.device(), logits, k, probs, lse, expert, weight, bias);
 }
 
 void moe_router_stats(const Tensor& probs, const Tensor& expert, const Tensor& lse, const Tensor& prob_sum,

@@ -14,6 +14,7 @@
 #include "fsdp/data/tokenizer.h"
 #include "fsdp/dist/communicator.h"
 #include "fsdp/model/param_units.h"
+#include "fsdp/model/router_bias.h"
 #include "fsdp/train/lora_model.h"
 
 namespace fsdp::train {
@@ -98,6 +99,16 @@ void export_lora(const std::string& path, const std::string& output, bool adapte
                lora->config().is_moe() ? "MixtralForCausalLM" : "LlamaForCausalLM", output);
 }
 
+// MixtralForCausalLM has no routing bias: transformers will choose each token's experts
+// by the router's probabilities alone, not as the run trained (model/router_bias.h).
+void warn_router_bias(const ckpt::Manifest& m) {
+  if (m.state.router_bias.empty()) return;
+  spdlog::warn("export: the checkpoint routes with auxiliary-loss-free balancing biases (model.router_bias_update_rate; "
+               "largest |bias| {:.4g}), which a Hugging Face MixtralForCausalLM folder cannot hold: transformers "
+               "will route without them (fsdp_train generate and eval use them; see docs/mixtral.md)",
+               model::router_bias_max_abs(m.state.router_bias));
+}
+
 }  // namespace
 
 void export_checkpoint(const ExportRequest& r) {
@@ -120,6 +131,7 @@ void export_checkpoint(const ExportRequest& r) {
              "{} is a LoRA checkpoint (adapters only, on the base {}): export --adapter (a PEFT folder) or --merge "
              "(a full model)",
              path, m.base ? (m.base->path.empty() ? "seeded from train.seed" : m.base->path) : "");
+  warn_router_bias(m);
   if (m.base) {
     export_lora(path, r.output, adapter, r.base, opt, r.dtype_given, r.tokenizer_given);
     return;

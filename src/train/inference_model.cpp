@@ -108,9 +108,11 @@ InferenceModel load_inference_model(const std::string& path, const std::string& 
     const ckpt::CheckpointReader reader(dir);
     if (reader.manifest().base) {
       const auto lora = LoraModel::from_checkpoint(dir, base);
-      return merged_model(*lora, fmt::format("fsdp_train LoRA checkpoint {} (step {}) merged into {}", dir,
+      InferenceModel merged = merged_model(*lora, fmt::format("fsdp_train LoRA checkpoint {} (step {}) merged into {}", dir,
                                              reader.manifest().state.step,
                                              lora->base_path().empty() ? "its seeded base" : lora->base_path()));
+      merged.router_bias = reader.manifest().state.router_bias;
+      return merged;
     }
     FSDP_CHECK(base.empty(), "--base {} is for a LoRA checkpoint, but {} holds a whole model (it has no base)", base,
                dir);
@@ -121,6 +123,7 @@ InferenceModel load_inference_model(const std::string& path, const std::string& 
     m.params = std::make_unique<InferenceParams>(units);
     // One rank's whole units, whatever tensor layout saved them.
     for (int u = 0; u < int(units.size()); ++u) reader.read(units[size_t(u)], u, "master", 0, m.params->params(u));
+    m.router_bias = reader.manifest().state.router_bias;
     return m;
   }
   FSDP_FAIL("--checkpoint {}: not a model: expected a Hugging Face Llama folder ({} not found) or an fsdp_train "

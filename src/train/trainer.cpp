@@ -89,6 +89,10 @@ Trainer::Trainer(Effective, const config::Config& cfg, dist::ProcessGroups& grou
   } else {
     init_parameters(cfg, model_.config(), model_.units(), engine_);
   }
+  // Auxiliary-loss-free balancing starts from zero biases, unless the checkpoint brought
+  // its own (restore); a checkpoint's biases are routed with even when the rate is 0.
+  if (model::RouterBias* bias = model_.router_bias(); bias != nullptr && cfg.model.router_bias_update_rate > 0 && !bias->enabled())
+    bias->enable();
 }
 
 ckpt::TrainState Trainer::train_state() const {
@@ -98,12 +102,14 @@ ckpt::TrainState Trainer::train_state() const {
     s.loss_scale_good_steps = scaler_.good_steps();
     s.skipped_steps = scaler_.skipped_steps();
   }
+  if (const model::RouterBias* bias = model_.router_bias()) s.router_bias = bias->values();
   return s;
 }
 
 void Trainer::restore(const std::string& path) {
   const ckpt::TrainState s = checkpoints_.restore(path, model_, engine_);
   scaler_.restore(s.loss_scale, s.loss_scale_good_steps, s.skipped_steps);
+  if (!s.router_bias.empty()) model_.router_bias()->set(s.router_bias);
   step_ = s.step;
   tokens_seen_ = s.tokens_seen;
   samples_seen_ = s.samples_seen;
@@ -285,6 +291,10 @@ obs::StepMetrics Trainer::train_step() {
     expert_load_->all_reduce(*groups_.world);
     m.expert_load = expert_load_->counts();
     m.expert_imbalance = expert_load_->imbalance();
+    // Auxiliary-loss-free balancing moves with the optimizer (a skipped float16 step moves
+    // nothing), from the step's global counts: every rank computes the same biases.
+    if (const double rate = cfg_.model.router_bias_update_rate; apply && rate > 0)
+      model_.router_bias()->update(m.expert_load, rate);
     m.ce_loss = ce_loss;
     m.aux_loss = aux_loss;
     if (mc.router_z_loss_coef > 0) m.z_loss = z_loss;

@@ -144,6 +144,7 @@ TEST(ConfigFile, EveryKeyIsRead) {
   EXPECT_EQ(c.model.experts_per_token, 2);
   EXPECT_EQ(c.model.router_aux_loss_coef, 0.02);
   EXPECT_EQ(c.model.router_z_loss_coef, 0.001);
+  EXPECT_EQ(c.model.router_bias_update_rate, 0.001);
   EXPECT_EQ(c.model.rope_scaling, "llama3");
   EXPECT_EQ(c.model.rope_scaling_factor, 8.0);
   EXPECT_EQ(c.model.rope_low_freq_factor, 1.5);
@@ -628,7 +629,7 @@ TEST(ConfigDump, EveryKeyInSectionOrder) {
   EXPECT_NE(text.find("  sharding_strategy: FULL_SHARD\n"), std::string::npos);
   EXPECT_NE(text.find("  dtype: float32\n"), std::string::npos);
   const size_t lines = static_cast<size_t>(std::count(text.begin(), text.end(), '\n'));
-  EXPECT_EQ(lines, 12 + 90u);  // 12 sections, 90 keys
+  EXPECT_EQ(lines, 12 + 91u);  // 12 sections, 91 keys
 }
 
 TEST(ConfigDump, HashIsDeterministicAndSeesEveryChange) {

@@ -134,5 +134,24 @@ TEST(Export, BadInputExitsWithOneMessage) {
   EXPECT_FALSE(fs::exists(out + "/x"));
 }
 
+// A Mixtral trained with routing biases (model/router_bias.h) still exports, but the folder
+// cannot hold them: one warning names the key and the largest |bias|, and says that
+// transformers routes without them.
+TEST(Export, RoutingBiasesWarnOnceThatTransformersRoutesWithoutThem) {
+  const std::string d = fresh("bias_run"), out = fresh("bias");
+  Result r = run("train" + kShape +
+                     " --set model.num_experts=4 --set model.experts_per_token=2"
+                     " --set model.router_bias_update_rate=0.01 --set train.max_steps=2 --set run.dir=" + d,
+                 d + ".log");
+  ASSERT_EQ(r.code, 0) << r.out;
+  r = run("export --checkpoint " + d + "/checkpoints --output " + out, out + ".log");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(fs::exists(out + "/config.json"));
+  const size_t at = r.out.find("model.router_bias_update_rate; largest |bias| 0.0");
+  EXPECT_NE(at, std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("model.router_bias_update_rate", at + 1), std::string::npos) << "warned twice: " << r.out;
+  EXPECT_NE(r.out.find("transformers will route without them"), std::string::npos) << r.out;
+}
+
 }  // namespace
 }  // namespace fsdp

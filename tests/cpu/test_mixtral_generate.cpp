@@ -72,6 +72,45 @@ TEST(MixtralGenerate, DecoderLogitsEqualFullForwardAtEveryPosition) {
   }
 }
 
+// A model trained with routing biases (model/router_bias.h) decodes with them: the decoder
+// with the biases set gives the logits of the full forward with the same biases, and those
+// differ from the unbiased model's (the biases move choices).
+TEST(MixtralGenerate, DecoderRoutesWithTheBiasesAsTheFullForwardDoes) {
+  MixtralModel& m = mixtral();
+  const int64_t T = 24;
+  std::mt19937_64 rng(37);
+  std::vector<int32_t> ids(static_cast<size_t>(T));
+  for (auto& id : ids) id = int32_t(rng() % uint64_t(m.cfg.vocab_size));
+  std::vector<std::vector<float>> bias(size_t(m.cfg.num_layers), std::vector<float>(size_t(m.cfg.num_experts)));
+  for (size_t l = 0; l < bias.size(); ++l)
+    for (size_t e = 0; e < bias[l].size(); ++e) bias[l][e] = float(int64_t((e + l) % 3) - 1) * 0.125f;
+  auto forward = [&](model::Llama& llama) {
+    model::LlamaActivations act(m.cfg, 1, T, DType::F32, Device::cpu());
+    for (int64_t i = 0; i < T; ++i) {
+      act.ids.set({i}, ids[size_t(i)]);
+      act.targets.set({i}, double(kIgnoreIndex));
+    }
+    llama.forward(act, m.params);
+    return act.logits.clone();
+  };
+  model::Llama biased(m.cfg);
+  biased.router_bias()->set(bias);
+  const Tensor want = forward(biased), plain = forward(m.llama);
+  EXPECT_GT(test::rel_error(want, plain), 1e-3) << "the biases changed no routing";
+  model::LlamaDecoder dec(m.cfg, 1, m.cfg.max_seq_len, T);
+  dec.router_bias()->set(bias);
+  int64_t pos = 0;
+  double worst = 0;
+  for (int64_t n : {5, 1, 18}) {
+    Tensor chunk = Tensor::empty({1, n}, DType::I32);
+    for (int64_t t = 0; t < n; ++t) chunk.set({0, t}, ids[size_t(pos + t)]);
+    const Tensor logits = dec.forward(chunk, m.params, /*all_rows=*/true);
+    for (int64_t t = 0; t < n; ++t) worst = std::max(worst, test::rel_error(logits.select(0, t), want.select(0, pos + t)));
+    pos += n;
+  }
+  EXPECT_LT(worst, kDecodeTolerance);
+}
+
 TEST(MixtralGenerate, GreedyEqualsTransformersGenerate) {
   MixtralModel& m = mixtral();
   std::ifstream in(mixtral_dir() + "/greedy_generate.json");

@@ -1,5 +1,5 @@
 // The CUDA MoE router (fsdp/ops/moe_router.h) against the CPU op: forward, statistics and
-// backward, in float64, float32, bfloat16 and float16, on odd shapes (one token, primes,
+// backward (the forward also with a routing bias), in float64, float32, bfloat16 and float16, on odd shapes (one token, primes,
 // one expert, k = E, E up to the CUDA limit of 1024), rows with exact ties, row-strided
 // logits and dlogits, and the same bits on a second run. For the 16-bit types, which the
 // CPU backend does not implement, the reference is the CPU float32 op on the exact upcast
@@ -86,13 +86,14 @@ struct Routed {
   Tensor probs, lse, expert, weight;
 };
 
-Routed route(const Tensor& logits, int64_t k) {
+// `bias` (float32 [e] on the logits' device, or undefined): auxiliary-loss-free balancing.
+Routed route(const Tensor& logits, int64_t k, const Tensor& bias = Tensor()) {
   const int64_t n = logits.size(0), e = logits.size(1);
   const DType s = stat_dtype(logits.dtype());
   const Device d = logits.device();
   Routed r{Tensor::empty({n, e}, s, d), Tensor::empty({n}, s, d), Tensor::empty({n, k}, DType::I32, d),
            Tensor::empty({n, k}, s, d)};
-  moe_router_forward(logits, k, r.probs, r.lse, r.expert, r.weight);
+  moe_router_forward(logits, k, r.probs, r.lse, r.expert, r.weight, bias);
   return r;
 }
 
@@ -140,6 +141,28 @@ TEST_F(CudaOps, MoeRouterForwardMatchesCpu) {
     EXPECT_TRUE(identical(on_cpu(glogits), logits.clone())) << "the forward wrote its logits";
     // The statistics of the GPU's own routing: the same counts as the CPU's.
     EXPECT_TRUE(identical(on_cpu(stats_of(got).count), stats_of(want).count));
+  });
+}
+
+// With a routing bias (model/router_bias.h) the GPU chooses the CPU's experts by
+// probability + bias and weights them by the unbiased probabilities. The bias is random,
+// of the size a trained one reaches (|b| up to ~0.3, probabilities ~1/E), so it moves many
+// choices. p + b is one double addition of the same float32 p and b on both sides, so the
+// scores are the same bits (up to exp's last ulp in p on a real GPU, as without a bias).
+// Every third expert has no bias, so rows with exact ties still break them to the lower
+// index.
+TEST_F(CudaOps, MoeRouterForwardWithBiasMatchesCpu) {
+  for_each_backend_case(cases(), [](const BackendCase& c, const Case& k) {
+    const uint64_t seed = uint64_t(k.n * 1000 + k.e * 10 + k.k + 5);
+    const Tensor logits = router_logits(k, c.t, seed);
+    std::mt19937_64 rng(seed);
+    Tensor bias = Tensor::empty({k.e}, DType::F32);
+    for (int64_t i = 0; i < k.e; ++i) bias.set({i}, i % 3 == 0 ? 0.0 : double(int64_t(rng() % 601) - 300) / 1024.0);
+    const Routed want = route(logits.to(c.rt), k.k, bias);
+    const Routed got = route(on_gpu(logits), k.k, on_gpu(bias));
+    EXPECT_TRUE(identical(on_cpu(got.expert), want.expert));
+    EXPECT_LE(nmse(on_cpu(got.probs), want.probs), kStatTolerance(c.t));
+    EXPECT_LE(nmse(on_cpu(got.weight), want.weight), kStatTolerance(c.t));
   });
 }
 

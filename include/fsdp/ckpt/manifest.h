@@ -58,6 +58,10 @@ struct TrainState {
   double loss_scale = 0;
   int64_t loss_scale_good_steps = 0;
   int64_t skipped_steps = 0;
+  // A mixture of experts' routing biases (model/router_bias.h), [layers][experts] float32;
+  // empty when the run has none (and in manifests written before they existed). Small
+  // and the same on every rank, so rank 0's manifest holds them, not the rank files.
+  std::vector<std::vector<float>> router_bias;
 };
 
 // The frozen base a LoRA checkpoint's adapters were trained on (the base itself is not in

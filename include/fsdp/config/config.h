@@ -76,6 +76,9 @@ struct ModelConfig {
   std::optional<int> experts_per_token;
   std::optional<double> router_aux_loss_coef;
   std::optional<double> router_z_loss_coef;
+  // Auxiliary-loss-free balancing (model/router_bias.h): the per-step nudge of each
+  // expert's routing bias; 0 = off. A training setting, not the model's shape.
+  double router_bias_update_rate = 0;
   // RoPE scaling (transformers' rope_scaling): none | linear | llama3; unset = the preset's
   // (or config.json's). The factors apply to the type in effect.
   std::optional<std::string> rope_scaling;

@@ -84,6 +84,10 @@ class Llama {
   std::vector<const RouterRecord*> router_records(const LlamaActivations& act) const;
   // Forward only; leaves the logits in act.logits and the per-token losses in act.losses.
   LossSum forward(LlamaActivations& act, ParamProvider& params);
+  // A mixture of experts' routing biases (router_bias.h; off until enabled or set), which
+  // every forward routes with; null for a dense model.
+  RouterBias* router_bias() { return router_bias_.get(); }
+  const RouterBias* router_bias() const { return router_bias_.get(); }
 
  private:
   // for_backward: an offloading run stashes each checkpointed block's kept tensors.
@@ -109,6 +113,7 @@ class Llama {
   LinearScratch scratch_;
   bool needs_scratch_ = false;
   TokenEmbedding embedding_;
+  std::shared_ptr<RouterBias> router_bias_;  // shared with every block's MoE MLP
   std::vector<TransformerBlock> blocks_;
   OutputHead head_;
 };

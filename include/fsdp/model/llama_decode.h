@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "fsdp/core/tensor.h"
@@ -51,6 +52,9 @@ class LlamaDecoder {
   // Returns logits [B*T, V] (row b*T + t) when all_rows, else [B, V] for each sequence's
   // last token: a view of a buffer the next call overwrites.
   Tensor forward(const Tensor& ids, ParamProvider& params, bool all_rows = false);
+  // A mixture of experts' routing biases (router_bias.h; set them to route as the trained
+  // model did); null for a dense model.
+  RouterBias* router_bias() { return router_bias_.get(); }
 
  private:
   LlamaConfig cfg_;
@@ -58,6 +62,7 @@ class LlamaDecoder {
   Device device_;
   std::vector<UnitLayout> units_;
   TokenEmbedding embedding_;
+  std::shared_ptr<RouterBias> router_bias_;  // shared with every block's MoE MLP
   std::vector<TransformerBlock> blocks_;
   OutputHead head_;
   int64_t max_chunk_ = 0;

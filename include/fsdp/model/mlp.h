@@ -17,6 +17,7 @@
 #include "fsdp/core/tensor.h"
 #include "fsdp/model/llama_config.h"
 #include "fsdp/model/param_units.h"
+#include "fsdp/model/router_bias.h"
 #include "fsdp/model/saved_tensors.h"
 #include "fsdp/model/unit_params.h"
 
@@ -89,8 +90,9 @@ class MlpSublayer {
 class SequenceParallel;  // sequence_parallel.h
 
 // The MLP the config asks for, its slots resolved in the block's unit layout; `sp` joins a
-// tensor-parallel MLP to the residual stream's rows (null: no tensor parallelism).
+// tensor-parallel MLP to the residual stream's rows (null: no tensor parallelism); a mixture
+// of experts routes with `bias` (its layer's row of the model's RouterBias; none for a dense MLP).
 std::unique_ptr<MlpSublayer> make_mlp(const LlamaConfig& cfg, const UnitLayout& block,
-                                      const SequenceParallel* sp = nullptr);
+                                      const SequenceParallel* sp = nullptr, RouterBiasRef bias = {});
 
 }  // namespace fsdp::model

@@ -3,6 +3,7 @@
 //
 //   h = rmsnorm(x) ; logits = Linear_router(h)                      [N, E]
 //   p = softmax(logits) in float32 ; top-k experts e_j per token ; w_j = p_{e_j} / sum_i p_{e_i}
+//   (with auxiliary-loss-free balancing the top-k is of p + b, b the layer's bias: router_bias.h)
 //   out = x + sum_j w_j * expert_{e_j}(h),  expert_e(h) = W2_e (silu(W1_e h) * W3_e h)
 //
 // Dropless: every (token, choice) pair is computed. The pairs are sorted by expert (a
@@ -67,8 +68,9 @@ struct MoeMlpGrads final : MlpGrads {
 
 class MoeMlp final : public MlpSublayer {
  public:
-  // Resolves mlp_norm, the router and every expert's w1|w3 and w2 in a block's layout.
-  MoeMlp(const LlamaConfig& cfg, const UnitLayout& block);
+  // Resolves mlp_norm, the router and every expert's w1|w3 and w2 in a block's layout;
+  // `bias` is the layer's routing bias (router_bias.h), read at every forward.
+  MoeMlp(const LlamaConfig& cfg, const UnitLayout& block, RouterBiasRef bias = {});
 
   void forward(const Tensor& x, const UnitParams& p, MlpSaved& saved, const Tensor& out) const override;
   void recompute_cheap(const Tensor& x, const UnitParams& p, MlpSaved& saved) const override;
@@ -86,6 +88,7 @@ class MoeMlp final : public MlpSublayer {
   double eps_ = 0;
   ParamRef norm_;  // mlp_norm
   Linear router_;
+  RouterBiasRef bias_;
   std::vector<Linear> gate_up_, down_;  // per expert: w1|w3 [2F, C], w2 [C, F]
 };
 

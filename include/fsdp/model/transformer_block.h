@@ -51,9 +51,10 @@ struct BlockGrads {
 class TransformerBlock {
  public:
   // `block` is the block's unit layout (param_units.h); rope the model's RoPE tables; sp
-  // the model's sequence parallelism under tensor parallelism (null: none).
+  // the model's sequence parallelism under tensor parallelism (null: none); bias the
+  // block's row of the model's routing biases (a mixture of experts).
   TransformerBlock(const LlamaConfig& cfg, const UnitLayout& block, const RopeTables& rope,
-                   const SequenceParallel* sp = nullptr);
+                   const SequenceParallel* sp = nullptr, RouterBiasRef bias = {});
 
   // Buffers for B sequences of T tokens (training) or for up to `rows` rows (inference
   // scratch: no log-sum-exp is kept).

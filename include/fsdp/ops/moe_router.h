@@ -6,6 +6,13 @@
 //   expert_t = the k largest probs, largest first (ties: the lower expert index first)
 //   weight_tj = probs_t[expert_tj] / sum_i probs_t[expert_ti]     (renormalised over the k)
 //
+// With a routing bias ([E] float32, auxiliary-loss-free balancing, model/router_bias.h)
+// the k experts are those with the largest probs_t[e] + bias[e] (the sum formed in double;
+// same tie rule), while weight stays the unbiased probabilities of those experts,
+// renormalised: the bias decides where a token goes, never how much of each expert it
+// takes, so it carries no gradient. An undefined bias is the plain routing above, bit for
+// bit.
+//
 // Shapes: logits [N, E] (packed rows, any float dtype), probs [N, E] stat dtype, lse [N]
 // stat dtype, expert [N, k] int32, weight [N, k] stat dtype; all contiguous but logits;
 // 1 <= k <= E. The CPU backend takes float32 and float64 logits (the reference); the CUDA
@@ -31,14 +38,14 @@
 namespace fsdp {
 
 void moe_router_forward(const Tensor& logits, int64_t k, const Tensor& probs, const Tensor& lse, const Tensor& expert,
-                        const Tensor& weight);
+                        const Tensor& weight, const Tensor& bias = Tensor());
 void moe_router_stats(const Tensor& probs, const Tensor& expert, const Tensor& lse, const Tensor& prob_sum,
                       const Tensor& count, const Tensor& lse_sq_sum);
 void moe_router_backward(const Tensor& dweight, const Tensor& probs, const Tensor& lse, const Tensor& expert,
                          const Tensor& weight, const Tensor& aux_grad, double z_scale, const Tensor& dlogits);
 
 using moe_router_forward_fn = void (*)(const Tensor&, int64_t, const Tensor&, const Tensor&, const Tensor&,
-                                       const Tensor&);
+                                       const Tensor&, const Tensor&);
 using moe_router_stats_fn = void (*)(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                                      const Tensor&);
 using moe_router_backward_fn = void (*)(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,

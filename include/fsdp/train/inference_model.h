@@ -37,6 +37,10 @@ class InferenceParams final : public model::ParamProvider {
 struct InferenceModel {
   model::LlamaConfig config;
   std::unique_ptr<InferenceParams> params;
+  // A mixture of experts trained with auxiliary-loss-free balancing: its routing biases
+  // ([layers][experts], from the checkpoint's manifest), to route as training did; empty
+  // for everything else (a Hugging Face folder has none).
+  std::vector<std::vector<float>> router_bias;
   std::string kind;  // what was loaded, for the log
 };
 

@@ -1,4 +1,5 @@
-// CPU MoE router: softmax, top-k and renormalisation per token (rows in parallel), the
+// CPU MoE router: softmax, top-k (of the probabilities, plus the routing bias when there is
+// one) and renormalisation per token (rows in parallel), the
 // routing statistics (serial sums in token order), and the backward. Every value is
 // computed in double and rounded once into its stat-dtype output, so float32 results are
 // within one rounding of the exact ones and independent of the thread count.
@@ -28,13 +29,14 @@ void top_k(const double* p, int64_t e, int64_t k, int32_t* out) {
 
 template <typename T, typename S>
 void forward_impl(const Tensor& logits_t, int64_t k, const Tensor& probs_t, const Tensor& lse_t,
-                  const Tensor& expert_t, const Tensor& weight_t) {
+                  const Tensor& expert_t, const Tensor& weight_t, const Tensor& bias_t) {
   const int64_t n = logits_t.size(0), e = logits_t.size(1), ls = logits_t.stride(0);
   const T* logits = logits_t.data<T>();
   S* probs = probs_t.data<S>();
   S* lse = lse_t.data<S>();
   int32_t* expert = expert_t.data<int32_t>();
   S* weight = weight_t.data<S>();
+  const float* bias = bias_t.defined() ? bias_t.data<float>() : nullptr;
 #pragma omp parallel for schedule(static) if (n * e >= kMinParallelWork)
   for (int64_t t = 0; t < n; ++t) {
     const T* x = logits + t * ls;
@@ -51,7 +53,14 @@ void forward_impl(const Tensor& logits_t, int64_t k, const Tensor& probs_t, cons
       p[size_t(i)] = double(probs[t * e + i]);
     }
     int32_t* chosen = expert + t * k;
-    top_k(p.data(), e, k, chosen);
+    if (bias != nullptr) {
+      // Auxiliary-loss-free balancing: the bias moves the choice, not the weights below.
+      std::vector<double> score(static_cast<size_t>(e));
+      for (int64_t i = 0; i < e; ++i) score[size_t(i)] = p[size_t(i)] + double(bias[i]);
+      top_k(score.data(), e, k, chosen);
+    } else {
+      top_k(p.data(), e, k, chosen);
+    }
     double selected = 0;
     for (int64_t j = 0; j < k; ++j) selected += p[size_t(chosen[j])];
     for (int64_t j = 0; j < k; ++j) weight[t * k + j] = S(p[size_t(chosen[j])] / selected);
@@ -118,10 +127,10 @@ void backward_impl(const Tensor& dweight_t, const Tensor& probs_t, const Tensor&
 }
 
 void forward_cpu(const Tensor& logits, int64_t k, const Tensor& probs, const Tensor& lse, const Tensor& expert,
-                 const Tensor& weight) {
+                 const Tensor& weight, const Tensor& bias) {
   switch (logits.dtype()) {
-    case DType::F32: return forward_impl<float, float>(logits, k, probs, lse, expert, weight);
-    case DType::F64: return forward_impl<double, double>(logits, k, probs, lse, expert, weight);
+    case DType::F32: return forward_impl<float, float>(logits, k, probs, lse, expert, weight, bias);
+    case DType::F64: return forward_impl<double, double>(logits, k, probs, lse, expert, weight, bias);
     default: cpu::unsupported("moe_router_forward", logits.dtype());
   }
 }

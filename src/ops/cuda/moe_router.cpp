@@ -17,12 +17,13 @@ void check_supported(const char* op, const Tensor& logits) {
 }
 
 void forward_cuda(const Tensor& logits, int64_t k, const Tensor& probs, const Tensor& lse, const Tensor& expert,
-                  const Tensor& weight) {
+                  const Tensor& weight, const Tensor& bias) {
   check_supported("moe_router_forward", logits);
   if (logits.size(0) == 0) return;
   cuda::DeviceGuard guard(logits.device().index);
   cuda::launch_moe_router_forward(logits.dtype(), logits.data_ptr(), cuda::rows(logits).stride, logits.size(0),
-                                  logits.size(1), k, probs.data_ptr(), lse.data_ptr(), expert.data<int32_t>(),
+                                  logits.size(1), k, bias.defined() ? bias.data<float>() : nullptr,
+                                  probs.data_ptr(), lse.data_ptr(), expert.data<int32_t>(),
                                   weight.data_ptr(), cuda::stream_of(logits));
 }
 

@@ -32,8 +32,8 @@ __device__ int64_t first_unchosen(const int32_t* chosen, int64_t j) {
 // selection then sees the CPU's probabilities (up to exp's last double ulp), so the GPU
 // chooses the experts the CPU does even between nearly equal logits.
 template <typename T, typename S>
-__global__ void router_fwd_kernel(const T* logits, int64_t ls, int64_t n, int64_t e, int64_t k, S* probs, S* lse,
-                                  int32_t* expert, S* weight) {
+__global__ void router_fwd_kernel(const T* logits, int64_t ls, int64_t n, int64_t e, int64_t k, const float* bias,
+                                  S* probs, S* lse, int32_t* expert, S* weight) {
   using E = Elem<T>;
   const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (t >= n) return;
@@ -45,24 +45,32 @@ __global__ void router_fwd_kernel(const T* logits, int64_t ls, int64_t n, int64_
   lse[t] = S(m + log(sum));
   S* p = probs + t * e;
   for (int64_t i = 0; i < e; ++i) p[i] = S(exp(double(E::load(x[i])) - m) / sum);
-  // Top-k by k passes over the row's stored probabilities, O(k E): experts are totally
-  // ordered by (probability down, index up), and pass j takes the first maximum among
-  // those ranked after pick j-1, so ties go to the lower index.
+  // Top-k by k passes over the row's scores, O(k E): the stored probabilities (exactly
+  // in double), plus the routing bias when there is one, as the CPU forms them (adding 0.0
+  // instead changes no comparison). Experts are totally ordered by (score down, index up),
+  // and pass j takes the first maximum among those ranked after pick j-1, so ties go to
+  // the lower index. The weights below are of the unbiased probabilities.
+  auto score = [&](int64_t i) { return double(p[i]) + (bias != nullptr ? double(bias[i]) : 0.0); };
   int32_t* chosen = expert + t * k;
   double selected = 0;
-  S prev_p = 0;
+  double prev_s = 0;
   int64_t prev = -1;
   for (int64_t j = 0; j < k; ++j) {
     int64_t best = -1;
+    double best_s = 0;
     for (int64_t i = 0; i < e; ++i) {
-      const bool after_prev = prev < 0 || p[i] < prev_p || (p[i] == prev_p && i > prev);
-      if (after_prev && (best < 0 || p[i] > p[best])) best = i;
+      const double s = score(i);
+      const bool after_prev = prev < 0 || s < prev_s || (s == prev_s && i > prev);
+      if (after_prev && (best < 0 || s > best_s)) {
+        best = i;
+        best_s = s;
+      }
     }
     if (best < 0) best = first_unchosen(chosen, j);  // only with NaN probabilities
     chosen[j] = int32_t(best);
     selected += double(p[best]);
     prev = best;
-    prev_p = p[best];
+    prev_s = score(best);
   }
   for (int64_t j = 0; j < k; ++j) weight[t * k + j] = S(double(p[chosen[j]]) / selected);
 }
@@ -131,13 +139,14 @@ __global__ void router_bwd_kernel(const S* dweight, const S* probs, const S* lse
 
 bool moe_router_supports(DType t) { return is_floating(t); }
 
-void launch_moe_router_forward(DType t, const void* logits, int64_t ls, int64_t n, int64_t e, int64_t k, void* probs,
-                               void* lse, int32_t* expert, void* weight, cudaStream_t stream) {
+void launch_moe_router_forward(DType t, const void* logits, int64_t ls, int64_t n, int64_t e, int64_t k,
+                               const float* bias, void* probs, void* lse, int32_t* expert, void* weight,
+                               cudaStream_t stream) {
   with_element_type(t, [&](auto tag) {
     using T = decltype(tag);
     using S = Stat<T>;
     FSDP_LAUNCH((router_fwd_kernel<T, S>), blocks_for(n, kRowThreads), kRowThreads, 0, stream,
-                static_cast<const T*>(logits), ls, n, e, k, static_cast<S*>(probs), static_cast<S*>(lse), expert,
+                static_cast<const T*>(logits), ls, n, e, k, bias, static_cast<S*>(probs), static_cast<S*>(lse), expert,
                 static_cast<S*>(weight));
   });
 }
