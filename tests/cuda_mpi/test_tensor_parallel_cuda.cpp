@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "../common/distributed_train_checks.h"
+#include "../common/tensor_parallel_checks.h"
 #include "cuda_mpi_test_env.h"
 #include "fsdp/fsdp/tensor_group.h"
 #include "fsdp/train/launch_checks.h"
@@ -67,32 +68,16 @@ struct TpRun {
   std::map<std::string, Tensor> weights;  // every parameter, whole, on the host
 };
 
-// The whole parameter of slot `s` from every tensor rank's slice of `local` (this rank's
-// unit gathered over its shard group, on the host), over the host tensor group.
-Tensor whole(const model::ParamSlot& s, const Tensor& local, dist::Communicator& tensor) {
-  const Tensor mine = local.narrow(0, s.offset, s.numel).clone();
-  if (tensor.size() == 1 || s.tp.replicated()) return mine;
-  const int T = tensor.size();
-  const Tensor all = Tensor::empty({int64_t(T) * s.numel}, DType::F32);
-  tensor.wait(tensor.all_gather(mine, all));
-  const Tensor out = Tensor::zeros({int64_t(T) * s.numel}, DType::F32);
-  model::ParamSlot slice = s;
-  for (int r = 0; r < T; ++r) {
-    slice.tp.index = r;
-    for (int64_t i = 0; i < s.numel; ++i) out.set_flat(slice.whole_index(i), all.get_flat(int64_t(r) * s.numel + i));
-  }
-  return out;
-}
-
 TpRun train(const config::Config& cfg, dist::ProcessGroups& groups) {
   train::Trainer t(cfg, groups);
   EXPECT_TRUE(t.device().is_cuda());
   TpRun r;
   for (int i = 0; i < kSteps; ++i) r.losses.push_back(t.train_step().loss);
+  CommTensorGroup tensor(*groups.tensor);  // the host communicator of the tensor group
   for (int u = 0; u < t.engine().num_units(); ++u) {
     const Tensor local = t.engine().gather_full(u).to(Device::cpu());
     for (const model::ParamSlot& s : t.model().units()[size_t(u)].params)
-      r.weights[s.name] = whole(s, local, *groups.tensor);
+      r.weights[s.name] = test::whole_parameter(s, local, groups.tensor->size() > 1 ? &tensor : nullptr);
   }
   return r;
 }

@@ -26,6 +26,7 @@
 #include <map>
 
 #include "../common/distributed_train_checks.h"
+#include "../common/tensor_parallel_checks.h"
 #include "fsdp/ckpt/safetensors.h"
 #include "fsdp/fsdp/tensor_group.h"
 #include "fsdp/train/launch_checks.h"
@@ -67,23 +68,6 @@ struct Run {
   std::map<std::string, Tensor> weights;  // every parameter, whole
 };
 
-// The whole parameter of slot `s` from every tensor rank's slice of `local` (this rank's
-// unit, gathered over its shard group).
-Tensor whole(const model::ParamSlot& s, const Tensor& local, model::TensorGroup* group) {
-  const Tensor mine = local.narrow(0, s.offset, s.numel).clone();
-  if (group == nullptr || s.tp.replicated()) return mine;
-  const int T = group->size();
-  const Tensor all = Tensor::empty({int64_t(T) * s.numel}, DType::F32);
-  group->all_gather(mine, all);
-  const Tensor out = Tensor::zeros({int64_t(T) * s.numel}, DType::F32);
-  model::ParamSlot slice = s;
-  for (int r = 0; r < T; ++r) {
-    slice.tp.index = r;
-    for (int64_t i = 0; i < s.numel; ++i) out.set_flat(slice.whole_index(i), all.get_flat(int64_t(r) * s.numel + i));
-  }
-  return out;
-}
-
 Run train(const config::Config& cfg, dist::ProcessGroups& groups, int steps = kSteps) {
   train::Trainer t(cfg, groups);
   Run r;
@@ -96,7 +80,7 @@ Run train(const config::Config& cfg, dist::ProcessGroups& groups, int steps = kS
   for (int u = 0; u < t.engine().num_units(); ++u) {
     const Tensor local = t.engine().gather_full(u).clone();
     for (const model::ParamSlot& s : t.model().units()[size_t(u)].params)
-      r.weights[s.name] = whole(s, local, groups.tensor->size() > 1 ? &tensor : nullptr);
+      r.weights[s.name] = test::whole_parameter(s, local, groups.tensor->size() > 1 ? &tensor : nullptr);
   }
   return r;
 }

@@ -17,6 +17,7 @@
 #include <map>
 
 #include "../common/distributed_train_checks.h"
+#include "../common/tensor_parallel_checks.h"
 #include "fsdp/ckpt/checkpoint_reader.h"
 #include "fsdp/ckpt/safetensors.h"
 #include "fsdp/train/checkpoint_export.h"
@@ -78,20 +79,6 @@ bool fits(const Layout& l) {
   return l.one_process() || l.tensor * l.shard == n;
 }
 
-std::string step_dir(const std::string& dir, int step) {
-  return (fs::path(dir) / "checkpoints" / ckpt::checkpoint_name(step)).string();
-}
-
-// Every file of a folder, by name, and its bytes.
-std::map<std::string, std::string> folder_bytes(const std::string& dir) {
-  std::map<std::string, std::string> out;
-  for (const auto& e : fs::directory_iterator(dir)) {
-    std::ifstream f(e.path(), std::ios::binary);
-    out[e.path().filename().string()] = std::string(std::istreambuf_iterator<char>(f), {});
-  }
-  return out;
-}
-
 TEST(TensorParallelCheckpoint, RoundTripThroughEveryLayoutContinuesTheCurve) {
   dist::ProcessGroups& world = test::world_groups();
   const int n = world.world->size();
@@ -104,7 +91,7 @@ TEST(TensorParallelCheckpoint, RoundTripThroughEveryLayoutContinuesTheCurve) {
   const std::string dir = test::shared_scratch(*world.world, "fsdp_tp_ckpt_trip");
   std::vector<double> got;
   for (size_t i = 0; i < trip.size(); ++i) {
-    const std::string resume = i == 0 ? "none" : step_dir(dir, K * int(i));
+    const std::string resume = i == 0 ? "none" : test::checkpoint_step_dir(dir, K * int(i));
     // The last leg (one process on every rank) saves nothing.
     const std::vector<double> leg = train_and_save(trip[i], dir, resume, K, i + 1 < trip.size());
     got.insert(got.end(), leg.begin(), leg.end());
@@ -123,16 +110,17 @@ TEST(TensorParallelCheckpoint, TheSameLayoutResumesBitExactly) {
   const std::string b = test::shared_scratch(*world.world, "fsdp_tp_ckpt_resumed");
   const std::vector<double> want = train_and_save(l, a, "none", 2 * K);
   std::vector<double> got = train_and_save(l, b, "none", K);
-  const std::vector<double> more = train_and_save(l, b, step_dir(b, K), K);
+  const std::vector<double> more = train_and_save(l, b, test::checkpoint_step_dir(b, K), K);
   got.insert(got.end(), more.begin(), more.end());
   for (int i = 0; i < 2 * K; ++i) EXPECT_EQ(got[size_t(i)], want[size_t(i)]) << "step " << i + 1;
   // Every rank file of the final checkpoints (every tensor rank's slices), to the bit.
   if (world.world->rank() == 0) {
-    const ckpt::CheckpointReader ra(step_dir(a, 2 * K));
+    const ckpt::CheckpointReader ra(test::checkpoint_step_dir(a, 2 * K));
     EXPECT_EQ(ra.manifest().tensor_parallel, 2);
     EXPECT_EQ(ra.manifest().format_version, 2);
     EXPECT_EQ(int(ra.manifest().files.size()), n);
-    const auto fa = folder_bytes(step_dir(a, 2 * K)), fb = folder_bytes(step_dir(b, 2 * K));
+    const auto fa = test::folder_bytes(test::checkpoint_step_dir(a, 2 * K));
+    const auto fb = test::folder_bytes(test::checkpoint_step_dir(b, 2 * K));
     for (const auto& [name, bytes] : fa)
       if (name.starts_with("rank_")) EXPECT_TRUE(fb.count(name) && fb.at(name) == bytes) << name << " differs";
   }
@@ -153,18 +141,20 @@ TEST(TensorParallelCheckpoint, ExportOfATensorParallelRunIsOneProcesss) {
     try {
       auto local = dist::local_process_groups();
       const config::Config cfg =
-          config::load_config_string("data:\n  source: synthetic\n", "test", keys({0, 0}, one, step_dir(tp, K)));
+          config::load_config_string("data:\n  source: synthetic\n", "test",
+                                     keys({0, 0}, one, test::checkpoint_step_dir(tp, K)));
       train::Trainer t(cfg, local);
       EXPECT_EQ(t.step(), K);
       t.save_checkpoint();
       t.finish_checkpoint();
-      for (const auto& [from, to] : {std::pair{step_dir(tp, K), one + "/hf_tp"}, {step_dir(one, K), one + "/hf_one"}}) {
+      for (const auto& [from, to] : {std::pair{test::checkpoint_step_dir(tp, K), one + "/hf_tp"},
+                                     {test::checkpoint_step_dir(one, K), one + "/hf_one"}}) {
         train::ExportRequest r;
         r.checkpoint = from;
         r.output = to;
         train::export_checkpoint(r);
       }
-      const auto a = folder_bytes(one + "/hf_tp"), b = folder_bytes(one + "/hf_one");
+      const auto a = test::folder_bytes(one + "/hf_tp"), b = test::folder_bytes(one + "/hf_one");
       EXPECT_EQ(a.size(), b.size());
       for (const auto& [name, bytes] : b) {
         if (!a.count(name)) {

@@ -20,6 +20,7 @@
 #include <map>
 
 #include "../common/distributed_train_checks.h"
+#include "../common/tensor_parallel_checks.h"
 #include "fsdp/fsdp/tensor_group.h"
 #include "fsdp/train/checkpoint_export.h"
 #include "fsdp/train/launch_checks.h"
@@ -63,22 +64,6 @@ struct TrainRun {
   std::map<std::string, Tensor> adapters;  // every adapter, whole
 };
 
-// The whole parameter of slot `s` from every tensor rank's slice of `local`.
-Tensor whole(const model::ParamSlot& s, const Tensor& local, model::TensorGroup* group) {
-  const Tensor mine = local.narrow(0, s.offset, s.numel).clone();
-  if (group == nullptr || s.tp.replicated()) return mine;
-  const int T = group->size();
-  const Tensor all = Tensor::empty({int64_t(T) * s.numel}, DType::F32);
-  group->all_gather(mine, all);
-  const Tensor out = Tensor::zeros({int64_t(T) * s.numel}, DType::F32);
-  model::ParamSlot slice = s;
-  for (int r = 0; r < T; ++r) {
-    slice.tp.index = r;
-    for (int64_t i = 0; i < s.numel; ++i) out.set_flat(slice.whole_index(i), all.get_flat(int64_t(r) * s.numel + i));
-  }
-  return out;
-}
-
 // `steps` steps, then (with `save`) a checkpoint.
 TrainRun train(const config::Config& cfg, dist::ProcessGroups& groups, int steps, bool save = false) {
   train::Trainer t(cfg, groups);
@@ -88,7 +73,7 @@ TrainRun train(const config::Config& cfg, dist::ProcessGroups& groups, int steps
   for (int u = 0; u < t.engine().num_units(); ++u) {
     const Tensor local = t.engine().gather_full(u).clone();
     for (const model::ParamSlot& s : t.model().units()[size_t(u)].params)
-      r.adapters[s.name] = whole(s, local, groups.tensor->size() > 1 ? &tensor : nullptr);
+      r.adapters[s.name] = test::whole_parameter(s, local, groups.tensor->size() > 1 ? &tensor : nullptr);
   }
   if (save) {
     t.save_checkpoint();
@@ -134,21 +119,8 @@ TEST(TensorParallelLora, T2EqualsOneProcessWithDropout) {
     EXPECT_EQ(std::memcmp(again.adapters.at(name).data_ptr(), w.data_ptr(), w.nbytes()), 0) << name;
 }
 
-std::string step_dir(const std::string& dir, int step) {
-  return (fs::path(dir) / "checkpoints" / ckpt::checkpoint_name(step)).string();
-}
-
-std::map<std::string, std::string> folder_bytes(const std::string& dir) {
-  std::map<std::string, std::string> out;
-  for (const auto& e : fs::directory_iterator(dir)) {
-    std::ifstream f(e.path(), std::ios::binary);
-    out[e.path().filename().string()] = std::string(std::istreambuf_iterator<char>(f), {});
-  }
-  return out;
-}
-
 void expect_same_folders(const std::string& got, const std::string& want) {
-  const auto a = folder_bytes(got), b = folder_bytes(want);
+  const auto a = test::folder_bytes(got), b = test::folder_bytes(want);
   EXPECT_EQ(a.size(), b.size()) << got;
   for (const auto& [name, bytes] : b) {
     if (!a.count(name)) {
@@ -172,7 +144,7 @@ void expect_exports_are_one_processs(const std::string& tp_checkpoint, int step,
   for (const train::ExportAs as : {train::ExportAs::PeftAdapter, train::ExportAs::Merged}) {
     const std::string kind = as == train::ExportAs::Merged ? "merged" : "adapter";
     for (const auto& [from, to] : {std::pair{tp_checkpoint, dir + "/" + kind + "_tp"},
-                                   {step_dir(dir, step), dir + "/" + kind + "_one"}}) {
+                                   {test::checkpoint_step_dir(dir, step), dir + "/" + kind + "_one"}}) {
       train::ExportRequest r;
       r.checkpoint = from;
       r.output = to;
@@ -200,14 +172,15 @@ TEST(TensorParallelLora, CheckpointAtT2ResumesAtT1AndExportsAsOneProcess) {
   if (world.world->rank() == 0) {
     // An exception becomes a failure so that every rank still meets the barrier.
     try {
-      expect_exports_are_one_processs(step_dir(dir, K), K, dir + "/one");
+      expect_exports_are_one_processs(test::checkpoint_step_dir(dir, K), K, dir + "/one");
     } catch (const std::exception& e) {
       ADD_FAILURE() << e.what();
     }
   }
   world.world->barrier();
   {
-    const config::Config cfg = make(1, n, {"run.dir=" + dir + "/t1", "checkpoint.resume=" + step_dir(dir, K)});
+    const config::Config cfg =
+        make(1, n, {"run.dir=" + dir + "/t1", "checkpoint.resume=" + test::checkpoint_step_dir(dir, K)});
     auto groups = dist::split_process_groups(world, train::mesh_spec(cfg));
     const TrainRun more = train(cfg, groups, K);
     got.insert(got.end(), more.losses.begin(), more.losses.end());
