@@ -220,12 +220,13 @@ DataSources make_data_sources(const config::Config& cfg, int64_t vocab, const di
     co.rank = world.rank();
     co.world = world.size();
     if (world.rank() == 0) co.note = [](const std::string& text) { spdlog::info("data: {}", text); };
-    d.train = data::open_token_corpus(cfg.data.path, "train", T, vocab, co);
+    const auto open = cfg.data.packing ? &data::open_token_corpus : &data::open_example_rows;
+    d.train = open(cfg.data.path, "train", T, vocab, co);
     lo.shuffle = true;
     const std::string val = cfg.data.val_path.empty() ? cfg.data.path : cfg.data.val_path;
     if (val != cfg.data.path) check_manifest_vocab(val, vocab);
     try {
-      d.val = data::open_token_corpus(val, cfg.eval.split, T, vocab, co);
+      d.val = open(val, cfg.eval.split, T, vocab, co);
     } catch (const Error& e) {
       // Without val shards a run that never evaluates is fine; evaluate() reports val_error.
       // Either way it is the config's (or the corpus's) error, found before any step: exit 2.
