@@ -60,8 +60,8 @@ std::vector<std::pair<std::vector<int32_t>, std::vector<uint8_t>>> read_back(con
   int64_t at = 0;
   for (int64_t d = 0; d < shard.num_documents(); ++d) {
     const int64_t n = shard.document_size(d);
-    std::vector<int32_t> ids(size_t(n));
-    std::vector<uint8_t> m(size_t(n));
+    std::vector<int32_t> ids(static_cast<size_t>(n));
+    std::vector<uint8_t> m(static_cast<size_t>(n));
     shard.read(d, 0, n, ids.data());
     mask.read(at, n, m.data());
     at += n;
@@ -165,18 +165,21 @@ TEST(SftPrepare, BadExamplesAreRefusedByFileAndLineLeavingTheOutputAlone) {
     for (auto& a : args) argv.push_back(a.data());
     return cli::prepare_command(int(argv.size()), argv.data());
   };
+  const std::string model = golden("tokenizers/llama3_chat");
   testing::internal::CaptureStderr();
   testing::internal::CaptureStdout();
-  const std::string model = golden("tokenizers/llama3_chat");
-  EXPECT_EQ(run({"prepare", "--tokenizer", model, "--output", (tmp / "cli").string(), "--train-on", "prompts",
-                 golden("sft/messages.jsonl")}), 2);
-  EXPECT_EQ(run({"prepare", "--tokenizer", model, "--output", (tmp / "cli").string(), "--overlong", "keep",
-                 golden("sft/messages.jsonl")}), 2);
-  EXPECT_EQ(run({"prepare", "--tokenizer", model, "--output", out.string(), "--overwrite", (tmp / "bad.jsonl").string()}), 1);
-  EXPECT_EQ(run({"prepare", "--tokenizer", model, "--output", (tmp / "cli").string(), "--val-fraction", "0",
-                 "--train-on", "last", "--max-seq-len", "40", "--overlong", "drop", golden("sft/messages.jsonl")}), 0);
-  testing::internal::GetCapturedStdout();
-  EXPECT_NE(testing::internal::GetCapturedStderr().find("bad.jsonl:2:"), std::string::npos);
+  std::vector<int> codes;
+  codes.push_back(run({"prepare", "--tokenizer", model, "--output", (tmp / "cli").string(), "--train-on", "prompts",
+                 golden("sft/messages.jsonl")}));
+  codes.push_back(run({"prepare", "--tokenizer", model, "--output", (tmp / "cli").string(), "--overlong", "keep",
+                       golden("sft/messages.jsonl")}));
+  codes.push_back(run({"prepare", "--tokenizer", model, "--output", out.string(), "--overwrite",
+                       (tmp / "bad.jsonl").string()}));
+  codes.push_back(run({"prepare", "--tokenizer", model, "--output", (tmp / "cli").string(), "--val-fraction", "0",
+                       "--train-on", "last", "--max-seq-len", "50", "--overlong", "drop", golden("sft/messages.jsonl")}));
+  const std::string out_text = testing::internal::GetCapturedStdout(), err_text = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(codes, (std::vector<int>{2, 2, 1, 0})) << out_text << err_text;
+  EXPECT_NE(err_text.find("bad.jsonl:2:"), std::string::npos) << err_text;
   EXPECT_TRUE(fs::exists(out / "keep.txt"));
   // A template that does not render turns as prefixes of each other is refused naming the line.
   const fs::path odd = tmp / "odd_template";
