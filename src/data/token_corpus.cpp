@@ -1,6 +1,7 @@
 // The documents of one split's shards as samples (loader.h): open_token_corpus packs them
 // into one token stream cut into windows of seq_len + 1 tokens at stride seq_len;
-// open_example_rows gives each document a row of its own, padded (data.packing: false).
+// open_example_rows gives each document a row of its own, padded (data.packing: false);
+// open_packed_examples packs whole examples best-fit into padded windows (SFT data).
 // Either carries the shards' loss masks (loss_mask.h) where they have them.
 //
 // Layout: doc_start_[g] is the offset in the stream of global document g (documents
@@ -13,12 +14,14 @@
 #include <cstring>
 #include <filesystem>
 #include <limits>
+#include <memory>
 #include <vector>
 
 #include "fsdp/core/error.h"
 #include "fsdp/data/indexed_dataset.h"
-#include "fsdp/data/loss_mask.h"
 #include "fsdp/data/loader.h"
+#include "fsdp/data/loss_mask.h"
+#include "fsdp/data/packing.h"
 #include "fsdp/data/shard_check.h"
 #include "fsdp/data/shard_manifest.h"
 
@@ -173,12 +176,13 @@ class ShardSet {
   std::unique_ptr<ShardChecker> checker_;  // declared last: destroyed (joined) before the shards
 };
 
+void check_seq_len(int64_t seq_len) { FSDP_CHECK(seq_len >= 1, "seq_len must be >= 1, got {}", seq_len); }
+
 class TokenCorpus final : public SampleSource {
  public:
-  TokenCorpus(const std::string& path, const std::string& split, int64_t seq_len, int64_t vocab_size,
-              const CorpusOptions& o)
-      : seq_len_(seq_len), set_((check_seq_len(seq_len), path), split, vocab_size, o) {
-    const int64_t total = set_.total_tokens();
+  TokenCorpus(std::shared_ptr<const ShardSet> set, const std::string& path, const std::string& split, int64_t seq_len)
+      : seq_len_(seq_len), set_(std::move(set)) {
+    const int64_t total = set_->total_tokens();
     FSDP_CHECK(total >= seq_len + 1, "token corpus '{}' (split '{}') holds {} tokens, fewer than one window of seq_len + 1 = {}",
                path, split, total, seq_len + 1);
     num_samples_ = (total - 1) / seq_len;
@@ -186,23 +190,21 @@ class TokenCorpus final : public SampleSource {
 
   int64_t num_samples() const override { return num_samples_; }
   int64_t seq_len() const override { return seq_len_; }
-  bool has_mask() const override { return set_.any_mask(); }
+  bool has_mask() const override { return set_->any_mask(); }
 
   void read_sample(int64_t index, int32_t* window) const override { read_masked(index, window, nullptr); }
   void read_masked_sample(int64_t index, int32_t* window, uint8_t* mask) const override {
     read_masked(index, window, mask);
   }
 
-  static void check_seq_len(int64_t seq_len) { FSDP_CHECK(seq_len >= 1, "seq_len must be >= 1, got {}", seq_len); }
-
  private:
   void read_masked(int64_t index, int32_t* window, uint8_t* mask) const {
     FSDP_CHECK(index >= 0 && index < num_samples_, "sample {} out of range [0, {})", index, num_samples_);
-    set_.read(index * seq_len_, seq_len_ + 1, window, mask);
+    set_->read(index * seq_len_, seq_len_ + 1, window, mask);
   }
 
   int64_t seq_len_, num_samples_ = 0;
-  ShardSet set_;
+  std::shared_ptr<const ShardSet> set_;
 };
 
 // Note [Example rows]
@@ -213,12 +215,12 @@ class TokenCorpus final : public SampleSource {
 // shuffles them like windows.
 class ExampleRows final : public SampleSource {
  public:
-  ExampleRows(const std::string& path, const std::string& split, int64_t seq_len, int64_t vocab_size,
+  ExampleRows(std::shared_ptr<const ShardSet> set, const std::string& path, const std::string& split, int64_t seq_len,
               const CorpusOptions& o)
-      : seq_len_(seq_len), set_((TokenCorpus::check_seq_len(seq_len), path), split, vocab_size, o) {
+      : seq_len_(seq_len), set_(std::move(set)) {
     int64_t cut = 0;
-    for (int64_t g = 0; g < set_.num_documents(); ++g) {
-      const int64_t size = set_.doc_start(g + 1) - set_.doc_start(g);
+    for (int64_t g = 0; g < set_->num_documents(); ++g) {
+      const int64_t size = set_->doc_start(g + 1) - set_->doc_start(g);
       if (size == 0) continue;
       rows_.push_back(g);
       cut += size > seq_len + 1 ? 1 : 0;
@@ -241,29 +243,119 @@ class ExampleRows final : public SampleSource {
   }
   void read_masked_sample(int64_t index, int32_t* window, uint8_t* mask) const override {
     FSDP_CHECK(index >= 0 && index < num_samples(), "sample {} out of range [0, {})", index, num_samples());
-    const int64_t g = rows_[size_t(index)], start = set_.doc_start(g);
-    const int64_t n = std::min(seq_len_ + 1, set_.doc_start(g + 1) - start);
-    set_.read(start, n, window, mask);
+    const int64_t g = rows_[size_t(index)], start = set_->doc_start(g);
+    const int64_t n = std::min(seq_len_ + 1, set_->doc_start(g + 1) - start);
+    set_->read(start, n, window, mask);
     std::fill(window + n, window + seq_len_ + 1, 0);
     std::fill(mask + n, mask + seq_len_ + 1, uint8_t(0));
   }
 
  private:
   int64_t seq_len_;
-  ShardSet set_;
+  std::shared_ptr<const ShardSet> set_;
   std::vector<int64_t> rows_;  // the global document of each row
 };
+
+// Note [Packed examples]
+// SFT data with packing: whole examples placed into windows of seq_len + 1 tokens by
+// best_fit_pack (packing.h), the rest of a window padded with token 0 and masked. Window w
+// holds its examples back to back in input order; document_starts gives their offsets.
+// Attention still crosses the examples of a window (document masking is to come): what
+// this saves over the stream windows is the examples cut in two at window edges, and over
+// one row per example most of the padding.
+class PackedExamples final : public PackedSource {
+ public:
+  PackedExamples(std::shared_ptr<const ShardSet> set, const std::string& path, const std::string& split,
+                 int64_t seq_len, const CorpusOptions& o)
+      : seq_len_(seq_len), set_(std::move(set)) {
+    std::vector<int64_t> lengths;
+    for (int64_t g = 0; g < set_->num_documents(); ++g) {
+      const int64_t size = set_->doc_start(g + 1) - set_->doc_start(g);
+      if (size == 0) continue;
+      docs_.push_back(g);
+      lengths.push_back(size);
+    }
+    FSDP_CHECK(!docs_.empty(), "token corpus '{}' (split '{}') holds no documents", path, split);
+    packs_ = best_fit_pack(lengths, seq_len + 1);
+    if (o.note) {
+      o.note(fmt::format("{} (split '{}'): {} examples packed best-fit into {} windows of seq_len + 1 = {} tokens, "
+                         "{:.1f}% padding{}",
+                         path, split, docs_.size(), packs_.num_windows(), seq_len + 1, 100.0 * packs_.padding_share(),
+                         packs_.cut_examples > 0 ? fmt::format("; {} longer examples cut to a window",
+                                                               packs_.cut_examples)
+                                                 : std::string()));
+    }
+  }
+
+  int64_t num_samples() const override { return packs_.num_windows(); }
+  int64_t seq_len() const override { return seq_len_; }
+  bool has_mask() const override { return true; }  // the pads, at least
+
+  void read_sample(int64_t index, int32_t* window) const override {
+    std::vector<uint8_t> mask(size_t(seq_len_ + 1));
+    read_masked_sample(index, window, mask.data());
+  }
+  void read_masked_sample(int64_t index, int32_t* window, uint8_t* mask) const override {
+    FSDP_CHECK(index >= 0 && index < num_samples(), "sample {} out of range [0, {})", index, num_samples());
+    int64_t at = 0;
+    for (int64_t k = packs_.first[size_t(index)]; k < packs_.first[size_t(index) + 1]; ++k) {
+      const int64_t g = docs_[size_t(packs_.examples[size_t(k)])], start = set_->doc_start(g);
+      const int64_t n = std::min(seq_len_ + 1 - at, set_->doc_start(g + 1) - start);
+      set_->read(start, n, window + at, mask + at);
+      at += n;
+    }
+    std::fill(window + at, window + seq_len_ + 1, 0);
+    std::fill(mask + at, mask + seq_len_ + 1, uint8_t(0));
+  }
+  void document_starts(int64_t index, std::vector<int32_t>& out) const override {
+    out.clear();
+    int64_t at = 0;
+    for (int64_t k = packs_.first[size_t(index)]; k < packs_.first[size_t(index) + 1]; ++k) {
+      out.push_back(int32_t(at));
+      const int64_t g = docs_[size_t(packs_.examples[size_t(k)])];
+      at += std::min(seq_len_ + 1, set_->doc_start(g + 1) - set_->doc_start(g));
+    }
+  }
+  double padding_share() const override { return packs_.padding_share(); }
+
+ private:
+  int64_t seq_len_;
+  std::shared_ptr<const ShardSet> set_;
+  std::vector<int64_t> docs_;  // the global document of each example (non-empty ones)
+  PackedWindows packs_;        // over indices into docs_
+};
+
+std::shared_ptr<const ShardSet> open_set(const std::string& path, const std::string& split, int64_t seq_len,
+                                         int64_t vocab_size, const CorpusOptions& o) {
+  check_seq_len(seq_len);
+  return std::make_shared<const ShardSet>(path, split, vocab_size, o);
+}
 
 }  // namespace
 
 std::unique_ptr<SampleSource> open_token_corpus(const std::string& path, const std::string& split, int64_t seq_len,
                                                 int64_t vocab_size, const CorpusOptions& options) {
-  return std::make_unique<TokenCorpus>(path, split, seq_len, vocab_size, options);
+  return std::make_unique<TokenCorpus>(open_set(path, split, seq_len, vocab_size, options), path, split, seq_len);
 }
 
 std::unique_ptr<SampleSource> open_example_rows(const std::string& path, const std::string& split, int64_t seq_len,
                                                 int64_t vocab_size, const CorpusOptions& options) {
-  return std::make_unique<ExampleRows>(path, split, seq_len, vocab_size, options);
+  return std::make_unique<ExampleRows>(open_set(path, split, seq_len, vocab_size, options), path, split, seq_len,
+                                       options);
+}
+
+std::unique_ptr<PackedSource> open_packed_examples(const std::string& path, const std::string& split, int64_t seq_len,
+                                                   int64_t vocab_size, const CorpusOptions& options) {
+  return std::make_unique<PackedExamples>(open_set(path, split, seq_len, vocab_size, options), path, split, seq_len,
+                                          options);
+}
+
+std::unique_ptr<SampleSource> open_corpus(const std::string& path, const std::string& split, int64_t seq_len,
+                                          int64_t vocab_size, bool packing, const CorpusOptions& options) {
+  std::shared_ptr<const ShardSet> set = open_set(path, split, seq_len, vocab_size, options);
+  if (!packing) return std::make_unique<ExampleRows>(std::move(set), path, split, seq_len, options);
+  if (set->any_mask()) return std::make_unique<PackedExamples>(std::move(set), path, split, seq_len, options);
+  return std::make_unique<TokenCorpus>(std::move(set), path, split, seq_len);
 }
 
 }  // namespace fsdp::data
