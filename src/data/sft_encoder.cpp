@@ -3,11 +3,11 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 
 #include <nlohmann/json.hpp>
 
 #include "fsdp/core/error.h"
+#include "fsdp/core/regular_file.h"
 #include "fsdp/data/tokenizer.h"
 
 namespace fs = std::filesystem;
@@ -21,9 +21,9 @@ namespace {
 bool has_chat_template(const fs::path& dir) {
   std::error_code ec;
   if (fs::exists(dir / "chat_template.jinja", ec) || fs::is_directory(dir / "chat_templates", ec)) return true;
-  std::ifstream in(dir / "tokenizer_config.json");
-  if (!in) return false;
-  const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!fs::exists(dir / "tokenizer_config.json", ec)) return false;
+  const nlohmann::json j =
+      nlohmann::json::parse(read_regular_file((dir / "tokenizer_config.json").string()), nullptr, /*allow_exceptions=*/false);
   return j.is_object() && j.contains("chat_template") && !j["chat_template"].is_null();
 }
 
