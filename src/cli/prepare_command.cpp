@@ -42,6 +42,24 @@ const char* prepare_help() {
          "              (no BOS/EOS added; every id must be below the tokenizer's vocab size)\n"
          "Text documents get the tokenizer's BOS before and EOS after, where the model has them.\n"
          "\n"
+         "supervised fine-tuning (when the first line of a JSONL input is an example of these):\n"
+         "  {\"messages\": [{\"role\": ..., \"content\": ...}, ...]}   rendered with the chat template\n"
+         "  {\"conversations\": [{\"from\": ..., \"value\": ...}]}     ShareGPT, with --sharegpt\n"
+         "  {\"prompt\": ..., \"completion\": ...}   {\"instruction\": ..., \"input\": ..., \"output\": ...}\n"
+         "  {\"input_ids\": [...], \"labels\": [...]}   pre-tokenized; labels -100 are not trained\n"
+         "each example is stored with a loss mask (DIR/train_00000.mask beside the .bin/.idx):\n"
+         "only the assistant's turns are trained by default. docs/supervised-fine-tuning.md.\n"
+         "  --train-on WHAT         assistant (every assistant turn, its end-of-turn token included),\n"
+         "                          last (the last assistant turn), all (every token)\n"
+         "  --template NAME         the chat template: the folder's default one unless NAME names\n"
+         "                          another of its templates; plain = none: [BOS] prompt completion\n"
+         "                          [EOS] (prompt/completion and alpaca only; the default for a\n"
+         "                          folder without a chat template)\n"
+         "  --sharegpt              accept ShareGPT conversations (from: human/gpt/system/tool)\n"
+         "  --max-seq-len N         an example longer than N tokens is cut to its first N (or\n"
+         "                          dropped with --overlong drop); 0 = no limit (default)\n"
+         "  --overlong WHAT         truncate (default) or drop\n"
+         "\n"
          "options:\n"
          "  --tokenizer PATH        a tokenizer.model (sentencepiece), a tokenizer.json (Hugging Face:\n"
          "                          BOS/EOS from tokenizer_config.json beside it), or a model folder\n"
@@ -125,10 +143,30 @@ PrepareOptions parse_prepare_args(int argc, char** argv, bool& help) {
       o.max_line_bytes = int64_t(n);
     } else if (arg == "--overwrite" && !args.has_inline_value()) {
       o.overwrite = true;
+    } else if (arg == "--sharegpt" && !args.has_inline_value()) {
+      o.sft.sharegpt = true;
+    } else if (arg == "--train-on") {
+      const std::string v = value();
+      if (v == "assistant") o.sft.train_on = data::TrainOn::kAssistant;
+      else if (v == "last") o.sft.train_on = data::TrainOn::kLast;
+      else if (v == "all") o.sft.train_on = data::TrainOn::kAll;
+      else throw UsageError{"--train-on needs assistant, last or all, not '" + v + "'"};
+    } else if (arg == "--template") {
+      o.sft.template_name = value();
+      if (o.sft.template_name.empty()) throw UsageError{"--template needs a template name, or plain"};
+    } else if (arg == "--max-seq-len") {
+      const double n = parse_double(arg, value());
+      if (n < 0 || n != double(int64_t(n))) throw UsageError{"--max-seq-len needs a whole number >= 0"};
+      o.sft.max_seq_len = int64_t(n);
+    } else if (arg == "--overlong") {
+      const std::string v = value();
+      if (v != "truncate" && v != "drop") throw UsageError{"--overlong needs truncate or drop, not '" + v + "'"};
+      o.sft.drop_overlong = v == "drop";
     } else if (arg.starts_with("-") && arg != "-") {
       throw unknown_argument(args.raw(), {"--help", "--tokenizer", "--vocab-size", "--output", "--val-fraction",
                                           "--text-field", "--max-bad-fraction", "--workers", "--max-line-bytes",
-                                          "--overwrite"});
+                                          "--overwrite", "--sharegpt", "--train-on", "--template", "--max-seq-len",
+                                          "--overlong"});
     } else {
       o.inputs.push_back(arg);
     }
@@ -207,6 +245,19 @@ int prepare_command(int argc, char** argv) {
                 (long long)r.train.tokens, r.train.shards.size());
     std::printf("  val:   %lld documents, %lld tokens, %zu shard(s)\n", (long long)r.val.documents,
                 (long long)r.val.tokens, r.val.shards.size());
+    if (r.sft) {
+      std::string formats;
+      for (int f = 0; f < data::kSftFormats; ++f) {
+        if (r.sft_examples[f] > 0)
+          formats += (formats.empty() ? "" : ", ") + std::to_string(r.sft_examples[f]) + " " +
+                     data::sft_format_name(data::SftFormat(f));
+      }
+      std::printf("  sft:   %s examples (template %s, --train-on %s); trained tokens: train %lld of %lld, val %lld of "
+                  "%lld; %lld truncated, %lld dropped (--max-seq-len %lld)\n",
+                  formats.empty() ? "no" : formats.c_str(), r.sft_template.c_str(), data::train_on_name(o.sft.train_on),
+                  (long long)r.train.trained_tokens, (long long)r.train.tokens, (long long)r.val.trained_tokens,
+                  (long long)r.val.tokens, (long long)r.truncated, (long long)r.dropped, (long long)o.sft.max_seq_len);
+    }
     if (r.val.documents == 0) {
       std::printf("  no validation split (--val-fraction %g drew no document): a run that evaluates needs one; "
                   "train.eval_every: 0 trains without, or raise --val-fraction\n",

@@ -238,7 +238,11 @@ void add_data_rows(std::vector<detail::Field>& t) {
            in_range(0, 256))
       .add("prefetch", &DataConfig::prefetch, "Micro-batches the loader prepares ahead of the step; 0 = none.",
            in_range(0, 1024))
-      .add("seed", &DataConfig::seed, "Seed of the data order (shuffling, synthetic tokens).", ge(0));
+      .add("seed", &DataConfig::seed, "Seed of the data order (shuffling, synthetic tokens).", ge(0))
+      .add("packing", &DataConfig::packing,
+           "true: SFT data (shards with loss masks) has whole examples packed best-fit into seq_len windows, pretraining "
+           "data its documents back to back (attention is not yet masked between documents); false: one example per "
+           "row, padded, the pads masked out of the loss (SFT without cross-example attention).");
 }
 
 void add_train_rows(std::vector<detail::Field>& t) {

@@ -60,7 +60,9 @@ struct Loader::Impl {
   int64_t origin_ = 0;  // global position of micro-batch 0 (seek_global)
   int starts_ = 0;      // worker generations: each seek restarts the threads
   double wait_ = 0;
+  bool masked = false;               // the source has a loss mask
   std::vector<int32_t> sync_window;  // scratch when reading on the calling thread
+  std::vector<uint8_t> sync_mask;
   std::mutex mutex;
   std::condition_variable ready_cv, free_cv;
   std::vector<Slot> slots;
@@ -114,8 +116,9 @@ struct Loader::Impl {
     return order;
   }
 
-  // Reads micro-batch j into ids / targets ([micro * seq_len] each); window is seq_len + 1.
-  void fill(int64_t j, int32_t* ids, int32_t* targets, int32_t* window) {
+  // Reads micro-batch j into ids / targets ([micro * seq_len] each); window is seq_len + 1,
+  // and so is mask (a masked source only).
+  void fill(int64_t j, int32_t* ids, int32_t* targets, int32_t* window, uint8_t* mask) {
     const int64_t first = first_position(j), seq = opt.seq_len;
     std::shared_ptr<const std::vector<int64_t>> order;
     int64_t order_epoch = -1;
@@ -129,9 +132,18 @@ struct Loader::Impl {
         }
         sample = (*order)[size_t(k)];
       }
-      source->read_sample(sample, window);
+      if (masked) {
+        source->read_masked_sample(sample, window, mask);
+      } else {
+        source->read_sample(sample, window);
+      }
       std::memcpy(ids + s * seq, window, size_t(seq) * sizeof(int32_t));
       std::memcpy(targets + s * seq, window + 1, size_t(seq) * sizeof(int32_t));
+      if (masked) {
+        // The target at position t is token t + 1: its mask byte decides.
+        for (int64_t t = 0; t < seq; ++t)
+          if (mask[t + 1] == 0) targets[s * seq + t] = kIgnoredTarget;
+      }
     }
   }
 
@@ -141,6 +153,7 @@ struct Loader::Impl {
     trace::set_thread_name(fmt::format("{} worker {}{}", opt.name, worker,
                                        starts_ > 1 ? fmt::format(" (start {})", starts_) : std::string()));
     std::vector<int32_t> window(size_t(opt.seq_len + 1));
+    std::vector<uint8_t> mask(size_t(opt.seq_len + 1));
     const int64_t ring = int64_t(slots.size());
     std::unique_lock<std::mutex> lock(mutex);
     for (;;) {
@@ -152,7 +165,7 @@ struct Loader::Impl {
       std::exception_ptr error;
       try {
         const trace::Span span("load micro-batch", "data", "index", j);
-        fill(j, slot.ids.data(), slot.targets.data(), window.data());
+        fill(j, slot.ids.data(), slot.targets.data(), window.data(), mask.data());
       } catch (...) {
         error = std::current_exception();
       }
@@ -218,6 +231,8 @@ Loader::Loader(std::shared_ptr<const SampleSource> source, const LoaderOptions& 
   m.global_batch = o.micro_batch * o.accum * o.world;
   m.tokens = o.micro_batch * o.seq_len;
   m.sync_window.resize(size_t(o.seq_len + 1));
+  m.sync_mask.resize(size_t(o.seq_len + 1));
+  m.masked = m.source->has_mask();
   if (m.async()) {
     m.slots.resize(size_t(o.prefetch));
     for (Impl::Slot& s : m.slots) {
@@ -245,7 +260,7 @@ void Loader::next(const Tensor& ids, const Tensor& targets) {
              m.opt.micro_batch, m.opt.seq_len);
   const auto t0 = std::chrono::steady_clock::now();
   if (!m.async()) {
-    m.fill(m.next_, ids.data<int32_t>(), targets.data<int32_t>(), m.sync_window.data());
+    m.fill(m.next_, ids.data<int32_t>(), targets.data<int32_t>(), m.sync_window.data(), m.sync_mask.data());
     ++m.next_;
   } else {
     std::unique_lock<std::mutex> lock(m.mutex);
@@ -264,6 +279,13 @@ void Loader::next(const Tensor& ids, const Tensor& targets) {
 }
 
 int64_t Loader::first_position(int64_t j) const { return impl_->first_position(j); }
+
+bool Loader::masked() const { return impl_->masked; }
+
+void SampleSource::read_masked_sample(int64_t index, int32_t* window, uint8_t* mask) const {
+  read_sample(index, window);
+  std::memset(mask, 1, size_t(seq_len() + 1));
+}
 
 int64_t Loader::position() const { return impl_->next_; }
 

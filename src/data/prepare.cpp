@@ -13,6 +13,7 @@
 #include <fstream>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <system_error>
 #include <thread>
 
@@ -20,6 +21,8 @@
 
 #include "fsdp/core/error.h"
 #include "fsdp/data/indexed_dataset.h"
+#include "fsdp/data/loss_mask.h"
+#include "fsdp/data/sft_example.h"
 #include "fsdp/data/shard_manifest.h"
 #include "fsdp/data/text_inputs.h"
 #include "fsdp/data/tokenizer.h"
@@ -136,18 +139,60 @@ struct DocResult {
   enum class Kind { kDocument, kEmpty, kMalformed, kInvalid };
   Kind kind = Kind::kEmpty;
   std::vector<int32_t> tokens;
+  std::vector<uint8_t> mask;  // SFT runs: one per token (empty: every token trained)
   std::string error;
+  int sft_format = -1;        // the SftFormat of an SFT example
+  bool truncated = false, dropped = false;
 };
 
+// What the workers share: the tokenizer (null for pre-tokenized inputs) and, in an SFT run,
+// the example encoder.
+struct Encoders {
+  const Tokenizer* tok = nullptr;
+  const SftEncoder* sft = nullptr;
+  int64_t vocab = 0;
+};
+
+// One line of an SFT run: an SFT example, rendered and masked; anything else (text,
+// input_ids) goes the pretraining way below and is trained whole. Every problem is fatal:
+// SFT sets are curated, and a skipped example would change what the model learns.
+bool process_sft(const RawDocument& doc, const Encoders& e, const PrepareOptions& o, DocResult& r) {
+  const nlohmann::ordered_json j = nlohmann::ordered_json::parse(doc.raw, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) {
+    r.kind = DocResult::Kind::kInvalid;
+    r.error = "not a JSON object (every line of an SFT dataset must be one)";
+    return true;
+  }
+  const std::optional<SftFormat> format = sft_format_of(j);
+  if (!format) return false;
+  if (e.sft == nullptr) {
+    r.kind = DocResult::Kind::kInvalid;
+    r.error = fmt::format("a {} (SFT) example in an input whose first line was not one: prepare decides that a run "
+                          "is SFT from each JSONL input's first line; put SFT examples in inputs of their own",
+                          sft_format_name(*format));
+    return true;
+  }
+  const SftEncoded enc = e.sft->encode(parse_sft_line(j, *format, o.sft.sharegpt, e.vocab));
+  r.sft_format = int(*format);
+  r.truncated = enc.truncated;
+  r.dropped = enc.dropped;
+  r.tokens = std::move(enc.tokens);
+  r.mask = std::move(enc.mask);
+  r.kind = r.tokens.empty() ? DocResult::Kind::kEmpty : DocResult::Kind::kDocument;
+  return true;
+}
+
 // `tok` is null when the inputs are pre-tokenized (--vocab-size): only input_ids lines then.
-DocResult process(const RawDocument& doc, InputFormat format, const Tokenizer* tok, int64_t vocab,
-                  const PrepareOptions& o) {
+DocResult process(const RawDocument& doc, InputFormat format, const Encoders& e, const PrepareOptions& o) {
+  const Tokenizer* tok = e.tok;
+  const int64_t vocab = e.vocab;
   DocResult r;
   if (doc.too_long) {
-    r.kind = DocResult::Kind::kMalformed;
-    r.error = fmt::format("line longer than --max-line-bytes {}: skipped", o.max_line_bytes);
+    r.kind = e.sft != nullptr ? DocResult::Kind::kInvalid : DocResult::Kind::kMalformed;
+    r.error = fmt::format("line longer than --max-line-bytes {}{}", o.max_line_bytes, e.sft ? "" : ": skipped");
     return r;
   }
+  if (format == InputFormat::kJsonl && e.sft != nullptr && process_sft(doc, e, o, r)) return r;
   const std::string& text_field = o.text_field;
   std::string_view text = doc.raw;
   ParsedLine parsed;
@@ -159,6 +204,8 @@ DocResult process(const RawDocument& doc, InputFormat format, const Tokenizer* t
         r.error = std::move(parsed.error);
         return r;
       case ParsedLine::Kind::kInvalid:
+        // An SFT example in a pretraining run says so rather than "no text field".
+        if (e.sft == nullptr && process_sft(doc, e, o, r)) return r;
         r.kind = DocResult::Kind::kInvalid;
         r.error = std::move(parsed.error);
         return r;
@@ -195,32 +242,56 @@ DocResult process(const RawDocument& doc, InputFormat format, const Tokenizer* t
 // The shards of one split: a new one when the current holds shard_tokens tokens.
 class SplitWriter {
  public:
-  SplitWriter(std::string name, fs::path dir, int64_t vocab, int64_t shard_tokens, PrepareSplit& stats)
-      : name_(std::move(name)), dir_(std::move(dir)), vocab_(vocab), shard_tokens_(shard_tokens), stats_(stats) {}
-  void add(const std::vector<int32_t>& tokens) {
+  SplitWriter(std::string name, fs::path dir, int64_t vocab, int64_t shard_tokens, bool masks, PrepareSplit& stats)
+      : name_(std::move(name)), dir_(std::move(dir)), vocab_(vocab), shard_tokens_(shard_tokens), masks_(masks),
+        stats_(stats) {}
+  // `mask` empty: every token trained.
+  void add(const std::vector<int32_t>& tokens, const std::vector<uint8_t>& mask) {
     if (!cur_) {
       const std::string shard = fmt::format("{}_{:05d}", name_, stats_.shards.size());
       stats_.shards.push_back(shard);
       cur_ = std::make_unique<IndexedDatasetWriter>((dir_ / shard).string(), vocab_);
+      if (masks_) mask_ = std::make_unique<LossMaskWriter>((dir_ / shard).string());
     }
     cur_->add_document(tokens.data(), int64_t(tokens.size()));
     stats_.documents += 1;
     stats_.tokens += int64_t(tokens.size());
+    if (mask.empty()) {
+      stats_.trained_tokens += int64_t(tokens.size());
+      if (mask_) {
+        ones_.assign(tokens.size(), 1);
+        mask_->add(ones_.data(), int64_t(ones_.size()));
+      }
+    } else {
+      for (const uint8_t m : mask) stats_.trained_tokens += m;
+      mask_->add(mask.data(), int64_t(mask.size()));
+    }
     if (cur_->num_tokens() >= shard_tokens_) finish();
   }
   void finish() {
     if (!cur_) return;
     cur_->finish();
-    stats_.checksums.push_back(cur_->checksum());
+    ShardChecksum sum = cur_->checksum();
+    if (mask_) {
+      mask_->finish();
+      sum.has_mask = true;
+      sum.mask_bytes = mask_->file_bytes();
+      sum.mask_crc32 = mask_->file_crc32();
+    }
+    stats_.checksums.push_back(sum);
     cur_.reset();
+    mask_.reset();
   }
 
  private:
   std::string name_;
   fs::path dir_;
   int64_t vocab_, shard_tokens_;
+  bool masks_;
   PrepareSplit& stats_;
   std::unique_ptr<IndexedDatasetWriter> cur_;
+  std::unique_ptr<LossMaskWriter> mask_;
+  std::vector<uint8_t> ones_;
 };
 
 // Removes the temporary output directory unless the run got to the final rename.
@@ -250,6 +321,7 @@ void validate(const PrepareOptions& o) {
              kMaxWorkers);
   FSDP_CHECK(o.max_line_bytes >= 1, "--max-line-bytes {} must be >= 1", o.max_line_bytes);
   FSDP_CHECK(!o.text_field.empty(), "--text-field is empty");
+  FSDP_CHECK(o.sft.max_seq_len >= 0, "--max-seq-len {} must be >= 0 (0: no limit)", o.sft.max_seq_len);
   for (const std::string& in : o.inputs) {
     FSDP_CHECK(input_format(in) == InputFormat::kJsonl || !o.tokenizer.empty(),
                "input '{}' is text, which needs a tokenizer (--tokenizer); with --vocab-size prepare takes only "
@@ -258,6 +330,20 @@ void validate(const PrepareOptions& o) {
     std::error_code ec;
     FSDP_CHECK(fs::is_regular_file(in, ec), "input '{}' does not exist or is not a file", in);
   }
+}
+
+// Whether the first line of any JSONL input is an SFT example: the run's kind, known before
+// any output is written.
+bool any_sft_input(const std::vector<std::string>& inputs, int64_t max_line_bytes) {
+  for (const std::string& path : inputs) {
+    if (input_format(path) != InputFormat::kJsonl) continue;
+    InputReader reader(path, max_line_bytes);
+    RawDocument doc;
+    if (!reader.next(doc) || doc.too_long) continue;
+    const nlohmann::ordered_json j = nlohmann::ordered_json::parse(doc.raw, nullptr, /*allow_exceptions=*/false);
+    if (!j.is_discarded() && sft_format_of(j)) return true;
+  }
+  return false;
 }
 
 std::string strip_trailing_slashes(std::string p) {
@@ -304,9 +390,13 @@ struct CorpusPass {
           if (int(r.bad_examples.size()) < kBadExamples) r.bad_examples.push_back(fmt::format("{}:{}: {}", path, line, d.error));
           break;
         case DocResult::Kind::kEmpty:
+          if (d.dropped) r.dropped += 1;
+          if (d.sft_format >= 0) r.sft_examples[d.sft_format] += 1;
           break;
         case DocResult::Kind::kDocument:
-          (split_draw(o.split_seed, doc_index) < o.val_fraction ? val : train).add(d.tokens);
+          if (d.sft_format >= 0) r.sft_examples[d.sft_format] += 1;
+          if (d.truncated) r.truncated += 1;
+          (split_draw(o.split_seed, doc_index) < o.val_fraction ? val : train).add(d.tokens, d.mask);
           doc_index += 1;
           input_docs += 1;
           input_tokens += int64_t(d.tokens.size());
@@ -331,7 +421,7 @@ struct CorpusPass {
   }
 
   // Reads every input in batches, tokenizes each batch on `workers` threads, tallies it.
-  void run(const Tokenizer* tok, int64_t vocab, int workers) {
+  void run(const Encoders& encoders, int workers) {
     std::unique_ptr<BatchReader> reading;
     try {
       reading = std::make_unique<BatchReader>(o.inputs, o.max_line_bytes);
@@ -352,7 +442,7 @@ struct CorpusPass {
 #pragma omp parallel for num_threads(workers) schedule(dynamic, 16)
       for (int64_t i = 0; i < n; ++i) {
         try {
-          results[size_t(i)] = process(batch.docs[size_t(i)], format, tok, vocab, o);
+          results[size_t(i)] = process(batch.docs[size_t(i)], format, encoders, o);
         } catch (const std::exception& e) {
           results[size_t(i)].kind = DocResult::Kind::kInvalid;
           results[size_t(i)].error = e.what();
@@ -411,10 +501,16 @@ PrepareResult prepare_corpus(const PrepareOptions& o) {
                                     : std::min(kMaxWorkers, int(std::max(1u, std::thread::hardware_concurrency())));
   const int64_t token_bytes = vocab <= 65536 ? 2 : 4;
   const int64_t shard_tokens = o.shard_tokens > 0 ? o.shard_tokens : kShardBytes / token_bytes;
-  SplitWriter train("train", tmp.path, vocab, shard_tokens, r.train);
-  SplitWriter val("val", tmp.path, vocab, shard_tokens, r.val);
+  std::optional<SftEncoder> sft;
+  r.sft = any_sft_input(o.inputs, o.max_line_bytes);
+  if (r.sft) {
+    sft.emplace(tok.get(), vocab, o.sft);
+    r.sft_template = sft->template_origin();
+  }
+  SplitWriter train("train", tmp.path, vocab, shard_tokens, r.sft, r.train);
+  SplitWriter val("val", tmp.path, vocab, shard_tokens, r.sft, r.val);
   CorpusPass pass{o, r, train, val, {}};
-  pass.run(tok.get(), vocab, workers);
+  pass.run(Encoders{tok.get(), sft ? &*sft : nullptr, vocab}, workers);
 
   pass.check_stop();
   if (double(r.bad_lines) > o.max_bad_fraction * double(r.jsonl_lines + r.text_records)) {

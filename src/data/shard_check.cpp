@@ -25,28 +25,34 @@ std::optional<uint32_t> crc32_of(std::pair<const unsigned char*, int64_t> bytes,
   return crc;
 }
 
-std::string check_file(const std::string& path, std::pair<const unsigned char*, int64_t> bytes, int64_t want_bytes,
+std::string check_file(const char* kind, const std::string& path, std::pair<const unsigned char*, int64_t> bytes, int64_t want_bytes,
                        uint32_t want_crc, const std::atomic<bool>* stop) {
   if (bytes.second != want_bytes)
-    return fmt::format("token shard file {}: {} bytes, but manifest.json records {} (changed since `fsdp_train "
+    return fmt::format("{} {}: {} bytes, but manifest.json records {} (changed since `fsdp_train "
                        "prepare` wrote it)",
-                       path, bytes.second, want_bytes);
+                       kind, path, bytes.second, want_bytes);
   const std::optional<uint32_t> crc = crc32_of(bytes, stop);
   if (crc && *crc != want_crc)
-    return fmt::format("token shard file {}: CRC-32 {:08x} does not match manifest.json's {:08x} (the file is corrupt "
+    return fmt::format("{} {}: CRC-32 {:08x} does not match manifest.json's {:08x} (the file is corrupt "
                        "or changed since `fsdp_train prepare` wrote it)",
-                       path, *crc, want_crc);
+                       kind, path, *crc, want_crc);
   return "";
 }
 
 }  // namespace
 
 std::string check_shard(const IndexedDataset& shard, const std::optional<ShardChecksum>& expected, int64_t vocab_size,
-                        const std::atomic<bool>* stop) {
+                        const std::atomic<bool>* stop, const LossMask* mask) {
   if (expected) {
-    std::string why = check_file(shard.prefix() + ".bin", shard.bin_bytes(), expected->bin_bytes, expected->bin_crc32, stop);
+    std::string why = check_file("token shard file", shard.prefix() + ".bin", shard.bin_bytes(), expected->bin_bytes, expected->bin_crc32, stop);
     if (why.empty())
-      why = check_file(shard.prefix() + ".idx", shard.idx_bytes(), expected->idx_bytes, expected->idx_crc32, stop);
+      why = check_file("token shard file", shard.prefix() + ".idx", shard.idx_bytes(), expected->idx_bytes, expected->idx_crc32, stop);
+    if (why.empty() && expected->has_mask) {
+      if (mask == nullptr)
+        return fmt::format("loss mask {}.mask: missing, but manifest.json records one (mask_bytes {})", shard.prefix(),
+                           expected->mask_bytes);
+      why = check_file("loss mask file", mask->path(), mask->bytes(), expected->mask_bytes, expected->mask_crc32, stop);
+    }
     if (!why.empty()) return why;
   }
   if (stop != nullptr && stop->load()) return "";
@@ -67,7 +73,7 @@ ShardChecker::ShardChecker(std::vector<Shard> shards, int64_t vocab_size, int ra
   }
   if (total <= sync_bytes) {
     for (const Shard& s : mine_) {
-      const std::string why = check_shard(*s.data, s.expected, vocab_);
+      const std::string why = check_shard(*s.data, s.expected, vocab_, nullptr, s.mask);
       FSDP_CHECK(why.empty(), "{}", why);
     }
     done_.store(true, std::memory_order_release);
@@ -84,7 +90,7 @@ ShardChecker::~ShardChecker() {
 void ShardChecker::run() {
   for (const Shard& s : mine_) {
     if (stop_.load()) return;
-    std::string why = check_shard(*s.data, s.expected, vocab_, &stop_);
+    std::string why = check_shard(*s.data, s.expected, vocab_, &stop_, s.mask);
     if (!why.empty()) {
       std::lock_guard lock(mu_);
       failure_ = std::move(why);

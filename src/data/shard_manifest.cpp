@@ -24,6 +24,10 @@ nlohmann::json checksums(const PrepareResult& r) {
       const ShardChecksum& c = split->checksums[i];
       out[split->shards[i]] = {{"bin_bytes", c.bin_bytes}, {"bin_crc32", c.bin_crc32}, {"idx_bytes", c.idx_bytes},
                                {"idx_crc32", c.idx_crc32}};
+      if (c.has_mask) {
+        out[split->shards[i]]["mask_bytes"] = c.mask_bytes;
+        out[split->shards[i]]["mask_crc32"] = c.mask_crc32;
+      }
     }
   }
   return out;
@@ -42,6 +46,11 @@ ShardChecksum read_checksum(const nlohmann::json& j, const std::string& shard, c
   c.idx_bytes = field("idx_bytes", kMaxBytes);
   c.bin_crc32 = uint32_t(field("bin_crc32", kMaxCrc));
   c.idx_crc32 = uint32_t(field("idx_crc32", kMaxCrc));
+  if (j.contains("mask_bytes") || j.contains("mask_crc32")) {
+    c.has_mask = true;
+    c.mask_bytes = field("mask_bytes", kMaxBytes);
+    c.mask_crc32 = uint32_t(field("mask_crc32", kMaxCrc));
+  }
   return c;
 }
 
@@ -51,8 +60,24 @@ void write_shard_manifest(const fs::path& path, const PrepareOptions& o, const T
                           const PrepareResult& r, const std::vector<nlohmann::json>& inputs) {
   using nlohmann::json;
   auto split = [](const PrepareSplit& s) {
-    return json{{"shards", s.shards}, {"documents", s.documents}, {"tokens", s.tokens}};
+    return json{{"shards", s.shards}, {"documents", s.documents}, {"tokens", s.tokens},
+                {"trained_tokens", s.trained_tokens}};
   };
+  json sft = nullptr;  // pretraining data: every token trained, no mask files
+  if (r.sft) {
+    json examples = json::object();
+    for (int f = 0; f < kSftFormats; ++f)
+      if (r.sft_examples[f] > 0) examples[sft_format_name(SftFormat(f))] = r.sft_examples[f];
+    sft = {{"loss_mask", "<shard>.mask"},
+           {"template", r.sft_template},
+           {"train_on", train_on_name(o.sft.train_on)},
+           {"sharegpt", o.sft.sharegpt},
+           {"max_seq_len", o.sft.max_seq_len},
+           {"overlong", o.sft.drop_overlong ? "drop" : "truncate"},
+           {"examples", examples},
+           {"truncated_examples", r.truncated},
+           {"dropped_examples", r.dropped}};
+  }
   json tokenizer = nullptr;  // pre-tokenized input_ids: whose tokenizer is not known here
   if (tok != nullptr) {
     std::error_code ec;
@@ -79,6 +104,7 @@ void write_shard_manifest(const fs::path& path, const PrepareOptions& o, const T
       {"text_records", r.text_records},
       {"bad_lines", r.bad_lines},
       {"shard_checksums", checksums(r)},
+      {"sft", sft},
   };
   const fs::path tmp = path.string() + ".tmp";
   {

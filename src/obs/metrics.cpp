@@ -62,6 +62,7 @@ std::string to_json_line(const StepMetrics& m) {
   j["step_ms"] = m.step_ms;
   j["gflops_per_sec"] = m.gflops_per_sec;
   j["tokens"] = m.tokens;
+  j["trained_tokens"] = m.trained_tokens;
   j["tokens_seen"] = m.tokens_seen;
   j["peak_mem_bytes"] = m.peak_tensor_bytes;
   j["peak_mem_category"] = memory::category_name(m.peak_mem_group);

@@ -10,6 +10,7 @@
 #include "fsdp/ckpt/hf_import.h"
 #include "fsdp/ckpt/safetensors.h"
 #include "fsdp/config/model_options.h"
+#include "fsdp/data/packing.h"
 #include "fsdp/data/shard_manifest.h"
 #include "fsdp/data/synthetic_samples.h"
 #include "fsdp/model/param_init.h"
@@ -240,12 +241,12 @@ DataSources make_data_sources(const config::Config& cfg, int64_t vocab, const di
     co.rank = world.rank();
     co.world = world.size();
     if (world.rank() == 0) co.note = [](const std::string& text) { spdlog::info("data: {}", text); };
-    d.train = data::open_token_corpus(cfg.data.path, "train", T, vocab, co);
+    d.train = data::open_corpus(cfg.data.path, "train", T, vocab, cfg.data.packing, co);
     lo.shuffle = true;
     const std::string val = cfg.data.val_path.empty() ? cfg.data.path : cfg.data.val_path;
     if (val != cfg.data.path) check_manifest_vocab(val, vocab);
     try {
-      d.val = data::open_token_corpus(val, cfg.eval.split, T, vocab, co);
+      d.val = data::open_corpus(val, cfg.eval.split, T, vocab, cfg.data.packing, co);
     } catch (const Error& e) {
       // Without val shards a run that never evaluates is fine; evaluate() reports val_error.
       // Either way it is the config's (or the corpus's) error, found before any step: exit 2.

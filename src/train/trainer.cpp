@@ -18,6 +18,7 @@
 #include "fsdp/dist/watchdog.h"
 #include "fsdp/obs/device_peak.h"
 #include "fsdp/obs/observability.h"
+#include "fsdp/ops/cross_entropy.h"
 #include "fsdp/plan/memory_check.h"
 #include "fsdp/train/base_model.h"
 #include "fsdp/train/divergence.h"
@@ -58,6 +59,7 @@ Trainer::Trainer(Effective, const config::Config& cfg, dist::ProcessGroups& grou
       adamw_(adamw_config(cfg)),
       checkpoints_(cfg, groups),
       votes_buf_(Tensor::zeros({StepVotes::kSlots}, DType::F64)),
+      count_buf_(Tensor::zeros({1}, DType::F64)),
       flops_per_token_(model_.config().train_flops_per_token(cfg.train.seq_len)) {
   if (cfg.train.dtype == DType::F16) scaler_ = optim::DynamicLossScaler(cfg.train.fp16_init_scale, cfg.train.fp16_growth_interval);
   if (model_.config().is_moe()) expert_load_.emplace(model_.config().num_layers, model_.config().num_experts);
@@ -74,6 +76,12 @@ Trainer::Trainer(Effective, const config::Config& cfg, dist::ProcessGroups& grou
     peak_flops_ = obs::peak_bf16_flops(cuda::device_name(device_.index));
   }
 #endif
+  if (device_.is_cpu()) {
+    const int64_t n = int64_t(cfg.train.micro_batch_size) * cfg.train.seq_len, accum = cfg.train.grad_accum_steps;
+    const memory::CategoryScope tag("batch/staging");
+    ids_host_ = Tensor::empty({accum, n}, DType::I32);
+    targets_host_ = Tensor::empty({accum, n}, DType::I32);
+  }
   data_ = make_data_sources(cfg, model_.config().vocab_size, groups);
   // A LoRA run's frozen base is never in a checkpoint: it loads from its source every
   // time, and a checkpoint records which one it was (a resume on another base is refused).
@@ -158,6 +166,33 @@ void Trainer::load_micro_batch(data::Loader& loader, int64_t index) {
   act_.targets.copy_(targets);
 }
 
+static_assert(data::kIgnoredTarget == kIgnoreIndex, "the loader's masked target must be what the loss ignores");
+
+int64_t Trainer::stage_step_batches() {
+  const int64_t accum = cfg_.train.grad_accum_steps;
+  data::Loader& loader = *data_.train_loader;
+  {
+    const trace::Span span("data wait", "data");
+    for (int64_t a = 0; a < accum; ++a) loader.next(ids_host_.select(0, a), targets_host_.select(0, a));
+  }
+  // The ranks of a tensor group stage the same micro-batches: count each data-parallel
+  // rank's once.
+  const int64_t data_ranks = groups_.mesh.data_parallel_size(), tensor = groups_.mesh.shape().tensor;
+  if (!loader.masked()) return targets_host_.numel() * data_ranks;  // every target trains
+  int64_t local = 0;
+  const int32_t* t = targets_host_.data<int32_t>();
+  for (int64_t i = 0; i < targets_host_.numel(); ++i) local += t[i] != data::kIgnoredTarget ? 1 : 0;
+  const trace::Span span("trained-token all-reduce", "step");
+  count_buf_.data<double>()[0] = double(local);
+  groups_.world->wait(groups_.world->all_reduce(count_buf_));
+  return int64_t(count_buf_.data<double>()[0]) / tensor;
+}
+
+void Trainer::upload_micro_batch(int64_t index) {
+  act_.ids.copy_(ids_host_.select(0, index));
+  act_.targets.copy_(targets_host_.select(0, index));
+}
+
 StepVotes Trainer::all_reduce_votes(model::LossSum local) {
   StepVotes mine;
   // The ranks of a tensor group computed the same losses on the same micro-batch: one of
@@ -195,7 +230,7 @@ model::LossSum Trainer::accumulate_gradients(double grad_scale, double router_sc
   for (int64_t a = 0; a < accum; ++a) {
     const trace::Span span("micro-batch", "step", "index", a);
     engine_.begin_micro_batch(int(a));
-    load_micro_batch(*data_.train_loader, a);
+    upload_micro_batch(a);
     // Where this micro-batch's samples sit in the global order (the loader's rule): LoRA's
     // dropout masks follow the samples, not the rank that happens to hold them.
     act_.first_sample = samples_seen_ + (a * data_ranks + data_rank) * micro;
@@ -238,18 +273,20 @@ obs::StepMetrics Trainer::train_step() {
   dist::set_watchdog_step(step_);
   const trace::Span step_span("step", "step", "step", step_);
 
-  // Every target of a synthetic sample is a real token, so the global batch holds
-  // global_batch * seq_len targets.
+  // The global batch's target positions, and those of them trained (Note [Token-weighted loss]).
   const int64_t step_tokens = global_batch * cfg_.train.seq_len;
+  const int64_t trained_tokens = stage_step_batches();
   // float16: the backward pass runs on the loss times the loss scale (1 otherwise).
   const double loss_scale = scaler_.scale();
   // A mixture of experts' router losses: the mean over every micro-batch of every rank, as
   // each forward of transformers computes its own.
   const double router_scale = loss_scale / double(cfg_.train.grad_accum_steps * data_ranks);
   const model::LossSum total =
-      all_reduce_votes(accumulate_gradients(loss_scale / double(step_tokens), router_scale)).loss;
+      all_reduce_votes(accumulate_gradients(trained_tokens > 0 ? loss_scale / double(trained_tokens) : 0.0,
+                                            router_scale)).loss;
   const model::LlamaConfig& mc = model_.config();
-  const double ce_loss = total.sum / double(total.tokens);
+  // No trained target in the whole global batch (every example masked): no loss, zero gradients.
+  const double ce_loss = total.tokens > 0 ? total.sum / double(total.tokens) : 0.0;
   std::optional<double> aux_loss, z_loss;
   if (mc.is_moe()) {
     aux_loss = total.router_aux / double(total.micro_batches);
@@ -309,6 +346,7 @@ obs::StepMetrics Trainer::train_step() {
   if (scaler_.enabled()) m.loss_scale = loss_scale;
   m.skipped = !apply;
   m.tokens = step_tokens;
+  m.trained_tokens = total.tokens;
   m.tokens_seen = tokens_seen_;
   m.peak_tensor_bytes = mem.stats().peak_bytes;
   std::tie(m.peak_mem_group, m.peak_mem_group_bytes) = mem.peak_top_group();
@@ -335,8 +373,9 @@ double Trainer::evaluate(int batches) {
     local.sum += l.sum;
     local.tokens += l.tokens;
   }
+  // Over the trained targets of every batch of every rank, as training's loss.
   const model::LossSum total = all_reduce_votes(local).loss;
-  return total.sum / double(total.tokens);
+  return total.tokens > 0 ? total.sum / double(total.tokens) : 0.0;
 }
 
 int Trainer::run() {

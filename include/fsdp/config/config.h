@@ -113,6 +113,9 @@ struct DataConfig {
   int num_workers = 1;
   int prefetch = 2;  // at most kMaxPrefetch (config.cpp): each slot is a micro-batch of buffers
   int seed = 1234;
+  // true: documents packed back to back into windows (attention crosses them, as in
+  // pretraining); false: one example per row, padded, the pads masked (data/loader.h).
+  bool packing = true;
   bool operator==(const DataConfig&) const = default;
 };
 

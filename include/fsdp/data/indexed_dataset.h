@@ -28,6 +28,10 @@ namespace fsdp::data {
 struct ShardChecksum {
   int64_t bin_bytes = 0, idx_bytes = 0;
   uint32_t bin_crc32 = 0, idx_crc32 = 0;
+  // The shard's loss-mask sidecar (loss_mask.h), where it has one (SFT data).
+  bool has_mask = false;
+  int64_t mask_bytes = 0;
+  uint32_t mask_crc32 = 0;
 };
 
 class IndexedDatasetWriter {

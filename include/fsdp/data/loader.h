@@ -25,6 +25,10 @@
 
 namespace fsdp::data {
 
+// The target a masked token becomes: the loss ignores it (ops' kIgnoreIndex, PyTorch's
+// ignore_index; data cannot include ops, the trainer asserts they agree).
+inline constexpr int32_t kIgnoredTarget = -100;
+
 // Samples of seq_len + 1 tokens: ids are tokens [0, seq_len), targets [1, seq_len].
 class SampleSource {
  public:
@@ -34,6 +38,11 @@ class SampleSource {
   // Writes sample `index` (0 <= index < num_samples) as seq_len + 1 int32 tokens. Must be
   // thread-safe (workers call it concurrently). Errors name the shard and document.
   virtual void read_sample(int64_t index, int32_t* window) const = 0;
+  // Whether samples carry a loss mask (SFT data, or padded rows); without one every target
+  // is trained.
+  virtual bool has_mask() const { return false; }
+  // read_sample, and the window's seq_len + 1 mask bytes (1 = the token is a trained target).
+  virtual void read_masked_sample(int64_t index, int32_t* window, uint8_t* mask) const;
 };
 
 // How a token corpus verifies its shards (data/shard_check.h).
@@ -53,7 +62,15 @@ struct CorpusOptions {
 // Every shard is verified once (Note [Shard verification]: its checksums from the
 // manifest.json beside it, every id against the vocabulary); any token id >= vocab_size
 // read is an error naming the shard, document and id.
+// A shard with a loss-mask sidecar (loss_mask.h) gives masked samples; a manifest that records
+// a mask its shard lacks is an error naming it.
 std::unique_ptr<SampleSource> open_token_corpus(const std::string& path, const std::string& split, int64_t seq_len,
+                                                int64_t vocab_size, const CorpusOptions& options = {});
+
+// The same shards without packing (data.packing: false): sample i is document i alone, its
+// first seq_len + 1 tokens (a longer one is cut, counted in the note), padded to the window
+// with token 0, the pads masked out. N = the number of non-empty documents.
+std::unique_ptr<SampleSource> open_example_rows(const std::string& path, const std::string& split, int64_t seq_len,
                                                 int64_t vocab_size, const CorpusOptions& options = {});
 
 struct LoaderOptions {
@@ -74,8 +91,12 @@ class Loader {
   ~Loader();
 
   // Writes this rank's next micro-batch into ids / targets (int32, [micro_batch * seq_len],
-  // CPU, contiguous) and advances. Blocks only if the workers are behind.
+  // CPU, contiguous) and advances. Blocks only if the workers are behind. A masked source's
+  // untrained targets are kIgnoredTarget.
   void next(const Tensor& ids, const Tensor& targets);
+  // Whether targets may be kIgnoredTarget (the source has a mask): else every target of a
+  // micro-batch is trained and its count is known without looking.
+  bool masked() const;
   // The global position of the first sample of micro-batch j of this rank.
   int64_t first_position(int64_t j) const;
   int64_t position() const;      // index of the next micro-batch (the state to checkpoint)

@@ -9,7 +9,7 @@
 // independent of sharding and threads.
 //
 // Output DIR/: train_00000.{bin,idx}, ... and val_00000.{bin,idx}, ... (see
-// indexed_dataset.h), a new shard when the current one holds ~256 MiB of tokens
+// indexed_dataset.h; SFT data adds train_00000.mask, ...: loss_mask.h), a new shard when the current one holds ~256 MiB of tokens
 // (PrepareOptions::shard_tokens; documents are never split across shards), and
 // manifest.json, written last. Everything is written into DIR.tmp-<pid>/ and renamed to
 // DIR at the end; on any error, and when stopped by a signal (PrepareOptions::stop_signal),
@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "fsdp/data/indexed_dataset.h"
+#include "fsdp/data/sft_encoder.h"
 
 namespace fsdp::data {
 
@@ -53,6 +54,10 @@ struct PrepareOptions {
   int64_t shard_tokens = 0;         // tokens per shard before a new one; 0 = 256 MiB's worth
   uint64_t split_seed = 0x5eedf5d9ULL;
   bool quiet = false;               // no progress lines on stderr
+  // Supervised fine-tuning (sft_encoder.h): how examples are rendered, masked and cut. A run
+  // is SFT when the first line of any JSONL input is an SFT example (sft_example.h); its
+  // shards then get loss-mask sidecars (loss_mask.h), text and input_ids lines trained whole.
+  SftOptions sft;
 };
 
 struct PrepareSplit {
@@ -60,6 +65,7 @@ struct PrepareSplit {
   std::vector<ShardChecksum> checksums;  // one per shard, in the same order
   int64_t documents = 0;
   int64_t tokens = 0;
+  int64_t trained_tokens = 0;  // tokens whose mask is 1 (all of them without a mask)
 };
 
 struct PrepareResult {
@@ -71,6 +77,12 @@ struct PrepareResult {
   int64_t bad_lines = 0;     // malformed or over-long lines skipped
   std::vector<std::string> bad_examples;  // "file:line: why" for the first few
   double seconds = 0;
+  // Supervised fine-tuning: whether the shards carry loss masks, the examples read by format
+  // (sft_format_name order), and how many were cut to --max-seq-len or dropped.
+  bool sft = false;
+  std::string sft_template;  // where the chat template came from, or "plain"
+  int64_t sft_examples[kSftFormats] = {};
+  int64_t truncated = 0, dropped = 0;
 };
 
 // Throws fsdp::Error (one message naming the file and line where there is one) on bad

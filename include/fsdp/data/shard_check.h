@@ -3,7 +3,7 @@
 // in-vocabulary id) trains silently, and an out-of-vocabulary id used to surface only when
 // some step read it (step 180 in one probe). So each shard is verified once per run:
 //   - its .bin and .idx sizes and CRC-32s against the manifest.json `prepare` wrote
-//     (shard_checksums). Shards from Megatron-LM or NeMo carry none: their index structure
+//     (shard_checksums), and its loss-mask sidecar's (loss_mask.h) where it has one. Shards from Megatron-LM or NeMo carry none: their index structure
 //     is still checked on open (indexed_dataset.h), their bytes are not, and the log says so;
 //   - every token id against the vocabulary; the first offender is named with its shard,
 //     document, offset and id.
@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "fsdp/data/indexed_dataset.h"
+#include "fsdp/data/loss_mask.h"
 
 namespace fsdp::data {
 
@@ -32,6 +33,7 @@ class ShardChecker {
   struct Shard {
     const IndexedDataset* data = nullptr;  // outlives the checker
     std::optional<ShardChecksum> expected;  // from manifest.json; none for foreign shards
+    const LossMask* mask = nullptr;         // its loss mask, if it has one (outlives the checker)
   };
   // Verifies this rank's share of `shards` at once (throwing the first failure) when their
   // .bin files total at most `sync_bytes`, else on a background thread.
@@ -59,6 +61,6 @@ class ShardChecker {
 
 // One shard's verification: "" when it passes, else the one line naming what is wrong.
 std::string check_shard(const IndexedDataset& shard, const std::optional<ShardChecksum>& expected, int64_t vocab_size,
-                        const std::atomic<bool>* stop = nullptr);
+                        const std::atomic<bool>* stop = nullptr, const LossMask* mask = nullptr);
 
 }  // namespace fsdp::data

@@ -27,7 +27,9 @@ void write_shard_manifest(const std::filesystem::path& path, const PrepareOption
 // What the manifest.json `prepare` writes beside its shards tells a reader: the tokenizer's
 // vocabulary size and the tokenizer's path (absolute when prepare could resolve it), and
 // each shard's file sizes and CRC-32s (shard_checksums: {"train_00000": {"bin_bytes",
-// "bin_crc32", "idx_bytes", "idx_crc32"}}; absent in manifests written before they existed).
+// "bin_crc32", "idx_bytes", "idx_crc32"}, plus "mask_bytes", "mask_crc32" for a shard with a
+// loss-mask sidecar (loss_mask.h); absent in manifests written before they existed). SFT runs
+// also write "sft": the template, --train-on, the examples by format, truncated and dropped.
 struct ShardManifest {
   std::optional<int64_t> vocab_size;
   std::string tokenizer_path;  // "" when not recorded

@@ -26,6 +26,7 @@ struct StepMetrics {
   double tokens_per_sec = 0;
   double gflops_per_sec = 0;    // achieved model FLOP/s (6N + attention per token)
   int64_t tokens = 0;           // tokens in this step's global batch
+  int64_t trained_tokens = 0;   // of them, targets that carry loss (all but masked ones)
   int64_t tokens_seen = 0;      // since the start of training
   uint64_t peak_tensor_bytes = 0;  // allocator peak since the last step's report
   // The category group (fsdp/core/memory_category.h) holding the most bytes at the step's

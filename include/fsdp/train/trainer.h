@@ -11,8 +11,23 @@
 // micro-batches); data-parallel rank r's micro-batch a holds positions
 // (s-1)*G + (a*D + r)*micro .. + micro (data::Loader, which maps positions to samples
 // through a seeded per-epoch shuffle), so the global order is the same for every layout.
-// Gradients are scaled by 1 / (tokens in the global batch), so the summed gradient is the
-// global mean whatever the world size, tensor degree or accumulation.
+//
+// Note [Token-weighted loss]
+// The loss reported and differentiated is the sum of the per-token losses over the trained
+// targets of the whole global batch divided by their number (every micro-batch, every
+// data-parallel rank), so it is the same for any micro-batch split, world size or tensor
+// degree, also when examples train very different numbers of tokens (SFT masks, padded
+// rows). A mean per micro-batch averaged over micro-batches (PyTorch's old
+// gradient-accumulation bug, fixed in transformers by num_items_in_batch) weights a token of
+// a short micro-batch more than one of a long one. The count must be known before the first
+// backward: each step stages its micro-batches first (the loader's next() into [accum, N]
+// host rows), counts the targets that are not ignored, and all-reduces that count once (a
+// float64 scalar over the world, divided by the tensor degree: a tensor group's ranks hold
+// the same micro-batches; skipped when the data has no mask, where every target trains:
+// global_batch x seq_len). Scaling afterwards instead would save the collective but scale a
+// mixture of experts' router-loss gradients, which share the gradient buffers, by the same
+// factor, and float16's loss scaling would see unnormalised magnitudes. A step without
+// trained targets has zero gradients.
 //
 // Device (train.device): on the CPU everything is host tensors and MPI. On CUDA each rank
 // takes one GPU (its local rank's, or the only one it sees under --gpus-per-task): the
@@ -101,8 +116,13 @@ class Trainer {
   // Forward and backward of every micro-batch of a step; this rank's loss sum.
   model::LossSum accumulate_gradients(double grad_scale, double router_scale);
   // The loader's next micro-batch into act_.ids / act_.targets (through the page-locked
-  // staging buffers when the model is on a GPU).
+  // staging buffers when the model is on a GPU): evaluation's.
   void load_micro_batch(data::Loader& loader, int64_t index);
+  // A training step's micro-batches into the staging rows; the global number of trained
+  // targets (Note [Token-weighted loss]).
+  int64_t stage_step_batches();
+  // Staging row `index` into act_.ids / act_.targets.
+  void upload_micro_batch(int64_t index);
   void log_run_start() const;
   // Throws unless the state at step_ is committed to disk (`which` names the save).
   void check_final_checkpoint(const char* which) const;
@@ -121,7 +141,8 @@ class Trainer {
   model::Llama model_;
   FsdpEngine engine_;
   model::LlamaActivations act_;
-  Tensor ids_host_, targets_host_;  // [accum, N] page-locked batch staging (GPU runs only)
+  Tensor ids_host_, targets_host_;  // [accum, N] the step's batches (page-locked on a GPU)
+  Tensor count_buf_;                // [1] float64: the step's trained targets, all-reduced
   Tensor step_losses_;              // [accum, N] the step's per-token losses on the GPU
   optim::DynamicLossScaler scaler_;
   std::optional<double> peak_flops_;  // the GPU's bf16 peak, for MFU
