@@ -58,7 +58,7 @@ TEST(TensorParallelLora, AdaptersFollowTheirBase) {
         const bool row_parallel = base.ends_with(".wo") || base.ends_with(".w_down");
         // lora_A splits its columns with a row-parallel base, lora_B its rows with a column-parallel one.
         const int dim = a ? (row_parallel ? 1 : -1) : (row_parallel ? -1 : 0);
-        EXPECT_EQ(s.tp, dim < 0 ? model::TensorSlice{} : model::TensorSlice{dim, kT, t}) << s.name;
+        EXPECT_EQ(s.tp, (dim < 0 ? model::TensorSlice{} : model::TensorSlice{dim, kT, t})) << s.name;
         EXPECT_EQ(s.whole_shape(), w.shape) << s.name;
         EXPECT_EQ(s.whole_offset, w.offset) << s.name;
         EXPECT_EQ(s.hf_name, w.hf_name) << s.name;
