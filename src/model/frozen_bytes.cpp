@@ -37,14 +37,47 @@ Nf4Tensors host_pieces(int64_t n) {
                     Tensor::zeros({1}, DType::F32),                     Tensor::zeros({16}, DType::F32)};
 }
 
-void fill_nf4(const FrozenSlot& s, const Tensor& out, int64_t begin, FrozenSource& source) {
-  if (begin >= s.byte_offset + s.bytes || begin + out.numel() <= s.byte_offset) return;
+// The whole weight's pieces, as the source stores them or quantized from its values.
+Nf4Tensors whole_pieces(const FrozenSlot& s, FrozenSource& source) {
   const Nf4Tensors p = host_pieces(s.numel);
   if (!source.nf4_pieces(s, p)) {
     Tensor w = Tensor::empty({s.numel}, DType::F32);
     source.values(s, 0, w);
     nf4_quantize(w, p, s.name.c_str());
   }
+  return p;
+}
+
+// A tensor-parallel slice of a weight quantized whole (fsdp/ops/nf4.h, "A slice"): each of
+// its blocks is 64 elements contiguous in the whole weight (lora_units checks the split is
+// block-aligned), whose packed bytes it copies and whose absmax' it stores as a float.
+void fill_nf4_slice(const FrozenSlot& s, const Tensor& out, int64_t begin, FrozenSource& source) {
+  FrozenSlot whole = s;
+  whole.shape = s.whole_shape();
+  whole.numel = whole.shape.numel();
+  whole.tp = {};
+  whole.nf4.sliced = false;
+  const Nf4Tensors w = whole_pieces(whole, source);
+  const Tensor absmax = Tensor::empty({nf4_blocks(whole.numel)}, DType::F32);
+  nf4_block_absmax(w, absmax);
+  const int64_t blocks = nf4_blocks(s.numel), half = kNf4BlockSize / 2;
+  const Tensor packed = Tensor::empty({nf4_packed_bytes(s.numel)}, DType::U8);
+  const Tensor block_absmax = Tensor::empty({blocks}, DType::F32);
+  for (int64_t j = 0; j < blocks; ++j) {
+    const int64_t J = s.whole_index(j * kNf4BlockSize) / kNf4BlockSize;
+    std::memcpy(packed.data<uint8_t>() + j * half, w.packed.data<uint8_t>() + J * half, size_t(half));
+    block_absmax.data<float>()[j] = absmax.data<float>()[J];
+  }
+  const int64_t at = s.byte_offset;
+  for (const auto& [piece, offset] : {std::pair{&packed, s.nf4.packed}, {&block_absmax, s.nf4.block_absmax},
+                                      {&w.code, s.nf4.code}})
+    copy_overlap(piece->data_ptr(), at + offset, int64_t(piece->nbytes()), out, begin);
+}
+
+void fill_nf4(const FrozenSlot& s, const Tensor& out, int64_t begin, FrozenSource& source) {
+  if (begin >= s.byte_offset + s.bytes || begin + out.numel() <= s.byte_offset) return;
+  if (s.nf4.sliced) return fill_nf4_slice(s, out, begin, source);
+  const Nf4Tensors p = whole_pieces(s, source);
   const int64_t at = s.byte_offset;
   for (const auto& [piece, offset] : {std::pair{&p.packed, s.nf4.packed}, {&p.absmax, s.nf4.absmax},
                                       {&p.nested_absmax, s.nf4.nested_absmax}, {&p.offset, s.nf4.offset},
@@ -70,6 +103,13 @@ void fill_frozen_bytes(const UnitLayout& unit, const Tensor& out, int64_t begin,
 
 Nf4Tensors nf4_pieces_of(const Tensor& frozen, const FrozenSlot& s) {
   const int64_t at = s.byte_offset, n = s.numel;
+  if (s.nf4.sliced) {
+    Nf4Tensors w;
+    w.packed = frozen.reinterpret(DType::U8, at + s.nf4.packed, {nf4_packed_bytes(n)});
+    w.block_absmax = frozen.reinterpret(DType::F32, at + s.nf4.block_absmax, {nf4_blocks(n)});
+    w.code = frozen.reinterpret(DType::F32, at + s.nf4.code, {16});
+    return w;
+  }
   return Nf4Tensors{frozen.reinterpret(DType::U8, at + s.nf4.packed, {nf4_packed_bytes(n)}),
                     frozen.reinterpret(DType::U8, at + s.nf4.absmax, {nf4_blocks(n)}),
                     frozen.reinterpret(DType::F32, at + s.nf4.nested_absmax, {nf4_nested_blocks(n)}),

@@ -51,10 +51,13 @@ std::string peft_tensor_name(const std::string& hf_weight_name, const char* whic
 // drops what one process drops. Each adapter's whole_offset is the one-rank layout's, so
 // seeded initialisation, checkpoints, PEFT exports and lora.init_from see the same values
 // at every T. The frozen base's slots carry their base's slice (FrozenSlot::tp): every
-// FrozenSource returns the slice's values. An NF4 base under tensor parallelism is refused:
-// one process's double quantization stores the absmax of 64-element blocks as 8-bit codes in
-// groups of 256 blocks; a row-parallel slice's blocks are strided through those groups, so
-// its pieces cannot hold the whole tensor's quantization in that format.
+// FrozenSource returns the slice's values. An NF4 base is quantized whole, as one process
+// quantizes it, and each rank keeps its slice's blocks (fsdp/ops/nf4.h, "A slice"): the
+// double-quantized absmax cannot be sliced (a row-parallel slice's blocks are strided
+// through the groups of 256 that share a scale), so a slice stores each block's absmax' as
+// the whole's dequantization computes it, and dequantizes to one process's bits. Its blocks
+// must be whole blocks of the weight: a column-parallel slice of a multiple of 64 elements,
+// a row-parallel one of a width that is a multiple of 64 (nf4_split_refusal).
 
 namespace {
 
@@ -87,6 +90,16 @@ void add_frozen(UnitLayout& u, const ParamSlot& p, FrozenFormat format, DType dt
       at = align_up(at + bytes, 16);
       return begin;
     };
+    if (!p.tp.replicated()) {
+      f.nf4.sliced = true;
+      f.nf4.packed = piece(nf4_packed_bytes(p.numel));
+      f.nf4.block_absmax = piece(4 * nf4_blocks(p.numel));
+      f.nf4.code = piece(4 * 16);
+      f.bytes = at;
+      u.frozen_bytes = f.byte_offset + f.bytes;
+      u.frozen.push_back(std::move(f));
+      return;
+    }
     f.nf4.packed = piece(nf4_packed_bytes(p.numel));
     f.nf4.absmax = piece(nf4_blocks(p.numel));
     f.nf4.nested_absmax = piece(4 * nf4_nested_blocks(p.numel));
@@ -139,12 +152,30 @@ std::set<std::string> resolve_targets(const LlamaConfig& cfg, const LoraSpec& lo
 
 }  // namespace
 
+std::string nf4_split_refusal(const LlamaConfig& cfg) {
+  if (cfg.tensor_parallel == 1) return "";
+  for (const UnitLayout& u : llama_units(cfg, 0)) {
+    for (const ParamSlot& p : u.params) {
+      if (lora_module_of(p).empty() || p.tp.replicated()) continue;
+      const bool rows = p.tp.dim == 0;
+      const int64_t size = rows ? p.numel : p.shape[1];
+      if (size % kNf4BlockSize == 0) continue;
+      return fmt::format("{} ({}, {}) splits into {} {} per tensor rank, not a multiple of the NF4 block size {}: "
+                         "each rank's NF4 blocks must be blocks of the weight quantized whole (a parallel.tensor "
+                         "that leaves a multiple of 64 fits)",
+                         p.name, p.hf_name, p.whole_shape().str(), size, rows ? "elements (rows)" : "columns",
+                         kNf4BlockSize);
+    }
+  }
+  return "";
+}
+
 std::vector<UnitLayout> lora_units(const LlamaConfig& cfg, const PeftSpec& peft, int tensor_rank) {
   std::vector<UnitLayout> plain = llama_units(cfg, tensor_rank);
-  FSDP_CHECK(peft.quantization == Quantization::None || cfg.tensor_parallel == 1,
-             "model.quantization nf4 with parallel.tensor {}: QLoRA under tensor parallelism is not built yet (run it "
-             "with parallel.tensor: 1, or LoRA on a dense base)",
-             cfg.tensor_parallel);
+  if (peft.quantization == Quantization::Nf4) {
+    const std::string refusal = nf4_split_refusal(cfg);
+    FSDP_CHECK(refusal.empty(), "model.quantization nf4 with parallel.tensor {}: {}", cfg.tensor_parallel, refusal);
+  }
   if (!peft.lora.enabled) {
     FSDP_CHECK(peft.quantization == Quantization::None,
                "model.quantization nf4 needs lora.enabled: true (a quantized base can only be fine-tuned through "

@@ -3,6 +3,8 @@
 // src/ops/cpu/nf4.cpp beside the CPU dequantizer.
 #include "fsdp/ops/nf4.h"
 
+#include <span>
+
 #include "nf4_checks.h"
 #include "op_checks.h"
 
@@ -116,13 +118,16 @@ void check_nf4_pieces(const Nf4Tensors& w, int64_t numel, Device device) {
     DType dtype;
     int64_t numel;
   };
-  const Piece pieces[] = {{w.packed, "packed", DType::U8, nf4_packed_bytes(numel)},
-                          {w.absmax, "absmax", DType::U8, nf4_blocks(numel)},
-                          {w.nested_absmax, "nested_absmax", DType::F32, nf4_nested_blocks(numel)},
-                          {w.nested_code, "nested_code", DType::F32, 256},
-                          {w.offset, "offset", DType::F32, 1},
-                          {w.code, "code", DType::F32, 16}};
-  for (const Piece& p : pieces) {
+  const Piece whole[] = {{w.packed, "packed", DType::U8, nf4_packed_bytes(numel)},
+                         {w.absmax, "absmax", DType::U8, nf4_blocks(numel)},
+                         {w.nested_absmax, "nested_absmax", DType::F32, nf4_nested_blocks(numel)},
+                         {w.nested_code, "nested_code", DType::F32, 256},
+                         {w.offset, "offset", DType::F32, 1},
+                         {w.code, "code", DType::F32, 16}};
+  const Piece slice[] = {{w.packed, "packed", DType::U8, nf4_packed_bytes(numel)},
+                         {w.block_absmax, "block_absmax", DType::F32, nf4_blocks(numel)},
+                         {w.code, "code", DType::F32, 16}};
+  for (const Piece& p : w.sliced() ? std::span<const Piece>(slice) : std::span<const Piece>(whole)) {
     check_defined(p.t, p.what);
     check_dtype(p.t, p.dtype, p.what);
     check_contiguous(p.t, p.what);

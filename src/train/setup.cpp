@@ -14,6 +14,7 @@
 #include "fsdp/data/shard_manifest.h"
 #include "fsdp/data/synthetic_samples.h"
 #include "fsdp/model/param_init.h"
+#include "fsdp/model/peft.h"
 #if defined(FSDP_WITH_CUDA)
 #include "fsdp/core/cuda.h"
 #include "fsdp/core/cuda_libraries.h"
@@ -200,7 +201,14 @@ model::LlamaConfig rank_model_config(const config::Config& cfg, const dist::Proc
                      fmt::format("is {}, but {} under tensor parallelism is not built yet: set parallel.tensor: 1",
                                  m.tensor_parallel, what));
   };
-  if (cfg.lora.enabled && cfg.model.quantization == "nf4") not_yet("QLoRA (model.quantization nf4)");
+  if (cfg.lora.enabled && cfg.model.quantization == "nf4") {
+    // QLoRA: each rank keeps its slice of the weights quantized whole (See Note [LoRA under
+    // tensor parallelism] in peft_units.cpp), which needs the slices made of whole blocks.
+    const std::string refusal = model::nf4_split_refusal(m);
+    if (!refusal.empty())
+      config::fail_key(cfg, "parallel.tensor",
+                       fmt::format("is {} with model.quantization nf4, but {}", m.tensor_parallel, refusal));
+  }
   if (m.is_moe()) not_yet("a mixture of experts (model.num_experts)");
   // On a GPU dense Llama runs as on the CPU: the vocabulary-parallel ops have CUDA kernels
   // and the tensor group is an NCCL communicator (make_nccl_process_groups; See Note

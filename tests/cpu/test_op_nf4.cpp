@@ -125,6 +125,36 @@ TEST_F(Nf4Bitsandbytes, DequantizationGivesBitsandbytesValues) {
   }
 }
 
+// A tensor-parallel slice's pieces (nf4.h, "A slice"): the whole's packed bytes of some of
+// its blocks and their absmax' from nf4_block_absmax. Every other block, as a column slice
+// takes its blocks strided through the nested groups, dequantizes to the whole's values of
+// those blocks bit for bit, for every fixture tensor (bitsandbytes' own pieces).
+TEST_F(Nf4Bitsandbytes, SliceDequantizesToTheWholesBlocksBitForBit) {
+  for (const char* name : kTensors) {
+    const std::string t = name;
+    const Nf4Tensors whole = theirs(t);
+    const int64_t blocks = whole.absmax.numel(), n = blocks * 64;
+    Tensor all = Tensor::empty({n}, DType::F32);
+    nf4_dequantize(whole, value_dtype(t), all);
+    Tensor absmax = Tensor::empty({blocks}, DType::F32);
+    nf4_block_absmax(whole, absmax);
+    const int64_t kept = (blocks + 1) / 2;
+    Nf4Tensors slice;
+    slice.packed = Tensor::empty({kept * 32}, DType::U8);
+    slice.block_absmax = Tensor::empty({kept}, DType::F32);
+    slice.code = whole.code;
+    Tensor want = Tensor::empty({kept * 64}, DType::F32);
+    for (int64_t j = 0; j < kept; ++j) {
+      std::memcpy(slice.packed.data<uint8_t>() + j * 32, whole.packed.data<uint8_t>() + 2 * j * 32, 32);
+      slice.block_absmax.data<float>()[j] = absmax.data<float>()[2 * j];
+      std::memcpy(want.data<float>() + j * 64, all.data<float>() + 2 * j * 64, 64 * sizeof(float));
+    }
+    Tensor got = Tensor::empty({kept * 64}, DType::F32);
+    nf4_dequantize(slice, value_dtype(t), got);
+    expect_same_bytes(got, want, t + " every other block");
+  }
+}
+
 // float64 output holds the float32 values exactly (the CPU reference for the CUDA test).
 TEST_F(Nf4Bitsandbytes, Float64OutputWidensTheFloat32Values) {
   const Nf4Tensors ref = theirs("f32");

@@ -159,10 +159,17 @@ TEST(TensorParallelConfig, WhatIsNotBuiltYetIsRefusedNamingTheKey) {
   EXPECT_EQ(rank_model_error({"parallel.tensor=2"}), "tensor_parallel 2");
   EXPECT_EQ(rank_model_error({"parallel.tensor=2", "lora.enabled=true", "lora.rank=4", "lora.targets=all-linear"}),
             "tensor_parallel 2");
+  // QLoRA runs where every rank's NF4 blocks are blocks of the whole weight (See Note [LoRA
+  // under tensor parallelism]); tiny's down_proj, 352 wide, would cut them.
+  EXPECT_EQ(rank_model_error({"parallel.tensor=2", "lora.enabled=true", "lora.rank=4", "lora.targets=all-linear",
+                              "model.quantization=nf4", "model.intermediate_size=384"}),
+            "tensor_parallel 2");
   EXPECT_EQ(rank_model_error({"parallel.tensor=2", "lora.enabled=true", "lora.rank=4", "lora.targets=all-linear",
                               "model.quantization=nf4"}),
-            "--set parallel.tensor=2: key 'parallel.tensor' is 2, but QLoRA (model.quantization nf4) under tensor "
-            "parallelism is not built yet: set parallel.tensor: 1");
+            "--set parallel.tensor=2: key 'parallel.tensor' is 2 with model.quantization nf4, but layers.0.w_down "
+            "(model.layers.0.mlp.down_proj.weight, [128, 352]) splits into 176 columns per tensor rank, not a "
+            "multiple of the NF4 block size 64: each rank's NF4 blocks must be blocks of the weight quantized whole "
+            "(a parallel.tensor that leaves a multiple of 64 fits)");
   EXPECT_EQ(rank_model_error({"parallel.tensor=2", "model.num_experts=4", "model.experts_per_token=2"}),
             "--set parallel.tensor=2: key 'parallel.tensor' is 2, but a mixture of experts (model.num_experts) under "
             "tensor parallelism is not built yet: set parallel.tensor: 1");

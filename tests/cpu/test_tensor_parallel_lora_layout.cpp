@@ -5,11 +5,14 @@
 // its elements as one rank's layout does (whole_offset), so the seeded initialisation of the
 // slices stacks into one rank's values bit for bit, the frozen base's slots carry their
 // base's slice and both frozen sources (the seeded base, a Hugging Face folder) fill them
-// with the slice's values, and the rank is checked against the whole layer's width. QLoRA
-// under tensor parallelism is refused by name.
+// with the slice's values, and the rank is checked against the whole layer's width. Under
+// QLoRA each slice holds its blocks of the weight quantized whole and dequantizes to the
+// whole's values bit for bit; a split that cuts NF4 blocks is refused naming the weight.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -155,12 +158,72 @@ TEST(TensorParallelLora, RankIsCheckedAgainstTheWholeWidth) {
                      {"lora.rank 65 is outside [1, 64] for layers.0.wk", "[64, 128]"});
 }
 
-TEST(TensorParallelLora, QloraIsRefusedByName) {
+// QLoRA: every NF4 slice (rows of q/k/v/gate/up, columns of o/down, 192 of 384 for down)
+// dequantizes to the whole weight's values at its elements, bit for bit; the norms and
+// the embedding stay dense slices as under LoRA.
+TEST(TensorParallelLora, QloraSlicesDequantizeToTheWholesBits) {
+  expect_frozen_slices({"model.preset=tiny", "model.intermediate_size=384", "model.quantization=nf4"});
+}
+
+// A source that stores NF4 pieces (a bitsandbytes folder, HfFrozenSource::nf4_pieces):
+// each weight's whole pieces, quantized from seeded values, asked for by the whole slot.
+class StoredPieces final : public model::FrozenSource {
+ public:
+  void values(const model::FrozenSlot& slot, int64_t, const Tensor&) override {
+    FAIL() << slot.name << ": values asked of a source that stores pieces";
+  }
+  bool nf4_pieces(const model::FrozenSlot& slot, const Nf4Tensors& out) override {
+    EXPECT_TRUE(slot.tp.replicated()) << slot.name << ": pieces are the whole weight's";
+    const Tensor w = test::random_tensor({slot.numel}, DType::F32, std::hash<std::string>()(slot.name), -1, 1);
+    nf4_quantize(w, out, slot.name.c_str());
+    return true;
+  }
+};
+
+// From stored pieces, every tensor rank's slice of down_proj (columns: strided blocks) and
+// q_proj (rows) dequantizes to the whole's values at its elements, bit for bit.
+TEST(TensorParallelLora, QloraSlicesOfStoredPiecesAreTheWholes) {
+  model::LlamaConfig one = tiny(1);
+  one.intermediate_size = 384;
+  model::LlamaConfig split = one;
+  split.tensor_parallel = kT;
+  model::PeftSpec p = all_linear();
+  p.quantization = model::Quantization::Nf4;
+  model::UnitLayout whole = model::lora_units(one, p)[1];
+  whole.frozen.erase(std::remove_if(whole.frozen.begin(), whole.frozen.end(),
+                                    [](const model::FrozenSlot& f) { return f.format != model::FrozenFormat::Nf4; }),
+                     whole.frozen.end());
+  StoredPieces source;
+  Tensor want_bytes = Tensor::empty({whole.frozen_bytes}, DType::U8);
+  model::fill_frozen_bytes(whole, want_bytes, 0, source);
+  for (int t = 0; t < kT; ++t) {
+    model::UnitLayout unit = model::lora_units(split, p, t)[1];
+    unit.frozen.erase(std::remove_if(unit.frozen.begin(), unit.frozen.end(),
+                                     [](const model::FrozenSlot& f) { return f.format != model::FrozenFormat::Nf4; }),
+                      unit.frozen.end());
+    Tensor bytes = Tensor::empty({unit.frozen_bytes}, DType::U8);
+    model::fill_frozen_bytes(unit, bytes, 0, source);
+    for (const char* name : {"layers.0.wq", "layers.0.w_down"}) {
+      const model::FrozenSlot& f = unit.frozen_slot(name);
+      EXPECT_TRUE(f.nf4.sliced) << name;
+      const Tensor got = frozen_values(unit, bytes, name), all = frozen_values(whole, want_bytes, name);
+      Tensor want = Tensor::empty({f.numel}, DType::F32);
+      for (int64_t i = 0; i < f.numel; ++i) want.set_flat(i, all.get_flat(f.whole_index(i)));
+      EXPECT_TRUE(test::same_bits(got, want)) << name << " on tensor rank " << t;
+    }
+  }
+}
+
+// tiny's down_proj [128, 352] splits into 176 columns per rank: NF4 blocks of the whole
+// would straddle two ranks, so the layout is refused naming the weight.
+TEST(TensorParallelLora, QloraSplitOffTheBlocksIsRefusedByName) {
   model::PeftSpec p = all_linear();
   p.quantization = model::Quantization::Nf4;
   test::expect_error([&] { model::lora_units(tiny(kT), p, 0); },
-                     {"model.quantization nf4 with parallel.tensor 2: QLoRA under tensor parallelism is not built "
-                      "yet"});
+                     {"model.quantization nf4 with parallel.tensor 2: layers.0.w_down "
+                      "(model.layers.0.mlp.down_proj.weight, [128, 352]) splits into 176 columns per tensor rank, "
+                      "not a multiple of the NF4 block size 64"});
+  EXPECT_NO_THROW(model::lora_units(tiny(1), p, 0));
 }
 
 }  // namespace

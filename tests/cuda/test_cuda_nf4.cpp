@@ -78,6 +78,37 @@ TEST_F(CudaOps, Nf4DequantizeMatchesCpuBitForBit) {
   }
 }
 
+// A tensor-parallel slice (nf4.h, "A slice": packed codes and a float absmax' per block)
+// against the CPU's dequantization of the same slice: the kernel's other absmax path.
+TEST_F(CudaOps, Nf4DequantizeOfASliceMatchesCpu) {
+  for (int64_t blocks : {1, 7, 300}) {
+    const int64_t n = blocks * 64;
+    const Pieces whole = scrambled(n, uint64_t(n) + 2);
+    Nf4Tensors host;
+    host.packed = whole.packed;
+    host.code = whole.code;
+    host.block_absmax = Tensor::empty({blocks}, DType::F32);
+    nf4_block_absmax(whole.view(), host.block_absmax);
+    Nf4Tensors dev;
+    dev.packed = on_device(host.packed, kGpu);
+    dev.code = on_device(host.code, kGpu);
+    dev.block_absmax = on_device(host.block_absmax, kGpu);
+    for (DType value : {DType::F32, DType::BF16}) {
+      for (DType out : kFloatTypes) {
+        SCOPED_TRACE("slice n=" + std::to_string(n) + " value " + dtype_name(value) + " into " + dtype_name(out));
+        Tensor ref = Tensor::empty({n}, reference_dtype(out));
+        nf4_dequantize(host, value, ref);
+        Tensor want = Tensor::empty({n}, reference_dtype(out));
+        nf4_dequantize(whole.view(), value, want);
+        EXPECT_TRUE(identical(ref, want));  // the slice of every block is the whole
+        Tensor got = Tensor::empty({n}, out, kGpu);
+        nf4_dequantize(dev, value, got);
+        EXPECT_TRUE(identical(on_cpu(got), rounded_to(ref, out)));
+      }
+    }
+  }
+}
+
 TEST_F(CudaOps, Nf4DequantizeOfBitsandbytesPiecesMatchesCpu) {
   const ckpt::SafetensorsFile f(source_path("tests/golden/nf4/expected.safetensors"));
   auto raw = [&](const std::string& name, DType dtype) {

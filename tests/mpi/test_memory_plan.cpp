@@ -99,6 +99,12 @@ std::vector<Case> tensor_parallel_cases(int world) {
       {"lora T=2 FULL_SHARD selective",
        {"parallel.tensor=2", "fsdp.sharding_strategy=FULL_SHARD", "train.activation_checkpointing=selective",
         "lora.enabled=true", "lora.rank=4", "lora.targets=all-linear", "lora.dropout=0.1"}},
+      // QLoRA: each rank's NF4 slices with a float absmax per block (MLP 384: down's 192
+      // columns per rank are whole blocks).
+      {"qlora T=2 FULL_SHARD full",
+       {"parallel.tensor=2", "fsdp.sharding_strategy=FULL_SHARD", "train.activation_checkpointing=full",
+        "lora.enabled=true", "lora.rank=4", "lora.targets=all-linear", "model.quantization=nf4",
+        "model.intermediate_size=384"}},
   };
 }
 

@@ -11,6 +11,10 @@
 //    uninterrupted run's losses within 1e-5 (the base's fingerprint is one process's at any
 //    layout), and its PEFT adapter export and its merged export are, to the bit, those of
 //    the same state saved by one process.
+// QLoRA (an NF4 base, adapters on q_proj, v_proj and down_proj, MLP 128 so that down_proj's
+// column slices are whole NF4 blocks): each rank keeps its slice of the weights quantized
+// whole, which dequantizes to one process's bits, so 12 steps equal one process in the same
+// bounds, and the checkpoint (adapters and the base's fingerprint) resumes at T=1.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -83,9 +87,10 @@ TrainRun train(const config::Config& cfg, dist::ProcessGroups& groups, int steps
 }
 
 // One process over the same global batch, `steps` steps (every rank computes it alone).
-TrainRun reference(int steps) {
+TrainRun reference(int steps, std::vector<std::string> extra = {}) {
   auto local = dist::local_process_groups();
-  return train(make(0, 1, {"checkpoint.resume=none"}), local, steps);
+  extra.push_back("checkpoint.resume=none");
+  return train(make(0, 1, extra), local, steps);
 }
 
 void expect_losses_near(const std::vector<double>& got, const std::vector<double>& want, const std::string& what) {
@@ -117,6 +122,43 @@ TEST(TensorParallelLora, T2EqualsOneProcessWithDropout) {
   for (int i = 0; i < kSteps; ++i) EXPECT_EQ(again.losses[size_t(i)], got.losses[size_t(i)]) << "step " << i + 1;
   for (const auto& [name, w] : got.adapters)
     EXPECT_EQ(std::memcmp(again.adapters.at(name).data_ptr(), w.data_ptr(), w.nbytes()), 0) << name;
+}
+
+// QLoRA's keys: an NF4 base whose every split is block-aligned (wo 64 of 128 columns,
+// down 64 of 128), PEFT's usual QLoRA targets.
+const std::vector<std::string> kQlora = {"model.quantization=nf4", "model.intermediate_size=128",
+                                         "lora.targets=[q_proj, v_proj, down_proj]"};
+
+TEST(TensorParallelLora, QloraT2EqualsOneProcessAndResumesAtT1) {
+  dist::ProcessGroups& world = test::world_groups();
+  const int n = world.world->size();
+  if (n < 2) GTEST_SKIP() << "tensor parallelism needs 2 ranks";
+  const std::string dir = test::shared_scratch(*world.world, "fsdp_tp_qlora");
+  std::vector<std::string> extra = kQlora;
+  extra.insert(extra.end(), {"run.dir=" + dir, "checkpoint.resume=none"});
+  const config::Config cfg = make(2, n / 2, extra);
+  TrainRun got;
+  {
+    auto groups = dist::split_process_groups(world, train::mesh_spec(cfg));
+    got = train(cfg, groups, kSteps, /*save=*/true);
+  }
+  const TrainRun want = reference(kSteps, kQlora);
+  expect_losses_near(got.losses, want.losses, "QLoRA T=2");
+  ASSERT_EQ(got.adapters.size(), want.adapters.size());
+  for (const auto& [name, w] : want.adapters) {
+    ASSERT_TRUE(got.adapters.count(name)) << name;
+    EXPECT_LT(test::rel_norm_error(got.adapters.at(name), w), kParamTolerance) << name;
+  }
+  world.world->barrier();
+  // One process's layout of the NF4 base has the fingerprint the T=2 checkpoint recorded:
+  // resuming checks it (check_same_base) and continues from the same adapters.
+  extra = kQlora;
+  extra.insert(extra.end(), {"run.dir=" + dir + "/t1", "checkpoint.resume=" + test::checkpoint_step_dir(dir, kSteps)});
+  const config::Config t1 = make(1, n, extra);
+  auto groups = dist::split_process_groups(world, train::mesh_spec(t1));
+  train::Trainer resumed(t1, groups);
+  EXPECT_EQ(resumed.step(), kSteps);
+  world.world->barrier();
 }
 
 void expect_same_folders(const std::string& got, const std::string& want) {

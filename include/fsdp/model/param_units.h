@@ -97,16 +97,20 @@ struct FrozenSlot {
   Dims hf_fused_shape;
   Dims shape;
   int64_t numel = 0;
-  TensorSlice tp;  // the slice this rank holds, as ParamSlot's (NF4 slots are whole)
+  TensorSlice tp;  // the slice this rank holds, as ParamSlot's
   FrozenFormat format = FrozenFormat::Dense;
   // Dense: the element dtype stored (the compute dtype). Nf4: the weight's dtype before
   // quantization (bitsandbytes' quant_state.dtype), which dequantized values are rounded to.
   DType dtype = DType::F32;
   int64_t byte_offset = 0;  // first byte in the unit's frozen buffer
   int64_t bytes = 0;        // bytes it takes (Nf4: all its pieces)
-  // Nf4: each piece's first byte, from byte_offset (fsdp/ops/nf4.h for their sizes).
+  // Nf4: each piece's first byte, from byte_offset (fsdp/ops/nf4.h for their sizes). A
+  // tensor-parallel slice (sliced: tp not replicated) holds a slice of the weight quantized
+  // whole: packed, block_absmax and code only (fsdp/ops/nf4.h, "A slice").
   struct Nf4Pieces {
     int64_t packed = 0, absmax = 0, nested_absmax = 0, offset = 0, nested_code = 0, code = 0;
+    int64_t block_absmax = 0;
+    bool sliced = false;
   } nf4;
 
   Dims whole_shape() const { return model::whole_shape(shape, tp); }

@@ -59,9 +59,15 @@ std::string peft_tensor_name(const std::string& hf_weight_name, const char* whic
 // The layout for `peft` (the plain one when LoRA is off). Errors name the key and the
 // module: a target naming no module of the model, a rank outside [1, min(in, out)] of a
 // targeted weight, an NF4 weight whose element count is not a multiple of 64, an NF4 base
-// under tensor parallelism. Tensor rank `tensor_rank`'s slices with cfg.tensor_parallel > 1
-// (llama_units), each adapter split as its base (See Note [LoRA under tensor parallelism]
-// in peft_units.cpp).
+// split off the NF4 blocks (nf4_split_refusal). Tensor rank `tensor_rank`'s slices with
+// cfg.tensor_parallel > 1 (llama_units), each adapter split as its base, an NF4 weight's
+// slice in the sliced format (See Note [LoRA under tensor parallelism] in peft_units.cpp).
 std::vector<UnitLayout> lora_units(const LlamaConfig& cfg, const PeftSpec& peft, int tensor_rank = 0);
+
+// Why an NF4 base cannot be split over cfg.tensor_parallel ranks, naming the first weight
+// whose slice is not made of whole 64-element blocks of the weight quantized whole (a row
+// slice of fewer than 64 elements' multiple, or a column slice of a width that is not a
+// multiple of 64), or "" when every slice is.
+std::string nf4_split_refusal(const LlamaConfig& cfg);
 
 }  // namespace fsdp::model

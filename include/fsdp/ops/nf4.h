@@ -32,6 +32,15 @@
 // Every piece is a plain array of bytes or floats, so a unit's NF4 weights can live in one
 // flat byte buffer that FSDP shards and all-gathers like any other (bnb_4bit_quant_storage).
 //
+// A slice of a weight quantized whole (tensor parallelism: a rank's rows or columns, each
+// block of 64 inside the slice) keeps the whole's packed codes of its blocks, and instead of
+// the double-quantized absmax, whose groups of 256 blocks a column slice cuts across, each
+// block's absmax' (above) as one process's dequantization computes it:
+//   packed        uint8   [n / 2]     the whole's bytes of the slice's blocks, in slice order
+//   block_absmax  float32 [n / 64]    absmax'[J] of the whole's block J behind each
+//   code          float32 [16]
+// so w' = round_to(value_dtype, code[q] * block_absmax[i / 64]): one process's bits.
+//
 // Quantization runs on the host, at load time (model/frozen_init.h); dequantization runs on
 // every backend right before the GEMM that uses the weight.
 #pragma once
@@ -54,8 +63,12 @@ extern const float kNf4Code[16];
 extern const float kNf4DynamicMap[256];
 
 // One NF4 weight's pieces (views; any device, all on one). Shapes as in the table above.
+// With block_absmax defined it is a slice (above): packed, block_absmax and code are read,
+// and absmax, nested_absmax, nested_code and offset stay undefined.
 struct Nf4Tensors {
   Tensor packed, absmax, nested_absmax, nested_code, offset, code;  // offset: float32 [1]
+  Tensor block_absmax;                                              // a slice's: float32 [n / 64]
+  bool sliced() const { return block_absmax.defined(); }
 };
 
 // Elements of each piece for a weight of `numel` elements (numel a multiple of 64).
@@ -76,6 +89,11 @@ void nf4_dequantize(const Nf4Tensors& w, DType value_dtype, const Tensor& out);
 // one of the four fixture tensors); `offset` imposes one, to reproduce a file bit for bit.
 void nf4_quantize(const Tensor& values, const Nf4Tensors& w, const char* name,
                   std::optional<float> offset = std::nullopt);
+
+// Host only: out[j] (float32 [n / 64], host) = absmax'[j] of a whole weight's pieces `w`
+// (host), computed as the dequantizers compute it, so a slice built from it dequantizes to
+// the whole's bits.
+void nf4_block_absmax(const Nf4Tensors& w, const Tensor& out);
 
 using nf4_dequantize_fn = void (*)(const Nf4Tensors&, DType, const Tensor&);
 FSDP_DECLARE_DISPATCH(nf4_dequantize_fn, nf4_dequantize_stub);

@@ -38,19 +38,39 @@ float block_absmax(const uint8_t* absmax_q, const float* nested_absmax, const fl
   return scaled + offset;
 }
 
+// Each block's absmax': from its 8-bit code for a whole weight, as stored for a slice.
+struct AbsmaxOf {
+  const uint8_t* absmax_q = nullptr;
+  const float* nested_absmax = nullptr;
+  const float* nested_code = nullptr;
+  float offset = 0;
+  const float* plain = nullptr;  // a slice's block_absmax
+
+  explicit AbsmaxOf(const Nf4Tensors& w) {
+    if (w.sliced()) {
+      plain = w.block_absmax.data<float>();
+      return;
+    }
+    absmax_q = w.absmax.data<uint8_t>();
+    nested_absmax = w.nested_absmax.data<float>();
+    nested_code = w.nested_code.data<float>();
+    offset = w.offset.data<float>()[0];
+  }
+  float operator()(int64_t j) const {
+    return plain != nullptr ? plain[j] : block_absmax(absmax_q, nested_absmax, nested_code, offset, j);
+  }
+};
+
 template <typename T>
 void dequantize_impl(const Nf4Tensors& w, DType value_dtype, const Tensor& out_t) {
   const int64_t blocks = nf4_blocks(out_t.numel());
   const auto* packed = w.packed.data<uint8_t>();
-  const auto* absmax_q = w.absmax.data<uint8_t>();
-  const float* nested_absmax = w.nested_absmax.data<float>();
-  const float* nested_code = w.nested_code.data<float>();
   const float* code = w.code.data<float>();
-  const float offset = w.offset.data<float>()[0];
+  const AbsmaxOf absmax_of(w);
   T* out = out_t.data<T>();
 #pragma omp parallel for schedule(static) if (blocks >= 256)
   for (int64_t j = 0; j < blocks; ++j) {
-    const float absmax = block_absmax(absmax_q, nested_absmax, nested_code, offset, j);
+    const float absmax = absmax_of(j);
     const uint8_t* bytes = packed + j * (kNf4BlockSize / 2);
     T* o = out + j * kNf4BlockSize;
     for (int64_t m = 0; m < kNf4BlockSize / 2; ++m) {
@@ -141,6 +161,17 @@ void quantize_absmax(const float* absmax, int64_t blocks, float offset, uint8_t*
 
 FSDP_REGISTER_DISPATCH(nf4_dequantize_stub, DeviceType::CPU, &nf4_dequantize_cpu);
 
+void nf4_block_absmax(const Nf4Tensors& w, const Tensor& out) {
+  check_dtype(out, DType::F32, "out");
+  check_contiguous(out, "out");
+  FSDP_CHECK(out.device().is_cpu() && !w.sliced(), "nf4_block_absmax: a whole weight's pieces into a host tensor");
+  const int64_t blocks = out.numel();
+  detail::check_nf4_pieces(w, blocks * kNf4BlockSize, Device::cpu());
+  const AbsmaxOf absmax_of(w);
+  float* o = out.data<float>();
+  for (int64_t j = 0; j < blocks; ++j) o[j] = absmax_of(j);
+}
+
 void nf4_quantize(const Tensor& values, const Nf4Tensors& w, const char* name, std::optional<float> offset_in) {
   check_defined(values, "values");
   check_dtype(values, DType::F32, "values");
@@ -150,6 +181,7 @@ void nf4_quantize(const Tensor& values, const Nf4Tensors& w, const char* name, s
   FSDP_CHECK(n % kNf4BlockSize == 0,
              "model.quantization nf4: {} has {} elements, not a multiple of the NF4 block size {}", name, n,
              kNf4BlockSize);
+  FSDP_CHECK(!w.sliced(), "nf4_quantize quantizes a whole weight; {} was given a slice's pieces", name);
   detail::check_nf4_pieces(w, n, Device::cpu());
   const int64_t blocks = nf4_blocks(n);
   std::vector<float> absmax(size_t(blocks), 0.0f);

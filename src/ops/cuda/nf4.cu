@@ -5,6 +5,9 @@
 // __fadd_rn: nvcc would otherwise contract the absmax line into one FMA, which rounds once
 // and gives other bits than bitsandbytes' two kernels and the CPU).
 //
+// A tensor-parallel slice stores each block's absmax' as a float (fsdp/ops/nf4.h), read
+// in place of the first line.
+//
 // Layout: one thread per packed byte (two weights), a grid-stride loop over the n / 2
 // bytes. Each thread recomputes its block's absmax (two loads from tables a few KB in
 // size, shared through L1 by the 32 threads of a block); the kernel moves 0.5 byte in and
@@ -30,8 +33,13 @@ __global__ void nf4_dequantize_kernel(Nf4View w, DType value_dtype, T* out, int6
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   for (int64_t m = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; m < bytes; m += stride) {
     const int64_t j = m / (kBlockSize / 2);
-    const float scaled = __fmul_rn(w.nested_code[w.absmax[j]], w.nested_absmax[j / kNestedBlockSize]);
-    const float absmax = __fadd_rn(scaled, w.offset[0]);
+    float absmax;
+    if (w.block_absmax != nullptr) {
+      absmax = w.block_absmax[j];  // a slice: the whole's absmax', computed so on the host
+    } else {
+      const float scaled = __fmul_rn(w.nested_code[w.absmax[j]], w.nested_absmax[j / kNestedBlockSize]);
+      absmax = __fadd_rn(scaled, w.offset[0]);
+    }
     const uint8_t b = w.packed[m];
     out[2 * m] = E::store(round_to(value_dtype, __fmul_rn(w.code[b >> 4], absmax)));
     out[2 * m + 1] = E::store(round_to(value_dtype, __fmul_rn(w.code[b & 0x0f], absmax)));

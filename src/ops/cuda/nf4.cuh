@@ -17,6 +17,7 @@ struct Nf4View {
   const float* nested_code;
   const float* offset;
   const float* code;
+  const float* block_absmax;  // a slice's absmax' per block (the others null), or null
 };
 
 bool nf4_dequantize_supports(DType out);  // float32, float64, bfloat16, float16
