@@ -160,6 +160,29 @@ TEST(TensorParallelMoe, T2EqualsOneProcess) {
                    got, "activation_checkpointing selective");
 }
 
+// LoRA on every linear layer of the Mixtral (the router and each expert's w1, w2, w3
+// included; dropout 0.1): the adapters follow their base (Note [LoRA under tensor
+// parallelism]) and each expert's rows keep one process's sorted positions, so the dropout
+// masks are one process's too.
+TEST(TensorParallelMoe, LoraOnEveryLinearEqualsOneProcess) {
+  dist::ProcessGroups& world = test::world_groups();
+  const int n = world.world->size();
+  if (n < 2) GTEST_SKIP() << "tensor parallelism needs 2 ranks";
+  const std::vector<std::string> lora = {"checkpoint.resume=none", "lora.enabled=true",     "lora.rank=4",
+                                         "lora.alpha=8",           "lora.targets=all-linear", "lora.dropout=0.1"};
+  const config::Config cfg = tiny_moe(2, n / 2, lora);
+  auto groups = dist::split_process_groups(world, train::mesh_spec(cfg));
+  const MoeRun got = train(cfg, groups, kSteps);
+  auto local = dist::local_process_groups();
+  const MoeRun want = train(tiny_moe(0, 1, lora), local, kSteps);
+  expect_near(got.losses, want.losses, "loss");
+  EXPECT_EQ(got.load, want.load) << "the expert counts";
+  EXPECT_EQ(got.bias, want.bias) << "the routing biases";
+  ASSERT_EQ(got.weights.size(), want.weights.size());
+  for (const auto& [name, w] : want.weights)
+    EXPECT_LT(test::rel_norm_error(got.weights.at(name), w), kParamTolerance) << name;
+}
+
 TEST(TensorParallelMoe, CheckpointAtT2ResumesAtT1) {
   dist::ProcessGroups& world = test::world_groups();
   const int n = world.world->size();
