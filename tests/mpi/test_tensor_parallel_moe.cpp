@@ -24,11 +24,10 @@
 
 #include <cmath>
 #include <cstring>
-#include <filesystem>
 #include <map>
 
 #include "../common/distributed_train_checks.h"
-#include "fsdp/ckpt/manifest.h"
+#include "../common/tensor_parallel_checks.h"
 #include "fsdp/fsdp/tensor_group.h"
 #include "fsdp/model/router_bias.h"
 #include "fsdp/train/launch_checks.h"
@@ -38,7 +37,6 @@
 namespace fsdp {
 namespace {
 
-namespace fs = std::filesystem;
 constexpr int kSteps = 10;
 constexpr int kGlobalMicroBatches = 4;  // of 2 sequences, at every layout
 constexpr double kTolerance = 1e-5;
@@ -70,23 +68,6 @@ struct MoeRun {
   std::map<std::string, Tensor> weights;  // every parameter, whole
 };
 
-// The whole parameter of slot `s` from every tensor rank's slice of `local` (as in
-// test_tensor_parallel.cpp).
-Tensor whole(const model::ParamSlot& s, const Tensor& local, model::TensorGroup* group) {
-  const Tensor mine = local.narrow(0, s.offset, s.numel).clone();
-  if (group == nullptr || s.tp.replicated()) return mine;
-  const int T = group->size();
-  const Tensor all = Tensor::empty({int64_t(T) * s.numel}, DType::F32);
-  group->all_gather(mine, all);
-  const Tensor out = Tensor::zeros({int64_t(T) * s.numel}, DType::F32);
-  model::ParamSlot slice = s;
-  for (int r = 0; r < T; ++r) {
-    slice.tp.index = r;
-    for (int64_t i = 0; i < s.numel; ++i) out.set_flat(slice.whole_index(i), all.get_flat(int64_t(r) * s.numel + i));
-  }
-  return out;
-}
-
 // `steps` steps, then (with `save`) a checkpoint.
 MoeRun train(const config::Config& cfg, dist::ProcessGroups& groups, int steps, bool save = false) {
   train::Trainer t(cfg, groups);
@@ -103,7 +84,7 @@ MoeRun train(const config::Config& cfg, dist::ProcessGroups& groups, int steps, 
   for (int u = 0; u < t.engine().num_units(); ++u) {
     const Tensor local = t.engine().gather_full(u).clone();
     for (const model::ParamSlot& s : t.model().units()[size_t(u)].params)
-      r.weights[s.name] = whole(s, local, groups.tensor->size() > 1 ? &tensor : nullptr);
+      r.weights[s.name] = test::whole_parameter(s, local, groups.tensor->size() > 1 ? &tensor : nullptr);
   }
   if (save) {
     t.save_checkpoint();
@@ -197,8 +178,8 @@ TEST(TensorParallelMoe, CheckpointAtT2ResumesAtT1) {
     train(cfg, groups, half, /*save=*/true);
   }
   world.world->barrier();
-  const std::string step = (fs::path(dir) / "checkpoints" / ckpt::checkpoint_name(half)).string();
-  const config::Config cfg = tiny_moe(1, n, {"checkpoint.resume=" + step, "run.dir=" + dir});
+  const config::Config cfg =
+      tiny_moe(1, n, {"checkpoint.resume=" + test::checkpoint_step_dir(dir, half), "run.dir=" + dir});
   auto groups = dist::split_process_groups(world, train::mesh_spec(cfg));
   const MoeRun got = train(cfg, groups, half);
   const MoeRun& want = reference();
