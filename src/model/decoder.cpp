@@ -197,7 +197,10 @@ void Llama::enqueue_forward_backward(LlamaActivations& a, ParamProvider& p, doub
   trunk_forward(a, p, /*for_backward=*/true);
   // The router losses' gradient is known once every layer has routed: the same for every
   // layer's backward (the loss-scale factor of grad_scale is the caller's to include).
-  if (cfg_.is_moe()) router_loss_grad(cfg_, router_records(a), router_scale, a.grads.mlp->router_loss);
+  // Every tensor rank routed all N tokens, so each adds 1/T of it: the sums over the tensor
+  // group count it once (Note [Experts under tensor parallelism] in mlp_moe.h).
+  if (cfg_.is_moe())
+    router_loss_grad(cfg_, router_records(a), router_scale / double(sp_->size()), a.grads.mlp->router_loss);
   // A frozen table needs no gradient and nothing below it needs one: its backward, and its
   // gather for backward, are skipped (said before the backward begins). A tied head still
   // reads the frozen table in its backward (dx = dlogits W), so then the hooks run and the

@@ -10,13 +10,7 @@ namespace fsdp::model {
 
 std::unique_ptr<MlpSublayer> make_mlp(const LlamaConfig& cfg, const UnitLayout& block, const SequenceParallel* sp,
                                       RouterBiasRef bias) {
-  if (cfg.is_moe()) {
-    FSDP_CHECK(cfg.tensor_parallel == 1,
-               "a mixture of experts with parallel.tensor {}: experts under tensor parallelism are not built yet (run "
-               "it with parallel.tensor: 1)",
-               cfg.tensor_parallel);
-    return std::make_unique<MoeMlp>(cfg, block, std::move(bias));
-  }
+  if (cfg.is_moe()) return std::make_unique<MoeMlp>(cfg, block, sp, std::move(bias));
   return std::make_unique<DenseSwiGLU>(cfg, block, sp);
 }
 

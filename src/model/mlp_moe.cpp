@@ -21,10 +21,11 @@ std::string expert_slot(const UnitLayout& block, int64_t e, const char* w) {
 
 }  // namespace
 
-MoeMlp::MoeMlp(const LlamaConfig& cfg, const UnitLayout& block, RouterBiasRef bias)
+MoeMlp::MoeMlp(const LlamaConfig& cfg, const UnitLayout& block, const SequenceParallel* sp, RouterBiasRef bias)
     : MlpSublayer(cfg),
+      sp_(sp != nullptr ? sp : &kNoSequenceParallel),
       hidden_(cfg.hidden_size),
-      ffn_(cfg.intermediate_size),
+      ffn_(cfg.local_intermediate()),
       experts_(cfg.num_experts),
       k_(cfg.experts_per_token),
       eps_(cfg.norm_eps),
@@ -38,12 +39,15 @@ MoeMlp::MoeMlp(const LlamaConfig& cfg, const UnitLayout& block, RouterBiasRef bi
   }
 }
 
+// Under tensor parallelism h and rstd are this rank's rows, F this rank's columns of every
+// expert; the routing covers every rank's rows (Note [Experts under tensor parallelism]).
 void MoeMlpSaved::bind(const LlamaConfig& c, int64_t N, DType dt, const SavedBinder& b) {
-  const int64_t C = c.hidden_size, F = c.intermediate_size, E = c.num_experts, k = c.experts_per_token, NK = N * k;
+  const int64_t C = c.hidden_size, F = c.local_intermediate(), E = c.num_experts, k = c.experts_per_token, NK = N * k;
+  const int64_t rows = N / c.tensor_parallel;
   const DType st = stat_dtype(dt);
   using K = SavedKind;
-  b(h, {"moe h", {N, C}, dt, K::Cheap});
-  b(rstd, {"moe rstd", {N}, st, K::Cheap});
+  b(h, {"moe h", {rows, C}, dt, K::Cheap});
+  b(rstd, {"moe rstd", {rows}, st, K::Cheap});
   b(logits, {"moe router logits", {N, E}, dt, K::Expensive});
   b(probs, {"moe router probs", {N, E}, st, K::Expensive});
   b(lse, {"moe router lse", {N}, st, K::Expensive});
@@ -62,7 +66,7 @@ void MoeMlpSaved::bind(const LlamaConfig& c, int64_t N, DType dt, const SavedBin
 }
 
 void MoeMlpGrads::bind(const LlamaConfig& c, int64_t N, DType dt, const SavedBinder& b) {
-  const int64_t C = c.hidden_size, F = c.intermediate_size, E = c.num_experts, k = c.experts_per_token, NK = N * k;
+  const int64_t C = c.hidden_size, F = c.local_intermediate(), E = c.num_experts, k = c.experts_per_token, NK = N * k;
   b(dys, {"moe dys", {NK, C}, dt, SavedKind::Cheap});
   b(dact, {"moe dact", {NK, F}, dt, SavedKind::Cheap});
   b(dgu, {"moe dgate|up", {NK, 2 * F}, dt, SavedKind::Cheap});
@@ -117,28 +121,44 @@ void MoeMlp::read_group_sizes(MoeMlpSaved& s, int64_t N) const {
 
 void MoeMlp::forward(const Tensor& x, const UnitParams& p, MlpSaved& saved, const Tensor& out) const {
   auto& s = static_cast<MoeMlpSaved&>(saved);
-  const int64_t N = x.size(0), NK = N * k_;
-  const Tensor h = s.h.narrow(0, 0, N);
-  rmsnorm_forward(x, norm_.value(p), h, s.rstd.narrow(0, 0, N), eps_);
-  router_.forward(h, p, s.logits.narrow(0, 0, N));
+  // x holds this rank's rows; the router and the experts run on every rank's (N of them).
+  const int64_t rows = x.size(0), N = rows * sp_->size(), NK = N * k_;
+  const Tensor h = s.h.narrow(0, 0, rows);
+  rmsnorm_forward(x, norm_.value(p), h, s.rstd.narrow(0, 0, rows), eps_);
+  const Tensor h_all = sp_->gather(h);
+  router_.forward(h_all, p, s.logits.narrow(0, 0, N));
   route(s, N);
   read_group_sizes(s, N);
-  moe_gather_rows(h, s.order.narrow(0, 0, NK), k_, s.xs.narrow(0, 0, NK));
+  moe_gather_rows(h_all, s.order.narrow(0, 0, NK), k_, s.xs.narrow(0, 0, NK));
   experts_forward(s, p);
-  // out = x + sum_j w_j * y_j, each token's k outputs gathered in choice order.
-  moe_combine(s.ys.narrow(0, 0, NK), s.slot.narrow(0, 0, NK), s.weight.narrow(0, 0, N), x, out);
+  combine(s, x, out, N);
+}
+
+// out = x + sum_j w_j * y_j, each token's k outputs gathered in choice order; under tensor
+// parallelism the y_j are partial sums, so is their combine, reduce-scattered to this
+// rank's rows before x is added (Note [Experts under tensor parallelism]).
+void MoeMlp::combine(const MoeMlpSaved& s, const Tensor& x, const Tensor& out, int64_t N) const {
+  const int64_t NK = N * k_;
+  const Tensor ys = s.ys.narrow(0, 0, NK), slot = s.slot.narrow(0, 0, NK), weight = s.weight.narrow(0, 0, N);
+  if (!sp_->on()) {
+    moe_combine(ys, slot, weight, x, out);
+    return;
+  }
+  const Tensor partial = sp_->partial_for(x);
+  moe_combine(ys, slot, weight, Tensor(), partial);
+  sp_->scatter_sum(partial, x, out);
 }
 
 // Selective checkpointing: the routing and the experts' GEMM outputs were kept, so the
 // norm, the gather and each expert's SwiGLU run again over the same groups (no host wait).
 void MoeMlp::recompute_cheap(const Tensor& x, const UnitParams& p, MlpSaved& saved) const {
   auto& s = static_cast<MoeMlpSaved&>(saved);
-  const int64_t N = x.size(0), NK = N * k_;
+  const int64_t rows = x.size(0), N = rows * sp_->size(), NK = N * k_;
   FSDP_CHECK(int64_t(s.group_begin.size()) == experts_ + 1 && s.record.tokens == N,
              "moe: recompute over {} rows without a matching forward", N);
-  const Tensor h = s.h.narrow(0, 0, N);
-  rmsnorm_forward(x, norm_.value(p), h, s.rstd.narrow(0, 0, N), eps_);
-  moe_gather_rows(h, s.order.narrow(0, 0, NK), k_, s.xs.narrow(0, 0, NK));
+  const Tensor h = s.h.narrow(0, 0, rows);
+  rmsnorm_forward(x, norm_.value(p), h, s.rstd.narrow(0, 0, rows), eps_);
+  moe_gather_rows(sp_->gather(h), s.order.narrow(0, 0, NK), k_, s.xs.narrow(0, 0, NK));
   experts_swiglu(s);
 }
 
@@ -169,19 +189,25 @@ void MoeMlp::backward(const Tensor& x, const MlpSaved& saved, const UnitParams& 
                       const Tensor& dh, MlpGrads& grads_scratch) const {
   const auto& s = static_cast<const MoeMlpSaved&>(saved);
   auto& g = static_cast<MoeMlpGrads&>(grads_scratch);
-  const int64_t N = x.size(0), NK = N * k_;
+  const int64_t rows = x.size(0), N = rows * sp_->size(), NK = N * k_;
   FSDP_CHECK(int64_t(s.group_begin.size()) == experts_ + 1 && s.record.tokens == N,
              "moe: backward over {} rows without a matching forward", N);
   const Tensor slot = s.slot.narrow(0, 0, NK), weight = s.weight.narrow(0, 0, N);
   const Tensor dweight = g.dweight.narrow(0, 0, N), dlogits = g.dlogits.narrow(0, 0, N);
-  moe_combine_backward(dres, s.ys.narrow(0, 0, NK), slot, weight, g.dys.narrow(0, 0, NK), dweight);
+  // d(out) on every rank's rows; under tensor parallelism dweight = <d(out), ys> is partial.
+  moe_combine_backward(sp_->scatter_backward(dres), s.ys.narrow(0, 0, NK), slot, weight, g.dys.narrow(0, 0, NK),
+                       dweight);
   experts_backward(s, p, g);
   moe_router_backward(dweight, s.probs.narrow(0, 0, N), s.lse.narrow(0, 0, N), s.expert.narrow(0, 0, N), weight,
                       g.router_loss.aux_grad, g.router_loss.z_scale, dlogits);
-  // dh = dlogits W_router (+) the gathered expert inputs' gradients.
-  router_.backward(dlogits, s.h.narrow(0, 0, N), p, dh);
-  moe_gather_rows_backward(g.dxs.narrow(0, 0, NK), slot, k_, dh, /*accumulate=*/true);
-  rmsnorm_backward(dh, x, norm_.value(p), s.rstd.narrow(0, 0, N), dres, norm_.grad(p), /*accumulate_dx=*/true);
+  // dh = dlogits W_router (+) the gathered expert inputs' gradients, over every rank's rows
+  // (h gathered again, as the dense MLP does: Note [Sequence parallelism]), then summed
+  // over the group into this rank's rows.
+  const Tensor dh_all = sp_->partial_for(dh);
+  router_.backward(dlogits, sp_->gather(s.h.narrow(0, 0, rows)), p, dh_all);
+  moe_gather_rows_backward(g.dxs.narrow(0, 0, NK), slot, k_, dh_all, /*accumulate=*/true);
+  sp_->gather_backward(dh_all, dh);
+  rmsnorm_backward(dh, x, norm_.value(p), s.rstd.narrow(0, 0, rows), dres, norm_.grad(p), /*accumulate_dx=*/true);
 }
 
 }  // namespace fsdp::model

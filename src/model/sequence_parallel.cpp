@@ -65,9 +65,14 @@ void SequenceParallel::scatter(const Linear& lin, const Tensor& in, const UnitPa
     lin.forward(in, p, out, /*accumulate=*/true);
     return;
   }
-  FSDP_CHECK(out.data_ptr() != x.data_ptr(), "sequence parallelism: a row-parallel output must not overwrite its input");
   const Tensor partial = rows_of(partial_, in.size(0), "partial");
   lin.forward(in, p, partial);
+  scatter_sum(partial, x, out);
+}
+
+void SequenceParallel::scatter_sum(const Tensor& partial, const Tensor& x, const Tensor& out) const {
+  FSDP_CHECK(on(), "sequence parallelism: scatter_sum without a tensor group");
+  FSDP_CHECK(out.data_ptr() != x.data_ptr(), "sequence parallelism: a row-parallel output must not overwrite its input");
   group_->reduce_scatter(partial, out);  // backward twin: scatter_backward's all-gather
   add(out, x, out);
 }

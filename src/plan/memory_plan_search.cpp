@@ -33,8 +33,8 @@ struct Change {
 
 // The single changes that lower a rank's memory, for the config as it is, on `target`:
 // last, a tensor-parallel degree (2, 4, 8) that the model's shape and the target's nodes
-// hold, which splits the activations and the gathered units over a node's ranks (LoRA and
-// mixtures of experts do not run under tensor parallelism yet).
+// hold, which splits the activations and the gathered units over a node's ranks (QLoRA,
+// and mixtures of experts on GPUs, do not run under tensor parallelism yet).
 std::vector<Change> changes(const config::Config& cfg, const model::LlamaConfig& m, const PlanTarget& target) {
   std::vector<Change> out;
   const config::TrainConfig& t = cfg.train;
@@ -59,8 +59,9 @@ std::vector<Change> changes(const config::Config& cfg, const model::LlamaConfig&
     out.push_back({"fsdp.sharding_strategy: FULL_SHARD",
                    [](config::Config& c) { c.fsdp.sharding_strategy = config::ShardingStrategy::FULL_SHARD; }});
   if (cfg.fsdp.prefetch_limit > 0) out.push_back({"fsdp.prefetch_limit: 0", [](config::Config& c) { c.fsdp.prefetch_limit = 0; }});
-  // Tensor parallelism runs dense models with or without LoRA; not yet QLoRA or experts.
-  if (cfg.model.quantization != "nf4" && !m.is_moe()) {
+  // Tensor parallelism runs dense models with or without LoRA, and experts on the CPU; not
+  // yet QLoRA, or experts on GPUs (train::rank_model_config refuses them).
+  if (cfg.model.quantization != "nf4" && !(m.is_moe() && target.gpu)) {
     for (int T : {2, 4, 8}) {
       if (T <= cfg.parallel.tensor || target.ranks % T != 0 || std::max(target.ranks_per_node, 1) % T != 0) continue;
       if (model::tensor_parallel_problem(m, T, cfg.train.seq_len)) continue;

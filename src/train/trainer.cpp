@@ -50,7 +50,7 @@ Trainer::Trainer(Effective, const config::Config& cfg, dist::ProcessGroups& grou
       memory_plan_(plan::check_memory(cfg, groups.world_info, device_)),
       engine_groups_(engine_groups(groups, device_)),
       tensor_group_(*engine_groups_.tensor),
-      model_(rank_model_config(cfg, groups), cfg.train.dtype, device_,
+      model_(rank_model_config(cfg, groups, device_), cfg.train.dtype, device_,
              config::peft_spec(cfg, config::training_model_config(cfg)), uint64_t(cfg.train.seed), &tensor_group_),
       engine_(model_.units(), engine_groups_, config::fsdp_options(cfg, device_)),
       act_(model_.config(), cfg.train.micro_batch_size, cfg.train.seq_len, cfg.train.dtype, device_,
@@ -223,6 +223,10 @@ model::LossSum Trainer::accumulate_gradients(double grad_scale, double router_sc
   const bool moe = model_.config().is_moe();
   engine_.begin_step(int(accum));
   if (expert_load_) expert_load_->begin_step();
+  // The ranks of a tensor group routed the same tokens (Note [Experts under tensor
+  // parallelism]): one of them counts them, so the world's sum is the data-parallel ranks'
+  // and the routing biases are one process's.
+  const bool counts_expert_load = engine_groups_.tensor->rank() == 0;
   model::LossSum local;
   const int64_t micro = cfg_.train.micro_batch_size;
   const int64_t data_ranks = groups_.mesh.data_parallel_size();
@@ -236,7 +240,7 @@ model::LossSum Trainer::accumulate_gradients(double grad_scale, double router_sc
     act_.first_sample = samples_seen_ + (a * data_ranks + data_rank) * micro;
     if (device_.is_cpu()) {
       add_to(local, model_.forward_backward(act_, engine_, grad_scale, router_scale));
-      if (expert_load_) expert_load_->add(model_, act_);
+      if (expert_load_ && counts_expert_load) expert_load_->add(model_, act_);
     } else {
       // Enqueue only; the losses wait on the device for one read-back after the last.
       model_.enqueue_forward_backward(act_, engine_, grad_scale, router_scale);
@@ -246,7 +250,7 @@ model::LossSum Trainer::accumulate_gradients(double grad_scale, double router_sc
         // read them now (a mixture of experts waits per layer anyway, for its group sizes).
         const model::RouterLosses r = model_.router_losses(act_);
         add_to(local, model::LossSum{0, 0, r.aux, r.z, 1});
-        expert_load_->add(model_, act_);
+        if (counts_expert_load) expert_load_->add(model_, act_);
       }
     }
   }

@@ -139,16 +139,17 @@ TEST(TensorParallelConfig, LayoutsTheWorldCannotHoldAreConfigErrors) {
 }
 
 // What tensor parallelism does not run yet is refused where the model is made for a rank
-// of a mesh with T > 1 (train::rank_model_config), naming parallel.tensor, on the CPU and on
-// GPUs alike (dense Llama runs on both: tests/cuda_mpi/test_tensor_parallel_cuda.cpp).
-std::string rank_model_error(const std::vector<std::string>& overrides) {
+// of a mesh with T > 1 (train::rank_model_config), naming parallel.tensor: QLoRA on the CPU
+// and on GPUs alike, a mixture of experts on GPUs (dense Llama and LoRA run on both:
+// tests/cuda_mpi/test_tensor_parallel_cuda.cpp; experts on the CPU: test_tensor_parallel_moe.cpp).
+std::string rank_model_error(const std::vector<std::string>& overrides, Device device = Device::cpu()) {
   dist::ProcessGroups g = dist::local_process_groups();
   dist::MeshShape shape;
   shape.tensor = 2;
   g.mesh = dist::DeviceMesh(shape, {0, 0});
   try {
     const model::LlamaConfig m =
-        train::rank_model_config(config::load_config_string("", "configs/x.yaml", overrides), g);
+        train::rank_model_config(config::load_config_string("", "configs/x.yaml", overrides), g, device);
     return "tensor_parallel " + std::to_string(m.tensor_parallel);
   } catch (const config::ConfigError& e) {
     return e.what();
@@ -171,9 +172,13 @@ TEST(TensorParallelConfig, WhatIsNotBuiltYetIsRefusedNamingTheKey) {
             "multiple of the NF4 block size 64: each rank's NF4 blocks must be blocks of the weight quantized whole "
             "(a parallel.tensor that leaves a multiple of 64 fits)");
   EXPECT_EQ(rank_model_error({"parallel.tensor=2", "model.num_experts=4", "model.experts_per_token=2"}),
-            "--set parallel.tensor=2: key 'parallel.tensor' is 2, but a mixture of experts (model.num_experts) under "
-            "tensor parallelism is not built yet: set parallel.tensor: 1");
-  EXPECT_EQ(rank_model_error({"parallel.tensor=2", "train.device=cuda"}), "tensor_parallel 2");
+            "tensor_parallel 2");
+  EXPECT_EQ(rank_model_error({"parallel.tensor=2", "model.num_experts=4", "model.experts_per_token=2",
+                              "train.device=cuda"},
+                             Device::cuda(0)),
+            "--set parallel.tensor=2: key 'parallel.tensor' is 2, but a mixture of experts (model.num_experts) on "
+            "GPUs under tensor parallelism is not built yet: set parallel.tensor: 1");
+  EXPECT_EQ(rank_model_error({"parallel.tensor=2", "train.device=cuda"}, Device::cuda(0)), "tensor_parallel 2");
 }
 
 TEST(TensorParallelConfig, TheStepLineAndMetricsNameTheMesh) {

@@ -15,12 +15,35 @@
 //
 // The forward also records the routing statistics the router losses need (mlp.h's
 // RouterRecord); their gradient arrives in MlpGrads::router_loss (router_loss.h).
+//
+// Note [Experts under tensor parallelism]
+// Megatron-LM's expert tensor parallelism with sequence parallelism, the dense MLP's
+// pattern (mlp_dense.h, Note [Sequence parallelism]): x holds this rank's N / T rows; the
+// norm runs on them and an all-gather brings all N rows h to every tensor rank. The router
+// (whole, the same bits on every rank) routes all N tokens there, so the logits, the
+// choices, the sort and the group sizes are the same on every rank of the group, bit for
+// bit (they must be: the ranks' GEMM shapes follow them); each expert's w1|w3 are
+// this rank's F / T rows (column-parallel) and w2 its F / T columns (row-parallel), so
+// each expert's output ys is a partial sum over the tensor group. The combine is linear in
+// ys: sum_j w_j ys_j of the partial outputs is a partial sum too, and a reduce-scatter
+// returns this rank's rows, to which x is added. Backward mirrors it:
+//   d(out) rows all-gathered to [N, C] (whole on every rank) ; dys = w_j d(out): whole ;
+//   dweight = <d(out), ys>: partial, so dlogits' routing part is partial and the router's
+//   gradient and its dx sum correctly over the group (the engine all-reduces whole slots;
+//   the reduce-scatter below sums dx) ; each expert's dW on its own slice, complete ;
+//   dxs partial ; dh [N, C] = dlogits W_router + gathered dxs, reduce-scattered to rows.
+// The router losses are computed from all N tokens' probabilities on every rank: their
+// share of dlogits is whole, not partial, and would be counted T times by those sums, so
+// each rank adds 1/T of it (Llama::enqueue_forward_backward scales router_loss_grad):
+// the same code on every rank, and the scaling exact for T a power of two. Their reported values and
+// the expert counts are whole on every rank too: the trainer counts one tensor rank's.
 #pragma once
 
 #include <vector>
 
 #include "fsdp/model/linear.h"
 #include "fsdp/model/mlp.h"
+#include "fsdp/model/sequence_parallel.h"
 
 namespace fsdp::model {
 
@@ -30,6 +53,8 @@ namespace fsdp::model {
 // expert's GEMM outputs (gu, ys); it recomputes the norm (h, rstd), the gathered rows (xs)
 // and SwiGLU (act). The router statistics are every block's own (the router losses pool
 // all layers after the forward).
+// Under tensor parallelism (Note [Experts under tensor parallelism]) h and rstd are this
+// rank's N / T rows, F is this rank's F / T columns of every expert, the rest covers all N.
 struct MoeMlpSaved final : MlpSaved {
   Tensor h;        // [N, C]     rmsnorm(x)                                  Cheap
   Tensor rstd;     // [N]        its 1/rms (stat dtype)                      Cheap
@@ -69,8 +94,9 @@ struct MoeMlpGrads final : MlpGrads {
 class MoeMlp final : public MlpSublayer {
  public:
   // Resolves mlp_norm, the router and every expert's w1|w3 and w2 in a block's layout;
-  // `bias` is the layer's routing bias (router_bias.h), read at every forward.
-  MoeMlp(const LlamaConfig& cfg, const UnitLayout& block, RouterBiasRef bias = {});
+  // `bias` is the layer's routing bias (router_bias.h), read at every forward; `sp` the
+  // tensor group's mappings (null: none).
+  MoeMlp(const LlamaConfig& cfg, const UnitLayout& block, const SequenceParallel* sp = nullptr, RouterBiasRef bias = {});
 
   void forward(const Tensor& x, const UnitParams& p, MlpSaved& saved, const Tensor& out) const override;
   void recompute_cheap(const Tensor& x, const UnitParams& p, MlpSaved& saved) const override;
@@ -84,7 +110,10 @@ class MoeMlp final : public MlpSublayer {
   void experts_swiglu(const MoeMlpSaved& s) const;
   void experts_backward(const MoeMlpSaved& s, const UnitParams& p, MoeMlpGrads& g) const;
 
-  int64_t hidden_ = 0, ffn_ = 0, experts_ = 0, k_ = 0;  // C, F, E, k
+  void combine(const MoeMlpSaved& s, const Tensor& x, const Tensor& out, int64_t N) const;
+
+  const SequenceParallel* sp_;
+  int64_t hidden_ = 0, ffn_ = 0, experts_ = 0, k_ = 0;  // C, F (this tensor rank's), E, k
   double eps_ = 0;
   ParamRef norm_;  // mlp_norm
   Linear router_;

@@ -67,6 +67,10 @@ class SequenceParallel {
   // scatter's forward after a row-parallel Linear: out = x + lin(in), with out and x this
   // rank's rows [n/T, C] and in all n rows. out may be x.
   void scatter(const Linear& lin, const Tensor& in, const UnitParams& p, const Tensor& x, const Tensor& out) const;
+  // scatter's forward for partial sums computed by other than one Linear (the experts'
+  // combine, mlp_moe.h): out = x + this rank's rows of the sum over the group of `partial`
+  // [n, C] (partial_for(out)). Needs on(); out must not be x.
+  void scatter_sum(const Tensor& partial, const Tensor& x, const Tensor& out) const;
   // scatter's backward: d(out) rows [n/T, C] all-gathered into [n, C] (the gathered
   // buffer), or dout itself when off.
   Tensor scatter_backward(const Tensor& dout) const { return gather(dout); }
