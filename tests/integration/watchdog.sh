@@ -7,7 +7,8 @@
 #     the timeout + a few seconds, the stopped rank included (MPI_Abort takes it down).
 #  2. 4 ranks, HYBRID_SHARD in shard groups of 2 (two "nodes"), ranks 2 and 3 stopped: ranks 0
 #     and 1 each log one line naming the stopped ranks they waited for as silent (and a live
-#     rank, if any, as waiting in another collective); exit 76.
+#     rank, if any, as waiting in another collective); exit 76. A stopped rank that mpirun's
+#     teardown continues may add one "abandoned" line; nothing else from it.
 #  3. 2 ranks, rank 1 killed with kill -9: mpirun itself ends the job at once (not the
 #     watchdog: the launcher sees its child die); the time is printed for the record.
 # Prints the seconds from the stop (or kill) to the job's end. Usage:
@@ -111,6 +112,13 @@ finish "$t0"
 plain "$work/hybrid4.log"
 log=$work/hybrid4.log.txt
 ((rc == 76)) || fail "exit code $rc, expected 76"
+# mpirun's teardown after MPI_Abort continues the stopped ranks before it kills them, so one of
+# them may still log that it abandoned its collective because another rank's watchdog fired
+# (seen in CI). Such a line is allowed from a stopped rank; any other line from ranks 2 and 3 is not.
+grep -E '\[rank [23]\] watchdog: ' "$log" | grep -vqE "abandoned after [0-9.]+ s \(world rank [01]'s watchdog fired\)" &&
+  fail "a stopped rank logged more than an abandoned collective: $(grep -E '\[rank [23]\] watchdog: ' "$log")"
+grep -vE '\[rank [23]\] watchdog: ' "$log" >"$log.live"
+log=$log.live
 [[ $(grep -c 'watchdog: ' "$log") == 2 ]] || fail "expected two watchdog lines (ranks 0 and 1), got $(grep -c 'watchdog: ' "$log")"
 grep -q '\[error\] watchdog: ' "$log" || fail "no line from rank 0"
 grep -q '\[error\] \[rank 1\] watchdog: ' "$log" || fail "no line from rank 1"
