@@ -12,6 +12,7 @@
 #include <string>
 
 #include "detail.h"
+#include "fsdp/core/error.h"
 #include "fsdp/dist/communicator.h"
 #include "fsdp/ops/elementwise.h"
 
@@ -188,6 +189,12 @@ std::unique_ptr<Communicator> make_local_communicator(std::string name, int worl
   return std::make_unique<LocalCommunicator>(std::move(name), world_rank);
 }
 }  // namespace detail
+
+Request Communicator::all_to_all_v(const Tensor&, const std::vector<int64_t>&, const Tensor&,
+                                   const std::vector<int64_t>&) {
+  throw Error(fmt::format("all_to_all_v is not implemented for the communicator of group '{}' ({}) yet", name(),
+                          describe_world_ranks(world_ranks())));
+}
 
 std::string describe_world_ranks(const std::vector<int>& ranks) {
   if (ranks.empty()) return "no ranks";

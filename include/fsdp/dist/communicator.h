@@ -8,6 +8,12 @@
 //   reduce_scatter(full [n * size], shard [n]): shard = sum over ranks of full[rank*n : (rank+1)*n]
 //   all_reduce(x):   x = sum over ranks of x           (in place)
 //   broadcast(x, root): x = root's x                    (in place)
+//   all_to_all_v(send, send_counts, recv, recv_counts): send holds size() consecutive runs,
+//       run j (send_counts[j] elements) going to group rank j; recv gets size() consecutive
+//       runs, run i (recv_counts[i] elements) from group rank i. Counts are elements, known on
+//       the host, and must agree pairwise (my send_counts[j] == rank j's recv_counts[me]);
+//       exchange them first (an all_gather of the counts) when only the sender knows them.
+//       Expert parallelism's token dispatch and combine (issue 28).
 // All tensors contiguous, same dtype on every rank; float32, float64, bfloat16 and
 // float16 (half sums are computed in float32 and rounded once per addition). in/out must not
 // overlap except all_reduce / broadcast, which are in place.
@@ -20,7 +26,8 @@
 // algorithm, the volume FSDP's cost model uses, independent of what the library does
 // internally: all_gather (size-1)*bytes(shard); reduce_scatter (size-1)*bytes(shard);
 // all_reduce 2*(size-1)/size*bytes(x); broadcast bytes(x) on every rank but the last in
-// the ring (so size-1 ranks send bytes(x) in total). A size-1 group sends nothing.
+// the ring (so size-1 ranks send bytes(x) in total); all_to_all_v the bytes of the runs sent
+// to the other ranks (its own run is a local copy). A size-1 group sends nothing.
 // wait_seconds sums the wall time spent inside wait().
 #pragma once
 
@@ -56,6 +63,9 @@ class Communicator {
   virtual Request reduce_scatter(const Tensor& full, const Tensor& shard) = 0;
   virtual Request all_reduce(const Tensor& x) = 0;
   virtual Request broadcast(const Tensor& x, int root) = 0;
+  // Backends without it throw fsdp::Error naming the backend and the group.
+  virtual Request all_to_all_v(const Tensor& send, const std::vector<int64_t>& send_counts, const Tensor& recv,
+                               const std::vector<int64_t>& recv_counts);
   virtual void barrier() = 0;
   virtual void wait(Request r) = 0;
 
