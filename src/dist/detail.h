@@ -20,8 +20,10 @@
 
 namespace fsdp::dist::detail {
 
-// Barrier last: the NCCL communicator names its ranges by the first four.
-enum class Collective { AllGather, ReduceScatter, AllReduce, Broadcast, Barrier };
+// Barrier last: the NCCL communicator names its ranges by the others. The values are array
+// indices (wait and range names made once per group) and travel in watchdog messages.
+enum class Collective { AllGather, ReduceScatter, AllReduce, Broadcast, AllToAllV, Barrier };
+inline constexpr int kCollectiveKinds = 6;
 const char* collective_name(Collective op);  // "all_gather", ..., "barrier" (local_communicator.cpp)
 
 // ---- argument checks (local_communicator.cpp) ----
@@ -31,11 +33,16 @@ bool check_all_gather(const Communicator& c, const Tensor& shard, const Tensor& 
 void check_reduce_scatter(const Communicator& c, const Tensor& full, const Tensor& shard);
 void check_all_reduce(const Communicator& c, const Tensor& x);
 void check_broadcast(const Communicator& c, const Tensor& x, int root);
+// Counts: one per group rank, non-negative, summing to send's / recv's numel.
+void check_all_to_all_v(const Communicator& c, const Tensor& send, const std::vector<int64_t>& send_counts,
+                        const Tensor& recv, const std::vector<int64_t>& recv_counts);
 // The backend serves tensors on `expected` only (MPI: the host; NCCL: its own GPU).
 void check_device(const Communicator& c, Collective op, const Tensor& t, Device expected, const char* backend);
 
-// Bytes this rank sends under the ring algorithm (see communicator.h).
+// Bytes this rank sends under the ring algorithm (see communicator.h); not all_to_all_v's.
 uint64_t ring_bytes(Collective op, int size, int rank, int root, uint64_t nbytes);
+// all_to_all_v's: the runs sent to the other ranks (this rank's own run is a local copy).
+uint64_t all_to_all_v_bytes(int rank, const std::vector<int64_t>& send_counts, size_t element_size);
 
 // ---- trace (collective_trace.cpp; fsdp/core/trace.h) ----
 

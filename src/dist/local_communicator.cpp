@@ -24,6 +24,7 @@ const char* collective_name(Collective op) {
     case Collective::ReduceScatter: return "reduce_scatter";
     case Collective::AllReduce: return "all_reduce";
     case Collective::Broadcast: return "broadcast";
+    case Collective::AllToAllV: return "all_to_all_v";
     case Collective::Barrier: return "barrier";
   }
   return "?";
@@ -94,6 +95,31 @@ void check_broadcast(const Communicator& c, const Tensor& x, int root) {
              where(c, Collective::Broadcast), root, c.size() - 1);
 }
 
+void check_all_to_all_v(const Communicator& c, const Tensor& send, const std::vector<int64_t>& send_counts,
+                        const Tensor& recv, const std::vector<int64_t>& recv_counts) {
+  constexpr Collective op = Collective::AllToAllV;
+  check_tensor(c, op, send, "send");
+  check_tensor(c, op, recv, "recv");
+  FSDP_CHECK(send.dtype() == recv.dtype(), "{}: send is {} but recv is {}; both must have the same dtype", where(c, op),
+             send.str(), recv.str());
+  FSDP_CHECK(send.device() == recv.device(), "{}: send is {} but recv is {}; both must be on the same device",
+             where(c, op), send.str(), recv.str());
+  FSDP_CHECK(!overlaps(send, recv), "{}: send and recv overlap in memory", where(c, op));
+  const auto check_counts = [&](const std::vector<int64_t>& counts, const Tensor& t, const char* what) {
+    FSDP_CHECK(counts.size() == size_t(c.size()), "{}: {}_counts has {} entries, one per group rank ({}) expected",
+               where(c, op), what, counts.size(), c.size());
+    int64_t total = 0;
+    for (size_t i = 0; i < counts.size(); ++i) {
+      FSDP_CHECK(counts[i] >= 0, "{}: {}_counts[{}] is {}", where(c, op), what, i, counts[i]);
+      total += counts[i];
+    }
+    FSDP_CHECK(total == t.numel(), "{}: {}_counts sum to {} elements but {} is {}", where(c, op), what, total, what,
+               t.str());
+  };
+  check_counts(send_counts, send, "send");
+  check_counts(recv_counts, recv, "recv");
+}
+
 void check_device(const Communicator& c, Collective op, const Tensor& t, Device expected, const char* backend) {
   FSDP_CHECK(t.device() == expected, "{}: the {} communicator serves tensors on {}, got {}", where(c, op), backend,
              expected.str(), t.str());
@@ -109,9 +135,17 @@ uint64_t ring_bytes(Collective op, int size, int rank, int root, uint64_t nbytes
     case Collective::ReduceScatter: return (n - 1) * nbytes;
     case Collective::AllReduce: return 2 * (n - 1) * nbytes / n;
     case Collective::Broadcast: return (rank - root + size) % size == size - 1 ? 0 : nbytes;
+    case Collective::AllToAllV:  // not a ring: all_to_all_v_bytes
     case Collective::Barrier: return 0;
   }
   return 0;
+}
+
+uint64_t all_to_all_v_bytes(int rank, const std::vector<int64_t>& send_counts, size_t element_size) {
+  uint64_t elements = 0;
+  for (size_t j = 0; j < send_counts.size(); ++j)
+    if (int(j) != rank) elements += uint64_t(send_counts[j]);
+  return elements * element_size;
 }
 
 [[noreturn]] void fail_unknown_request(const Communicator& c, Request r) {
@@ -170,6 +204,16 @@ class LocalCommunicator final : public Communicator {
   }
   Request broadcast(const Tensor& x, int root) override {
     detail::check_broadcast(*this, x, root);
+    ++stats_.calls;
+    return {};
+  }
+  Request all_to_all_v(const Tensor& send, const std::vector<int64_t>& send_counts, const Tensor& recv,
+                       const std::vector<int64_t>& recv_counts) override {
+    detail::check_all_to_all_v(*this, send, send_counts, recv, recv_counts);
+    FSDP_CHECK(send_counts[0] == recv_counts[0],
+               "all_to_all_v on group '{}' (rank 0 of 1): sends {} elements to itself but expects {}", name_,
+               send_counts[0], recv_counts[0]);
+    copy_flat(send, recv);
     ++stats_.calls;
     return {};
   }

@@ -1,7 +1,7 @@
 // The MPI communicator: collectives on host tensors over one MPI_Comm (OpenMPI 4.1).
 //
 // Every call is an MPI non-blocking collective (MPI_Iallgather, MPI_Ireduce_scatter_block,
-// MPI_Iallreduce, MPI_Ibcast) whose MPI_Request lives in a detail::RequestSlots table
+// MPI_Iallreduce, MPI_Ibcast, MPI_Ialltoallv) whose MPI_Request lives in a detail::RequestSlots table
 // (detail.h), so a training step issues and waits collectives without touching the heap
 // (our side of it: what the MPI library does inside is its own business), and a stale or
 // foreign Request id throws instead of waiting on someone else's collective.
@@ -119,12 +119,15 @@ MPI_Op mpi_sum(DType t) {
 }
 
 // A collective in flight: MPI's request, what the watchdog calls it (op, seq), and its
-// trace span when one is recording.
+// trace span when one is recording. An all_to_all_v's int counts and displacements must
+// outlive the call until it completes, so they live here (their capacity is kept: each slot
+// allocates on its first all_to_all_v only).
 struct MpiPending {
   MPI_Request request = MPI_REQUEST_NULL;
   Collective op = Collective::Barrier;
   uint64_t seq = 0;
   uint64_t trace_id = 0;
+  std::vector<int> send_counts, send_displs, recv_counts, recv_displs;
 };
 
 class MpiCommunicator final : public Communicator {
@@ -136,7 +139,7 @@ class MpiCommunicator final : public Communicator {
     half_mpi();
     world_ranks_ = translate_world_ranks();
     watch_id_ = detail::watch_group(name_, world_ranks_);
-    for (int op = 0; op < 5; ++op)
+    for (int op = 0; op < detail::kCollectiveKinds; ++op)
       wait_names_[size_t(op)] = fmt::format("wait {} (group '{}')", detail::collective_name(Collective(op)), name_);
   }
 
@@ -198,8 +201,27 @@ class MpiCommunicator final : public Communicator {
     return issued(slot, Collective::Broadcast, root, x);
   }
 
+  Request all_to_all_v(const Tensor& send, const std::vector<int64_t>& send_counts, const Tensor& recv,
+                       const std::vector<int64_t>& recv_counts) override {
+    detail::check_all_to_all_v(*this, send, send_counts, recv, recv_counts);
+    detail::check_device(*this, Collective::AllToAllV, send, Device::cpu(), "MPI");
+    count("all_to_all_v", send);
+    count("all_to_all_v", recv);
+    const int slot = slots_.acquire(*this);
+    MpiPending& p = slots_[slot].handle;
+    to_int_runs(send_counts, p.send_counts, p.send_displs);
+    to_int_runs(recv_counts, p.recv_counts, p.recv_displs);
+    const MPI_Datatype t = mpi_type(send.dtype());
+    FSDP_MPI_CHECK(MPI_Ialltoallv(send.data_ptr(), p.send_counts.data(), p.send_displs.data(), t, recv.data_ptr(),
+                                  p.recv_counts.data(), p.recv_displs.data(), t, comm_, &p.request),
+                   name_.c_str(), rank_, size_);
+    return issued(slot, Collective::AllToAllV, 0, send,
+                  detail::all_to_all_v_bytes(rank_, send_counts, size_t(dtype_size(send.dtype()))));
+  }
+
   void barrier() override {
-    MpiPending p{MPI_REQUEST_NULL, Collective::Barrier, detail::count_collective(watch_id_)};
+    MpiPending p;
+    p.seq = detail::count_collective(watch_id_);
     FSDP_MPI_CHECK(MPI_Ibarrier(comm_, &p.request), name_.c_str(), rank_, size_);
     complete(p);
   }
@@ -228,8 +250,21 @@ class MpiCommunicator final : public Communicator {
     return int(t.numel());
   }
 
+  // counts (checked to sum to at most INT_MAX) as MPI's int counts and their displacements.
+  static void to_int_runs(const std::vector<int64_t>& counts, std::vector<int>& out, std::vector<int>& displs) {
+    out.assign(counts.begin(), counts.end());
+    displs.resize(counts.size());
+    int at = 0;
+    for (size_t i = 0; i < counts.size(); ++i) {
+      displs[i] = at;
+      at += out[i];
+    }
+  }
+
   Request issued(int slot, Collective op, int root, const Tensor& t) {
-    const uint64_t bytes = detail::ring_bytes(op, size_, rank_, root, t.nbytes());
+    return issued(slot, op, root, t, detail::ring_bytes(op, size_, rank_, root, t.nbytes()));
+  }
+  Request issued(int slot, Collective op, int root, const Tensor& t, uint64_t bytes) {
     ++stats_.calls;
     stats_.bytes_sent += bytes;
     MpiPending& p = slots_[slot].handle;
@@ -281,7 +316,7 @@ class MpiCommunicator final : public Communicator {
   int rank_ = 0, size_ = 1;
   int watch_id_ = -1;
   detail::RequestSlots<MpiPending> slots_;
-  std::array<std::string, 5> wait_names_;  // made once, a name per Collective: a span per wait must not format
+  std::array<std::string, detail::kCollectiveKinds> wait_names_;  // made once, a name per Collective: a span per wait must not format
 };
 
 }  // namespace

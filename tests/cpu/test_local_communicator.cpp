@@ -49,6 +49,21 @@ TEST(LocalCommunicator, GroupsAreThisRankOnly) {
   EXPECT_FALSE(mpi_initialized());
 }
 
+TEST(LocalCommunicator, AllToAllVCopiesItsOwnRunAndChecksTheCounts) {
+  ProcessGroups g = dist::local_process_groups();
+  Communicator& c = *g.world;
+  const Tensor send = iota(DType::BF16, 6, 3), recv = Tensor::zeros({6}, DType::BF16);
+  c.reset_stats();
+  c.wait(c.all_to_all_v(send, {6}, recv, {6}));
+  for (int64_t i = 0; i < 6; ++i) EXPECT_EQ(recv.get_flat(i), 3.0 + double(i));
+  EXPECT_EQ(c.stats().bytes_sent, 0u);
+  EXPECT_EQ(c.stats().calls, 1u);
+  c.wait(c.all_to_all_v(Tensor::zeros({0}, DType::F32), {0}, Tensor::zeros({0}, DType::F32), {0}));
+  test::expect_error([&] { c.all_to_all_v(send, {6}, Tensor::zeros({5}, DType::BF16), {5}); },
+                     {"all_to_all_v on group 'world'", "sends 6 elements to itself but expects 5"});
+  test::expect_error([&] { c.all_to_all_v(send, {3, 3}, recv, {6}); }, {"send_counts has 2 entries"});
+}
+
 TEST(LocalCommunicator, AllGatherAndReduceScatterCopy) {
   ProcessGroups g = dist::local_process_groups();
   Communicator& c = *g.world;

@@ -168,6 +168,52 @@ TEST_P(Collectives, BroadcastCopiesTheRootsTensor) {
 
 // Random values: float32 sums are close to the exact sum and bit-identical on every rank
 // (replicas must not drift apart); bf16 sums round once per addition.
+// Rank r sends (r + 2 j + n) % 4 elements to rank j (zero-length runs included), element k
+// of that run being a2a_value(r, j, k): every rank can say what it must receive from whom.
+int64_t a2a_count(int from, int to, int64_t n) { return (from + 2 * to + n) % 4 + (n > 100 ? n : 0); }
+double a2a_value(int from, int to, int64_t k) { return double((from * 31 + to * 7 + k) % 241); }
+
+TEST_P(Collectives, AllToAllVDeliversEachRunToItsRank) {
+  const auto [dtype, n] = GetParam();
+  Communicator& c = world();
+  const int p = c.size(), r = c.rank();
+  std::vector<int64_t> send_counts(static_cast<size_t>(p)), recv_counts(static_cast<size_t>(p));
+  int64_t send_total = 0, recv_total = 0;
+  for (int j = 0; j < p; ++j) {
+    send_counts[size_t(j)] = a2a_count(r, j, n);
+    recv_counts[size_t(j)] = a2a_count(j, r, n);
+    send_total += send_counts[size_t(j)];
+    recv_total += recv_counts[size_t(j)];
+  }
+  std::vector<double> send_values, want;
+  for (int j = 0; j < p; ++j)
+    for (int64_t k = 0; k < send_counts[size_t(j)]; ++k) send_values.push_back(a2a_value(r, j, k));
+  for (int i = 0; i < p; ++i)
+    for (int64_t k = 0; k < recv_counts[size_t(i)]; ++k) want.push_back(a2a_value(i, r, k));
+  const Tensor send = filled(dtype, send_total, [&](int64_t i) { return send_values[size_t(i)]; });
+  const Tensor recv = filled(dtype, recv_total, [](int64_t) { return -1.0; });
+  c.reset_stats();
+  c.wait(c.all_to_all_v(send, send_counts, recv, recv_counts));
+  expect_values(recv, [&](int64_t i) { return want[size_t(i)]; }, "recv");
+  EXPECT_EQ(c.stats().calls, 1u);
+  EXPECT_EQ(c.stats().bytes_sent, uint64_t(send_total - send_counts[size_t(r)]) * dtype_size(dtype))
+      << "the runs to the other ranks, not this rank's own";
+}
+
+TEST(MpiCommunicator, AllToAllVOnEveryGroupOfTheMesh) {
+  // The tensor, shard and replicate groups of the test's world run their exchanges at once,
+  // each with its own counts: the group ranks, not the world ranks, index the runs.
+  for (Communicator* g : {groups().shard.get(), groups().replicate.get(), groups().tensor.get()}) {
+    const int p = g->size(), r = g->rank();
+    std::vector<int64_t> counts(static_cast<size_t>(p));
+    for (int j = 0; j < p; ++j) counts[size_t(j)] = 2;
+    const Tensor send = filled(DType::F32, 2 * p, [&](int64_t i) { return double(r * 100 + i); });
+    const Tensor recv = Tensor::zeros({2 * p}, DType::F32);
+    g->wait(g->all_to_all_v(send, counts, recv, counts));
+    expect_values(recv, [&](int64_t i) { return double((i / 2) * 100 + r * 2 + i % 2); }, g->name());
+  }
+}
+
 TEST(MpiCommunicator, AllReduceOfRandomValuesIsCloseAndIdenticalOnEveryRank) {
   Communicator& c = world();
   const int p = c.size(), r = c.rank();
@@ -463,6 +509,21 @@ TEST(MpiCommunicator, BadArgumentsThrowClearErrors) {
   char byte = 0;
   expect_error([&] { c.all_reduce(Tensor::from_blob(&byte, {int64_t(1) << 31}, DType::BF16)); },
                {"int count limit"});
+  // all_to_all_v: one count per rank, summing to each tensor's elements, never negative.
+  const std::vector<int64_t> ones(size_t(p), 1);
+  const Tensor run = Tensor::zeros({p}, DType::F32), runs = Tensor::zeros({p}, DType::F32);
+  expect_error([&] { c.all_to_all_v(run, std::vector<int64_t>(size_t(p + 1), 0), runs, ones); },
+               {"all_to_all_v on group 'world'", "send_counts has " + std::to_string(p + 1) + " entries"});
+  expect_error([&] { c.all_to_all_v(run, ones, Tensor::zeros({p + 1}, DType::F32), ones); },
+               {"recv_counts sum to " + std::to_string(p) + " elements"});
+  if (p > 1) {
+    std::vector<int64_t> negative = ones;
+    negative[0] = -1;
+    negative[size_t(p - 1)] += 2;
+    expect_error([&] { c.all_to_all_v(run, negative, runs, ones); }, {"send_counts[0] is -1"});
+  }
+  expect_error([&] { c.all_to_all_v(run, ones, Tensor::zeros({p}, DType::BF16), ones); }, {"same dtype"});
+  expect_error([&] { c.all_to_all_v(run, ones, run, ones); }, {"overlap"});
   // Nothing was sent and nothing is pending.
   c.wait(c.all_reduce(shard));
 }
