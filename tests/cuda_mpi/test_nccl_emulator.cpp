@@ -487,31 +487,34 @@ TEST_F(NcclEmulator, PointToPointMisuseIsRefused) {
 }
 
 // ncclCommAbort from the wait hook ends a group whose receive waits for a late rank, as it
-// ends a collective: ncclRemoteError, the communicator gone. The late rank's send completes
-// against the abandoned receive once the waiting rank makes MPI progress (the barrier).
+// ends a collective: ncclRemoteError, the communicator gone. The late rank sends only when
+// told the group has ended (no race on timing), and its send completes against the abandoned
+// receive once the waiting rank makes MPI progress (the barrier).
 TEST_F(NcclEmulator, AbortFromTheWaitHookEndsAGroupThatWaits) {
   if (world_size() < 2) GTEST_SKIP() << "needs 2 ranks";
   static ncclComm_t waiting = nullptr;
   static std::chrono::steady_clock::time_point t0;
-  const int late = 1;
+  const int late = 1, go_tag = 4242;
   Buf<float> a(4);
   a.put(std::vector<float>(4, 1.0f));
+  int go = 0;
   if (world_rank() == late) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(600));
+    EXPECT_EQ(MPI_Recv(&go, 1, MPI_INT, 0, go_tag, MPI_COMM_WORLD, MPI_STATUS_IGNORE), MPI_SUCCESS);
     EXPECT_EQ(ncclSend(a.d, 4, ncclFloat32, 0, world_, stream_), ncclSuccess) << ncclGetLastError(nullptr);
   } else if (world_rank() == 0) {
     waiting = world_;
     t0 = std::chrono::steady_clock::now();
     const fsdpEmuNcclWaitHook before = fsdpEmuNcclSetWaitHook([] {
-      if (waiting != nullptr && std::chrono::steady_clock::now() - t0 > std::chrono::milliseconds(200)) {
+      if (waiting != nullptr && std::chrono::steady_clock::now() - t0 > std::chrono::milliseconds(100)) {
         EXPECT_EQ(ncclCommAbort(waiting), ncclSuccess);
         waiting = nullptr;
       }
     });
-    ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+    EXPECT_EQ(ncclGroupStart(), ncclSuccess);  // no ASSERT: the late rank waits for the go below
     EXPECT_EQ(ncclRecv(a.d, 4, ncclFloat32, late, world_, stream_), ncclSuccess);
     const ncclResult_t r = ncclGroupEnd();
     fsdpEmuNcclSetWaitHook(before);
+    EXPECT_EQ(MPI_Send(&go, 1, MPI_INT, late, go_tag, MPI_COMM_WORLD), MPI_SUCCESS);
     EXPECT_EQ(r, ncclRemoteError);
     EXPECT_TRUE(says("aborted (ncclCommAbort) while the point-to-point operations waited"))
         << ncclGetLastError(nullptr);
