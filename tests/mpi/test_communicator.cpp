@@ -522,6 +522,10 @@ TEST(MpiCommunicator, BadArgumentsThrowClearErrors) {
     negative[size_t(p - 1)] += 2;
     expect_error([&] { c.all_to_all_v(run, negative, runs, ones); }, {"send_counts[0] is -1"});
   }
+  std::vector<int64_t> more = ones;
+  more[size_t(c.rank())] = 2;  // this rank's run to itself: 2 elements sent, 1 expected
+  expect_error([&] { c.all_to_all_v(Tensor::zeros({p + 1}, DType::F32), more, runs, ones); },
+               {"sends 2 elements to itself but expects 1"});
   expect_error([&] { c.all_to_all_v(run, ones, Tensor::zeros({p}, DType::BF16), ones); }, {"same dtype"});
   expect_error([&] { c.all_to_all_v(run, ones, run, ones); }, {"overlap"});
   // Nothing was sent and nothing is pending.
