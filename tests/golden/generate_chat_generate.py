@@ -22,7 +22,8 @@ case stops at <|eot_id|> after 3 to 24 tokens with a top-2 logit margin above MI
 step. The reference runs in float64 (exact_float64_llama of generate_llama.py on the bf16 weights
 upcast), and a float32 run must pick the same ids.
 
-Run with the venv of tests/golden/README.md (Debian's torch 1.13 + requirements.txt), from anywhere:
+Run with the venv of tests/golden/README.md (Debian's torch 1.13 + requirements.txt) plus jinja2 3.1.6
+(transformers renders chat templates with it; `pip install jinja2==3.1.6`), from anywhere:
     /work/venv-golden/bin/python tests/golden/generate_chat_generate.py
 Running it twice gives identical files.
 """
