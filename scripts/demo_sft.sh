@@ -10,14 +10,14 @@
 # examples into its windows. Prints the held-out questions' validation loss over the answers'
 # tokens and the exact-match accuracy of `generate --chat` on them (greedy), before (the base)
 # and after, and two sample answers. About two minutes on two cores.
-# BASE_STEPS (default 300) and SFT_STEPS (120) shorten the two runs, DEMO_SFT_RUNS
+# BASE_STEPS (default 100) and SFT_STEPS (150) set the two runs' lengths, DEMO_SFT_RUNS
 # (runs/demo_sft) moves the runs, FSDP_TRAIN names a built binary (then nothing is built);
 # extra arguments go to the fine-tuning `fsdp_train train`. Every step whose output exists is
 # skipped (delete the runs to start over).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-BASE_STEPS=${BASE_STEPS:-300}
-SFT_STEPS=${SFT_STEPS:-120}
+BASE_STEPS=${BASE_STEPS:-100}
+SFT_STEPS=${SFT_STEPS:-150}
 if [ -z "${FSDP_TRAIN:-}" ]; then
   BUILD_TARGET=fsdp_train bash "$root/scripts/build.sh"
   FSDP_TRAIN="${BUILD_DIR:-$root/build}/fsdp_train"

@@ -10,9 +10,9 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 runs=$(mktemp -d)
 trap 'rm -rf "$runs"' EXIT
-MAX_AFTER_LOSS=${MAX_AFTER_LOSS:-0.9}
+MAX_AFTER_LOSS=${MAX_AFTER_LOSS:-0.5}
 MIN_AFTER_ACCURACY=${MIN_AFTER_ACCURACY:-50}
-log=$(FSDP_TRAIN="$1" DEMO_SFT_RUNS="$runs" BASE_STEPS=${BASE_STEPS:-60} SFT_STEPS=${SFT_STEPS:-60} \
+log=$(FSDP_TRAIN="$1" DEMO_SFT_RUNS="$runs" BASE_STEPS=${BASE_STEPS:-60} SFT_STEPS=${SFT_STEPS:-80} \
       bash "$root/scripts/demo_sft.sh" 2>&1) || { echo "$log"; echo "FAIL: demo_sft.sh"; exit 1; }
 echo "$log" | grep -A20 -- "---- held-out questions"
 loss=$(echo "$log" | sed -n 's/.*over the answers. tokens \([0-9.]*\) -> \([0-9.]*\) .*/\1 \2/p')
