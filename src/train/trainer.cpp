@@ -395,12 +395,10 @@ Trainer::EvalResult Trainer::evaluate_split(int batches) {
   const int64_t steps = batches > 0 ? batches : (N + per_step - 1) / per_step;
   model::LossSum local;
   for (int64_t b = 0; b < steps; ++b) {
-    const int64_t first = loader.first_position(loader.position());
-    const int64_t keep = batches > 0 ? micro : std::clamp<int64_t>(N - first, 0, micro);
     if (batches > 0) {
       load_micro_batch(loader, 0);
     } else {
-      load_eval_batch(loader, keep);
+      load_eval_batch(loader, std::clamp<int64_t>(N - loader.first_position(loader.position()), 0, micro));
     }
     const model::LossSum l = model_.forward(act_, engine_);
     local.sum += l.sum;
