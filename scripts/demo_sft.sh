@@ -50,10 +50,10 @@ if [ ! -s "$q/heldout/manifest.json" ]; then
   : > "$q/train.jsonl.tmp"; : > "$q/heldout.jsonl"; : > "$q/prompts.jsonl"
   for book in "Gen1:1-Gen50:26 1533 Genesis" "Ps1:1-Ps150:6 2461 Psalms" "Mt1:1-Mt28:20 1071 Matthew" \
               "Rev1:1-Rev22:21 404 Revelation"; do
-    set -- $book
-    n=$(bible -f "$1" | wc -l)
-    [ "$n" = "$2" ] || { echo "demo_sft.sh: $1 has $n verses, expected $2" >&2; exit 1; }
-    bible -f "$1" | LC_ALL=C awk -v book="$3" -v train="$q/train.jsonl.tmp" -v heldout="$q/heldout.jsonl" \
+    read -r range verses name <<< "$book"  # (not `set --`: "$@" goes to the fine-tuning run)
+    n=$(bible -f "$range" | wc -l)
+    [ "$n" = "$verses" ] || { echo "demo_sft.sh: $range has $n verses, expected $verses" >&2; exit 1; }
+    bible -f "$range" | LC_ALL=C awk -v book="$name" -v train="$q/train.jsonl.tmp" -v heldout="$q/heldout.jsonl" \
                                  -v prompts="$q/prompts.jsonl" '
       {
         text = $0; sub(/^[^ ]+ /, "", text)
