@@ -391,7 +391,8 @@ void add_logging_rows(std::vector<detail::Field>& t) {
 
 void add_eval_rows(std::vector<detail::Field>& t) {
   SectionRows(t, "eval", &Config::eval)
-      .add("batches", &EvalConfig::batches, "Validation batches per evaluation.", ge(1))
+      .add("batches", &EvalConfig::batches,
+           "Validation batches per evaluation; 0 = every sample of the split once (an SFT split's examples).", ge(0))
       .add("split", &EvalConfig::split,
            "Shards evaluated: <split>_*.idx in data.val_path, or in data.path when that is empty (train = the "
            "training data itself, for a corpus prepared without --val-fraction).",

@@ -363,23 +363,57 @@ obs::StepMetrics Trainer::train_step() {
   return m;
 }
 
-double Trainer::evaluate(int batches) {
-  FSDP_CHECK(batches >= 1, "eval.batches must be >= 1, got {}", batches);
+double Trainer::evaluate(int batches) { return evaluate_split(batches).loss; }
+
+void Trainer::load_eval_batch(data::Loader& loader, int64_t keep_rows) {
+  const int64_t T = cfg_.train.seq_len;
+  const Tensor targets = device_.is_cpu() ? act_.targets : targets_host_.select(0, 0);
+  {
+    const trace::Span span("data wait", "data");
+    loader.next(device_.is_cpu() ? act_.ids : ids_host_.select(0, 0), targets);
+  }
+  int32_t* t = targets.data<int32_t>();
+  std::fill(t + std::max<int64_t>(keep_rows, 0) * T, t + targets.numel(), data::kIgnoredTarget);
+  if (!device_.is_cpu()) {
+    act_.ids.copy_(ids_host_.select(0, 0));
+    act_.targets.copy_(targets);
+  }
+}
+
+Trainer::EvalResult Trainer::evaluate_split(int batches) {
+  FSDP_CHECK(batches >= 0, "eval.batches must be >= 0 (0 = the whole split), got {}", batches);
   const trace::Span span("evaluate", "eval");
   // Only `fsdp_train eval` gets here without shards (a training run that evaluates was
   // refused at start-up): the config's error, nothing ran.
   if (data_.val_loader == nullptr) throw config::ConfigError(data_.val_error);
-  data_.val_loader->seek(0);
+  data::Loader& loader = *data_.val_loader;
+  loader.seek(0);
+  const int64_t micro = cfg_.train.micro_batch_size, T = cfg_.train.seq_len;
+  // The whole split: as many steps as cover it, the rows of the last one past its end (the
+  // loader wraps around to the start) masked, so every sample counts once.
+  const int64_t N = data_.val->num_samples(), per_step = micro * groups_.mesh.data_parallel_size();
+  const int64_t steps = batches > 0 ? batches : (N + per_step - 1) / per_step;
   model::LossSum local;
-  for (int b = 0; b < batches; ++b) {
-    load_micro_batch(*data_.val_loader, 0);
+  for (int64_t b = 0; b < steps; ++b) {
+    if (batches > 0) {
+      load_micro_batch(loader, 0);
+    } else {
+      load_eval_batch(loader, std::clamp<int64_t>(N - loader.first_position(loader.position()), 0, micro));
+    }
     const model::LossSum l = model_.forward(act_, engine_);
     local.sum += l.sum;
     local.tokens += l.tokens;
   }
   // Over the trained targets of every batch of every rank, as training's loss.
   const model::LossSum total = all_reduce_votes(local).loss;
-  return total.tokens > 0 ? total.sum / double(total.tokens) : 0.0;
+  EvalResult r;
+  r.loss = total.tokens > 0 ? total.sum / double(total.tokens) : 0.0;
+  r.trained_targets = total.tokens;
+  // Rows and target positions: every data-parallel rank read as many (one tensor group's ranks
+  // read the same rows).
+  r.samples = batches > 0 ? steps * per_step : N;
+  r.targets = r.samples * T;
+  return r;
 }
 
 int Trainer::run() {

@@ -343,6 +343,9 @@ TEST(ConfigErrors, ImpossibleValue) {
   EXPECT_EQ(error_of("train:\n  grad_accum_steps: 0\n"), "configs/x.yaml:2: key 'train.grad_accum_steps' must be >= 1, got 0");
   EXPECT_EQ(error_of("optim:\n  beta2: 1.0\n"), "configs/x.yaml:2: key 'optim.beta2' must be in [0, 1), got 1");
   EXPECT_EQ(error_of("checkpoint:\n  keep_last: 0\n"), "configs/x.yaml:2: key 'checkpoint.keep_last' must be >= 1, got 0");
+  // eval.batches: 0 is the whole split (an SFT split evaluated once, sft_eval), below it nothing.
+  EXPECT_EQ(load_config_string("eval:\n  batches: 0\n", "x").eval.batches, 0);
+  EXPECT_EQ(error_of("eval:\n  batches: -1\n"), "configs/x.yaml:2: key 'eval.batches' must be >= 0, got -1");
   EXPECT_EQ(error_of("model:\n  norm_eps: 0\n"), "configs/x.yaml:2: key 'model.norm_eps' must be > 0, got 0");
   EXPECT_EQ(error_of("model:\n  preset: llama3_7b\n"),
             "configs/x.yaml:2: key 'model.preset' must be one of tiny, tiny_moe, llama2_7b, llama2_13b, llama2_70b, "
