@@ -172,10 +172,16 @@ TEST(TensorParallelLora, QloraT2EqualsOneProcessAndResumesAtT1) {
 // adapters 5e-5) and each run again under one activation checkpointing mode, the same bits:
 // the modes rotate over the cases so that on 4 ranks LoRA and QLoRA each meet full,
 // selective (every 2nd block) and full with offloading. Measured: every loss within 2e-8,
-// every adapter within 1e-5 but one Linear's pair in a case, 2e-5 to 4.3e-5 (QLoRA tied at
-// T=4, layer 1's wq, A and B and their product alike; the emulation build's rounding puts
-// QLoRA tied at T=2 x SHARD_GRAD_OP there too, while FSDP alone on that config stays within
-// 1e-5): the amplification test_tensor_parallel.cpp's bound is for.
+// every adapter within 1e-5 but one Linear's pair in two cases at T=4 (LoRA untied, layer
+// 0's w_up: 2.8e-5; QLoRA tied, layer 1's wq: 4.3e-5, A, B and their product alike): the
+// amplification test_tensor_parallel.cpp's bound is for. Seen to the element:
+// Adam's first step moves every element of a B by lr x g / (|g| + eps), so all but those
+// whose gradient is near eps (1e-8) move by exactly lr; at 256 wide, T=2 x HYBRID_SHARD,
+// one element of layer 1's wq B of 1024 has such a gradient and lands 6e-5 away from one
+// process's (0.00078 vs 0.00084), 4e-4 of B's norm after one step, 1e-3 after 12 (where
+// FSDP alone stays at 2e-6). So a per-weight bound can be broken by one such element
+// without any fault; the cases below are within it as measured, and a failure here
+// should be read element by element before the code is suspected.
 // QLoRA at T=4 is 256 wide (hidden and MLP), so that its column slices of o and down are
 // whole NF4 blocks (64); at T=2 it is kQlora's 128.
 struct MatrixCase {
