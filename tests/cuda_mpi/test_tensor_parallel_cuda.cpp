@@ -8,8 +8,8 @@
 // with LoRA adapters (dropout on) and as QLoRA (an NF4 base: each rank's slices of one
 // process's quantization through the CUDA dequantizer's slice path), and a tiny Mixtral
 // (4 experts, top-2, both router losses, auxiliary-loss-free balancing; Note [Experts
-// under tensor parallelism]), trains a few steps and equals one CUDA process over the same
-// global batch:
+// under tensor parallelism]), alone and with LoRA, trains a few steps and equals one CUDA
+// process over the same global batch:
 //   1e-5 per-step loss, relative: the bound; a tensor group sums each row-parallel
 //        output and each norm weight's gradient in another order than one process.
 //   5e-5 final parameters, norm-wise per parameter (its slices stacked in rank order):
@@ -197,11 +197,22 @@ TEST_F(CudaTensorParallel, QloraEqualsOneProcessAndRerunsBitIdentical) {
 // Mixtral: the router whole on every rank, each expert's w1|w3 split by rows and w2 by
 // columns, the routing, the sort by expert and the combine the same CUDA kernels on every
 // tensor rank, the partial combine reduce-scattered over the NCCL tensor group.
+const std::vector<std::string> kMixtral = {"model.num_experts=4", "model.experts_per_token=2",
+                                           "model.router_aux_loss_coef=0.02", "model.router_z_loss_coef=0.001",
+                                           "model.router_bias_update_rate=0.01"};
+
 TEST_F(CudaTensorParallel, MixtralEqualsOneProcessAndRerunsBitIdentical) {
-  expect_tensor_parallel_equals_one_process(
-      {"model.num_experts=4", "model.experts_per_token=2", "model.router_aux_loss_coef=0.02",
-       "model.router_z_loss_coef=0.001", "model.router_bias_update_rate=0.01"},
-      "Mixtral");
+  expect_tensor_parallel_equals_one_process(kMixtral, "Mixtral");
+}
+
+// And with LoRA on every linear layer, the router and each expert's w1, w2, w3 included
+// (dropout 0.1): the experts' adapters run over their sorted groups, numbered as one
+// process numbers them, so the dropout kernel draws one process's masks.
+TEST_F(CudaTensorParallel, MixtralWithLoraEqualsOneProcessAndRerunsBitIdentical) {
+  std::vector<std::string> keys = kMixtral;
+  keys.insert(keys.end(),
+              {"lora.enabled=true", "lora.rank=4", "lora.alpha=8", "lora.dropout=0.1", "lora.targets=all-linear"});
+  expect_tensor_parallel_equals_one_process(keys, "Mixtral LoRA");
 }
 
 }  // namespace
