@@ -192,15 +192,10 @@ dist::ProcessGroups engine_groups(dist::ProcessGroups& host, Device device) {
 #endif
 }
 
-model::LlamaConfig rank_model_config(const config::Config& cfg, const dist::ProcessGroups& groups, Device device) {
+model::LlamaConfig rank_model_config(const config::Config& cfg, const dist::ProcessGroups& groups) {
   model::LlamaConfig m = config::training_model_config(cfg);
   m.tensor_parallel = groups.mesh.shape().tensor;
   if (m.tensor_parallel == 1) return m;
-  const auto not_yet = [&](const char* what) {
-    config::fail_key(cfg, "parallel.tensor",
-                     fmt::format("is {}, but {} under tensor parallelism is not built yet: set parallel.tensor: 1",
-                                 m.tensor_parallel, what));
-  };
   if (cfg.lora.enabled && cfg.model.quantization == "nf4") {
     // QLoRA: each rank keeps its slice of the weights quantized whole (See Note [LoRA under
     // tensor parallelism] in peft_units.cpp), which needs the slices made of whole blocks.
@@ -209,11 +204,10 @@ model::LlamaConfig rank_model_config(const config::Config& cfg, const dist::Proc
       config::fail_key(cfg, "parallel.tensor",
                        fmt::format("is {} with model.quantization nf4, but {}", m.tensor_parallel, refusal));
   }
-  // On a GPU dense Llama runs as on the CPU: the vocabulary-parallel ops have CUDA kernels
-  // and the tensor group is an NCCL communicator (make_nccl_process_groups; See Note
-  // [Tensor-parallel collectives on a GPU] in fsdp/tensor_group.h). A mixture of experts
-  // runs under tensor parallelism on the CPU; on GPUs it is not checked on the emulator yet.
-  if (m.is_moe() && !device.is_cpu()) not_yet("a mixture of experts (model.num_experts) on GPUs");
+  // On a GPU every model runs as on the CPU: the vocabulary-parallel ops have CUDA kernels,
+  // a mixture of experts' routing, permutation and combine are the same ops on every tensor
+  // rank, and the tensor group is an NCCL communicator (make_nccl_process_groups; See Note
+  // [Tensor-parallel collectives on a GPU] in fsdp/tensor_group.h).
   return m;
 }
 

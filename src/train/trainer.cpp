@@ -50,7 +50,7 @@ Trainer::Trainer(Effective, const config::Config& cfg, dist::ProcessGroups& grou
       memory_plan_(plan::check_memory(cfg, groups.world_info, device_)),
       engine_groups_(engine_groups(groups, device_)),
       tensor_group_(*engine_groups_.tensor),
-      model_(rank_model_config(cfg, groups, device_), cfg.train.dtype, device_,
+      model_(rank_model_config(cfg, groups), cfg.train.dtype, device_,
              config::peft_spec(cfg, config::training_model_config(cfg)), uint64_t(cfg.train.seed), &tensor_group_),
       engine_(model_.units(), engine_groups_, config::fsdp_options(cfg, device_)),
       act_(model_.config(), cfg.train.micro_batch_size, cfg.train.seq_len, cfg.train.dtype, device_,
