@@ -55,11 +55,11 @@ Trainer::Trainer(Effective, const config::Config& cfg, dist::ProcessGroups& grou
       engine_(model_.units(), engine_groups_, config::fsdp_options(cfg, device_)),
       act_(model_.config(), cfg.train.micro_batch_size, cfg.train.seq_len, cfg.train.dtype, device_,
            config::activation_checkpointing(cfg.train)),
+      count_buf_(Tensor::zeros({1}, DType::F64)),
       schedule_(lr_schedule(cfg)),
       adamw_(adamw_config(cfg)),
       checkpoints_(cfg, groups),
       votes_buf_(Tensor::zeros({StepVotes::kSlots}, DType::F64)),
-      count_buf_(Tensor::zeros({1}, DType::F64)),
       flops_per_token_(model_.config().train_flops_per_token(cfg.train.seq_len)) {
   if (cfg.train.dtype == DType::F16) scaler_ = optim::DynamicLossScaler(cfg.train.fp16_init_scale, cfg.train.fp16_growth_interval);
   if (model_.config().is_moe()) expert_load_.emplace(model_.config().num_layers, model_.config().num_experts);
@@ -104,7 +104,12 @@ Trainer::Trainer(Effective, const config::Config& cfg, dist::ProcessGroups& grou
 }
 
 ckpt::TrainState Trainer::train_state() const {
-  ckpt::TrainState s{step_, tokens_seen_, samples_seen_, uint64_t(cfg_.train.seed), uint64_t(cfg_.data.seed)};
+  ckpt::TrainState s;
+  s.step = step_;
+  s.tokens_seen = tokens_seen_;
+  s.samples_seen = samples_seen_;
+  s.train_seed = uint64_t(cfg_.train.seed);
+  s.data_seed = uint64_t(cfg_.data.seed);
   if (scaler_.enabled()) {
     s.loss_scale = scaler_.scale();
     s.loss_scale_good_steps = scaler_.good_steps();
