@@ -119,38 +119,39 @@ struct Loader::Impl {
     return order;
   }
 
-  // Window `sample`'s document starts into `starts` (the first 0, increasing, <= seq_len):
-  // the source's, then a start after every split_after token (Llama 3's EOS), merged.
-  void window_documents(int64_t sample, const int32_t* window, std::vector<int32_t>& starts) const {
-    const int64_t seq = opt.seq_len;
-    if (source->has_documents()) {
-      source->document_starts(sample, starts);
-      FSDP_CHECK(!starts.empty() && starts.front() == 0, "sample {}'s documents must start at 0", sample);
-      for (size_t k = 1; k < starts.size(); ++k)
-        FSDP_CHECK(starts[k] > starts[k - 1] && starts[k] <= seq,
-                   "sample {}'s document starts must increase within [0, {}], got {} after {}", sample, seq,
-                   starts[k], starts[k - 1]);
-    } else {
+  // Window `sample`'s own document starts into `starts` (the first 0, increasing, <= seq_len;
+  // one document at 0 for a source without documents), checked.
+  void source_documents(int64_t sample, std::vector<int32_t>& starts) const {
+    if (!source->has_documents()) {
       starts.assign(1, 0);
+      return;
     }
-    if (opt.split_after < 0) return;
-    const size_t own = starts.size();
-    for (int64_t t = 0; t < seq; ++t)
-      if (window[t] == opt.split_after) starts.push_back(int32_t(t + 1));
-    std::inplace_merge(starts.begin(), starts.begin() + std::ptrdiff_t(own), starts.end());
-    starts.erase(std::unique(starts.begin(), starts.end()), starts.end());
+    source->document_starts(sample, starts);
+    FSDP_CHECK(!starts.empty() && starts.front() == 0, "sample {}'s documents must start at 0", sample);
+    for (size_t k = 1; k < starts.size(); ++k)
+      FSDP_CHECK(starts[k] > starts[k - 1] && starts[k] <= opt.seq_len,
+                 "sample {}'s document starts must increase within [0, {}], got {} after {}", sample, opt.seq_len,
+                 starts[k], starts[k - 1]);
   }
 
-  // Row s of a micro-batch from its window's document starts: each token's document start
-  // into doc_start, and the targets crossing into a new document ignored.
-  void apply_documents(const std::vector<int32_t>& starts, int32_t* doc_start, int32_t* targets) const {
+  // Row s of a micro-batch from its window: each token's document start into doc_start, the
+  // later of the source's and of the last split_after token's (Llama 3's EOS) before it, so
+  // the two sets of starts merge without a merged list; and every target crossing into a
+  // new document (the token before a start) ignored.
+  void apply_documents(const std::vector<int32_t>& starts, const int32_t* window, int32_t* doc_start,
+                       int32_t* targets) const {
     const int64_t seq = opt.seq_len;
     size_t k = 0;
+    int32_t after_eos = 0;
     for (int64_t t = 0; t < seq; ++t) {
       while (k + 1 < starts.size() && starts[k + 1] <= t) ++k;
-      doc_start[t] = starts[k];
+      if (opt.split_after >= 0 && t > 0 && window[t - 1] == opt.split_after) after_eos = int32_t(t);
+      doc_start[t] = std::max(starts[k], after_eos);
     }
     for (size_t d = 1; d < starts.size(); ++d) targets[starts[d] - 1] = kIgnoredTarget;
+    if (opt.split_after >= 0)
+      for (int64_t t = 0; t < seq; ++t)
+        if (window[t] == opt.split_after) targets[t] = kIgnoredTarget;
   }
 
   // Reads micro-batch j into ids / targets ([micro * seq_len] each) and, with documents,
@@ -184,8 +185,8 @@ struct Loader::Impl {
           if (mask[t + 1] == 0) targets[s * seq + t] = kIgnoredTarget;
       }
       if (documents) {
-        window_documents(sample, window, starts);
-        apply_documents(starts, doc_start + s * seq, targets + s * seq);
+        source_documents(sample, starts);
+        apply_documents(starts, window, doc_start + s * seq, targets + s * seq);
       }
     }
   }
