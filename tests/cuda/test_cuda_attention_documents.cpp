@@ -8,6 +8,7 @@
 // same kernels and reasons (this file changes only which keys each row sees).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -65,6 +66,18 @@ Tensor q_of(const Tensor& buf, const Case& s) { return buf.narrow(2, 0, s.H); }
 Tensor k_of(const Tensor& buf, const Case& s) { return buf.narrow(2, s.H, s.KVH); }
 Tensor v_of(const Tensor& buf, const Case& s) { return buf.narrow(2, s.H + s.KVH, s.KVH); }
 
+bool every_token_alone(const Case& s) {
+  for (const auto& row : s.layout.starts)
+    if (int64_t(row.size()) != s.T) return false;
+  return true;
+}
+
+double max_abs(const Tensor& x) {
+  double m = 0;
+  for (int64_t i = 0; i < x.numel(); ++i) m = std::max(m, std::abs(x.get_flat(i)));
+  return m;
+}
+
 struct Result {
   Tensor out, lse, grad;  // grad: the fused [B, T, H + 2 KVH, D] dq|dk|dv
 };
@@ -102,8 +115,15 @@ TEST_F(CudaOps, AttentionWithDocumentsMatchesCpu) {
     EXPECT_LE(nmse(on_cpu(got.out), rounded_to(want.out, t)), tol) << "out";
     EXPECT_LE(nmse(on_cpu(got.lse), want.lse), kLseTolerance(t)) << "lse";
     const Tensor g = on_cpu(got.grad), w = rounded_to(want_bwd.grad, t);
-    EXPECT_LE(nmse(q_of(g, s).to(t), q_of(w, s).to(t)), tol) << "dq";
-    EXPECT_LE(nmse(k_of(g, s).to(t), k_of(w, s).to(t)), tol) << "dk";
+    if (every_token_alone(s)) {
+      // One key per query: the exact dq and dk are 0 (dP - delta = dO.v - dO.v), both sides
+      // hold rounding noise only (test_cuda_attention.cpp's T = 1 case).
+      EXPECT_LE(max_abs(q_of(g, s).to(t)), 1e-4) << "dq";
+      EXPECT_LE(max_abs(k_of(g, s).to(t)), 1e-4) << "dk";
+    } else {
+      EXPECT_LE(nmse(q_of(g, s).to(t), q_of(w, s).to(t)), tol) << "dq";
+      EXPECT_LE(nmse(k_of(g, s).to(t), k_of(w, s).to(t)), tol) << "dk";
+    }
     EXPECT_LE(nmse(v_of(g, s).to(t), v_of(w, s).to(t)), tol) << "dv";
   });
 }

@@ -38,6 +38,7 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "../common/golden_fixture.h"
 #include "cuda_test_util.h"
@@ -46,6 +47,7 @@
 #include "fsdp/model/decoder.h"
 #include "fsdp/model/local_params.h"
 #include "fsdp/model/param_init.h"
+#include "fsdp/ops/attention.h"  // make_doc_start
 #include "fsdp/ops/cross_entropy.h"
 #include "fsdp/ops/elementwise.h"
 
@@ -207,7 +209,9 @@ std::pair<Tensor, Tensor> random_batch(const model::LlamaConfig& c, int64_t n, u
   return {ids, targets};
 }
 
-TEST_F(CudaOps, LlamaOnCudaMatchesTheCpuModel) {
+// With `documents`, rows of packed documents (Note [Document masking] in
+// fsdp/ops/attention.h): the CUDA attention and RoPE kernels with doc_start in the model.
+void expect_cuda_model_matches_cpu(bool documents) {
   const model::LlamaConfig cfg = tiny_config();
   const int64_t B = 2, T = 11;
   model::Llama cpu(cfg);
@@ -223,6 +227,14 @@ TEST_F(CudaOps, LlamaOnCudaMatchesTheCpuModel) {
   const auto [ids, targets] = random_batch(cfg, B * T, 99);
   place_batch(ac, ids, targets);
   place_batch(ag, ids, targets);
+  if (documents) {
+    const std::vector<int32_t> starts{0, 4, 5, 0, 7};  // a one-token document in row 0
+    const std::vector<int64_t> first{0, 3, 5};
+    const Tensor docs = make_doc_start(starts, first, T);
+    ac.documents = ag.documents = true;
+    ac.doc_start.copy_(docs);
+    ag.doc_start.copy_(docs);
+  }
 
   // Two micro-batches' worth: the second call accumulates into the same gradients.
   for (int step = 0; step < 2; ++step) {
@@ -249,9 +261,13 @@ TEST_F(CudaOps, LlamaOnCudaMatchesTheCpuModel) {
   EXPECT_LT(std::abs(fg.sum - fc.sum) / std::abs(fc.sum), kCpuTolerance);
   const double logits_err = rel_error(ag.logits.to(Device::cpu()), ac.logits);
   EXPECT_LT(logits_err, kCpuTolerance);
-  std::printf("CUDA vs CPU model: loss %.2e, logits %.2e, worst gradient %.2e (tolerance %.0e)\n",
-              std::abs(fg.sum - fc.sum) / std::abs(fc.sum), logits_err, worst, kCpuTolerance);
+  std::printf("CUDA vs CPU model%s: loss %.2e, logits %.2e, worst gradient %.2e (tolerance %.0e)\n",
+              documents ? " (packed documents)" : "", std::abs(fg.sum - fc.sum) / std::abs(fc.sum), logits_err, worst,
+              kCpuTolerance);
 }
+
+TEST_F(CudaOps, LlamaOnCudaMatchesTheCpuModel) { expect_cuda_model_matches_cpu(false); }
+TEST_F(CudaOps, LlamaOnCudaWithPackedDocumentsMatchesTheCpuModel) { expect_cuda_model_matches_cpu(true); }
 
 }  // namespace
 }  // namespace fsdp::test
