@@ -152,9 +152,9 @@ std::vector<Case> cases() {
   return c;
 }
 
-// float32 against float64: the op rounds q k^T after D products and sums <= 150 terms;
-// the same bounds as the causal op's tests (a few 1e-7 measured), which a mask that lets
-// one key of another document through (an O(1) change of some rows) would exceed.
+// float32 against float64: the op rounds q k^T after D products and sums <= 150 terms, the
+// arithmetic of the causal op, held to the same bounds as in test_op_attention.cpp; a mask
+// that let one key of another document through changes some rows by O(1).
 TEST(OpAttentionDocuments, MatchesDenseMaskReference) {
   uint64_t seed = 10;
   for (const Case& c : cases()) {
