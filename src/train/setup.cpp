@@ -67,6 +67,25 @@ void check_manifest_vocab(const std::string& dir, int64_t model_vocab) {
   }
 }
 
+// data.document_masking splits windows after the EOS id the manifest beside the shards
+// records (the tokenizer prepare used); without one there is nothing to split at.
+int32_t document_eos(const config::Config& cfg, int64_t vocab) {
+  const auto m = data::read_shard_manifest(cfg.data.path);
+  const std::string manifest = (std::filesystem::path(cfg.data.path) / "manifest.json").string();
+  if (!m)
+    config::fail_key(cfg, "data.document_masking",
+                     fmt::format("is true, but {} does not exist: the EOS id to split documents at comes from the "
+                                 "manifest `fsdp_train prepare` writes; prepare the data with a tokenizer, or set "
+                                 "data.document_masking: false",
+                                 manifest));
+  if (!m->eos_id || *m->eos_id < 0 || *m->eos_id >= vocab)
+    config::fail_key(cfg, "data.document_masking",
+                     fmt::format("is true, but {} records no EOS id ({}): prepare the data with a tokenizer that has "
+                                 "an EOS token, or set data.document_masking: false",
+                                 manifest, m->eos_id ? fmt::format("eos_id {}", *m->eos_id) : "eos_id null"));
+  return int32_t(*m->eos_id);
+}
+
 // A relative path resolves from the working directory: say which, since the repository's
 // configs name paths relative to its root.
 std::string resolved(const std::string& path) {
@@ -227,6 +246,10 @@ DataSources make_data_sources(const config::Config& cfg, int64_t vocab, const di
   lo.prefetch = cfg.data.prefetch;
   DataSources d;
   if (cfg.data.source == config::DataSource::Synthetic) {
+    if (cfg.data.document_masking)
+      config::fail_key(cfg, "data.document_masking",
+                       "is true, but data.source is synthetic: its tokens have no EOS to split documents at; train on "
+                       "token shards (data.path) or set data.document_masking: false");
     auto chain = std::make_shared<data::SyntheticSamples>(vocab, T, uint64_t(cfg.data.seed));
     d.train = chain;
     lo.shuffle = false;  // already random; sample i is a pure function of i
@@ -246,6 +269,7 @@ DataSources make_data_sources(const config::Config& cfg, int64_t vocab, const di
     if (world.rank() == 0) co.note = [](const std::string& text) { spdlog::info("data: {}", text); };
     d.train = data::open_corpus(cfg.data.path, "train", T, vocab, cfg.data.packing, co);
     lo.shuffle = true;
+    if (cfg.data.document_masking) lo.split_after = document_eos(cfg, vocab);
     const std::string val = cfg.data.val_path.empty() ? cfg.data.path : cfg.data.val_path;
     if (val != cfg.data.path) check_manifest_vocab(val, vocab);
     try {

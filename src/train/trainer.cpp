@@ -72,6 +72,7 @@ Trainer::Trainer(Effective, const config::Config& cfg, dist::ProcessGroups& grou
     const memory::CategoryScope tag("batch/staging");
     ids_host_ = cuda::pinned_empty({accum, n}, DType::I32);
     targets_host_ = cuda::pinned_empty({accum, n}, DType::I32);
+    doc_start_host_ = cuda::pinned_empty({accum, n}, DType::I32);
     step_losses_ = Tensor::empty({accum, n}, act_.losses.dtype(), device_);
     peak_flops_ = obs::peak_bf16_flops(cuda::device_name(device_.index));
   }
@@ -81,6 +82,7 @@ Trainer::Trainer(Effective, const config::Config& cfg, dist::ProcessGroups& grou
     const memory::CategoryScope tag("batch/staging");
     ids_host_ = Tensor::empty({accum, n}, DType::I32);
     targets_host_ = Tensor::empty({accum, n}, DType::I32);
+    doc_start_host_ = Tensor::empty({accum, n}, DType::I32);
   }
   data_ = make_data_sources(cfg, model_.config().vocab_size, groups);
   // A LoRA run's frozen base is never in a checkpoint: it loads from its source every
@@ -157,18 +159,22 @@ double Trainer::comm_wait_seconds() const {
 // read-back has waited for the compute stream (which carries the upload). Evaluation uses
 // row 0 and reads its losses back at once.
 void Trainer::load_micro_batch(data::Loader& loader, int64_t index) {
+  act_.documents = loader.documents();
+  const Tensor doc_start = act_.documents ? act_.doc_start.reshape({act_.doc_start.numel()}) : Tensor();
   if (device_.is_cpu()) {
     const trace::Span span("data wait", "data");
-    loader.next(act_.ids, act_.targets);
+    loader.next(act_.ids, act_.targets, doc_start);
     return;
   }
   const Tensor ids = ids_host_.select(0, index), targets = targets_host_.select(0, index);
+  const Tensor docs = act_.documents ? doc_start_host_.select(0, index) : Tensor();
   {
     const trace::Span span("data wait", "data");
-    loader.next(ids, targets);
+    loader.next(ids, targets, docs);
   }
   act_.ids.copy_(ids);
   act_.targets.copy_(targets);
+  if (act_.documents) doc_start.copy_(docs);
 }
 
 static_assert(data::kIgnoredTarget == kIgnoreIndex, "the loader's masked target must be what the loss ignores");
@@ -178,8 +184,11 @@ int64_t Trainer::stage_step_batches() {
   data::Loader& loader = *data_.train_loader;
   {
     const trace::Span span("data wait", "data");
-    for (int64_t a = 0; a < accum; ++a) loader.next(ids_host_.select(0, a), targets_host_.select(0, a));
+    for (int64_t a = 0; a < accum; ++a)
+      loader.next(ids_host_.select(0, a), targets_host_.select(0, a),
+                  loader.documents() ? doc_start_host_.select(0, a) : Tensor());
   }
+  act_.documents = loader.documents();
   // The ranks of a tensor group stage the same micro-batches: count each data-parallel
   // rank's once.
   const int64_t data_ranks = groups_.mesh.data_parallel_size(), tensor = groups_.mesh.shape().tensor;
@@ -196,6 +205,7 @@ int64_t Trainer::stage_step_batches() {
 void Trainer::upload_micro_batch(int64_t index) {
   act_.ids.copy_(ids_host_.select(0, index));
   act_.targets.copy_(targets_host_.select(0, index));
+  if (act_.documents) act_.doc_start.reshape({act_.doc_start.numel()}).copy_(doc_start_host_.select(0, index));
 }
 
 StepVotes Trainer::all_reduce_votes(model::LossSum local) {

@@ -167,6 +167,7 @@ TEST(ConfigFile, EveryKeyIsRead) {
   EXPECT_EQ(c.data.prefetch, 3);
   EXPECT_EQ(c.data.seed, 7);
   EXPECT_FALSE(c.data.packing);
+  EXPECT_TRUE(c.data.document_masking);
   EXPECT_EQ(c.train.max_steps, 5000);
   EXPECT_EQ(c.train.micro_batch_size, 2);
   EXPECT_EQ(c.train.global_batch_size, 64);
@@ -633,7 +634,7 @@ TEST(ConfigDump, EveryKeyInSectionOrder) {
   EXPECT_NE(text.find("  sharding_strategy: FULL_SHARD\n"), std::string::npos);
   EXPECT_NE(text.find("  dtype: float32\n"), std::string::npos);
   const size_t lines = static_cast<size_t>(std::count(text.begin(), text.end(), '\n'));
-  EXPECT_EQ(lines, 12 + 92u);  // 12 sections, 92 keys
+  EXPECT_EQ(lines, 12 + 93u);  // 12 sections, 93 keys
 }
 
 TEST(ConfigDump, HashIsDeterministicAndSeesEveryChange) {

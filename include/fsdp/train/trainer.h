@@ -153,6 +153,7 @@ class Trainer {
   FsdpEngine engine_;
   model::LlamaActivations act_;
   Tensor ids_host_, targets_host_;  // [accum, N] the step's batches (page-locked on a GPU)
+  Tensor doc_start_host_;           // [accum, N] their document starts, when the loader has documents
   Tensor count_buf_;                // [1] float64: the step's trained targets, all-reduced
   Tensor step_losses_;              // [accum, N] the step's per-token losses on the GPU
   optim::DynamicLossScaler scaler_;
