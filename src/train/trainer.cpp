@@ -380,18 +380,25 @@ obs::StepMetrics Trainer::train_step() {
 
 double Trainer::evaluate(int batches) { return evaluate_split(batches).loss; }
 
+// load_micro_batch's staging (row 0), then the targets of the rows past `keep_rows` masked.
 void Trainer::load_eval_batch(data::Loader& loader, int64_t keep_rows) {
   const int64_t T = cfg_.train.seq_len;
-  const Tensor targets = device_.is_cpu() ? act_.targets : targets_host_.select(0, 0);
+  act_.documents = loader.documents();
+  const bool cpu = device_.is_cpu();
+  const Tensor targets = cpu ? act_.targets : targets_host_.select(0, 0);
+  const Tensor docs = !act_.documents ? Tensor()
+                      : cpu           ? act_.doc_start.reshape({act_.doc_start.numel()})
+                                      : doc_start_host_.select(0, 0);
   {
     const trace::Span span("data wait", "data");
-    loader.next(device_.is_cpu() ? act_.ids : ids_host_.select(0, 0), targets);
+    loader.next(cpu ? act_.ids : ids_host_.select(0, 0), targets, docs);
   }
   int32_t* t = targets.data<int32_t>();
   std::fill(t + std::max<int64_t>(keep_rows, 0) * T, t + targets.numel(), data::kIgnoredTarget);
-  if (!device_.is_cpu()) {
+  if (!cpu) {
     act_.ids.copy_(ids_host_.select(0, 0));
     act_.targets.copy_(targets);
+    if (act_.documents) act_.doc_start.reshape({act_.doc_start.numel()}).copy_(docs);
   }
 }
 

@@ -138,11 +138,12 @@ TEST(SftEval, LossIsOverTrainedTokensOfEveryExampleOnce) {
   EXPECT_TRUE(one_per_row.out.substr(one_per_row.out.rfind('\n', one_per_row.out.size() - 2) + 1).starts_with("eval_loss "))
       << one_per_row.out;
 
-  // Packed, the same examples and masks, so the same trained targets (the loss differs while
-  // attention crosses a window's examples).
+  // Packed, the same examples and masks, so the same trained targets; and since the examples
+  // of a window never see each other (Note [Document masking]), the same loss.
   const CommandRun packed = run(eval + " --set data.packing=true", dir / "packed.log");
   ASSERT_EQ(packed.code, 0) << packed.out;
   EXPECT_EQ(int64_t(value_of(packed.out, "eval_trained_tokens")), want.trained_count);
+  EXPECT_NEAR(value_of(packed.out, "eval_loss"), want.trained, 1e-5 * want.trained);
 
   // A fixed number of batches wraps round the split: batches x micro-batch rows, repeats counted.
   const CommandRun three = run(eval + " --set data.packing=false --set eval.batches=3", dir / "three.log");
