@@ -10,28 +10,13 @@
 
 #include "fsdp/ops/attention.h"
 #include "fsdp/ops/attention_decode.h"
+#include "attention_inputs.h"
 #include "test_util.h"
 
 namespace fsdp::test {
 namespace {
 
-struct Shape {
-  int64_t B, T, H, KVH, D;
-};
-
-// q, k, v as views of one fused [B, T, (H + 2 KVH) * D] projection buffer, as the model has them.
-struct Qkv {
-  Tensor fused, q, k, v;
-};
-Qkv fused_qkv(const Shape& s, DType dt, uint64_t seed) {
-  Qkv r;
-  r.fused = random_tensor({s.B, s.T, (s.H + 2 * s.KVH) * s.D}, dt, seed);
-  const Tensor heads = r.fused.reshape({s.B, s.T, s.H + 2 * s.KVH, s.D});
-  r.q = heads.narrow(2, 0, s.H);
-  r.k = heads.narrow(2, s.H, s.KVH);
-  r.v = heads.narrow(2, s.H + s.KVH, s.KVH);
-  return r;
-}
+using Shape = AttentionShape;
 
 // Runs the sequence through attention_decode in chunks of the given sizes (summing to T)
 // into fresh caches of S >= T positions; returns out [B, T, H, D] and leaves the caches.

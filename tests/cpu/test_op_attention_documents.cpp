@@ -13,32 +13,18 @@
 
 #include "../common/document_layouts.h"
 #include "fsdp/ops/attention.h"
+#include "attention_inputs.h"
 #include "test_util.h"
 
 namespace fsdp::test {
 namespace {
 
-struct Shape {
-  int64_t B, T, H, KVH, D;
-};
+using Shape = AttentionShape;
 
 std::string describe(const Shape& s, const DocumentLayout& l) {
   std::string r = "B=" + std::to_string(s.B) + " T=" + std::to_string(s.T) + " H=" + std::to_string(s.H) +
                   " KVH=" + std::to_string(s.KVH) + " D=" + std::to_string(s.D) + " documents per row:";
   for (const auto& row : l.starts) r += " " + std::to_string(row.size());
-  return r;
-}
-
-struct Qkv {
-  Tensor fused, q, k, v;
-};
-Qkv fused_qkv(const Shape& s, DType dt, uint64_t seed) {
-  Qkv r;
-  r.fused = random_tensor({s.B, s.T, (s.H + 2 * s.KVH) * s.D}, dt, seed);
-  Tensor heads = r.fused.reshape({s.B, s.T, s.H + 2 * s.KVH, s.D});
-  r.q = heads.narrow(2, 0, s.H);
-  r.k = heads.narrow(2, s.H, s.KVH);
-  r.v = heads.narrow(2, s.H + s.KVH, s.KVH);
   return r;
 }
 
