@@ -225,6 +225,51 @@ std::optional<int64_t> known_experts(const ModelConfig& m) {
   return std::nullopt;
 }
 
+// parallel.expert against the model and the other parallel keys (the world's side is the
+// mesh's: dist::mesh_problem at start-up). What is not built yet is refused by name.
+template <class Conflict>
+void validate_expert_parallel(const Config& cfg, const Conflict& conflict) {
+  const int E = cfg.parallel.expert;
+  if (E == 1) return;
+  const ModelConfig& m = cfg.model;
+  if (const std::optional<int64_t> experts = known_experts(m)) {
+    if (*experts == 0)
+      conflict("parallel.expert",
+               fmt::format("is {}, which needs a mixture of experts (model.num_experts > 0): a dense model has no "
+                           "experts to spread; set parallel.expert: 1",
+                           E),
+               "model.num_experts",
+               fmt::format("is 0 (a dense model), but parallel.expert is {}: set parallel.expert: 1 or give the model "
+                           "experts",
+                           E));
+    if (*experts % E != 0)
+      conflict("parallel.expert",
+               fmt::format("{} must divide model.num_experts ({}): every rank of the expert group holds the same "
+                           "number of whole experts",
+                           E, *experts),
+               "model.num_experts",
+               fmt::format("({}) must be a multiple of parallel.expert ({}): every rank of the expert group holds the "
+                           "same number of whole experts",
+                           *experts, E));
+  }
+  if (cfg.parallel.tensor > 1)
+    conflict("parallel.expert",
+             fmt::format("is {} with parallel.tensor {}, but experts under both (expert tensor parallelism, or "
+                         "tp2ep) are not built yet: set one of them to 1",
+                         E, cfg.parallel.tensor),
+             "parallel.tensor",
+             fmt::format("is {} with parallel.expert {}, but experts under both are not built yet: set one of them "
+                         "to 1",
+                         cfg.parallel.tensor, E));
+  if (cfg.lora.enabled)
+    conflict("parallel.expert",
+             fmt::format("is {} with lora.enabled, but LoRA under expert parallelism is not built yet: set "
+                         "parallel.expert: 1",
+                         E),
+             "lora.enabled",
+             fmt::format("is true with parallel.expert {}, but LoRA under expert parallelism is not built yet", E));
+}
+
 void validate(const Config& cfg, const Origins& origins, const std::string& name) {
   auto origin = [&](const std::string& key) {
     const auto it = origins.find(key);
@@ -272,6 +317,7 @@ void validate(const Config& cfg, const Origins& origins, const std::string& name
              fmt::format("is 0 (a dense model), but model.router_bias_update_rate is {}: set it to 0 or give the "
                          "model experts",
                          m.router_bias_update_rate));
+  validate_expert_parallel(cfg, conflict);
   const OptimConfig& o = cfg.optim;
   if (o.min_lr > o.lr)
     conflict("optim.min_lr", fmt::format("must be <= optim.lr ({}), got {}", o.lr, o.min_lr), "optim.lr",

@@ -334,6 +334,12 @@ void add_parallel_rows(std::vector<detail::Field>& t) {
            "rows; o, down by columns), the vocabulary and each micro-batch's tokens (sequence parallelism); FSDP "
            "shards over the rest. Must divide the ranks per node, the heads, the key/value heads, the MLP width, "
            "the vocabulary and train.seq_len; 1 = off.",
+           ge(1))
+      .add("expert", &ParallelConfig::expert,
+           "Expert-parallel degree E (Mixtral): each MoE layer's experts are split over E data-parallel ranks, "
+           "num_experts / E whole experts each, and tokens travel to their experts by all-to-all; the other "
+           "parameters stay FSDP-sharded as without it. Must divide model.num_experts and the shard group "
+           "(HYBRID_SHARD: fsdp.shard_group_size); 1 = off.",
            ge(1));
 }
 
@@ -438,7 +444,7 @@ std::span<const Section> sections() {
       {"train", "The training loop."},
       {"optim", "AdamW and the learning-rate schedule."},
       {"checkpoint", "Saving and resuming."},
-      {"parallel", "Parallel dimensions beside FSDP: tensor (and sequence) parallelism."},
+      {"parallel", "Parallel dimensions beside FSDP: tensor (and sequence) parallelism, expert parallelism."},
       {"fsdp", "Sharding and mixed precision."},
       {"dist", "Communication between ranks: the collective watchdog."},
       {"logging", "Console log, metrics.jsonl, TensorBoard, traces and memory snapshots."},

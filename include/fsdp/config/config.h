@@ -171,6 +171,7 @@ struct CheckpointConfig {
 // The device mesh's dimensions beside FSDP's (dist/mesh.h; docs/tensor-parallelism.md).
 struct ParallelConfig {
   int tensor = 1;  // ranks each block's matrices, the vocabulary and the tokens are split over
+  int expert = 1;  // ranks each MoE layer's experts are split over (docs/expert-parallelism.md)
   bool operator==(const ParallelConfig&) const = default;
 };
 
