@@ -42,7 +42,7 @@ std::string format_step_line(const StepMetrics& m, int64_t max_steps) {
   if (m.mfu) line += fmt::format(" | MFU {:.1f}%", 100.0 * *m.mfu);
   if (m.loss_scale) line += fmt::format(" | loss scale {:g}", *m.loss_scale);
   if (m.skipped) line += " | step skipped (inf/NaN gradients)";
-  if (m.tensor_parallel > 1) line += fmt::format(" | mesh {}", m.mesh);
+  if (m.tensor_parallel > 1 || m.expert_parallel > 1) line += fmt::format(" | mesh {}", m.mesh);
   if (m.world_size > 1) {
     line += fmt::format(" | comm {:.2f} MiB, wait {:.1f} ms ({:.0f}%)", double(m.comm_bytes) / (1 << 20),
                         m.comm_wait_ms, m.step_ms > 0 ? 100.0 * m.comm_wait_ms / m.step_ms : 0.0);

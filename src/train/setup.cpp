@@ -13,6 +13,7 @@
 #include "fsdp/data/packing.h"
 #include "fsdp/data/shard_manifest.h"
 #include "fsdp/data/synthetic_samples.h"
+#include "fsdp/model/expert_parallel.h"
 #include "fsdp/model/param_init.h"
 #include "fsdp/model/peft.h"
 #if defined(FSDP_WITH_CUDA)
@@ -195,6 +196,18 @@ dist::ProcessGroups engine_groups(dist::ProcessGroups& host, Device device) {
 model::LlamaConfig rank_model_config(const config::Config& cfg, const dist::ProcessGroups& groups, Device device) {
   model::LlamaConfig m = config::training_model_config(cfg);
   m.tensor_parallel = groups.mesh.shape().tensor;
+  m.expert_parallel = groups.mesh.shape().expert;
+  if (m.expert_parallel > 1) {
+    // The config checked what it knows; a model folder's config.json speaks only now.
+    if (const auto why = model::expert_parallel_problem(m, m.expert_parallel))
+      config::fail_key(cfg, "parallel.expert", fmt::format("{} ({})", *why, cfg.model.init_from.empty() ? "the model keys" : cfg.model.init_from + "/config.json"));
+    // The all-to-all has no NCCL implementation yet (Note [Expert-parallel dispatch]).
+    if (!device.is_cpu())
+      config::fail_key(cfg, "parallel.expert",
+                       fmt::format("is {}, but expert parallelism on GPUs (train.device: cuda) is not built yet: set "
+                                   "parallel.expert: 1, or train on the CPU",
+                                   m.expert_parallel));
+  }
   if (m.tensor_parallel == 1) return m;
   const auto not_yet = [&](const char* what) {
     config::fail_key(cfg, "parallel.tensor",

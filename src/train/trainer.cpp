@@ -50,8 +50,10 @@ Trainer::Trainer(Effective, const config::Config& cfg, dist::ProcessGroups& grou
       memory_plan_(plan::check_memory(cfg, groups.world_info, device_)),
       engine_groups_(engine_groups(groups, device_)),
       tensor_group_(*engine_groups_.tensor),
+      expert_group_(groups.expert != nullptr ? std::make_unique<CommExpertGroup>(*groups.expert) : nullptr),
       model_(rank_model_config(cfg, groups, device_), cfg.train.dtype, device_,
-             config::peft_spec(cfg, config::training_model_config(cfg)), uint64_t(cfg.train.seed), &tensor_group_),
+             config::peft_spec(cfg, config::training_model_config(cfg)), uint64_t(cfg.train.seed), &tensor_group_,
+             expert_group_.get()),
       engine_(model_.units(), engine_groups_, config::fsdp_options(cfg, device_)),
       act_(model_.config(), cfg.train.micro_batch_size, cfg.train.seq_len, cfg.train.dtype, device_,
            config::activation_checkpointing(cfg.train)),
@@ -136,15 +138,30 @@ ckpt::SaveStats Trainer::save_checkpoint() {
 void Trainer::finish_checkpoint() { checkpoints_.finish(); }
 
 uint64_t Trainer::comm_bytes() const {
-  // The engine's shard and replicate groups carry the FSDP traffic, the tensor group the
-  // model's tensor-parallel collectives; world carries the loss.
-  return groups_.world->stats().bytes_sent + engine_groups_.shard->stats().bytes_sent +
-         engine_groups_.replicate->stats().bytes_sent + engine_groups_.tensor->stats().bytes_sent;
+  // The engine's shard and replicate groups carry the FSDP traffic (and its expert-shard
+  // group the expert units'), the tensor group the model's tensor-parallel collectives, the
+  // expert group the tokens' all-to-alls; world carries the loss.
+  uint64_t b = groups_.world->stats().bytes_sent + engine_groups_.shard->stats().bytes_sent +
+               engine_groups_.replicate->stats().bytes_sent + engine_groups_.tensor->stats().bytes_sent;
+  for (const dist::Communicator* c : expert_comms()) b += c->stats().bytes_sent;
+  return b;
 }
 
 double Trainer::comm_wait_seconds() const {
-  return groups_.world->stats().wait_seconds + engine_groups_.shard->stats().wait_seconds +
-         engine_groups_.replicate->stats().wait_seconds + engine_groups_.tensor->stats().wait_seconds;
+  double w = groups_.world->stats().wait_seconds + engine_groups_.shard->stats().wait_seconds +
+             engine_groups_.replicate->stats().wait_seconds + engine_groups_.tensor->stats().wait_seconds;
+  for (const dist::Communicator* c : expert_comms()) w += c->stats().wait_seconds;
+  return w;
+}
+
+// The expert-parallel groups, when there are any of more than one rank (a one-rank group
+// sends nothing; without expert parallelism expert_shard is the shard group's twin, idle).
+std::vector<const dist::Communicator*> Trainer::expert_comms() const {
+  std::vector<const dist::Communicator*> out;
+  if (groups_.mesh.shape().expert == 1) return out;
+  for (const auto& c : {engine_groups_.expert, engine_groups_.expert_shard})
+    if (c != nullptr) out.push_back(c.get());
+  return out;
 }
 
 // Micro-batch `index` of a step goes through staging row `index`: the upload from it is
@@ -359,6 +376,7 @@ obs::StepMetrics Trainer::train_step() {
   m.world_size = world;
   m.mesh = groups_.mesh.shape().str();
   m.tensor_parallel = groups_.mesh.shape().tensor;
+  m.expert_parallel = groups_.mesh.shape().expert;
   m.data_wait_ms = (data_.train_loader->wait_seconds() - data_wait0) * 1e3;
   return m;
 }

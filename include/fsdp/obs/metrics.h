@@ -42,6 +42,7 @@ struct StepMetrics {
   // degree: the step line names the mesh under tensor parallelism, metrics.jsonl always.
   std::string mesh;
   int tensor_parallel = 1;
+  int expert_parallel = 1;  // parallel.expert: the step line names the mesh under it too
   // Wall time since this process's first step, and the estimate of what the remaining steps
   // take at the mean pace so far (none before a step has been timed).
   double elapsed_s = 0;
