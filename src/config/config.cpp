@@ -225,8 +225,8 @@ std::optional<int64_t> known_experts(const ModelConfig& m) {
   return std::nullopt;
 }
 
-// parallel.expert against the model and the other parallel keys (the world's side is the
-// mesh's: dist::mesh_problem at start-up). What is not built yet is refused by name.
+// parallel.expert against the model (the world's side is the mesh's: dist::mesh_problem at
+// start-up; what is not built yet, train::rank_model_config's).
 template <class Conflict>
 void validate_expert_parallel(const Config& cfg, const Conflict& conflict) {
   const int E = cfg.parallel.expert;
@@ -252,22 +252,6 @@ void validate_expert_parallel(const Config& cfg, const Conflict& conflict) {
                            "same number of whole experts",
                            *experts, E));
   }
-  if (cfg.parallel.tensor > 1)
-    conflict("parallel.expert",
-             fmt::format("is {} with parallel.tensor {}, but experts under both (expert tensor parallelism, or "
-                         "tp2ep) are not built yet: set one of them to 1",
-                         E, cfg.parallel.tensor),
-             "parallel.tensor",
-             fmt::format("is {} with parallel.expert {}, but experts under both are not built yet: set one of them "
-                         "to 1",
-                         cfg.parallel.tensor, E));
-  if (cfg.lora.enabled)
-    conflict("parallel.expert",
-             fmt::format("is {} with lora.enabled, but LoRA under expert parallelism is not built yet: set "
-                         "parallel.expert: 1",
-                         E),
-             "lora.enabled",
-             fmt::format("is true with parallel.expert {}, but LoRA under expert parallelism is not built yet", E));
 }
 
 void validate(const Config& cfg, const Origins& origins, const std::string& name) {
@@ -318,6 +302,14 @@ void validate(const Config& cfg, const Origins& origins, const std::string& name
                          "model experts",
                          m.router_bias_update_rate));
   validate_expert_parallel(cfg, conflict);
+  if (const std::optional<int64_t> experts = known_experts(m); experts && *experts == 0 && cfg.moe.capacity_factor > 0)
+    conflict("moe.capacity_factor",
+             fmt::format("is {}, which needs a mixture of experts (model.num_experts > 0): a dense model has no "
+                         "experts to drop tokens from; set it to 0",
+                         cfg.moe.capacity_factor),
+             "model.num_experts",
+             fmt::format("is 0 (a dense model), but moe.capacity_factor is {}: set it to 0 or give the model experts",
+                         cfg.moe.capacity_factor));
   const OptimConfig& o = cfg.optim;
   if (o.min_lr > o.lr)
     conflict("optim.min_lr", fmt::format("must be <= optim.lr ({}), got {}", o.lr, o.min_lr), "optim.lr",

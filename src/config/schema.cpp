@@ -343,6 +343,15 @@ void add_parallel_rows(std::vector<detail::Field>& t) {
            ge(1));
 }
 
+void add_moe_rows(std::vector<detail::Field>& t) {
+  SectionRows(t, "moe", &Config::moe)
+      .add("capacity_factor", &MoeConfig::capacity_factor,
+           "Expert capacity factor f: each expert takes at most ceil(f x tokens x top-k / num_experts) (token, "
+           "choice) pairs of a micro-batch and drops its lowest-probability ones beyond (Megatron's 'probs' "
+           "policy); the drops are counted in the step line and metrics.jsonl. 0 = dropless (every pair computed).",
+           finite_ge(0));
+}
+
 void add_fsdp_rows(std::vector<detail::Field>& t) {
   SectionRows(t, "fsdp", &Config::fsdp)
       .add("sharding_strategy", &FsdpConfig::sharding_strategy,
@@ -415,6 +424,7 @@ std::vector<detail::Field> build_table() {
   add_optim_rows(t);
   add_checkpoint_rows(t);
   add_parallel_rows(t);
+  add_moe_rows(t);
   add_fsdp_rows(t);
   add_dist_rows(t);
   add_logging_rows(t);
@@ -445,6 +455,7 @@ std::span<const Section> sections() {
       {"optim", "AdamW and the learning-rate schedule."},
       {"checkpoint", "Saving and resuming."},
       {"parallel", "Parallel dimensions beside FSDP: tensor (and sequence) parallelism, expert parallelism."},
+      {"moe", "A mixture of experts' token dropping: the expert capacity."},
       {"fsdp", "Sharding and mixed precision."},
       {"dist", "Communication between ranks: the collective watchdog."},
       {"logging", "Console log, metrics.jsonl, TensorBoard, traces and memory snapshots."},

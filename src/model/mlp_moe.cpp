@@ -5,6 +5,7 @@
 #if defined(FSDP_WITH_CUDA)
 #include "fsdp/core/cuda.h"
 #endif
+#include "fsdp/model/moe_capacity.h"
 #include "fsdp/ops/elementwise.h"
 #include "fsdp/ops/moe_permute.h"
 #include "fsdp/ops/moe_router.h"
@@ -131,9 +132,31 @@ void MoeMlp::read_group_sizes(MoeMlpSaved& s, int64_t N) const {
   for (int64_t e = 0; e < experts_; ++e)
     s.record.count[size_t(e)] = s.group_begin[size_t(e) + 1] - s.group_begin[size_t(e)];
   s.record.tokens = N;
+  s.record.dropped = 0;
   FSDP_CHECK(s.group_begin[size_t(experts_)] == NK, "moe: the expert groups hold {} rows, expected {}",
              s.group_begin[size_t(experts_)], NK);
 }
+
+// Note [Expert capacity]: the counts above stay the routing's (the router losses and the
+// expert load are the routing's, before any drop); the groups shrink to the kept pairs.
+void MoeMlp::apply_capacity(MoeMlpSaved& s, int64_t N) const {
+  const int64_t capacity = expert_capacity(cfg_, N), NK = N * k_;
+  if (capacity == 0) return;
+  s.record.dropped = drop_over_capacity(s.probs.narrow(0, 0, N), s.expert.narrow(0, 0, N), capacity,
+                                        s.order.narrow(0, 0, NK), s.slot.narrow(0, 0, NK), s.offsets);
+  for (int64_t e = 0; e <= experts_; ++e) s.group_begin[size_t(e)] = int64_t(s.offsets.get_flat(e));
+}
+
+namespace {
+
+// The kept pairs per expert, from the group offsets.
+std::vector<int64_t> group_sizes(const std::vector<int64_t>& begin) {
+  std::vector<int64_t> n(begin.size() - 1);
+  for (size_t e = 0; e + 1 < begin.size(); ++e) n[e] = begin[e + 1] - begin[e];
+  return n;
+}
+
+}  // namespace
 
 void MoeMlp::forward(const Tensor& x, const UnitParams& p, MlpSaved& saved, const Tensor& out) const {
   auto& s = static_cast<MoeMlpSaved&>(saved);
@@ -145,17 +168,21 @@ void MoeMlp::forward(const Tensor& x, const UnitParams& p, MlpSaved& saved, cons
   router_.forward(h_all, p, s.logits.narrow(0, 0, N));
   route(s, N);
   read_group_sizes(s, N);
+  apply_capacity(s, N);
+  const int64_t kept = s.group_begin[size_t(experts_)];
   moe_gather_rows(h_all, s.order.narrow(0, 0, NK), k_, s.xs.narrow(0, 0, NK));
   if (ep_ == nullptr) {
     experts_forward(s.group_begin, s.xs, s, s.ys, p);
   } else {
     // Note [Expert-parallel dispatch]: the pairs to their experts' ranks, the experts, back.
-    s.layout = ep_->exchange(s.record.count);
-    ep_->dispatch(s.layout, s.xs.narrow(0, 0, NK), s.xr);
+    s.layout = ep_->exchange(group_sizes(s.group_begin));
+    ep_->dispatch(s.layout, s.xs.narrow(0, 0, kept), s.xr);
     const Tensor yr = ep_->grouped_scratch();  // the outputs only travel back: scratch
     experts_forward(s.layout.expert_begin, s.xr, s, yr, expert_params(p));
-    ep_->combine(s.layout, yr, s.ys.narrow(0, 0, NK));
+    ep_->combine(s.layout, yr, s.ys.narrow(0, 0, kept));
   }
+  // Dropped pairs (Note [Expert capacity]) sit past the kept rows: their outputs are zero.
+  if (kept < NK) fill_(s.ys.narrow(0, kept, NK - kept), 0.0);
   combine(s, x, out, N);
 }
 
@@ -190,7 +217,7 @@ void MoeMlp::recompute_cheap(const Tensor& x, const UnitParams& p, MlpSaved& sav
     experts_swiglu(s.group_begin, s);
     return;
   }
-  ep_->dispatch(s.layout, s.xs.narrow(0, 0, NK), s.xr);
+  ep_->dispatch(s.layout, s.xs.narrow(0, 0, s.group_begin[size_t(experts_)]), s.xr);
   experts_swiglu(s.layout.expert_begin, s);
 }
 
@@ -231,15 +258,18 @@ void MoeMlp::backward(const Tensor& x, const MlpSaved& saved, const UnitParams& 
   // d(out) on every rank's rows; under tensor parallelism dweight = <d(out), ys> is partial.
   moe_combine_backward(sp_->scatter_backward(dres), s.ys.narrow(0, 0, NK), slot, weight, g.dys.narrow(0, 0, NK),
                        dweight);
+  const int64_t kept = s.group_begin[size_t(experts_)];
   if (ep_ == nullptr) {
     experts_backward(s.group_begin, g.dys, s.xs, s, p, g, g.dxs);
   } else {
     // The gradient of the combine is a dispatch, and that of the dispatch a combine.
     const Tensor dyr = ep_->grouped_scratch();
-    ep_->dispatch(s.layout, g.dys.narrow(0, 0, NK), dyr);
+    ep_->dispatch(s.layout, g.dys.narrow(0, 0, kept), dyr);
     experts_backward(s.layout.expert_begin, dyr, s.xr, s, expert_params(p), g, g.dxr);
-    ep_->combine(s.layout, g.dxr, g.dxs.narrow(0, 0, NK));
+    ep_->combine(s.layout, g.dxr, g.dxs.narrow(0, 0, kept));
   }
+  // A dropped pair passes no gradient to its token's input (Note [Expert capacity]).
+  if (kept < NK) fill_(g.dxs.narrow(0, kept, NK - kept), 0.0);
   moe_router_backward(dweight, s.probs.narrow(0, 0, N), s.lse.narrow(0, 0, N), s.expert.narrow(0, 0, N), weight,
                       g.router_loss.aux_grad, g.router_loss.z_scale, dlogits);
   // dh = dlogits W_router (+) the gathered expert inputs' gradients, over every rank's rows

@@ -201,13 +201,31 @@ model::LlamaConfig rank_model_config(const config::Config& cfg, const dist::Proc
     // The config checked what it knows; a model folder's config.json speaks only now.
     if (const auto why = model::expert_parallel_problem(m, m.expert_parallel))
       config::fail_key(cfg, "parallel.expert", fmt::format("{} ({})", *why, cfg.model.init_from.empty() ? "the model keys" : cfg.model.init_from + "/config.json"));
-    // The all-to-all has no NCCL implementation yet (Note [Expert-parallel dispatch]).
+    // Not built yet: the experts under tensor parallelism too (expert tensor parallelism or
+    // tp2ep), adapters on expert units (their dropout rows and frozen shards would need the
+    // dispatch's order), and the NCCL all-to-all (Note [Expert-parallel dispatch]).
+    if (m.tensor_parallel > 1)
+      config::fail_key(cfg, "parallel.expert",
+                       fmt::format("is {} with parallel.tensor {}, but experts under both (expert tensor parallelism, "
+                                   "or tp2ep) are not built yet: set one of them to 1",
+                                   m.expert_parallel, m.tensor_parallel));
+    if (cfg.lora.enabled)
+      config::fail_key(cfg, "parallel.expert",
+                       fmt::format("is {} with lora.enabled, but LoRA under expert parallelism is not built yet: set "
+                                   "parallel.expert: 1",
+                                   m.expert_parallel));
     if (!device.is_cpu())
       config::fail_key(cfg, "parallel.expert",
                        fmt::format("is {}, but expert parallelism on GPUs (train.device: cuda) is not built yet: set "
                                    "parallel.expert: 1, or train on the CPU",
                                    m.expert_parallel));
   }
+  // The drop runs on the host over the routing (model/moe_capacity.h): the CPU backend's.
+  if (m.capacity_factor > 0 && !device.is_cpu())
+    config::fail_key(cfg, "moe.capacity_factor",
+                     fmt::format("is {}, but token dropping on GPUs (train.device: cuda) is not built yet: set "
+                                 "moe.capacity_factor: 0 (dropless)",
+                                 m.capacity_factor));
   if (m.tensor_parallel == 1) return m;
   const auto not_yet = [&](const char* what) {
     config::fail_key(cfg, "parallel.tensor",

@@ -64,7 +64,8 @@ Trainer::Trainer(Effective, const config::Config& cfg, dist::ProcessGroups& grou
       count_buf_(Tensor::zeros({1}, DType::F64)),
       flops_per_token_(model_.config().train_flops_per_token(cfg.train.seq_len)) {
   if (cfg.train.dtype == DType::F16) scaler_ = optim::DynamicLossScaler(cfg.train.fp16_init_scale, cfg.train.fp16_growth_interval);
-  if (model_.config().is_moe()) expert_load_.emplace(model_.config().num_layers, model_.config().num_experts);
+  if (model_.config().is_moe())
+    expert_load_.emplace(model_.config().num_layers, model_.config().num_experts, model_.config().capacity_factor > 0);
 #if defined(FSDP_WITH_CUDA)
   if (device_.is_cuda()) {
     cuda::set_tf32(cfg.train.tf32);
@@ -349,6 +350,7 @@ obs::StepMetrics Trainer::train_step() {
     expert_load_->all_reduce(*groups_.world);
     m.expert_load = expert_load_->counts();
     m.expert_imbalance = expert_load_->imbalance();
+    m.dropped = expert_load_->dropped();
     // Auxiliary-loss-free balancing moves with the optimizer (a skipped float16 step moves
     // nothing), from the step's global counts: every rank computes the same biases.
     if (const double rate = cfg_.model.router_bias_update_rate; apply && rate > 0)

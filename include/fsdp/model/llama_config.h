@@ -79,6 +79,8 @@ struct LlamaConfig {
   // Expert parallelism (model/expert_parallel.h): the ranks each MoE layer's experts are
   // split over, num_experts / expert_parallel whole experts each. Not a shape either.
   int64_t expert_parallel = 1;
+  // A mixture of experts' capacity factor (model/moe_capacity.h): 0 = dropless. Not a shape.
+  double capacity_factor = 0;
 
   bool is_moe() const { return num_experts > 0; }
   // This expert rank's experts: [local_expert_begin(r), + local_experts()).

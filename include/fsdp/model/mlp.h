@@ -30,6 +30,7 @@ struct RouterRecord {
   Tensor lse_sq_sum;           // [1] stat dtype, on the device: sum over tokens of logsumexp(logits)^2
   std::vector<int64_t> count;  // [E] on the host: the (token, choice) pairs routed to each expert
   int64_t tokens = 0;
+  int64_t dropped = 0;  // pairs over their expert's capacity, not computed (moe_capacity.h)
 };
 
 // The gradient of the pooled router losses w.r.t. one layer's softmax probabilities and

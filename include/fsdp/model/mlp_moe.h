@@ -83,7 +83,7 @@ struct MoeMlpSaved final : MlpSaved {
   Tensor xr;       // [R, C]     the rows this rank's experts received, expert-major     Cheap
   DispatchLayout layout;             // where the pairs went, from the last forward
   Tensor offsets_host;  // [E+1]  page-locked host copy of offsets (model on a GPU; made by the first forward)
-  std::vector<int64_t> group_begin;  // offsets on the host (E+1), from the last forward
+  std::vector<int64_t> group_begin;  // offsets on the host (E+1), from the last forward; [E]: the kept pairs
   RouterRecord record;               // prob_sum, lse_sq_sum: Statistic
 
   void bind(const LlamaConfig& cfg, int64_t rows, DType dtype, const SavedBinder& bind) override;
@@ -121,6 +121,8 @@ class MoeMlp final : public MlpSublayer {
  private:
   void route(const MoeMlpSaved& s, int64_t N) const;
   void read_group_sizes(MoeMlpSaved& s, int64_t N) const;
+  // Drops the pairs over capacity (moe.capacity_factor), re-reading the kept group sizes.
+  void apply_capacity(MoeMlpSaved& s, int64_t N) const;
   // The local experts over their runs of rows [begin[e], begin[e+1]) (the sorted pairs,
   // or the received ones under expert parallelism).
   void experts_forward(const std::vector<int64_t>& begin, const Tensor& in, const MoeMlpSaved& s, const Tensor& out,

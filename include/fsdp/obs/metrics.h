@@ -54,6 +54,9 @@ struct StepMetrics {
   // ranks; and each layer's max/mean of them (1 = balanced).
   std::vector<std::vector<int64_t>> expert_load;
   std::vector<double> expert_imbalance;
+  // moe.capacity_factor only: the (token, choice) pairs dropped over their expert's
+  // capacity this step, every layer, micro-batch and rank.
+  std::optional<int64_t> dropped;
   std::optional<double> mfu;         // on a GPU whose peak is known (obs/device_peak.h): 0..1
   std::optional<double> loss_scale;  // float16 compute: the dynamic loss scale this step ran with
   bool skipped = false;              // float16: inf/NaN gradients, the optimizer did not step
