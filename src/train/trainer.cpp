@@ -287,6 +287,9 @@ obs::StepMetrics Trainer::train_step() {
   mem.reset_peak();
   const uint64_t bytes0 = comm_bytes();
   const double wait0 = comm_wait_seconds();
+  // Expert parallelism: the time spent in the tokens' all-to-alls (and their counts).
+  const dist::Communicator* expert = groups_.mesh.shape().expert > 1 ? engine_groups_.expert.get() : nullptr;
+  const double a2a0 = expert != nullptr ? expert->stats().wait_seconds : 0;
   const double data_wait0 = data_.train_loader->wait_seconds();
   const int world = groups_.world->size();
   const int data_ranks = groups_.mesh.data_parallel_size();
@@ -375,6 +378,7 @@ obs::StepMetrics Trainer::train_step() {
   std::tie(m.peak_mem_group, m.peak_mem_group_bytes) = mem.peak_top_group();
   m.comm_bytes = comm_bytes() - bytes0;
   m.comm_wait_ms = (comm_wait_seconds() - wait0) * 1e3;
+  if (expert != nullptr) m.all_to_all_ms = (expert->stats().wait_seconds - a2a0) * 1e3;
   m.world_size = world;
   m.mesh = groups_.mesh.shape().str();
   m.tensor_parallel = groups_.mesh.shape().tensor;

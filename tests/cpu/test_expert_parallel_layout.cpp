@@ -150,6 +150,14 @@ TEST(ExpertParallelConfig, TheStepLineNamesTheMesh) {
   m.expert_parallel = 2;
   EXPECT_NE(obs::format_step_line(m, 10).find(" | mesh 1x2x2x1 | comm "), std::string::npos)
       << obs::format_step_line(m, 10);
+  // The all-to-alls' share of the wait, beside the most-loaded expert's.
+  m.expert_load = {{3, 1}};
+  m.expert_imbalance = {1.5};
+  m.all_to_all_ms = 12.25;
+  EXPECT_NE(obs::format_step_line(m, 10).find("expert load max/mean 1.50 (layer 0), all-to-all 12.2 ms"),
+            std::string::npos)
+      << obs::format_step_line(m, 10);
+  EXPECT_NE(obs::to_json_line(m).find("\"all_to_all_ms\":12.25"), std::string::npos) << obs::to_json_line(m);
 }
 
 // 2 expert ranks of 4 experts: rank 0 holds experts 0-1, rank 1 experts 2-3.

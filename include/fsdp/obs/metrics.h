@@ -57,6 +57,9 @@ struct StepMetrics {
   // moe.capacity_factor only: the (token, choice) pairs dropped over their expert's
   // capacity this step, every layer, micro-batch and rank.
   std::optional<int64_t> dropped;
+  // Expert parallelism only: this rank's wait in the expert group's collectives (the tokens'
+  // all-to-alls and their counts), part of comm_wait_ms.
+  std::optional<double> all_to_all_ms;
   std::optional<double> mfu;         // on a GPU whose peak is known (obs/device_peak.h): 0..1
   std::optional<double> loss_scale;  // float16 compute: the dynamic loss scale this step ran with
   bool skipped = false;              // float16: inf/NaN gradients, the optimizer did not step
