@@ -13,6 +13,9 @@
 
 #include "fsdp/config/config.h"
 #include "fsdp/config/model_options.h"
+#include "fsdp/core/allocator.h"
+#include "fsdp/model/activation_memory.h"
+#include "fsdp/model/activations.h"
 #include "fsdp/model/moe_dispatch.h"
 #include "fsdp/model/param_init.h"
 #include "fsdp/model/param_units.h"
@@ -231,6 +234,30 @@ TEST(ExpertUnits, EveryExpertOnceNumberedAndInitialisedAsOneProcess) {
     EXPECT_EQ(seen.size(), want.size());
     for (const auto& [name, count] : seen)
       EXPECT_EQ(count, name.find(".experts.") != std::string::npos ? 1 : E) << name << " at E=" << E;
+  }
+}
+
+// The plan's activations under expert parallelism are what the trainer allocates, to the
+// byte: the expert side sized for the worst routing and the dispatch's two buffers
+// (max_received_rows), in every checkpointing mode (activation_memory binds the same structs).
+TEST(ExpertParallelMemory, ThePlansActivationsAreWhatIsAllocated) {
+  model::LlamaConfig c = tiny_moe(1);
+  using model::Recompute;
+  for (int E : {2, 4}) {
+    c.expert_parallel = E;
+    EXPECT_EQ(model::max_received_rows(c, 22), int64_t(E) * 22 * 2);  // min(k = 2, 8 / E) = 2
+    for (const auto& [mode, offload] : {std::pair{Recompute::None, false}, std::pair{Recompute::Full, false},
+                                        std::pair{Recompute::Selective, false}, std::pair{Recompute::Full, true}}) {
+      model::ActivationCheckpointing policy;
+      policy.mode = mode;
+      policy.offload = offload;
+      const size_t before = allocator_for(Device::cpu()).stats().current_bytes;
+      const model::LlamaActivations act(c, 2, 11, DType::F32, Device::cpu(), policy);
+      const size_t allocated = allocator_for(Device::cpu()).stats().current_bytes - before;
+      EXPECT_EQ(model::activation_memory(c, 2, 11, DType::F32, policy).device(), double(allocated))
+          << "E=" << E << " mode " << int(mode) << (offload ? " offload" : "");
+      EXPECT_TRUE(act.ep_staging.defined() && act.ep_staging.size(0) == model::max_received_rows(c, 22));
+    }
   }
 }
 
