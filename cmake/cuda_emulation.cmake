@@ -27,7 +27,7 @@ target_compile_definitions(fsdp_core_lib PUBLIC FSDP_WITH_CUDA=1 FSDP_CUDA_EMULA
 # collectives over MPI, so it is a library of its own: the single-process emulator above
 # does not link MPI. With it the NCCL communicator (src/dist/cuda) builds and runs here.
 add_library(fsdp_cuda_emu_nccl STATIC ${PROJECT_SOURCE_DIR}/src/cuda_emu/nccl/nccl.cpp
-            ${PROJECT_SOURCE_DIR}/src/cuda_emu/nccl/nccl_tcp.cpp)
+            ${PROJECT_SOURCE_DIR}/src/cuda_emu/nccl/nccl_p2p.cpp ${PROJECT_SOURCE_DIR}/src/cuda_emu/nccl/nccl_tcp.cpp)
 target_compile_options(fsdp_cuda_emu_nccl PRIVATE -Wall -Wextra)
 target_link_libraries(fsdp_cuda_emu_nccl PUBLIC fsdp_cuda_emu MPI::MPI_CXX)
 target_link_libraries(fsdp_dist_lib PRIVATE fsdp_cuda_emu_nccl)

@@ -8,11 +8,13 @@
 #   bash bench/roofline/roofline.sh                 # Llama 2 7B, seq 4096, micro-batch 1, 8 x H100 SXM
 #   RANKS=64 SEQ=2048 bash bench/roofline/roofline.sh
 #   EXPERTS=8 TOPK=2 INTER=14336 KV_HEADS=8 RANKS=32 bash bench/roofline/roofline.sh   # Mixtral 8x7B
+#   EXPERTS=8 TOPK=2 INTER=14336 KV_HEADS=8 RANKS=8 EXPERT_PARALLEL=8 bash bench/roofline/roofline.sh  # EP8
 #   NF4=1 bash bench/roofline/roofline.sh          # + QLoRA's NF4 dequantization kernel per weight
 #
 # Every input is an environment variable (defaults: Llama 2 7B on H100 SXM):
 #   VOCAB HIDDEN INTER LAYERS HEADS KV_HEADS    model shape (the llama2_7b preset)
 #   EXPERTS TOPK                                a mixture of experts (Mixtral); EXPERTS=0 (default) is dense
+#   EXPERT_PARALLEL                             experts spread over this many ranks (parallel.expert; 1 = FSDP alone)
 #   SEQ MICRO_BATCH RANKS                       sequence length, sequences per rank, FSDP ranks
 #   PEAK_TFLOPS HBM_TBS LINK_GBS                dense bf16 peak, HBM bandwidth, NVLink per direction
 #   NF4                                         1 = also the table of NF4 dequantization (QLoRA) below
@@ -33,6 +35,13 @@
 #   * a mixture of experts: the expert GEMMs run per expert over its group of the T x TOPK
 #     (token, choice) rows, shown as one row of their total (a balanced load); router,
 #     sort, gather and combine are rows of their own; every expert is gathered and reduced.
+#   * expert parallelism (EXPERT_PARALLEL = Ep > 1, docs/expert-parallelism.md): each rank
+#     holds EXPERTS / Ep whole experts, FSDP-sharded over the RANKS / Ep ranks holding the
+#     same ones, so only those are gathered and reduced there; the other parameters are
+#     sharded over every rank as before. Tokens travel instead: per MoE layer an all-to-all
+#     dispatches the (token, choice) rows routed to other ranks' experts ((Ep-1)/Ep of them
+#     under uniform routing) and another brings their outputs back, both mirrored in the
+#     backward: 4 all-to-alls of rows x hidden in bf16 per layer, inside one node at LINK_GBS.
 # No Python at run time: bash and awk only.
 set -euo pipefail
 export LC_ALL=C  # awk prints decimal points, whatever the locale
@@ -40,7 +49,8 @@ export LC_ALL=C  # awk prints decimal points, whatever the locale
 awk -v vocab="${VOCAB:-32000}" -v h="${HIDDEN:-4096}" -v f="${INTER:-11008}" -v L="${LAYERS:-32}" \
     -v H="${HEADS:-32}" -v KVH="${KV_HEADS:-32}" -v s="${SEQ:-4096}" -v b="${MICRO_BATCH:-1}" \
     -v N="${RANKS:-8}" -v peak_tf="${PEAK_TFLOPS:-989}" -v hbm_tb="${HBM_TBS:-3.35}" \
-    -v link_gb="${LINK_GBS:-450}" -v E="${EXPERTS:-0}" -v k="${TOPK:-2}" -v nf4="${NF4:-0}" '
+    -v link_gb="${LINK_GBS:-450}" -v E="${EXPERTS:-0}" -v k="${TOPK:-2}" -v nf4="${NF4:-0}" \
+    -v ep="${EXPERT_PARALLEL:-1}" '
 function row(name, calls, flops, bytes,    tc, tm, t) {
   tc = flops / peak; tm = bytes / hbm; t = (tc > tm ? tc : tm)
   printf "%-44s %5d %11.2f %10.1f %8.1f  %-7s %9.1f %9.2f\n", name, calls, flops / 1e9, bytes / 1e6,
@@ -64,11 +74,17 @@ BEGIN {
   block_params = h * (h + 2 * kv) + h * h + mlp_all + 2 * h
   params = 2 * vocab * h + L * block_params + h
   matmul_params = L * (h * (h + 2 * kv) + h * h + mlp_active) + vocab * h
-  shard = params / N
+  shard = params / N  # with expert parallelism too: the experts over Ep x RANKS/Ep ranks
+  expert_params = (E > 0 ? L * E * 3 * h * f : 0)
+  if (ep > 1 && (E == 0 || E % ep != 0 || N % ep != 0)) {
+    printf "roofline.sh: EXPERT_PARALLEL=%d must divide EXPERTS (%d) and RANKS (%d)\n", ep, E, N > "/dev/stderr"; exit 2
+  }
 
   if (E > 0) { printf "Roofline of one training step: Mixtral shape (%.2fB parameters, %.2fB active: hidden %d, %d experts of intermediate %d, top-%d, %d layers, %d/%d heads, vocab %d)\n", params / 1e9, (params - L * (E - k) * 3 * h * f) / 1e9, h, E, f, k, L, H, KVH, vocab }
   else { printf "Roofline of one training step: Llama 2 shape (%.2fB parameters: hidden %d, intermediate %d, %d layers, %d/%d heads, vocab %d)\n", params / 1e9, h, f, L, H, KVH, vocab }
-  printf "seq %d, micro-batch %d (%d tokens per rank per step), bf16, FULL_SHARD on %d ranks (shard %.0fM parameters)\n", s, b, T, N, shard / 1e6
+  printf "seq %d, micro-batch %d (%d tokens per rank per step), bf16, FULL_SHARD on %d ranks (shard %.0fM parameters)", s, b, T, N, shard / 1e6
+  if (ep > 1) printf ", experts over %d ranks (%d per rank, sharded over %d)", ep, E / ep, N / ep
+  printf "\n"
   printf "device: %g TFLOP/s dense bf16, %g TB/s HBM, %g GB/s link per direction; ridge point %.0f FLOP/byte\n\n", peak_tf, hbm_tb, link_gb, peak / hbm
   printf "%-44s %5s %11s %10s %8s  %-7s %9s %9s\n", "kernel", "calls", "GFLOP/call", "MB/call", "FLOP/B", "bound", "us/call", "ms/step"
 
@@ -124,16 +140,31 @@ BEGIN {
   row("adamw (fused, shard)", 1, 15 * shard, 28 * shard)
   # ---- communication: what one rank sends ----
   printf "\n"
-  unit_sent = (N - 1) / N * 2 * params
-  comm("all-gather fwd (bf16 params)", 1, unit_sent)
-  comm("all-gather bwd (bf16 params)", 1, unit_sent)
-  comm("reduce-scatter (bf16 grads)", 1, unit_sent)
+  if (ep > 1) {
+    dense_sent = (N - 1) / N * 2 * (params - expert_params)
+    expert_sent = (N / ep - 1) / (N / ep) * 2 * expert_params / ep
+    comm("all-gather fwd (bf16 non-expert params)", 1, dense_sent)
+    comm("all-gather bwd (bf16 non-expert params)", 1, dense_sent)
+    comm("reduce-scatter (bf16 non-expert grads)", 1, dense_sent)
+    comm("all-gather fwd (bf16 local experts)", 1, expert_sent)
+    comm("all-gather bwd (bf16 local experts)", 1, expert_sent)
+    comm("reduce-scatter (bf16 local experts)", 1, expert_sent)
+    a2a = (ep - 1) / ep * T * k * h * 2
+    comm(sprintf("a2a fwd dispatch+combine [%dx%d]", (ep - 1) / ep * T * k, h), 2 * L, a2a)
+    comm(sprintf("a2a bwd dispatch+combine [%dx%d]", (ep - 1) / ep * T * k, h), 2 * L, a2a)
+  } else {
+    unit_sent = (N - 1) / N * 2 * params
+    comm("all-gather fwd (bf16 params)", 1, unit_sent)
+    comm("all-gather bwd (bf16 params)", 1, unit_sent)
+    comm("reduce-scatter (bf16 grads)", 1, unit_sent)
+  }
 
   model_flops = 6 * matmul_params * T + 3 * L * attn_fwd
   step_bound = (step_time > comm_time ? step_time : comm_time)
   printf "\n"
   printf "kernels: %.1f TFLOP, %.1f GB of HBM traffic; %.1f ms bound (%.1f ms compute-bound rows, %.1f ms memory-bound rows)\n", step_flops / 1e12, step_bytes / 1e9, step_time * 1e3, compute_time * 1e3, memory_time * 1e3
-  printf "communication: %.1f GB sent per rank, %.1f ms at %g GB/s; per block %.1f MB per collective = %.2f ms vs %.2f ms of its forward\n", comm_bytes / 1e9, comm_time * 1e3, link_gb, (N - 1) / N * 2 * block_params / 1e6, (N - 1) / N * 2 * block_params / link * 1e3, (step_time > 0 ? (2 * T * (h * (h + 2 * kv) + h * h + mlp_active) + attn_fwd) / peak * 1e3 : 0)
+  block_sent = (ep > 1 ? (N - 1) / N * 2 * (block_params - E * 3 * h * f) + (N / ep - 1) / (N / ep) * 2 * E / ep * 3 * h * f + 2 * a2a : (N - 1) / N * 2 * block_params)
+  printf "communication: %.1f GB sent per rank, %.1f ms at %g GB/s; per block %.1f MB per %s = %.2f ms vs %.2f ms of its forward\n", comm_bytes / 1e9, comm_time * 1e3, link_gb, block_sent / 1e6, (ep > 1 ? "forward (gathers and all-to-alls)" : "collective"), block_sent / link * 1e3, (step_time > 0 ? (2 * T * (h * (h + 2 * kv) + h * h + mlp_active) + attn_fwd) / peak * 1e3 : 0)
   printf "step bound: %.1f ms with communication overlapped (%.1f ms without); %.0f tokens/s per GPU\n", step_bound * 1e3, (step_time + comm_time) * 1e3, T / step_bound
   printf "model FLOPs (6 x %.2fB matmul parameters x %d tokens + causal attention fwd+bwd at 3x fwd): %.1f TFLOP\n", matmul_params / 1e9, T, model_flops / 1e12
   printf "MFU bound: %.1f%% (model FLOPs / (step bound x peak)); %.1f%% without overlap\n", 100 * model_flops / (step_bound * peak), 100 * model_flops / ((step_time + comm_time) * peak)

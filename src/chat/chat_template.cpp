@@ -185,6 +185,32 @@ ChatTemplate ChatTemplate::from_model_dir(const std::string& dir_name, const std
   return t;
 }
 
+ChatTemplate ChatTemplate::from_file(const std::string& file, const std::string& tokens_dir) {
+  const fs::path dir(tokens_dir);
+  const fs::path cfg_path = dir / "tokenizer_config.json";
+  json config = json::object();
+  if (fs::exists(cfg_path)) {
+    config = read_json(cfg_path);
+    if (!config.is_object()) FSDP_FAIL("{}: expected a JSON object", cfg_path.string());
+  }
+  ChatTemplate t;
+  t.source_ = read_text(fs::path(file));
+  t.origin_ = file;
+  t.parsed_ = parse(Source{t.source_, t.origin_});
+  t.special_tokens_ = special_tokens_of(dir, config);
+  return t;
+}
+
+bool ChatTemplate::model_dir_has_template(const std::string& dir_name) {
+  const fs::path dir(dir_name);
+  std::error_code ec;
+  if (fs::exists(dir / "chat_template.jinja", ec) || fs::is_directory(dir / "chat_templates", ec)) return true;
+  if (!fs::exists(dir / "tokenizer_config.json", ec)) return false;
+  const json j = json::parse(read_regular_file((dir / "tokenizer_config.json").string()), nullptr,
+                             /*allow_exceptions=*/false);
+  return j.is_object() && j.contains("chat_template") && !j["chat_template"].is_null();
+}
+
 ChatTemplate ChatTemplate::from_string(const std::string& source, std::vector<std::pair<std::string, std::string>> special_tokens,
                                        const std::string& origin) {
   ChatTemplate t;

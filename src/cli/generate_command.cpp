@@ -3,7 +3,8 @@
 // prompt with a sentencepiece model (BOS first where it has one), runs the generation loop
 // of model/generate.h and prints the prompt followed by the completion on stdout as it is
 // generated; log lines go to stderr. Sampling: temperature / top-k / top-p, greedy at
-// temperature 0, seeded (model/sampling.h).
+// temperature 0, seeded (model/sampling.h). --chat replies to a conversation instead
+// (generate_chat_command.cpp).
 #include "fsdp/cli/commands.h"
 #include "fsdp/cli/error_report.h"
 
@@ -27,6 +28,7 @@
 #include "fsdp/model/sampling.h"
 #include "fsdp/train/checkpoint_export.h"
 #include "fsdp/train/inference_model.h"
+#include "generate_args.h"
 
 namespace fsdp::cli {
 
@@ -34,8 +36,11 @@ namespace fs = std::filesystem;
 
 const char* generate_help() {
   return "usage: fsdp_train generate --checkpoint DIR [--tokenizer PATH] --prompt TEXT [options]\n"
+         "       fsdp_train generate --checkpoint DIR --chat [--system TEXT] --user TEXT [options]\n"
+         "       fsdp_train generate --checkpoint DIR --chat --messages FILE.jsonl [options]\n"
          "\n"
-         "Prints TEXT followed by the model's completion of it (log lines go to stderr).\n"
+         "Prints TEXT followed by the model's completion of it; with --chat, the assistant's reply to\n"
+         "the conversation only (log lines go to stderr).\n"
          "\n"
          "options:\n"
          "  --checkpoint DIR        the model (required): a Hugging Face Llama folder (config.json\n"
@@ -55,6 +60,24 @@ const char* generate_help() {
          "                          tokens written in the prompt stay text\n"
          "  --prompt TEXT           the text to continue (required; may be empty when the\n"
          "                          tokenizer has a BOS)\n"
+         "\n"
+         "chat (an instruction-tuned model; the conversation rendered with the tokenizer folder's chat\n"
+         "template and add_generation_prompt, as transformers' apply_chat_template):\n"
+         "  --chat                  reply to a conversation instead of continuing --prompt; the reply\n"
+         "                          stops at the template's end-of-turn token (<|eot_id|>, </s>,\n"
+         "                          <|im_end|>), the eos_token_id of the folder's generation_config.json\n"
+         "                          (else config.json) and the tokenizer's EOS, and is printed without\n"
+         "                          special tokens\n"
+         "  --system TEXT, --user TEXT, --assistant TEXT\n"
+         "                          the conversation's turns, in the order given (repeat them for several\n"
+         "                          turns; --assistant for earlier replies); it must end with --user\n"
+         "  --messages FILE.jsonl   conversations, one per line as `prepare` takes them:\n"
+         "                          {\"messages\": [{\"role\": \"user\", \"content\": \"...\"}, ...]}; each line\n"
+         "                          is printed back with the reply appended as an assistant message\n"
+         "                          (JSONL out; the model is loaded once for all of them)\n"
+         "  --chat-template FILE    a Jinja template to use instead of the folder's (as vLLM's\n"
+         "                          --chat-template); a folder without one is refused, naming it\n"
+         "\n"
          "  --max-new-tokens N      generate at most N tokens (default 64); generation also stops\n"
          "                          after the tokenizer's EOS and at the model's context length\n"
          "  --temperature T         softmax temperature, 0 = greedy (default 0.8; below 1e-6 greedy too)\n"
@@ -68,20 +91,10 @@ const char* generate_help() {
          "  --help                  this text\n"
          "\n"
          "Exit status: 0 done, 1 the run failed (bad model folder or tokenizer, prompt too long,\n"
-         "vocabularies differ), 2 usage error.\n";
+         "vocabularies differ, no chat template, a bad --messages line), 2 usage error.\n";
 }
 
 namespace {
-
-struct GenerateArgs {
-  std::string checkpoint, tokenizer, prompt, adapter, base;
-  bool has_prompt = false;
-  int64_t max_new_tokens = 64;
-  model::SamplingOptions sampling;
-  std::string device = "auto";
-  std::string dtype;  // "" = float32 on the CPU, bfloat16 on a GPU
-  bool help = false;
-};
 
 double parse_number(const std::string& flag, const std::string& v) {
   try {
@@ -130,6 +143,14 @@ GenerateArgs parse_generate_args(int argc, char** argv) {
     } else if (arg == "--prompt") {
       a.prompt = value();
       a.has_prompt = true;
+    } else if (arg == "--chat") {
+      a.chat = true;
+    } else if (arg == "--system" || arg == "--user" || arg == "--assistant") {
+      a.turns.emplace_back(arg.substr(2), value());
+    } else if (arg == "--messages") {
+      a.messages_file = value();
+    } else if (arg == "--chat-template") {
+      a.chat_template = value();
     } else if (arg == "--max-new-tokens") {
       a.max_new_tokens = parse_count(arg, value());
     } else if (arg == "--temperature") {
@@ -152,13 +173,33 @@ GenerateArgs parse_generate_args(int argc, char** argv) {
         throw UsageError{"--dtype must be float32, bfloat16 or float16, not '" + a.dtype + "'"};
     } else {
       throw unknown_argument(args.raw(), {"--help", "--checkpoint", "--tokenizer", "--adapter", "--base", "--prompt",
+                                          "--chat", "--system", "--user", "--assistant", "--messages", "--chat-template",
                                           "--max-new-tokens", "--temperature", "--top-k", "--top-p", "--seed",
                                           "--device", "--dtype"});
     }
   }
   if (a.help) return a;
   if (a.checkpoint.empty()) throw UsageError{"--checkpoint DIR is required"};
-  if (!a.has_prompt) throw UsageError{"--prompt TEXT is required"};
+  const bool chat_input = !a.turns.empty() || !a.messages_file.empty() || !a.chat_template.empty();
+  if (a.chat) {
+    if (a.has_prompt)
+      throw UsageError{"--prompt is plain text to continue; with --chat give the conversation as --system/--user "
+                       "TEXT or --messages FILE.jsonl"};
+    if (a.turns.empty() == a.messages_file.empty())
+      throw UsageError{a.turns.empty() ? "--chat needs a conversation: --user TEXT (with --system TEXT before it, "
+                                         "--assistant TEXT for earlier replies) or --messages FILE.jsonl"
+                                       : "--messages FILE and --system/--user/--assistant are two ways to give the "
+                                         "conversation: use one"};
+    if (!a.turns.empty() && a.turns.back().first == "assistant")
+      throw UsageError{"the conversation ends with --assistant: there is nothing to reply to; end it with --user TEXT"};
+  } else {
+    if (chat_input)
+      throw UsageError{std::string(!a.turns.empty() ? "--system/--user/--assistant" : !a.messages_file.empty()
+                                                                                        ? "--messages"
+                                                                                        : "--chat-template") +
+                       " needs --chat (a conversation rendered with the model's chat template)"};
+    if (!a.has_prompt) throw UsageError{"--prompt TEXT is required (or --chat with --user TEXT)"};
+  }
   if (!a.base.empty() && !a.adapter.empty())
     throw UsageError{"--base is for a LoRA checkpoint; with --adapter, --checkpoint is the base folder"};
   // What is not there is the command line's error (exit 2), found before anything loads.
@@ -175,6 +216,10 @@ GenerateArgs parse_generate_args(int argc, char** argv) {
   } else if (!fs::is_regular_file(a.tokenizer, ec) && !fs::is_directory(a.tokenizer, ec)) {
     throw UsageError{"--tokenizer " + a.tokenizer + ": not a regular file or a folder"};
   }
+  if (!a.messages_file.empty() && !fs::exists(a.messages_file, ec))
+    throw UsageError{"--messages " + a.messages_file + ": no such file"};
+  if (!a.chat_template.empty() && !fs::exists(a.chat_template, ec))
+    throw UsageError{"--chat-template " + a.chat_template + ": no such file"};
   if (a.device == "cpu" && !a.dtype.empty() && a.dtype != "float32")
     throw UsageError{"--dtype " + a.dtype + " needs --device cuda: the CPU computes in float32"};
   return a;
@@ -207,20 +252,10 @@ class CompletionPrinter {
 };
 
 int run_generate(const GenerateArgs& a) {
-  std::error_code ec;
-  FSDP_CHECK(fs::exists(a.tokenizer, ec), "--tokenizer {}: no such file{}", a.tokenizer, ec ? ": " + ec.message() : "");
-  const data::Tokenizer tok(a.tokenizer);
-  spdlog::info("tokenizer: {}", tok.path());
-  train::InferenceModel m = train::load_inference_model(a.checkpoint, a.adapter, a.base);
+  GenerationModel g = load_generation_model(a, load_generation_tokenizer(a));
+  const data::Tokenizer& tok = g.tok;
+  train::InferenceModel& m = g.m;
   const model::LlamaConfig& c = m.config;
-  spdlog::info("model: {} ({})", m.kind, c.summary());
-  // A Hugging Face model may pad its embedding past the tokenizer's ids (Qwen2: 151936 rows for
-  // 151665 tokens); a sentencepiece model and its Llama have the same size.
-  const bool fits = tok.kind() == data::Tokenizer::Kind::HuggingFace ? tok.vocab_size() <= c.vocab_size
-                                                                    : tok.vocab_size() == c.vocab_size;
-  FSDP_CHECK(fits, "--tokenizer {} has a vocabulary of {} pieces but the model in --checkpoint {} has vocab_size {}",
-             tok.path(), tok.vocab_size(), a.checkpoint, c.vocab_size);
-
   std::vector<int32_t> prompt;
   if (tok.bos_id() >= 0) prompt.push_back(tok.bos_id());
   tok.encode(a.prompt, prompt);
@@ -238,13 +273,7 @@ int run_generate(const GenerateArgs& a) {
   // The cache holds what this run can reach; the prompt is fed in chunks of at most 256
   // tokens, which bounds the scratch (the [chunk, vocab] logits above all).
   const int64_t max_len = std::clamp<int64_t>(P + a.max_new_tokens - 1, P, c.max_seq_len);
-  const Device device = train::resolve_inference_device(a.device);
-  const DType dtype = !a.dtype.empty() ? parse_dtype(a.dtype) : device.is_cpu() ? DType::F32 : DType::BF16;
-  FSDP_CHECK(!device.is_cpu() || dtype == DType::F32, "--dtype {} needs a GPU: the CPU computes in float32",
-             dtype_name(dtype));
-  m.params->move_to(device, dtype);
-  spdlog::info("device: {}, {} compute", device.str(), dtype_name(dtype));
-  model::LlamaDecoder decoder(c, 1, max_len, std::min<int64_t>(P, 256), dtype, device);
+  model::LlamaDecoder decoder(c, 1, max_len, std::min<int64_t>(P, 256), g.dtype, g.device);
   // Route as training did: a checkpoint of a run that balanced its experts by bias.
   if (!m.router_bias.empty()) decoder.router_bias()->set(m.router_bias);
   model::Sampler sampler(a.sampling);
@@ -269,6 +298,33 @@ int run_generate(const GenerateArgs& a) {
 
 }  // namespace
 
+data::Tokenizer load_generation_tokenizer(const GenerateArgs& a) {
+  std::error_code ec;
+  FSDP_CHECK(fs::exists(a.tokenizer, ec), "--tokenizer {}: no such file{}", a.tokenizer, ec ? ": " + ec.message() : "");
+  data::Tokenizer tok(a.tokenizer);
+  spdlog::info("tokenizer: {}", tok.path());
+  return tok;
+}
+
+GenerationModel load_generation_model(const GenerateArgs& a, data::Tokenizer tok) {
+  train::InferenceModel m = train::load_inference_model(a.checkpoint, a.adapter, a.base);
+  const model::LlamaConfig& c = m.config;
+  spdlog::info("model: {} ({})", m.kind, c.summary());
+  // A Hugging Face model may pad its embedding past the tokenizer's ids (Qwen2: 151936 rows for
+  // 151665 tokens); a sentencepiece model and its Llama have the same size.
+  const bool fits = tok.kind() == data::Tokenizer::Kind::HuggingFace ? tok.vocab_size() <= c.vocab_size
+                                                                    : tok.vocab_size() == c.vocab_size;
+  FSDP_CHECK(fits, "--tokenizer {} has a vocabulary of {} pieces but the model in --checkpoint {} has vocab_size {}",
+             tok.path(), tok.vocab_size(), a.checkpoint, c.vocab_size);
+  const Device device = train::resolve_inference_device(a.device);
+  const DType dtype = !a.dtype.empty() ? parse_dtype(a.dtype) : device.is_cpu() ? DType::F32 : DType::BF16;
+  FSDP_CHECK(!device.is_cpu() || dtype == DType::F32, "--dtype {} needs a GPU: the CPU computes in float32",
+             dtype_name(dtype));
+  m.params->move_to(device, dtype);
+  spdlog::info("device: {}, {} compute", device.str(), dtype_name(dtype));
+  return GenerationModel{std::move(tok), std::move(m), device, dtype};
+}
+
 int generate_command(int argc, char** argv) {
   apply_log_level_from_env();  // SPDLOG_LEVEL=debug shows where an error was raised
   GenerateArgs a;
@@ -289,7 +345,7 @@ int generate_command(int argc, char** argv) {
   spdlog::set_default_logger(logger ? logger : spdlog::stderr_color_mt("generate"));
   spdlog::set_pattern("[%Y-%m-%d %H:%M:%S.%e] [%^%l%$] %v");
   try {
-    return run_generate(a);
+    return a.chat ? run_generate_chat(a) : run_generate(a);
   } catch (const std::exception& e) {
     report_error("generate", e);
     return 1;

@@ -23,6 +23,7 @@ const char* kUsage =
     "                                                            the loss over eval.batches batches\n"
     "  prepare      --tokenizer PATH --output DIR INPUT...       tokenize text into training shards\n"
     "  generate     --checkpoint DIR --prompt TEXT               continue a prompt with a model\n"
+    "               --checkpoint DIR --chat --user TEXT          a chat model's reply to a conversation\n"
     "  export       --checkpoint DIR --output HF_DIR             write a Hugging Face folder\n"
     "  plan         --config FILE [--ranks N] [--device-memory SIZE]\n"
     "                                                            memory per rank, the largest micro-batch\n"

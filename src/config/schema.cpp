@@ -240,9 +240,13 @@ void add_data_rows(std::vector<detail::Field>& t) {
            in_range(0, 1024))
       .add("seed", &DataConfig::seed, "Seed of the data order (shuffling, synthetic tokens).", ge(0))
       .add("packing", &DataConfig::packing,
-           "true: SFT data (shards with loss masks) has whole examples packed best-fit into seq_len windows, pretraining "
-           "data its documents back to back (attention is not yet masked between documents); false: one example per "
-           "row, padded, the pads masked out of the loss (SFT without cross-example attention).");
+           "true: SFT data (shards with loss masks) has whole examples packed best-fit into seq_len windows, attention "
+           "and RoPE positions restarting at each example; pretraining data its documents back to back (see "
+           "document_masking); false: one example per row, padded, the pads masked out of the loss.")
+      .add("document_masking", &DataConfig::document_masking,
+           "true: split pretraining windows into documents after each EOS token (the manifest's eos_id), as Llama 3 "
+           "does: a token attends only to its own document, RoPE positions restart, and no target crosses a "
+           "boundary.");
 }
 
 void add_train_rows(std::vector<detail::Field>& t) {
@@ -406,7 +410,8 @@ void add_logging_rows(std::vector<detail::Field>& t) {
 
 void add_eval_rows(std::vector<detail::Field>& t) {
   SectionRows(t, "eval", &Config::eval)
-      .add("batches", &EvalConfig::batches, "Validation batches per evaluation.", ge(1))
+      .add("batches", &EvalConfig::batches,
+           "Validation batches per evaluation; 0 = every sample of the split once (an SFT split's examples).", ge(0))
       .add("split", &EvalConfig::split,
            "Shards evaluated: <split>_*.idx in data.val_path, or in data.path when that is empty (train = the "
            "training data itself, for a corpus prepared without --val-fraction).",

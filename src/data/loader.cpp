@@ -14,6 +14,7 @@
 // window scratch and the permutations (once per epoch) are the only buffers.
 #include "fsdp/data/loader.h"
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -37,7 +38,7 @@ constexpr int64_t kMaxShuffledSamples = int64_t(1) << 34;
 
 struct Loader::Impl {
   struct Slot {
-    std::vector<int32_t> ids, targets;
+    std::vector<int32_t> ids, targets, doc_start;
     int64_t index = -1;  // micro-batch held once ready
     bool ready = false;
     std::exception_ptr error;
@@ -61,8 +62,10 @@ struct Loader::Impl {
   int starts_ = 0;      // worker generations: each seek restarts the threads
   double wait_ = 0;
   bool masked = false;               // the source has a loss mask
+  bool documents = false;            // rows hold documents (the source's, or split_after)
   std::vector<int32_t> sync_window;  // scratch when reading on the calling thread
   std::vector<uint8_t> sync_mask;
+  std::vector<int32_t> sync_starts;
   std::mutex mutex;
   std::condition_variable ready_cv, free_cv;
   std::vector<Slot> slots;
@@ -116,9 +119,46 @@ struct Loader::Impl {
     return order;
   }
 
-  // Reads micro-batch j into ids / targets ([micro * seq_len] each); window is seq_len + 1,
-  // and so is mask (a masked source only).
-  void fill(int64_t j, int32_t* ids, int32_t* targets, int32_t* window, uint8_t* mask) {
+  // Window `sample`'s own document starts into `starts` (the first 0, increasing, <= seq_len;
+  // one document at 0 for a source without documents), checked.
+  void source_documents(int64_t sample, std::vector<int32_t>& starts) const {
+    if (!source->has_documents()) {
+      starts.assign(1, 0);
+      return;
+    }
+    source->document_starts(sample, starts);
+    FSDP_CHECK(!starts.empty() && starts.front() == 0, "sample {}'s documents must start at 0", sample);
+    for (size_t k = 1; k < starts.size(); ++k)
+      FSDP_CHECK(starts[k] > starts[k - 1] && starts[k] <= opt.seq_len,
+                 "sample {}'s document starts must increase within [0, {}], got {} after {}", sample, opt.seq_len,
+                 starts[k], starts[k - 1]);
+  }
+
+  // Row s of a micro-batch from its window: each token's document start into doc_start, the
+  // later of the source's and of the last split_after token's (Llama 3's EOS) before it, so
+  // the two sets of starts merge without a merged list; and every target crossing into a
+  // new document (the token before a start) ignored.
+  void apply_documents(const std::vector<int32_t>& starts, const int32_t* window, int32_t* doc_start,
+                       int32_t* targets) const {
+    const int64_t seq = opt.seq_len;
+    size_t k = 0;
+    int32_t after_eos = 0;
+    for (int64_t t = 0; t < seq; ++t) {
+      while (k + 1 < starts.size() && starts[k + 1] <= t) ++k;
+      if (opt.split_after >= 0 && t > 0 && window[t - 1] == opt.split_after) after_eos = int32_t(t);
+      doc_start[t] = std::max(starts[k], after_eos);
+    }
+    for (size_t d = 1; d < starts.size(); ++d) targets[starts[d] - 1] = kIgnoredTarget;
+    if (opt.split_after >= 0)
+      for (int64_t t = 0; t < seq; ++t)
+        if (window[t] == opt.split_after) targets[t] = kIgnoredTarget;
+  }
+
+  // Reads micro-batch j into ids / targets ([micro * seq_len] each) and, with documents,
+  // doc_start (else null); window is seq_len + 1, and so is mask (a masked source only);
+  // starts is scratch.
+  void fill(int64_t j, int32_t* ids, int32_t* targets, int32_t* doc_start, int32_t* window, uint8_t* mask,
+            std::vector<int32_t>& starts) {
     const int64_t first = first_position(j), seq = opt.seq_len;
     std::shared_ptr<const std::vector<int64_t>> order;
     int64_t order_epoch = -1;
@@ -144,6 +184,10 @@ struct Loader::Impl {
         for (int64_t t = 0; t < seq; ++t)
           if (mask[t + 1] == 0) targets[s * seq + t] = kIgnoredTarget;
       }
+      if (documents) {
+        source_documents(sample, starts);
+        apply_documents(starts, window, doc_start + s * seq, targets + s * seq);
+      }
     }
   }
 
@@ -154,6 +198,8 @@ struct Loader::Impl {
                                        starts_ > 1 ? fmt::format(" (start {})", starts_) : std::string()));
     std::vector<int32_t> window(size_t(opt.seq_len + 1));
     std::vector<uint8_t> mask(size_t(opt.seq_len + 1));
+    std::vector<int32_t> starts;
+    starts.reserve(size_t(opt.seq_len + 1));
     const int64_t ring = int64_t(slots.size());
     std::unique_lock<std::mutex> lock(mutex);
     for (;;) {
@@ -165,7 +211,7 @@ struct Loader::Impl {
       std::exception_ptr error;
       try {
         const trace::Span span("load micro-batch", "data", "index", j);
-        fill(j, slot.ids.data(), slot.targets.data(), window.data(), mask.data());
+        fill(j, slot.ids.data(), slot.targets.data(), slot.doc_start.data(), window.data(), mask.data(), starts);
       } catch (...) {
         error = std::current_exception();
       }
@@ -232,12 +278,16 @@ Loader::Loader(std::shared_ptr<const SampleSource> source, const LoaderOptions& 
   m.tokens = o.micro_batch * o.seq_len;
   m.sync_window.resize(size_t(o.seq_len + 1));
   m.sync_mask.resize(size_t(o.seq_len + 1));
-  m.masked = m.source->has_mask();
+  m.documents = m.source->has_documents() || o.split_after >= 0;
+  // Ignored targets at document boundaries make a source with documents a masked one.
+  m.masked = m.source->has_mask() || m.documents;
+  m.sync_starts.reserve(size_t(o.seq_len + 1));
   if (m.async()) {
     m.slots.resize(size_t(o.prefetch));
     for (Impl::Slot& s : m.slots) {
       s.ids.resize(size_t(m.tokens));
       s.targets.resize(size_t(m.tokens));
+      if (m.documents) s.doc_start.resize(size_t(m.tokens));
     }
     m.start();
   }
@@ -247,7 +297,7 @@ Loader::~Loader() {
   if (impl_ && impl_->async()) impl_->stop();
 }
 
-void Loader::next(const Tensor& ids, const Tensor& targets) {
+void Loader::next(const Tensor& ids, const Tensor& targets, const Tensor& doc_start) {
   Impl& m = *impl_;
   check_dtype(ids, DType::I32, "ids");
   check_dtype(targets, DType::I32, "targets");
@@ -258,9 +308,21 @@ void Loader::next(const Tensor& ids, const Tensor& targets) {
   FSDP_CHECK(ids.numel() == m.tokens && targets.numel() == m.tokens,
              "ids {} / targets {} must hold micro_batch {} x seq_len {} tokens", ids.str(), targets.str(),
              m.opt.micro_batch, m.opt.seq_len);
+  FSDP_CHECK(!m.documents || doc_start.defined(),
+             "the loader's rows hold documents (packed examples or data.document_masking): next() needs a doc_start "
+             "tensor for them");
+  if (m.documents) {
+    check_dtype(doc_start, DType::I32, "doc_start");
+    check_contiguous(doc_start, "doc_start");
+    FSDP_CHECK(doc_start.device().is_cpu() && doc_start.numel() == m.tokens,
+               "doc_start {} must be a CPU tensor of micro_batch {} x seq_len {} tokens", doc_start.str(),
+               m.opt.micro_batch, m.opt.seq_len);
+  }
+  int32_t* const doc_out = m.documents ? doc_start.data<int32_t>() : nullptr;
   const auto t0 = std::chrono::steady_clock::now();
   if (!m.async()) {
-    m.fill(m.next_, ids.data<int32_t>(), targets.data<int32_t>(), m.sync_window.data(), m.sync_mask.data());
+    m.fill(m.next_, ids.data<int32_t>(), targets.data<int32_t>(), doc_out, m.sync_window.data(), m.sync_mask.data(),
+           m.sync_starts);
     ++m.next_;
   } else {
     std::unique_lock<std::mutex> lock(m.mutex);
@@ -270,6 +332,7 @@ void Loader::next(const Tensor& ids, const Tensor& targets) {
     if (slot.error) std::rethrow_exception(slot.error);
     std::memcpy(ids.data<int32_t>(), slot.ids.data(), size_t(m.tokens) * sizeof(int32_t));
     std::memcpy(targets.data<int32_t>(), slot.targets.data(), size_t(m.tokens) * sizeof(int32_t));
+    if (doc_out != nullptr) std::memcpy(doc_out, slot.doc_start.data(), size_t(m.tokens) * sizeof(int32_t));
     slot.ready = false;
     ++m.next_;
     lock.unlock();
@@ -281,6 +344,10 @@ void Loader::next(const Tensor& ids, const Tensor& targets) {
 int64_t Loader::first_position(int64_t j) const { return impl_->first_position(j); }
 
 bool Loader::masked() const { return impl_->masked; }
+
+bool Loader::documents() const { return impl_->documents; }
+
+void SampleSource::document_starts(int64_t, std::vector<int32_t>& out) const { out.assign(1, 0); }
 
 void SampleSource::read_masked_sample(int64_t index, int32_t* window, uint8_t* mask) const {
   read_sample(index, window);

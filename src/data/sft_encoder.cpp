@@ -7,7 +7,6 @@
 #include <nlohmann/json.hpp>
 
 #include "fsdp/core/error.h"
-#include "fsdp/core/regular_file.h"
 #include "fsdp/data/tokenizer.h"
 
 namespace fs = std::filesystem;
@@ -15,17 +14,6 @@ namespace fs = std::filesystem;
 namespace fsdp::data {
 
 namespace {
-
-// Whether the folder carries a chat template at all (where chat::ChatTemplate looks): a
-// folder without one renders plain; a broken one is ChatTemplate's error, not a fallback.
-bool has_chat_template(const fs::path& dir) {
-  std::error_code ec;
-  if (fs::exists(dir / "chat_template.jinja", ec) || fs::is_directory(dir / "chat_templates", ec)) return true;
-  if (!fs::exists(dir / "tokenizer_config.json", ec)) return false;
-  const nlohmann::json j =
-      nlohmann::json::parse(read_regular_file((dir / "tokenizer_config.json").string()), nullptr, /*allow_exceptions=*/false);
-  return j.is_object() && j.contains("chat_template") && !j["chat_template"].is_null();
-}
 
 bool is_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
   return a.size() <= b.size() && std::equal(a.begin(), a.end(), b.begin());
@@ -46,7 +34,7 @@ SftEncoder::SftEncoder(const Tokenizer* tok, int64_t vocab_size, const SftOption
     : tok_(tok), vocab_(vocab_size), o_(options) {
   if (tok_ == nullptr || o_.template_name == "plain") return;
   const fs::path dir = fs::path(tok_->path()).parent_path();
-  if (o_.template_name.empty() && !has_chat_template(dir)) return;  // a base model: plain
+  if (o_.template_name.empty() && !chat::ChatTemplate::model_dir_has_template(dir.string())) return;  // a base model: plain
   template_ = chat::ChatTemplate::from_model_dir(dir.string(), o_.template_name);
 }
 

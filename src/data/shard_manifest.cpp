@@ -125,6 +125,9 @@ std::optional<ShardManifest> read_shard_manifest(const std::string& dir) {
   ShardManifest m;
   if (const nlohmann::json* v = json_file::find(j, "vocab_size"))
     m.vocab_size = json_file::integer(*v, "vocab_size", path.string());
+  // null for pre-tokenized inputs (no tokenizer known), -1 for a tokenizer without one.
+  if (const nlohmann::json* v = json_file::find(j, "eos_id"); v != nullptr && !v->is_null())
+    m.eos_id = json_file::integer(*v, "eos_id", path.string());
   if (const nlohmann::json* t = json_file::find(j, "tokenizer")) {
     FSDP_CHECK(t->is_object(), "{}: 'tokenizer' must be an object, got {}", path.string(), json_file::kind(*t));
     m.tokenizer_path = json_file::string(*t, "path", path.string() + ": tokenizer", "");

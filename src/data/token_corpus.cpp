@@ -259,10 +259,10 @@ class ExampleRows final : public SampleSource {
 // Note [Packed examples]
 // SFT data with packing: whole examples placed into windows of seq_len + 1 tokens by
 // best_fit_pack (packing.h), the rest of a window padded with token 0 and masked. Window w
-// holds its examples back to back in input order; document_starts gives their offsets.
-// Attention still crosses the examples of a window (document masking is to come): what
-// this saves over the stream windows is the examples cut in two at window edges, and over
-// one row per example most of the padding.
+// holds its examples back to back in input order; document_starts gives their offsets, and
+// attention and RoPE keep the examples apart (Note [Document masking] in
+// fsdp/ops/attention.h): what this saves over the stream windows is the examples cut in
+// two at window edges, and over one row per example most of the padding.
 class PackedExamples final : public PackedSource {
  public:
   PackedExamples(std::shared_ptr<const ShardSet> set, const std::string& path, const std::string& split,

@@ -33,7 +33,8 @@ bool check_all_gather(const Communicator& c, const Tensor& shard, const Tensor& 
 void check_reduce_scatter(const Communicator& c, const Tensor& full, const Tensor& shard);
 void check_all_reduce(const Communicator& c, const Tensor& x);
 void check_broadcast(const Communicator& c, const Tensor& x, int root);
-// Counts: one per group rank, non-negative, summing to send's / recv's numel.
+// Counts: one per group rank, non-negative, summing to send's / recv's numel; this rank's
+// run to itself the same length on both sides.
 void check_all_to_all_v(const Communicator& c, const Tensor& send, const std::vector<int64_t>& send_counts,
                         const Tensor& recv, const std::vector<int64_t>& recv_counts);
 // The backend serves tensors on `expected` only (MPI: the host; NCCL: its own GPU).

@@ -41,7 +41,7 @@ ActivationMemory activation_memory(const LlamaConfig& c, int64_t B, int64_t T, D
   const double input = rows * C * d;  // one block input
 
   ActivationMemory m;
-  m.batch = 2 * N * 4;
+  m.batch = 3 * N * 4;  // ids, targets and doc_start, int32
   m.saved = (L + 1 - (offloading ? ckpt : 0)) * input + (L - ckpt) * block.all + ckpt * block.own;
   if (ckpt > 0) m.saved += block.shared;
   if (offloading) {

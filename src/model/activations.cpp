@@ -57,6 +57,7 @@ LlamaActivations::LlamaActivations(const LlamaConfig& c, int64_t B, int64_t T, D
     const memory::CategoryScope tag("batch");
     ids = Tensor::empty({N}, DType::I32, dev);
     targets = Tensor::empty({N}, DType::I32, dev);
+    doc_start = Tensor::empty({B, T}, DType::I32, dev);
   }
   std::vector<int64_t> checkpointed;
   for (int64_t l = 0; l < L; ++l)

@@ -58,19 +58,20 @@ AttentionSublayer::QKV AttentionSublayer::split_heads(const Tensor& qkv, int64_t
 
 AttentionSublayer::QKV AttentionSublayer::project(const Tensor& x, const UnitParams& p, const Tensor& h,
                                                   const Tensor& rstd, const Tensor& qkv, int64_t B, int64_t T,
-                                                  int64_t pos) const {
+                                                  int64_t pos, const Tensor& doc_start) const {
   rmsnorm_forward(x, norm_.value(p), h, rstd, cfg_.norm_eps);
   qkv_.forward(sp_->gather(h), p, qkv);  // column-parallel: every rank's rows of h
   const QKV heads = split_heads(qkv, B, T);
-  rope_forward(heads.q, heads.q, rope_, pos);
-  rope_forward(heads.k, heads.k, rope_, pos);
+  rope_forward(heads.q, heads.q, rope_, pos, doc_start);
+  rope_forward(heads.k, heads.k, rope_, pos, doc_start);
   return heads;
 }
 
 void AttentionSublayer::forward(const Tensor& x, const UnitParams& p, AttentionSaved& s, const Tensor& out,
-                                int64_t B, int64_t T) const {
-  const QKV heads = project(x, p, s.h1, s.rstd1, s.qkv, B, T, 0);
-  attention_forward(heads.q, heads.k, heads.v, s.att.reshape({B, T, cfg_.local_heads(), cfg_.head_dim()}), s.lse);
+                                int64_t B, int64_t T, const Tensor& doc_start) const {
+  const QKV heads = project(x, p, s.h1, s.rstd1, s.qkv, B, T, 0, doc_start);
+  attention_forward(heads.q, heads.k, heads.v, s.att.reshape({B, T, cfg_.local_heads(), cfg_.head_dim()}), s.lse,
+                    doc_start);
   sp_->scatter(o_, s.att, p, x, out);  // out = x + att @ Wo^T (row-parallel: reduce-scattered to this rank's rows)
 }
 
@@ -79,15 +80,16 @@ void AttentionSublayer::recompute_cheap(const Tensor& x, const UnitParams& p, At
 }
 
 void AttentionSublayer::backward(const Tensor& x, const AttentionSaved& s, const UnitParams& p, const Tensor& dres,
-                                 const Tensor& dh, AttentionGrads& g, int64_t B, int64_t T) const {
+                                 const Tensor& dh, AttentionGrads& g, int64_t B, int64_t T,
+                                 const Tensor& doc_start) const {
   const LlamaConfig& c = cfg_;
   o_.backward(sp_->scatter_backward(dres), s.att, p, g.datt);  // d(out) on every rank's rows
   const QKV qkv = split_heads(s.qkv, B, T);
   const QKV dqkv = split_heads(g.dqkv, B, T);
   attention_backward(g.datt.reshape({B, T, c.local_heads(), c.head_dim()}), qkv.q, qkv.k, qkv.v,
-                     s.att.reshape({B, T, c.local_heads(), c.head_dim()}), s.lse, dqkv.q, dqkv.k, dqkv.v);
-  rope_backward(dqkv.q, dqkv.q, rope_, 0);
-  rope_backward(dqkv.k, dqkv.k, rope_, 0);
+                     s.att.reshape({B, T, c.local_heads(), c.head_dim()}), s.lse, dqkv.q, dqkv.k, dqkv.v, doc_start);
+  rope_backward(dqkv.q, dqkv.q, rope_, 0, doc_start);
+  rope_backward(dqkv.k, dqkv.k, rope_, 0, doc_start);
   const Tensor dh_all = sp_->partial_for(dh);
   qkv_.backward(g.dqkv, sp_->gather(s.h1), p, dh_all);  // h gathered again: See Note [Sequence parallelism]
   sp_->gather_backward(dh_all, dh);
@@ -99,7 +101,7 @@ void AttentionSublayer::forward_cached(const Tensor& x, const UnitParams& p, Att
   const int64_t N = B * T;
   const Tensor att = scratch.att.narrow(0, 0, N);
   const QKV heads = project(x, p, scratch.h1.narrow(0, 0, N), scratch.rstd1.narrow(0, 0, N),
-                            scratch.qkv.narrow(0, 0, N), B, T, cache.length);
+                            scratch.qkv.narrow(0, 0, N), B, T, cache.length, Tensor());
   attention_decode(heads.q, heads.k, heads.v, cache.layer_k(layer), cache.layer_v(layer), cache.length,
                    att.reshape({B, T, cfg_.num_heads, cfg_.head_dim()}));
   o_.forward(att, p, x, /*accumulate=*/true);  // x += att @ Wo^T

@@ -32,6 +32,10 @@ PeftSpec in_dtype(PeftSpec p, DType dtype) {
   return p;
 }
 
+// The rows' documents for attention and RoPE: undefined (plain causal) unless the batch
+// has them. The recompute of a checkpointed block reads the same tensor as its forward.
+Tensor documents(const LlamaActivations& a) { return a.documents ? a.doc_start : Tensor(); }
+
 // The purpose word of LoRA's dropout stream (random.h: every stream is (seed, purpose, ...)).
 constexpr uint64_t kLoraDropoutPurpose = 0x10a4d40u;
 
@@ -145,7 +149,7 @@ void Llama::trunk_forward(LlamaActivations& a, ParamProvider& p, bool for_backwa
     if (x >= 0) p.before_forward(x);
     if (off && l + 1 < cfg_.num_layers && ac.checkpointed(l + 1)) off->before_write(l + 1);
     blocks_[size_t(l)].forward(a.resid[size_t(l)], block_view(p, l, scratch, false), a.blocks[size_t(l)],
-                               a.resid[size_t(l) + 1], a.batch, a.seq_len);
+                               a.resid[size_t(l) + 1], a.batch, a.seq_len, documents(a));
     if (off && for_backward && ac.checkpointed(l)) off->stash(l);
     if (x >= 0) p.after_forward(x);
     p.after_forward(block_unit(l));
@@ -207,9 +211,9 @@ void Llama::blocks_backward(LlamaActivations& a, ParamProvider& p) {
     if (ac.checkpointed(l)) {
       if (off) off->fetch(l);
       blocks_[size_t(l)].recompute(a.resid[size_t(l)], params, saved, a.recompute_output(l), ac.mode, a.batch,
-                                   a.seq_len);
+                                   a.seq_len, documents(a));
     }
-    blocks_[size_t(l)].backward(a.resid[size_t(l)], saved, params, a.grads, a.batch, a.seq_len);
+    blocks_[size_t(l)].backward(a.resid[size_t(l)], saved, params, a.grads, a.batch, a.seq_len, documents(a));
     if (off && ac.checkpointed(l)) off->release(l);
     if (x >= 0) p.after_backward(x);
     p.after_backward(block_unit(l));

@@ -29,6 +29,14 @@ Tensor host_f32(const Tensor& logits) {
 
 GenerateResult generate(LlamaDecoder& dec, ParamProvider& params, std::span<const int32_t> prompt, Sampler& sampler,
                         int64_t max_new_tokens, int32_t eos_id, const std::function<void(int32_t)>& on_token) {
+  if (eos_id < 0) return generate(dec, params, prompt, sampler, max_new_tokens, std::span<const int32_t>{}, on_token);
+  const int32_t stop[] = {eos_id};
+  return generate(dec, params, prompt, sampler, max_new_tokens, std::span<const int32_t>(stop), on_token);
+}
+
+GenerateResult generate(LlamaDecoder& dec, ParamProvider& params, std::span<const int32_t> prompt, Sampler& sampler,
+                        int64_t max_new_tokens, std::span<const int32_t> stop_ids,
+                        const std::function<void(int32_t)>& on_token) {
   FSDP_CHECK(dec.batch() == 1, "generate: the decoder must have batch 1, got {}", dec.batch());
   FSDP_CHECK(!prompt.empty(), "generate: the prompt is empty (at least one token, e.g. BOS, is needed)");
   const int64_t P = int64_t(prompt.size()), V = dec.config().vocab_size;
@@ -75,7 +83,7 @@ GenerateResult generate(LlamaDecoder& dec, ParamProvider& params, std::span<cons
       t1 = std::chrono::steady_clock::now();
     }
     if (on_token) on_token(tok);
-    if (tok == eos_id) {
+    if (std::find(stop_ids.begin(), stop_ids.end(), tok) != stop_ids.end()) {
       r.hit_eos = true;
       break;
     }

@@ -45,16 +45,16 @@ BlockGrads TransformerBlock::make_grads(int64_t N, DType dt, Device dev) const {
 }
 
 void TransformerBlock::forward(const Tensor& x, const UnitParams& p, BlockActivations& a, const Tensor& out,
-                               int64_t B, int64_t T) const {
-  attention_.forward(x, p, a.attn, a.x2, B, T);
+                               int64_t B, int64_t T, const Tensor& doc_start) const {
+  attention_.forward(x, p, a.attn, a.x2, B, T, doc_start);
   mlp_->forward(a.x2, p, *a.mlp, out);
 }
 
 void TransformerBlock::recompute(const Tensor& x, const UnitParams& p, BlockActivations& a, const Tensor& out,
-                                 Recompute mode, int64_t B, int64_t T) const {
+                                 Recompute mode, int64_t B, int64_t T, const Tensor& doc_start) const {
   switch (mode) {
     case Recompute::None: return;
-    case Recompute::Full: forward(x, p, a, out, B, T); return;
+    case Recompute::Full: forward(x, p, a, out, B, T, doc_start); return;
     case Recompute::Selective:
       attention_.recompute_cheap(x, p, a.attn);
       mlp_->recompute_cheap(a.x2, p, *a.mlp);
@@ -63,9 +63,9 @@ void TransformerBlock::recompute(const Tensor& x, const UnitParams& p, BlockActi
 }
 
 void TransformerBlock::backward(const Tensor& x, const BlockActivations& a, const UnitParams& p, BlockGrads& g,
-                                int64_t B, int64_t T) const {
+                                int64_t B, int64_t T, const Tensor& doc_start) const {
   mlp_->backward(a.x2, *a.mlp, p, g.dres, g.dh, *g.mlp);
-  attention_.backward(x, a.attn, p, g.dres, g.dh, g.attn, B, T);
+  attention_.backward(x, a.attn, p, g.dres, g.dh, g.attn, B, T, doc_start);
 }
 
 void TransformerBlock::forward_cached(const Tensor& x, const UnitParams& p, BlockActivations& scratch,

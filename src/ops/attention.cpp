@@ -3,6 +3,8 @@
 // include/fsdp/ops/attention.h.
 #include "fsdp/ops/attention.h"
 
+#include <algorithm>
+
 #include "op_checks.h"
 
 namespace fsdp {
@@ -50,25 +52,76 @@ void check_like(const Tensor& t, const Tensor& like, const char* what, const cha
   check_shape(t, like.sizes(), what);
 }
 
+// doc_start, when given: int32 [B, T] contiguous on q's device, its invariant checked
+// when it is on the host (Note [Document masking]).
+void check_doc_start_for(const Tensor& doc_start, const Tensor& q) {
+  if (!doc_start.defined()) return;
+  check_dtype(doc_start, DType::I32, "doc_start");
+  check_shape(doc_start, Dims{q.size(0), q.size(1)}, "doc_start");
+  check_contiguous(doc_start, "doc_start");
+  check_same_device(q, doc_start, "q", "doc_start");
+  if (doc_start.device().is_cpu()) check_doc_start(doc_start, "doc_start");
+}
+
 }  // namespace
 
-void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse) {
+Tensor make_doc_start(std::span<const int32_t> starts, std::span<const int64_t> first, int64_t T) {
+  FSDP_CHECK(!first.empty() && first.front() == 0 && size_t(first.back()) == starts.size(),
+             "make_doc_start: row offsets must run from 0 to the {} document starts, got {} rows", starts.size(),
+             int64_t(first.size()) - 1);
+  const int64_t B = int64_t(first.size()) - 1;
+  Tensor t = Tensor::empty({B, T}, DType::I32);
+  int32_t* d = t.data<int32_t>();
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t f = first[size_t(b)], l = first[size_t(b) + 1];
+    FSDP_CHECK(f < l && starts[size_t(f)] == 0, "make_doc_start: row {}'s documents must start at 0", b);
+    for (int64_t k = f; k < l; ++k) {
+      const int64_t s = starts[size_t(k)], e = k + 1 < l ? int64_t(starts[size_t(k) + 1]) : T;
+      FSDP_CHECK(s < e && e <= T, "make_doc_start: row {}'s document starts must increase within [0, {}), got {} then {}",
+                 b, T, s, e);
+      std::fill(d + b * T + s, d + b * T + e, int32_t(s));
+    }
+  }
+  return t;
+}
+
+void check_doc_start(const Tensor& doc_start, const char* what) {
+  FSDP_CHECK(doc_start.dtype() == DType::I32 && doc_start.dim() == 2 && doc_start.is_contiguous() &&
+                 doc_start.device().is_cpu(),
+             "{} must be a contiguous host int32 [B, T] tensor, got {}", what, doc_start.str());
+  const int64_t B = doc_start.size(0), T = doc_start.size(1);
+  const int32_t* d = doc_start.data<int32_t>();
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t) {
+      const int32_t s = d[b * T + t];
+      FSDP_CHECK(s == t || (t > 0 && s == d[b * T + t - 1]),
+                 "{}[{}, {}] = {}: a token's document must start at the token itself or where the previous token's "
+                 "does (Note [Document masking] in fsdp/ops/attention.h)",
+                 what, b, t, s);
+    }
+}
+
+void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                       const Tensor& doc_start) {
   check_qkv_lse(q, k, v, lse);
   check_like(out, q, "out", "q");
+  check_doc_start_for(doc_start, q);
   if (q.numel() == 0) return;
-  attention_forward_stub(q.device(), q, k, v, out, lse);
+  attention_forward_stub(q.device(), q, k, v, out, lse, doc_start);
 }
 
 void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                        const Tensor& lse, const Tensor& dq, const Tensor& dk, const Tensor& dv) {
+                        const Tensor& lse, const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                        const Tensor& doc_start) {
   check_qkv_lse(q, k, v, lse);
   check_like(out, q, "out", "q");
   check_like(dout, q, "dout", "q");
   check_like(dq, q, "dq", "q");
   check_like(dk, k, "dk", "k");
   check_like(dv, v, "dv", "v");
+  check_doc_start_for(doc_start, q);
   if (q.numel() == 0) return;  // B == 0 or T == 0: dk and dv are empty too
-  attention_backward_stub(q.device(), dout, q, k, v, out, lse, dq, dk, dv);
+  attention_backward_stub(q.device(), dout, q, k, v, out, lse, dq, dk, dv, doc_start);
 }
 
 }  // namespace fsdp

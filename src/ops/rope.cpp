@@ -5,6 +5,7 @@
 #include <cmath>
 #include <vector>
 
+#include "fsdp/ops/attention.h"  // check_doc_start
 #include "op_checks.h"
 
 namespace fsdp {
@@ -50,7 +51,7 @@ RopeTables make_rope_tables(int64_t max_positions, std::span<const double> inv_f
 namespace {
 
 void rope_common(const Tensor& x, const Tensor& y, const RopeTables& tables, int64_t pos_offset, bool inverse,
-                 const char* x_name, const char* y_name) {
+                 const Tensor& doc_start, const char* x_name, const char* y_name) {
   detail::check_heads_packed(x, "rope", x_name);
   detail::check_heads_packed(y, "rope", y_name);
   detail::check_floating(x, x_name, "rope");
@@ -73,18 +74,28 @@ void rope_common(const Tensor& x, const Tensor& y, const RopeTables& tables, int
   FSDP_CHECK(pos_offset + T <= tables.cos.size(0),
              "rope: positions up to pos_offset + T = {} + {} exceed the {} rows of tables.cos", pos_offset, T,
              tables.cos.size(0));
+  if (doc_start.defined()) {
+    // Positions only shrink (t - doc_start <= t), so the bound above covers them.
+    check_dtype(doc_start, DType::I32, "doc_start");
+    check_shape(doc_start, Dims{x.size(0), T}, "doc_start");
+    check_contiguous(doc_start, "doc_start");
+    check_same_device(x, doc_start, x_name, "doc_start");
+    if (doc_start.device().is_cpu()) check_doc_start(doc_start, "doc_start");
+  }
   if (x.numel() == 0) return;
-  rope_stub(x.device(), x, y, tables.cos, tables.sin, pos_offset, inverse);
+  rope_stub(x.device(), x, y, tables.cos, tables.sin, pos_offset, inverse, doc_start);
 }
 
 }  // namespace
 
-void rope_forward(const Tensor& x, const Tensor& y, const RopeTables& tables, int64_t pos_offset) {
-  rope_common(x, y, tables, pos_offset, /*inverse=*/false, "x", "y");
+void rope_forward(const Tensor& x, const Tensor& y, const RopeTables& tables, int64_t pos_offset,
+                  const Tensor& doc_start) {
+  rope_common(x, y, tables, pos_offset, /*inverse=*/false, doc_start, "x", "y");
 }
 
-void rope_backward(const Tensor& dy, const Tensor& dx, const RopeTables& tables, int64_t pos_offset) {
-  rope_common(dy, dx, tables, pos_offset, /*inverse=*/true, "dy", "dx");
+void rope_backward(const Tensor& dy, const Tensor& dx, const RopeTables& tables, int64_t pos_offset,
+                   const Tensor& doc_start) {
+  rope_common(dy, dx, tables, pos_offset, /*inverse=*/true, doc_start, "dy", "dx");
 }
 
 }  // namespace fsdp

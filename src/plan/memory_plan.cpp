@@ -154,13 +154,14 @@ void add_activation_rows(MemoryPlan& p, const config::Config& cfg, const model::
     other += double(t.grad_accum_steps) * double(N) * double(dtype_size(st));  // the step's losses
   } else {
     other += kStepVoteSlots * 8.0;  // the step's votes (train/step_votes.h asserts the count)
-    // The step's micro-batches staged before its first forward (ids and targets, int32): the
-    // trained-token count the loss divides by is known before any backward (trainer.h).
-    other += double(t.grad_accum_steps) * double(N) * 8;
+    // The step's micro-batches staged before its first forward (ids, targets and document
+    // starts, int32): the trained-token count the loss divides by is known before any
+    // backward (trainer.h).
+    other += double(t.grad_accum_steps) * double(N) * 12;
     if (m.is_moe()) other += double(m.num_layers) * double(m.num_experts) * 8;  // expert load sums
   }
   if (m.is_moe()) other += double(m.num_layers) * double(m.num_experts + 1) * double(dtype_size(st));  // router stats
-  p.rows.push_back({"batch, RoPE tables, step buffers", other, "ids and targets, cos/sin tables, loss and router sums"});
+  p.rows.push_back({"batch, RoPE tables, step buffers", other, "ids, targets and document starts, cos/sin tables, loss and router sums"});
 }
 
 void add_outside_rows(MemoryPlan& p, const config::Config& cfg, const model::LlamaConfig& m) {

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "fsdp/model/peft.h"
 #include "fsdp/model/tensor_parallel.h"
 #include "fsdp/plan/memory_plan.h"
 
@@ -33,8 +34,7 @@ struct Change {
 
 // The single changes that lower a rank's memory, for the config as it is, on `target`:
 // last, a tensor-parallel degree (2, 4, 8) that the model's shape and the target's nodes
-// hold, which splits the activations and the gathered units over a node's ranks (QLoRA,
-// and mixtures of experts on GPUs, do not run under tensor parallelism yet).
+// hold, which splits the activations and the gathered units over a node's ranks.
 std::vector<Change> changes(const config::Config& cfg, const model::LlamaConfig& m, const PlanTarget& target) {
   std::vector<Change> out;
   const config::TrainConfig& t = cfg.train;
@@ -59,15 +59,16 @@ std::vector<Change> changes(const config::Config& cfg, const model::LlamaConfig&
     out.push_back({"fsdp.sharding_strategy: FULL_SHARD",
                    [](config::Config& c) { c.fsdp.sharding_strategy = config::ShardingStrategy::FULL_SHARD; }});
   if (cfg.fsdp.prefetch_limit > 0) out.push_back({"fsdp.prefetch_limit: 0", [](config::Config& c) { c.fsdp.prefetch_limit = 0; }});
-  // Tensor parallelism runs dense models with or without LoRA, and experts on the CPU; not
-  // yet QLoRA, or experts on GPUs (train::rank_model_config refuses them).
-  if (cfg.model.quantization != "nf4" && !(m.is_moe() && target.gpu)) {
-    for (int T : {2, 4, 8}) {
-      if (T <= cfg.parallel.tensor || target.ranks % T != 0 || std::max(target.ranks_per_node, 1) % T != 0) continue;
-      if (model::tensor_parallel_problem(m, T, cfg.train.seq_len)) continue;
-      out.push_back({fmt::format("parallel.tensor: {} (tensor parallelism over {} ranks of a node)", T, T),
-                     [T](config::Config& c) { c.parallel.tensor = T; }});
-    }
+  // Tensor parallelism runs every model on the CPU and on GPUs; QLoRA only where each
+  // rank's NF4 slices are whole blocks of the weight (model::nf4_split_refusal).
+  for (int T : {2, 4, 8}) {
+    if (T <= cfg.parallel.tensor || target.ranks % T != 0 || std::max(target.ranks_per_node, 1) % T != 0) continue;
+    if (model::tensor_parallel_problem(m, T, cfg.train.seq_len)) continue;
+    model::LlamaConfig at_t = m;
+    at_t.tensor_parallel = T;
+    if (cfg.model.quantization == "nf4" && !model::nf4_split_refusal(at_t).empty()) continue;
+    out.push_back({fmt::format("parallel.tensor: {} (tensor parallelism over {} ranks of a node)", T, T),
+                   [T](config::Config& c) { c.parallel.tensor = T; }});
   }
   return out;
 }

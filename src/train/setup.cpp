@@ -68,6 +68,25 @@ void check_manifest_vocab(const std::string& dir, int64_t model_vocab) {
   }
 }
 
+// data.document_masking splits windows after the EOS id the manifest beside the shards
+// records (the tokenizer prepare used); without one there is nothing to split at.
+int32_t document_eos(const config::Config& cfg, int64_t vocab) {
+  const auto m = data::read_shard_manifest(cfg.data.path);
+  const std::string manifest = (std::filesystem::path(cfg.data.path) / "manifest.json").string();
+  if (!m)
+    config::fail_key(cfg, "data.document_masking",
+                     fmt::format("is true, but {} does not exist: the EOS id to split documents at comes from the "
+                                 "manifest `fsdp_train prepare` writes; prepare the data with a tokenizer, or set "
+                                 "data.document_masking: false",
+                                 manifest));
+  if (!m->eos_id || *m->eos_id < 0 || *m->eos_id >= vocab)
+    config::fail_key(cfg, "data.document_masking",
+                     fmt::format("is true, but {} records no EOS id ({}): prepare the data with a tokenizer that has "
+                                 "an EOS token, or set data.document_masking: false",
+                                 manifest, m->eos_id ? fmt::format("eos_id {}", *m->eos_id) : "eos_id null"));
+  return int32_t(*m->eos_id);
+}
+
 // A relative path resolves from the working directory: say which, since the repository's
 // configs name paths relative to its root.
 std::string resolved(const std::string& path) {
@@ -193,7 +212,24 @@ dist::ProcessGroups engine_groups(dist::ProcessGroups& host, Device device) {
 #endif
 }
 
-model::LlamaConfig rank_model_config(const config::Config& cfg, const dist::ProcessGroups& groups, Device device) {
+model::LlamaConfig runs_on(const model::LlamaConfig& m, const config::Config& cfg, Device device) {
+  if (device.is_cpu()) return m;
+  // The all-to-all has no NCCL implementation yet (Note [Expert-parallel dispatch]).
+  if (m.expert_parallel > 1)
+    config::fail_key(cfg, "parallel.expert",
+                     fmt::format("is {}, but expert parallelism on GPUs (train.device: cuda) is not built yet: set "
+                                 "parallel.expert: 1, or train on the CPU",
+                                 m.expert_parallel));
+  // The drop runs on the host over the routing (model/moe_capacity.h): the CPU backend's.
+  if (m.capacity_factor > 0)
+    config::fail_key(cfg, "moe.capacity_factor",
+                     fmt::format("is {}, but token dropping on GPUs (train.device: cuda) is not built yet: set "
+                                 "moe.capacity_factor: 0 (dropless)",
+                                 m.capacity_factor));
+  return m;
+}
+
+model::LlamaConfig rank_model_config(const config::Config& cfg, const dist::ProcessGroups& groups) {
   model::LlamaConfig m = config::training_model_config(cfg);
   m.tensor_parallel = groups.mesh.shape().tensor;
   m.expert_parallel = groups.mesh.shape().expert;
@@ -214,24 +250,8 @@ model::LlamaConfig rank_model_config(const config::Config& cfg, const dist::Proc
                        fmt::format("is {} with lora.enabled, but LoRA under expert parallelism is not built yet: set "
                                    "parallel.expert: 1",
                                    m.expert_parallel));
-    if (!device.is_cpu())
-      config::fail_key(cfg, "parallel.expert",
-                       fmt::format("is {}, but expert parallelism on GPUs (train.device: cuda) is not built yet: set "
-                                   "parallel.expert: 1, or train on the CPU",
-                                   m.expert_parallel));
   }
-  // The drop runs on the host over the routing (model/moe_capacity.h): the CPU backend's.
-  if (m.capacity_factor > 0 && !device.is_cpu())
-    config::fail_key(cfg, "moe.capacity_factor",
-                     fmt::format("is {}, but token dropping on GPUs (train.device: cuda) is not built yet: set "
-                                 "moe.capacity_factor: 0 (dropless)",
-                                 m.capacity_factor));
   if (m.tensor_parallel == 1) return m;
-  const auto not_yet = [&](const char* what) {
-    config::fail_key(cfg, "parallel.tensor",
-                     fmt::format("is {}, but {} under tensor parallelism is not built yet: set parallel.tensor: 1",
-                                 m.tensor_parallel, what));
-  };
   if (cfg.lora.enabled && cfg.model.quantization == "nf4") {
     // QLoRA: each rank keeps its slice of the weights quantized whole (See Note [LoRA under
     // tensor parallelism] in peft_units.cpp), which needs the slices made of whole blocks.
@@ -240,11 +260,10 @@ model::LlamaConfig rank_model_config(const config::Config& cfg, const dist::Proc
       config::fail_key(cfg, "parallel.tensor",
                        fmt::format("is {} with model.quantization nf4, but {}", m.tensor_parallel, refusal));
   }
-  // On a GPU dense Llama runs as on the CPU: the vocabulary-parallel ops have CUDA kernels
-  // and the tensor group is an NCCL communicator (make_nccl_process_groups; See Note
-  // [Tensor-parallel collectives on a GPU] in fsdp/tensor_group.h). A mixture of experts
-  // runs under tensor parallelism on the CPU; on GPUs it is not checked on the emulator yet.
-  if (m.is_moe() && !device.is_cpu()) not_yet("a mixture of experts (model.num_experts) on GPUs");
+  // On a GPU every model runs as on the CPU: the vocabulary-parallel ops have CUDA kernels,
+  // a mixture of experts' routing, permutation and combine are the same ops on every tensor
+  // rank, and the tensor group is an NCCL communicator (make_nccl_process_groups; See Note
+  // [Tensor-parallel collectives on a GPU] in fsdp/tensor_group.h).
   return m;
 }
 
@@ -264,6 +283,10 @@ DataSources make_data_sources(const config::Config& cfg, int64_t vocab, const di
   lo.prefetch = cfg.data.prefetch;
   DataSources d;
   if (cfg.data.source == config::DataSource::Synthetic) {
+    if (cfg.data.document_masking)
+      config::fail_key(cfg, "data.document_masking",
+                       "is true, but data.source is synthetic: its tokens have no EOS to split documents at; train on "
+                       "token shards (data.path) or set data.document_masking: false");
     auto chain = std::make_shared<data::SyntheticSamples>(vocab, T, uint64_t(cfg.data.seed));
     d.train = chain;
     lo.shuffle = false;  // already random; sample i is a pure function of i
@@ -283,6 +306,7 @@ DataSources make_data_sources(const config::Config& cfg, int64_t vocab, const di
     if (world.rank() == 0) co.note = [](const std::string& text) { spdlog::info("data: {}", text); };
     d.train = data::open_corpus(cfg.data.path, "train", T, vocab, cfg.data.packing, co);
     lo.shuffle = true;
+    if (cfg.data.document_masking) lo.split_after = document_eos(cfg, vocab);
     const std::string val = cfg.data.val_path.empty() ? cfg.data.path : cfg.data.val_path;
     if (val != cfg.data.path) check_manifest_vocab(val, vocab);
     try {

@@ -51,17 +51,17 @@ Trainer::Trainer(Effective, const config::Config& cfg, dist::ProcessGroups& grou
       engine_groups_(engine_groups(groups, device_)),
       tensor_group_(*engine_groups_.tensor),
       expert_group_(groups.expert != nullptr ? std::make_unique<CommExpertGroup>(*groups.expert) : nullptr),
-      model_(rank_model_config(cfg, groups, device_), cfg.train.dtype, device_,
+      model_(runs_on(rank_model_config(cfg, groups), cfg, device_), cfg.train.dtype, device_,
              config::peft_spec(cfg, config::training_model_config(cfg)), uint64_t(cfg.train.seed), &tensor_group_,
              expert_group_.get()),
       engine_(model_.units(), engine_groups_, config::fsdp_options(cfg, device_)),
       act_(model_.config(), cfg.train.micro_batch_size, cfg.train.seq_len, cfg.train.dtype, device_,
            config::activation_checkpointing(cfg.train)),
+      count_buf_(Tensor::zeros({1}, DType::F64)),
       schedule_(lr_schedule(cfg)),
       adamw_(adamw_config(cfg)),
       checkpoints_(cfg, groups),
       votes_buf_(Tensor::zeros({StepVotes::kSlots}, DType::F64)),
-      count_buf_(Tensor::zeros({1}, DType::F64)),
       flops_per_token_(model_.config().train_flops_per_token(cfg.train.seq_len)) {
   if (cfg.train.dtype == DType::F16) scaler_ = optim::DynamicLossScaler(cfg.train.fp16_init_scale, cfg.train.fp16_growth_interval);
   if (model_.config().is_moe())
@@ -75,6 +75,7 @@ Trainer::Trainer(Effective, const config::Config& cfg, dist::ProcessGroups& grou
     const memory::CategoryScope tag("batch/staging");
     ids_host_ = cuda::pinned_empty({accum, n}, DType::I32);
     targets_host_ = cuda::pinned_empty({accum, n}, DType::I32);
+    doc_start_host_ = cuda::pinned_empty({accum, n}, DType::I32);
     step_losses_ = Tensor::empty({accum, n}, act_.losses.dtype(), device_);
     peak_flops_ = obs::peak_bf16_flops(cuda::device_name(device_.index));
   }
@@ -84,6 +85,7 @@ Trainer::Trainer(Effective, const config::Config& cfg, dist::ProcessGroups& grou
     const memory::CategoryScope tag("batch/staging");
     ids_host_ = Tensor::empty({accum, n}, DType::I32);
     targets_host_ = Tensor::empty({accum, n}, DType::I32);
+    doc_start_host_ = Tensor::empty({accum, n}, DType::I32);
   }
   data_ = make_data_sources(cfg, model_.config().vocab_size, groups);
   // A LoRA run's frozen base is never in a checkpoint: it loads from its source every
@@ -107,7 +109,12 @@ Trainer::Trainer(Effective, const config::Config& cfg, dist::ProcessGroups& grou
 }
 
 ckpt::TrainState Trainer::train_state() const {
-  ckpt::TrainState s{step_, tokens_seen_, samples_seen_, uint64_t(cfg_.train.seed), uint64_t(cfg_.data.seed)};
+  ckpt::TrainState s;
+  s.step = step_;
+  s.tokens_seen = tokens_seen_;
+  s.samples_seen = samples_seen_;
+  s.train_seed = uint64_t(cfg_.train.seed);
+  s.data_seed = uint64_t(cfg_.data.seed);
   if (scaler_.enabled()) {
     s.loss_scale = scaler_.scale();
     s.loss_scale_good_steps = scaler_.good_steps();
@@ -170,18 +177,22 @@ std::vector<const dist::Communicator*> Trainer::expert_comms() const {
 // read-back has waited for the compute stream (which carries the upload). Evaluation uses
 // row 0 and reads its losses back at once.
 void Trainer::load_micro_batch(data::Loader& loader, int64_t index) {
+  act_.documents = loader.documents();
+  const Tensor doc_start = act_.documents ? act_.doc_start.reshape({act_.doc_start.numel()}) : Tensor();
   if (device_.is_cpu()) {
     const trace::Span span("data wait", "data");
-    loader.next(act_.ids, act_.targets);
+    loader.next(act_.ids, act_.targets, doc_start);
     return;
   }
   const Tensor ids = ids_host_.select(0, index), targets = targets_host_.select(0, index);
+  const Tensor docs = act_.documents ? doc_start_host_.select(0, index) : Tensor();
   {
     const trace::Span span("data wait", "data");
-    loader.next(ids, targets);
+    loader.next(ids, targets, docs);
   }
   act_.ids.copy_(ids);
   act_.targets.copy_(targets);
+  if (act_.documents) doc_start.copy_(docs);
 }
 
 static_assert(data::kIgnoredTarget == kIgnoreIndex, "the loader's masked target must be what the loss ignores");
@@ -191,8 +202,11 @@ int64_t Trainer::stage_step_batches() {
   data::Loader& loader = *data_.train_loader;
   {
     const trace::Span span("data wait", "data");
-    for (int64_t a = 0; a < accum; ++a) loader.next(ids_host_.select(0, a), targets_host_.select(0, a));
+    for (int64_t a = 0; a < accum; ++a)
+      loader.next(ids_host_.select(0, a), targets_host_.select(0, a),
+                  loader.documents() ? doc_start_host_.select(0, a) : Tensor());
   }
+  act_.documents = loader.documents();
   // The ranks of a tensor group stage the same micro-batches: count each data-parallel
   // rank's once.
   const int64_t data_ranks = groups_.mesh.data_parallel_size(), tensor = groups_.mesh.shape().tensor;
@@ -209,6 +223,7 @@ int64_t Trainer::stage_step_batches() {
 void Trainer::upload_micro_batch(int64_t index) {
   act_.ids.copy_(ids_host_.select(0, index));
   act_.targets.copy_(targets_host_.select(0, index));
+  if (act_.documents) act_.doc_start.reshape({act_.doc_start.numel()}).copy_(doc_start_host_.select(0, index));
 }
 
 StepVotes Trainer::all_reduce_votes(model::LossSum local) {
@@ -387,23 +402,64 @@ obs::StepMetrics Trainer::train_step() {
   return m;
 }
 
-double Trainer::evaluate(int batches) {
-  FSDP_CHECK(batches >= 1, "eval.batches must be >= 1, got {}", batches);
+double Trainer::evaluate(int batches) { return evaluate_split(batches).loss; }
+
+// load_micro_batch's staging (row 0), then the targets of the rows past `keep_rows` masked.
+void Trainer::load_eval_batch(data::Loader& loader, int64_t keep_rows) {
+  const int64_t T = cfg_.train.seq_len;
+  act_.documents = loader.documents();
+  const bool cpu = device_.is_cpu();
+  const Tensor targets = cpu ? act_.targets : targets_host_.select(0, 0);
+  const Tensor docs = !act_.documents ? Tensor()
+                      : cpu           ? act_.doc_start.reshape({act_.doc_start.numel()})
+                                      : doc_start_host_.select(0, 0);
+  {
+    const trace::Span span("data wait", "data");
+    loader.next(cpu ? act_.ids : ids_host_.select(0, 0), targets, docs);
+  }
+  int32_t* t = targets.data<int32_t>();
+  std::fill(t + std::max<int64_t>(keep_rows, 0) * T, t + targets.numel(), data::kIgnoredTarget);
+  if (!cpu) {
+    act_.ids.copy_(ids_host_.select(0, 0));
+    act_.targets.copy_(targets);
+    if (act_.documents) act_.doc_start.reshape({act_.doc_start.numel()}).copy_(docs);
+  }
+}
+
+Trainer::EvalResult Trainer::evaluate_split(int batches) {
+  FSDP_CHECK(batches >= 0, "eval.batches must be >= 0 (0 = the whole split), got {}", batches);
   const trace::Span span("evaluate", "eval");
   // Only `fsdp_train eval` gets here without shards (a training run that evaluates was
   // refused at start-up): the config's error, nothing ran.
   if (data_.val_loader == nullptr) throw config::ConfigError(data_.val_error);
-  data_.val_loader->seek(0);
+  data::Loader& loader = *data_.val_loader;
+  loader.seek(0);
+  const int64_t micro = cfg_.train.micro_batch_size, T = cfg_.train.seq_len;
+  // The whole split: as many steps as cover it, the rows of the last one past its end (the
+  // loader wraps around to the start) masked, so every sample counts once.
+  const int64_t N = data_.val->num_samples(), per_step = micro * groups_.mesh.data_parallel_size();
+  const int64_t steps = batches > 0 ? batches : (N + per_step - 1) / per_step;
   model::LossSum local;
-  for (int b = 0; b < batches; ++b) {
-    load_micro_batch(*data_.val_loader, 0);
+  for (int64_t b = 0; b < steps; ++b) {
+    if (batches > 0) {
+      load_micro_batch(loader, 0);
+    } else {
+      load_eval_batch(loader, std::clamp<int64_t>(N - loader.first_position(loader.position()), 0, micro));
+    }
     const model::LossSum l = model_.forward(act_, engine_);
     local.sum += l.sum;
     local.tokens += l.tokens;
   }
   // Over the trained targets of every batch of every rank, as training's loss.
   const model::LossSum total = all_reduce_votes(local).loss;
-  return total.tokens > 0 ? total.sum / double(total.tokens) : 0.0;
+  EvalResult r;
+  r.loss = total.tokens > 0 ? total.sum / double(total.tokens) : 0.0;
+  r.trained_targets = total.tokens;
+  // Rows and target positions: every data-parallel rank read as many (one tensor group's ranks
+  // read the same rows).
+  r.samples = batches > 0 ? steps * per_step : N;
+  r.targets = r.samples * T;
+  return r;
 }
 
 int Trainer::run() {

@@ -167,6 +167,7 @@ TEST(ConfigFile, EveryKeyIsRead) {
   EXPECT_EQ(c.data.prefetch, 3);
   EXPECT_EQ(c.data.seed, 7);
   EXPECT_FALSE(c.data.packing);
+  EXPECT_TRUE(c.data.document_masking);
   EXPECT_EQ(c.train.max_steps, 5000);
   EXPECT_EQ(c.train.micro_batch_size, 2);
   EXPECT_EQ(c.train.global_batch_size, 64);
@@ -345,6 +346,9 @@ TEST(ConfigErrors, ImpossibleValue) {
   EXPECT_EQ(error_of("train:\n  grad_accum_steps: 0\n"), "configs/x.yaml:2: key 'train.grad_accum_steps' must be >= 1, got 0");
   EXPECT_EQ(error_of("optim:\n  beta2: 1.0\n"), "configs/x.yaml:2: key 'optim.beta2' must be in [0, 1), got 1");
   EXPECT_EQ(error_of("checkpoint:\n  keep_last: 0\n"), "configs/x.yaml:2: key 'checkpoint.keep_last' must be >= 1, got 0");
+  // eval.batches: 0 is the whole split (an SFT split evaluated once, sft_eval), below it nothing.
+  EXPECT_EQ(load_config_string("eval:\n  batches: 0\n", "x").eval.batches, 0);
+  EXPECT_EQ(error_of("eval:\n  batches: -1\n"), "configs/x.yaml:2: key 'eval.batches' must be >= 0, got -1");
   EXPECT_EQ(error_of("model:\n  norm_eps: 0\n"), "configs/x.yaml:2: key 'model.norm_eps' must be > 0, got 0");
   EXPECT_EQ(error_of("model:\n  preset: llama3_7b\n"),
             "configs/x.yaml:2: key 'model.preset' must be one of tiny, tiny_moe, llama2_7b, llama2_13b, llama2_70b, "
@@ -632,7 +636,7 @@ TEST(ConfigDump, EveryKeyInSectionOrder) {
   EXPECT_NE(text.find("  sharding_strategy: FULL_SHARD\n"), std::string::npos);
   EXPECT_NE(text.find("  dtype: float32\n"), std::string::npos);
   const size_t lines = static_cast<size_t>(std::count(text.begin(), text.end(), '\n'));
-  EXPECT_EQ(lines, 13 + 94u);  // 13 sections, 94 keys
+  EXPECT_EQ(lines, 13 + 95u);  // 13 sections, 95 keys
 }
 
 TEST(ConfigDump, HashIsDeterministicAndSeesEveryChange) {

@@ -116,8 +116,8 @@ std::string rank_model_error(const std::vector<std::string>& overrides, Device d
   shape.tensor = tensor;
   g.mesh = dist::DeviceMesh(shape, std::vector<int>(size_t(2 * tensor), 0));
   try {
-    const model::LlamaConfig m =
-        train::rank_model_config(config::load_config_string("", "configs/x.yaml", overrides), g, device);
+    const config::Config cfg = config::load_config_string("", "configs/x.yaml", overrides);
+    const model::LlamaConfig m = train::runs_on(train::rank_model_config(cfg, g), cfg, device);
     return "expert_parallel " + std::to_string(m.expert_parallel);
   } catch (const config::ConfigError& e) {
     return e.what();

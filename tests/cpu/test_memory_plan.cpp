@@ -117,7 +117,8 @@ TEST(MemoryPlan, ShippedConfigsFitTheirJobs) {
                                                                            {"configs/llama2_13b.yaml", 32},
                                                                            {"configs/llama2_70b.yaml", 64},
                                                                            {"configs/llama2_70b_tp.yaml", 64},
-                                                                           {"configs/mixtral_8x7b.yaml", 32}}) {
+                                                                           {"configs/mixtral_8x7b.yaml", 32},
+                                                                           {"configs/mixtral_8x7b_tp.yaml", 32}}) {
     const config::Config cfg = load({}, file);
     const plan::MemoryPlan p = plan::plan_memory(cfg, config::training_model_config(cfg), gpus(ranks));
     EXPECT_TRUE(p.fits()) << file << "\n" << plan::format_plan(p);
@@ -167,6 +168,28 @@ TEST(MemoryPlan, TensorParallelismSplitsActivationsAndGatheredUnitsAndIsProposed
   const auto n = plan::fewest_ranks(t8, m, gpus(512), "full");
   ASSERT_TRUE(n.has_value());
   EXPECT_EQ(*n % 8, 0);
+  // Every model runs under tensor parallelism on GPUs: Mixtral 8x7B on 64 GPUs of 20 GB,
+  // already fully checkpointed and offloaded (30.1 GiB per rank), fits with a node's 8.
+  const config::Config moe = load({"train.activation_offload=true"}, "configs/mixtral_8x7b.yaml");
+  const model::LlamaConfig mm = config::training_model_config(moe);
+  const plan::MemoryPlan moe_tight = plan::plan_memory(moe, mm, gpus(64, 20e9));
+  ASSERT_FALSE(moe_tight.fits());
+  EXPECT_NE(plan::advise(moe, mm, moe_tight).find("parallel.tensor: 8 (tensor parallelism over 8 ranks of a node) "
+                                                  "makes it fit"),
+            std::string::npos)
+      << plan::advise(moe, mm, moe_tight);
+  // QLoRA only at a degree whose slices are whole NF4 blocks: Llama 2 7B's MLP, 11008 wide,
+  // splits into 64-multiples over 2 and 4 ranks, not over 8 (1376), which would save the most.
+  const config::Config q = load({"train.activation_checkpointing=full", "train.activation_offload=true",
+                                 "lora.enabled=true", "lora.rank=16", "lora.targets=all-linear",
+                                 "model.quantization=nf4"},
+                                "configs/llama2_7b.yaml");
+  const model::LlamaConfig qm = config::training_model_config(q);
+  const plan::MemoryPlan q_tight = plan::plan_memory(q, qm, gpus(8, 3e9));
+  ASSERT_FALSE(q_tight.fits());
+  const std::string q_advice = plan::advise(q, qm, q_tight);
+  EXPECT_NE(q_advice.find("the one that saves the most is parallel.tensor: 4"), std::string::npos) << q_advice;
+  EXPECT_EQ(q_advice.find("parallel.tensor: 8"), std::string::npos) << q_advice;
 }
 
 TEST(MemoryPlan, ParsesSizesAndRefusesTheRest) {

@@ -1,11 +1,13 @@
 // Rotary position embedding: tables against Hugging Face's inv_freq formula, forward
 // against an explicit rotate-half loop, backward as the inverse rotation and against
-// finite differences, and the front end's preconditions.
+// finite differences, positions restarting at each document of a packed row, and the front
+// end's preconditions.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <string>
 
+#include "../common/document_layouts.h"
 #include "fsdp/ops/rope.h"
 #include "test_util.h"
 
@@ -130,6 +132,36 @@ TEST(OpRope, BackwardMatchesFiniteDifferences) {
       else rope_backward(w, dx, tb, c.offset);
       EXPECT_LT(fd_rel_error(loss, x, dx), 1e-8) << "D=" << c.D << " in_place=" << in_place;
     }
+}
+
+// With documents (Note [Document masking] in fsdp/ops/attention.h) token t of a row is at
+// position t - doc_start[t]: each document rotated as if it began the row, bit for bit, and
+// the backward rotates back the same way. (Attention alone cannot tell: q.k depends only on
+// the positions' difference, so the model-level tests would pass with positions running on.)
+TEST(OpRope, PositionsRestartAtEachDocument) {
+  const DocumentLayout layout{12, {{0, 1, 5}, {0, 7, 11}}};
+  const RopeTables tables = make_rope_tables(16, 6, 1e4);
+  for (bool inverse : {false, true}) {
+    const Tensor x = random_tensor({2, 12, 3, 6}, DType::F32, inverse ? 8 : 7);
+    Tensor y = Tensor::empty(x.sizes(), DType::F32);
+    (inverse ? rope_backward : rope_forward)(x, y, tables, 0, layout.doc_start());
+    for (int64_t b = 0; b < 2; ++b) {
+      const auto& starts = layout.starts[size_t(b)];
+      for (size_t d = 0; d < starts.size(); ++d) {
+        const int64_t a = starts[d], n = (d + 1 < starts.size() ? starts[d + 1] : 12) - a;
+        const Tensor part = x.narrow(0, b, 1).narrow(1, a, n).clone();
+        Tensor want = Tensor::empty(part.sizes(), DType::F32);
+        (inverse ? rope_backward : rope_forward)(part, want, tables, 0, Tensor());
+        EXPECT_TRUE(same_bits(y.narrow(0, b, 1).narrow(1, a, n).clone(), want)) << "row " << b << " document " << d;
+      }
+    }
+  }
+  const Tensor x = random_tensor({2, 12, 3, 6}, DType::F32, 9);
+  EXPECT_ERROR_MENTIONS(rope_forward(x, x, tables, 0, Tensor::zeros({2, 11}, DType::I32)),
+                        "doc_start must have shape [2, 12]");
+  Tensor bad = layout.doc_start();
+  bad.at<int32_t>({0, 3}) = 2;
+  EXPECT_ERROR_MENTIONS(rope_forward(x, x, tables, 0, bad), "doc_start[0, 3] = 2");
 }
 
 TEST(OpRope, BadInputIsRejectedWithClearMessage) {

@@ -1,6 +1,7 @@
 // Best-fit packing of SFT examples (data/packing.h): every example placed once and whole, no
 // window over capacity, few windows; and the packed source's windows, masks and document
-// start offsets on a masked corpus.
+// start offsets on a masked corpus; the loader's document starts per token and the targets
+// it ignores at each boundary (Note [Document masking] in fsdp/ops/attention.h).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 #include <random>
 
 #include "fsdp/data/indexed_dataset.h"
+#include "fsdp/data/loader.h"
 #include "fsdp/data/loss_mask.h"
 #include "fsdp/data/packing.h"
 #include "test_util.h"
@@ -94,6 +96,55 @@ TEST(PackedExamples, WholeExamplesWithTheirMasksAndStartOffsets) {
   }
   EXPECT_TRUE(std::all_of(seen.begin(), seen.end(), [](int s) { return s == 1; }));
   EXPECT_LT(packed->padding_share(), 0.1);
+}
+
+TEST(PackedExamples, TheLoaderGivesDocumentStartsAndNoCrossingTargets) {
+  // Every token trained: only the document boundaries (and the pads) ignore targets.
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "fsdp_packed_loader";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  {
+    data::IndexedDatasetWriter w((dir / "train_00000").string(), 1024);
+    data::LossMaskWriter m((dir / "train_00000").string());
+    for (int d = 0; d < 12; ++d) {
+      const int64_t n = 1 + d % 7;
+      std::vector<int32_t> ids;
+      for (int64_t t = 0; t < n; ++t) ids.push_back(int32_t(50 * (d + 1) + t));
+      const std::vector<uint8_t> mask(size_t(n), 1);
+      w.add_document(ids.data(), n);
+      m.add(mask.data(), n);
+    }
+    w.finish();
+    m.finish();
+  }
+  const int64_t seq = 11;
+  std::shared_ptr<const data::PackedSource> packed = data::open_packed_examples(dir.string(), "train", seq, 1024);
+  data::LoaderOptions o;
+  o.seq_len = seq;
+  o.shuffle = false;
+  o.num_workers = 0;
+  data::Loader loader(packed, o);
+  ASSERT_TRUE(loader.documents());
+  const Tensor ids = Tensor::empty({seq}, DType::I32), targets = Tensor::empty({seq}, DType::I32),
+               doc_start = Tensor::empty({seq}, DType::I32);
+  EXPECT_ERROR_MENTIONS(loader.next(ids, targets), "needs a doc_start tensor");
+  std::vector<int32_t> window(seq + 1), starts;
+  for (int64_t w = 0; w < packed->num_samples(); ++w) {
+    loader.next(ids, targets, doc_start);
+    packed->read_sample(w, window.data());
+    packed->document_starts(w, starts);
+    for (int64_t t = 0; t < seq; ++t) {
+      // The last start at or before t, and the target crossing into the next document ignored.
+      int32_t want = 0;
+      for (int32_t s : starts)
+        if (s <= t) want = s;
+      EXPECT_EQ(doc_start.data<int32_t>()[t], want) << "window " << w << " token " << t;
+      const bool crosses = std::find(starts.begin(), starts.end(), int32_t(t + 1)) != starts.end();
+      const bool pad = window[size_t(t) + 1] == 0;
+      EXPECT_EQ(targets.data<int32_t>()[t], crosses || pad ? data::kIgnoredTarget : window[size_t(t) + 1])
+          << "window " << w << " token " << t;
+    }
+  }
 }
 
 }  // namespace

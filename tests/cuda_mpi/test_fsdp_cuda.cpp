@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "../common/distributed_train_checks.h"
+#include "../common/masked_corpus.h"
 #include "cuda_mpi_test_env.h"
 #if defined(FSDP_CUDA_EMULATION)
 #include <cuda_runtime.h>  // the emulator's fsdpEmuHostBlockingCalls
@@ -150,6 +151,24 @@ TEST_F(CudaTrainer, Float32MatchesTheCpuTrainer) {
   const Worst w = compare(gpu, cpu, 1e-4, 2e-4, "CUDA vs CPU trainer");
   std::printf("CUDA vs CPU trainer, float32, %d steps: loss %.1e, params %.1e\n", kSteps, w.loss, w.params);
   EXPECT_LT(gpu.losses.back(), gpu.losses.front());  // it trains
+}
+
+// Packed SFT examples (data.packing, Note [Document masking] in fsdp/ops/attention.h): the
+// CUDA trainer stages each micro-batch's document starts in pinned memory beside the ids and
+// uploads them; its steps equal the CPU trainer's, as the synthetic data's do.
+TEST_F(CudaTrainer, PackedExamplesMatchTheCpuTrainer) {
+  if (test::world_groups().world->size() != 1) GTEST_SKIP() << "single-process comparison: the np1 run does it";
+  auto local = dist::local_process_groups();
+  const std::string data = (fs::temp_directory_path() / "fsdp_cuda_packed_data").string();
+  test::write_masked_corpus(data, 48, 12, 97, 5);
+  const std::vector<std::string> packed = {"data.source=shards", "data.path=" + data, "data.packing=true",
+                                           "train.grad_accum_steps=2", "train.eval_every=0"};
+  std::vector<std::string> on_cpu = packed;
+  on_cpu.push_back("train.device=cpu");
+  const Curve gpu = run(tiny(packed), local, 3);
+  const Curve cpu = run(tiny(on_cpu), local, 3);
+  const Worst w = compare(gpu, cpu, 1e-4, 2e-4, "CUDA vs CPU trainer, packed examples");
+  std::printf("CUDA vs CPU trainer, packed examples, 3 steps: loss %.1e, params %.1e\n", w.loss, w.params);
 }
 
 // train.tf32 reaches the GEMMs: the first step's loss moves by TF32's rounding (measurably,

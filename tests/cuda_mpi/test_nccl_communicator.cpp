@@ -2,10 +2,12 @@
 // mpiexec with 1, 2 and 4 ranks: all_gather (also in place), reduce_scatter, all_reduce and
 // broadcast from every root; float32, float64, bfloat16 and float16; sizes 1, 7, 33, 1000, 4099 (odd,
 // prime, not multiples of 4 or 32) and 0; over the world and over split shard / replicate
-// groups; with the byte accounting of communicator.h equal call for call. Then the errors:
-// bad arguments, bad waits, a failing NCCL call (injected in the emulator) and a bad device.
+// groups; with the byte accounting of communicator.h equal call for call. all_to_all_v
+// likewise, with uneven runs, zero-length runs, nothing but this rank's own run, nothing to
+// anyone, and requests in flight. Then the errors: bad arguments, bad waits, a failing NCCL
+// call (injected in the emulator) and a bad device.
 //
-// Tolerances: all_gather and broadcast move bytes, so they must be identical. Reductions
+// Tolerances: all_gather, broadcast and all_to_all_v move bytes, so they must be identical. Reductions
 // of small integers (exact in every dtype, whatever the order of addition) must be
 // identical too. Reductions of random values may add in another order than MPI's (NCCL's
 // rings and trees; here MPI's blocking algorithms against the MPI communicator's
@@ -237,6 +239,58 @@ void check_broadcast(Communicator& mpi, Communicator& nccl, Device gpu) {
       }
 }
 
+// Rank `from`'s run to rank `to` in pattern k: its length, and its element i (small integers:
+// exact in every dtype, and different for every sender, receiver and position).
+//   0: uneven, 0 to 3 elements, zero-length runs between some ranks and not others;
+//   1: long uneven runs (1000 to 1003 elements);
+//   2: only each rank's run to itself;
+//   3: nothing to anyone;
+//   4: nothing to itself, one element to every other rank.
+int64_t run_length(int from, int to, int pattern) {
+  switch (pattern) {
+    case 0: return (from + 2 * to) % 4;
+    case 1: return 1000 + (3 * from + to) % 4;
+    case 2: return from == to ? 5 : 0;
+    case 3: return 0;
+    default: return from == to ? 0 : 1;
+  }
+}
+double run_value(int from, int to, int64_t i) { return double((from * 31 + to * 7 + i) % 241); }
+
+// One all_to_all_v on the MPI and on the NCCL communicator of the same group: both receive
+// every run where the contract puts it, and count the same calls and bytes.
+void check_all_to_all_v(Communicator& mpi, Communicator& nccl, Device gpu) {
+  const int size = mpi.size(), rank = mpi.rank();
+  for (int pattern = 0; pattern < 5; ++pattern)
+    for (DType t : kTypes) {
+      std::vector<int64_t> send_counts, recv_counts;
+      std::vector<double> send_values, want;
+      for (int j = 0; j < size; ++j) {
+        send_counts.push_back(run_length(rank, j, pattern));
+        recv_counts.push_back(run_length(j, rank, pattern));
+        for (int64_t i = 0; i < send_counts.back(); ++i) send_values.push_back(run_value(rank, j, i));
+        for (int64_t i = 0; i < recv_counts.back(); ++i) want.push_back(run_value(j, rank, i));
+      }
+      const auto n_send = int64_t(send_values.size()), n_recv = int64_t(want.size());
+      const Tensor send = test::filled(t, n_send, [&](int64_t i) { return send_values[size_t(i)]; });
+      const Tensor expected = test::filled(t, n_recv, [&](int64_t i) { return want[size_t(i)]; });
+      const std::string what =
+          fmt::format("all_to_all_v pattern {} {} on group '{}'", pattern, dtype_name(t), nccl.name());
+      SameAccounting acct{mpi, nccl};
+      const Tensor by_mpi = test::filled(t, n_recv, [](int64_t) { return -1.0; });
+      mpi.wait(mpi.all_to_all_v(send, send_counts, by_mpi, recv_counts));
+      const Tensor got = on(test::filled(t, n_recv, [](int64_t) { return -1.0; }), gpu);
+      const uint64_t bytes_before = nccl.stats().bytes_sent;
+      nccl.wait(nccl.all_to_all_v(on(send, gpu), send_counts, got, recv_counts));
+      acct.check(what);
+      EXPECT_EQ(nccl.stats().bytes_sent - bytes_before,
+                uint64_t(n_send - send_counts[size_t(rank)]) * uint64_t(dtype_size(t)))
+          << what << ": the runs to the other ranks";
+      EXPECT_TRUE(identical(host(got), expected)) << what;
+      EXPECT_TRUE(identical(host(got), by_mpi)) << what << " (against MPI)";
+    }
+}
+
 TEST_F(NcclCommunicator, DescribesItsGroupAndDevice) {
   Communicator& world = *test::world_groups().world;
   dist::NcclCommunicator& nccl = test::nccl_world();
@@ -267,6 +321,10 @@ TEST_F(NcclCommunicator, BroadcastFromEveryRootMatchesMpi) {
   check_broadcast(*test::world_groups().world, test::nccl_world(), gpu());
 }
 
+TEST_F(NcclCommunicator, AllToAllVMatchesMpi) {
+  check_all_to_all_v(*test::world_groups().world, test::nccl_world(), gpu());
+}
+
 // HYBRID_SHARD's groups: several NCCL cliques made at once, each over its own ranks.
 TEST_F(NcclCommunicator, SplitGroupsMatchMpi) {
   ProcessGroups& g = test::split_groups();
@@ -274,6 +332,8 @@ TEST_F(NcclCommunicator, SplitGroupsMatchMpi) {
   check_reduce_scatter(*g.shard, test::nccl_shard(), gpu(), true);
   check_all_reduce(*g.replicate, test::nccl_replicate(), gpu(), true);
   check_broadcast(*g.replicate, test::nccl_replicate(), gpu());
+  check_all_to_all_v(*g.shard, test::nccl_shard(), gpu());  // runs indexed by group rank, not world rank
+  check_all_to_all_v(*g.replicate, test::nccl_replicate(), gpu());
   EXPECT_EQ(test::nccl_shard().name(), "shard");
   EXPECT_EQ(test::nccl_replicate().size(), g.replicate->size());
 }
@@ -307,11 +367,26 @@ TEST_F(NcclCommunicator, RequestsInFlightCompleteInAnyOrder) {
     xs.push_back(on(test::filled(DType::F32, 33, [&](int64_t i) { return double(rank + k + i % 3); }), gpu()));
     reqs.push_back(nccl.all_reduce(xs.back()));
   }
-  for (int k = 7; k >= 0; --k) nccl.wait(reqs[size_t(k)]);
+  // Two all_to_all_v among them, each rank sending every rank (itself included) 2 elements.
+  const std::vector<int64_t> twos(size_t(size), 2);
+  std::vector<Tensor> runs;
+  for (int k = 0; k < 2; ++k) {
+    xs.push_back(
+        on(test::filled(DType::F32, 2 * size, [&](int64_t i) { return double(100 * k + 10 * rank + i); }), gpu()));
+    runs.push_back(on(Tensor::zeros({2 * size}, DType::F32), gpu()));
+    reqs.push_back(nccl.all_to_all_v(xs.back(), twos, runs.back(), twos));
+  }
+  for (int k = 9; k >= 0; --k) nccl.wait(reqs[size_t(k)]);
   for (int k = 0; k < 8; ++k) {
     const Tensor g = host(xs[size_t(k)]);
     for (int64_t i = 0; i < 33; ++i)
       ASSERT_EQ(g.get_flat(i), double(size * (size - 1) / 2 + size * (k + i % 3))) << "request " << k << " element " << i;
+  }
+  for (int k = 0; k < 2; ++k) {
+    const Tensor g = host(runs[size_t(k)]);
+    for (int64_t i = 0; i < 2 * size; ++i)  // element i came from rank i / 2, its run to this rank
+      ASSERT_EQ(g.get_flat(i), double(100 * k + 10 * (i / 2) + 2 * rank + i % 2))
+          << "all_to_all_v " << k << " element " << i;
   }
   nccl.barrier();
 }
@@ -359,6 +434,55 @@ TEST_F(NcclCommunicator, BadArgumentsGiveClearErrors) {
   expect_error([&] { nccl.all_reduce(cuda::to_device(Tensor::zeros({4, 6}, DType::F32), gpu()).transpose(0, 1)); },
                {"must be contiguous"});
   expect_error([&] { nccl.reduce_scatter(full, full.narrow(0, 0, 5)); }, {"overlap in memory"});
+
+  // all_to_all_v: the counts' errors are the MPI communicator's, word for word (the shared
+  // checks); nothing is sent, so the ranks stay in step.
+  Communicator& mpi = *test::world_groups().world;
+  const int rank = nccl.rank();
+  const std::vector<int64_t> ones(size_t(size), 1);
+  const auto error_of = [](const std::function<void()>& f) -> std::string {
+    try {
+      f();
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  // What each communicator says to the same counts, on tensors of n_send and n_recv elements.
+  const auto errors = [&](const std::vector<int64_t>& send_counts, int64_t n_send,
+                          const std::vector<int64_t>& recv_counts, int64_t n_recv) {
+    const Tensor send = Tensor::zeros({n_send}, DType::F32), recv = Tensor::zeros({n_recv}, DType::F32);
+    const std::string by_nccl =
+        error_of([&] { nccl.all_to_all_v(on(send, gpu()), send_counts, on(recv, gpu()), recv_counts); });
+    const std::string by_mpi = error_of([&] { mpi.all_to_all_v(send, send_counts, recv, recv_counts); });
+    return std::make_pair(by_nccl, by_mpi);
+  };
+  std::vector<int64_t> negative = ones, more = ones;
+  negative[0] = -1;
+  negative[size_t(size - 1)] += 2;
+  more[size_t(rank)] = 2;  // size + 1 elements in all, this rank's run 2 against recv's 1
+  std::vector<std::tuple<std::vector<int64_t>, int64_t, const char*>> cases = {
+      {std::vector<int64_t>(size_t(size + 1), 0), 0, "send_counts has"},
+      {more, size + 1, "sends 2 elements to itself but expects 1"}};
+  if (size > 1) cases.emplace_back(negative, size, "send_counts[0] is -1");
+  for (const auto& [send_counts, n_send, part] : cases) {
+    const auto [by_nccl, by_mpi] = errors(send_counts, n_send, ones, size);
+    EXPECT_NE(by_nccl.find(part), std::string::npos) << by_nccl;
+    EXPECT_NE(by_nccl.find("all_to_all_v on group 'world'"), std::string::npos) << by_nccl;
+    EXPECT_EQ(by_nccl, by_mpi);
+  }
+  // This one names the tensor, whose device differs between the two: the words around it.
+  const Tensor runs = on(Tensor::zeros({size}, DType::F32), gpu());
+  expect_error([&] { nccl.all_to_all_v(runs, ones, on(Tensor::zeros({size + 1}, DType::F32), gpu()), ones); },
+               {"all_to_all_v on group 'world'", fmt::format("recv_counts sum to {} elements", size)});
+  const Tensor on_host = Tensor::zeros({size}, DType::F32), also_on_host = Tensor::zeros({size}, DType::F32);
+  expect_error([&] { nccl.all_to_all_v(on_host, ones, also_on_host, ones); },
+               {"all_to_all_v on group 'world'", "the NCCL communicator serves tensors on cuda:", "on cpu"});
+  expect_error([&] { nccl.all_to_all_v(runs, ones, on(Tensor::zeros({size}, DType::BF16), gpu()), ones); },
+               {"all_to_all_v", "same dtype"});
+  expect_error([&] { nccl.all_to_all_v(runs, ones, runs, ones); }, {"all_to_all_v", "overlap in memory"});
+  // Nothing is pending: a collective still pairs up with every rank's.
+  nccl.wait(nccl.all_reduce(shard));
 }
 
 TEST_F(NcclCommunicator, BadWaitsAreRefused) {
@@ -419,6 +543,26 @@ TEST_F(NcclCommunicator, AsyncErrorsSurfaceInWait) {
   expect_error([&] { nccl->wait(r); }, {"an earlier collective (ncclCommGetAsyncError)", "remote process exited"});
   // Later calls report the failed communicator instead of hanging or running.
   expect_error([&] { nccl->all_reduce(x); }, {"ncclAllReduce(", "the communicator failed earlier"});
+}
+
+// An NCCL call of all_to_all_v's group that fails: the error names it with its context, the
+// group is closed (NCCL drops it), and the next all_to_all_v works. Every rank sends to
+// every other, so every rank's first ncclSend fails alike.
+TEST_F(NcclCommunicator, FailingCallInsideAllToAllVClosesItsGroup) {
+  dist::NcclCommunicator& nccl = test::nccl_world();
+  const int size = nccl.size(), rank = nccl.rank();
+  if (size == 1) GTEST_SKIP() << "one rank sends nothing to anyone: no ncclSend to fail";
+  const std::vector<int64_t> ones(size_t(size), 1);
+  const Tensor send = on(test::filled(DType::BF16, size, [&](int64_t i) { return double(rank * 10 + i); }), gpu());
+  const Tensor recv = on(Tensor::zeros({size}, DType::BF16), gpu());
+  fsdpEmuNcclInjectError("ncclSend", ncclSystemError);
+  test::expect_error_from([&] { nccl.all_to_all_v(send, ones, recv, ones); },
+                          {"ncclSend(", "group 'world'", fmt::format("rank {} of {}", rank, size),
+                           "unhandled system error", "injected"},
+                          {"nccl_communicator.cpp:"});
+  nccl.wait(nccl.all_to_all_v(send, ones, recv, ones));
+  const Tensor g = host(recv);
+  for (int64_t i = 0; i < size; ++i) EXPECT_EQ(g.get_flat(i), double(i * 10 + rank)) << "from rank " << i;
 }
 #endif
 

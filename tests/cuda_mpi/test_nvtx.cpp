@@ -77,9 +77,12 @@ TEST(Nvtx, NcclCollectivesOpenANamedRangeEach) {
   nccl.wait(nccl.all_reduce(shard));
   nccl.wait(nccl.broadcast(shard, 0));
   nccl.wait(nccl.all_reduce(Tensor::empty({0}, DType::F32, gpu)));  // enqueues nothing: no range
+  const std::vector<int64_t> ones(size_t(nccl.size()), 1);
+  nccl.wait(nccl.all_to_all_v(full.narrow(0, 0, nccl.size()), ones, full.narrow(0, nccl.size(), nccl.size()), ones));
   EXPECT_EQ(names(), (std::vector<std::string>{"unit 0 backward@0", "nccl all_gather (group 'world')@1",
                                                "nccl reduce_scatter (group 'world')@1",
-                                               "nccl all_reduce (group 'world')@0", "nccl broadcast (group 'world')@0"}));
+                                               "nccl all_reduce (group 'world')@0", "nccl broadcast (group 'world')@0",
+                                               "nccl all_to_all_v (group 'world')@0"}));
   for (const RecordedRange& r : recorded_ranges()) EXPECT_TRUE(r.closed) << r.name;
 }
 #else

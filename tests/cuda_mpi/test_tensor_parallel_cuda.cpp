@@ -4,9 +4,12 @@
 // stand-in over MPI in the emulation build), the vocabulary-parallel embedding and
 // cross-entropy run their CUDA kernels, and the sequence-parallel all-gathers and
 // reduce-scatters, the norm weights' gradient all-reduce and the two-level grad norm go
-// over NCCL beside the FSDP engine's own collectives. A tiny dense Llama with GQA, alone
-// and with LoRA adapters (dropout on), trains a few steps and equals one CUDA process over
-// the same global batch:
+// over NCCL beside the FSDP engine's own collectives. A tiny dense Llama with GQA, alone,
+// with LoRA adapters (dropout on) and as QLoRA (an NF4 base: each rank's slices of one
+// process's quantization through the CUDA dequantizer's slice path), and a tiny Mixtral
+// (4 experts, top-2, both router losses, auxiliary-loss-free balancing; Note [Experts
+// under tensor parallelism]), alone and with LoRA, trains a few steps and equals one CUDA
+// process over the same global batch:
 //   1e-5 per-step loss, relative: the bound; a tensor group sums each row-parallel
 //        output and each norm weight's gradient in another order than one process.
 //   5e-5 final parameters, norm-wise per parameter (its slices stacked in rank order):
@@ -14,6 +17,10 @@
 //        reason (Adam amplifies a nearly-cancelled gradient's rounding up to lr).
 //   bits: the same run twice (no atomics in any kernel of the step, NCCL's sums in a fixed
 //        order).
+//   Mixtral, beside those: every step's aux loss and z-loss within 1e-5, its expert counts
+//        equal as integers (one tensor rank counts the tokens they all routed) and the
+//        routing biases bit for bit (a function of those counts), as on the CPU
+//        (tests/mpi/test_tensor_parallel_moe.cpp).
 // The reference runs on rank 0 alone (the emulator is slow); the comparison is there.
 #include <gtest/gtest.h>
 
@@ -28,6 +35,7 @@
 #include "../common/tensor_parallel_checks.h"
 #include "cuda_mpi_test_env.h"
 #include "fsdp/fsdp/tensor_group.h"
+#include "fsdp/model/router_bias.h"
 #include "fsdp/train/launch_checks.h"
 #include "fsdp/train/trainer.h"
 
@@ -64,15 +72,25 @@ class CudaTensorParallel : public ::testing::Test {
 };
 
 struct TpRun {
-  std::vector<double> losses;
-  std::map<std::string, Tensor> weights;  // every parameter, whole, on the host
+  std::vector<double> losses, aux, z;                   // aux, z: a mixture of experts only
+  std::vector<std::vector<std::vector<int64_t>>> load;  // [step][layer][expert]
+  std::vector<std::vector<float>> bias;                 // the routing biases after the run
+  std::map<std::string, Tensor> weights;                // every parameter, whole, on the host
 };
 
 TpRun train(const config::Config& cfg, dist::ProcessGroups& groups) {
   train::Trainer t(cfg, groups);
   EXPECT_TRUE(t.device().is_cuda());
   TpRun r;
-  for (int i = 0; i < kSteps; ++i) r.losses.push_back(t.train_step().loss);
+  for (int i = 0; i < kSteps; ++i) {
+    const obs::StepMetrics m = t.train_step();
+    r.losses.push_back(m.loss);
+    if (!m.aux_loss) continue;
+    r.aux.push_back(*m.aux_loss);
+    r.z.push_back(m.z_loss.value_or(-1));
+    r.load.push_back(m.expert_load);
+  }
+  if (t.model().router_bias() != nullptr) r.bias = t.model().router_bias()->values();
   CommTensorGroup tensor(*groups.tensor);  // the host communicator of the tensor group
   for (int u = 0; u < t.engine().num_units(); ++u) {
     const Tensor local = t.engine().gather_full(u).to(Device::cpu());
@@ -109,18 +127,27 @@ void expect_tensor_parallel_equals_one_process(const std::vector<std::string>& e
   const TpRun again = train(cfg, groups);
   for (int i = 0; i < kSteps; ++i)
     EXPECT_EQ(again.losses[size_t(i)], got.losses[size_t(i)]) << "rerun, step " << i + 1;
+  EXPECT_EQ(again.bias, got.bias) << "rerun: the routing biases";
   for (const auto& [name, w] : got.weights)
     EXPECT_EQ(std::memcmp(again.weights.at(name).data_ptr(), w.data_ptr(), w.nbytes()), 0) << "rerun: " << name;
 
   const TpRun want = one_process(groups.mesh.data_parallel_size(), extra);
   if (!rank0()) return;
   double worst_loss = 0, worst_param = 0;
-  for (int i = 0; i < kSteps; ++i) {
-    const double e = std::abs(got.losses[size_t(i)] - want.losses[size_t(i)]) / want.losses[size_t(i)];
-    worst_loss = std::max(worst_loss, e);
-    EXPECT_LT(e, kLossTolerance) << "step " << i + 1 << ": " << got.losses[size_t(i)] << " vs "
-                                 << want.losses[size_t(i)];
-  }
+  const auto expect_near = [&](const std::vector<double>& g, const std::vector<double>& w, const char* which) {
+    ASSERT_EQ(g.size(), w.size()) << which;
+    for (size_t i = 0; i < g.size(); ++i) {
+      const double e = std::abs(g[i] - w[i]) / std::abs(w[i]);
+      worst_loss = std::max(worst_loss, e);
+      EXPECT_LT(e, kLossTolerance) << which << ", step " << i + 1 << ": " << g[i] << " vs " << w[i];
+    }
+  };
+  expect_near(got.losses, want.losses, "loss");
+  expect_near(got.aux, want.aux, "aux loss");
+  expect_near(got.z, want.z, "z-loss");
+  EXPECT_EQ(got.load, want.load) << "the expert counts";
+  EXPECT_EQ(got.bias, want.bias) << "the routing biases";
+  if (!want.aux.empty()) EXPECT_GT(model::router_bias_max_abs(want.bias), 0.0f) << "the biases never moved";
   ASSERT_EQ(got.weights.size(), want.weights.size());
   for (const auto& [name, w] : want.weights) {
     ASSERT_TRUE(got.weights.count(name)) << name;
@@ -128,15 +155,17 @@ void expect_tensor_parallel_equals_one_process(const std::vector<std::string>& e
     worst_param = std::max(worst_param, e);
     EXPECT_LT(e, kParamTolerance) << name;
   }
-  // It trains: the dense model's loss falls in 4 steps; LoRA's B starts at zero (PEFT's
+  // It trains: a full model's loss falls in 4 steps; LoRA's B starts at zero (PEFT's
   // initialisation) and must have moved, on the split and on the whole slots alike.
-  if (extra.empty()) EXPECT_LT(got.losses.back(), got.losses.front());
+  bool lora = false;
   for (const auto& [name, w] : got.weights) {
     if (!name.ends_with(".lora_B")) continue;
+    lora = true;
     double sum_sq = 0;
     for (int64_t i = 0; i < w.numel(); ++i) sum_sq += w.get_flat(i) * w.get_flat(i);
     EXPECT_GT(sum_sq, 0) << name << " never left zero";
   }
+  if (!lora) EXPECT_LT(got.losses.back(), got.losses.front());
   std::printf("CUDA T=2 %s, mesh %s vs one CUDA process, %d steps: loss %.1e, params %.1e\n", what,
               groups.mesh.shape().str().c_str(), kSteps, worst_loss, worst_param);
 }
@@ -151,6 +180,39 @@ TEST_F(CudaTensorParallel, DenseGqaEqualsOneProcessAndRerunsBitIdentical) {
 TEST_F(CudaTensorParallel, LoraWithDropoutEqualsOneProcessAndRerunsBitIdentical) {
   expect_tensor_parallel_equals_one_process(
       {"lora.enabled=true", "lora.rank=4", "lora.alpha=8", "lora.dropout=0.1", "lora.targets=all-linear"}, "LoRA");
+}
+
+// QLoRA: an NF4 base under adapters on q_proj, v_proj and down_proj, each rank's slice of
+// one process's quantization with a float absmax per block, dequantized by the CUDA
+// kernel's slice path to one process's bits. Hidden and MLP 128, so that o's and down's 64
+// columns per rank are whole NF4 blocks; one layer, for the emulator's sake.
+TEST_F(CudaTensorParallel, QloraEqualsOneProcessAndRerunsBitIdentical) {
+  expect_tensor_parallel_equals_one_process(
+      {"lora.enabled=true", "lora.rank=4", "lora.alpha=8", "lora.dropout=0.1", "model.quantization=nf4",
+       "model.hidden_size=128", "model.intermediate_size=128", "model.num_layers=1",
+       "lora.targets=[q_proj, v_proj, down_proj]"},
+      "QLoRA");
+}
+
+// Mixtral: the router whole on every rank, each expert's w1|w3 split by rows and w2 by
+// columns, the routing, the sort by expert and the combine the same CUDA kernels on every
+// tensor rank, the partial combine reduce-scattered over the NCCL tensor group.
+const std::vector<std::string> kMixtral = {"model.num_experts=4", "model.experts_per_token=2",
+                                           "model.router_aux_loss_coef=0.02", "model.router_z_loss_coef=0.001",
+                                           "model.router_bias_update_rate=0.01"};
+
+TEST_F(CudaTensorParallel, MixtralEqualsOneProcessAndRerunsBitIdentical) {
+  expect_tensor_parallel_equals_one_process(kMixtral, "Mixtral");
+}
+
+// And with LoRA on every linear layer, the router and each expert's w1, w2, w3 included
+// (dropout 0.1): the experts' adapters run over their sorted groups, numbered as one
+// process numbers them, so the dropout kernel draws one process's masks.
+TEST_F(CudaTensorParallel, MixtralWithLoraEqualsOneProcessAndRerunsBitIdentical) {
+  std::vector<std::string> keys = kMixtral;
+  keys.insert(keys.end(),
+              {"lora.enabled=true", "lora.rank=4", "lora.alpha=8", "lora.dropout=0.1", "lora.targets=all-linear"});
+  expect_tensor_parallel_equals_one_process(keys, "Mixtral LoRA");
 }
 
 }  // namespace

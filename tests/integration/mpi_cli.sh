@@ -2,7 +2,8 @@
 # fsdp_train under mpiexec as a user runs it: 2 ranks train and only rank 0 writes
 # metrics.jsonl, with the same losses as one process over the same global batch; a bad
 # launch (HYBRID_SHARD group size that does not divide the world) exits 2, a config error, on
-# every rank with one message naming the key and both numbers, without hanging.
+# every rank with one message naming the key and both numbers, without hanging; eval of a
+# whole SFT split gives the same on 1, 2 and 3 ranks.
 # Usage: mpi_cli.sh path/to/fsdp_train path/to/mpiexec
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -43,4 +44,19 @@ grep -q "fsdp_train train: error: .*key 'fsdp.shard_group_size' is 3, which does
   --set train.max_steps=7 > "$work/resume1.log" 2>&1 || { cat "$work/resume1.log"; echo "FAIL: resume on 1 rank"; exit 1; }
 grep -q "the global batch differs from the checkpoint's: 4 sequences per step (micro_batch_size 4 x grad_accum_steps 1 x 1 rank), the checkpoint's 8 (micro_batch_size 4 x grad_accum_steps 1 x 2 ranks); set train.global_batch_size: 8" "$work/resume1.log" ||
   { cat "$work/resume1.log"; echo "FAIL: no global batch warning"; exit 1; }
+# eval of a whole SFT split (eval.batches: 0): 5 examples, one per row, micro-batch 2, on 1, 2
+# and 3 ranks (3, 2 and 1 steps; the rows past the split masked on each rank): the same
+# trained-target count and loss, every example counted once.
+"$bin" prepare --tokenizer tests/golden/tokenizers/llama3_chat --output "$work/sft" --val-fraction 0 \
+  tests/golden/sft/messages.jsonl tests/golden/sft/alpaca.jsonl > "$work/sft.log" 2>&1 || { cat "$work/sft.log"; echo "FAIL: prepare"; exit 1; }
+sft_eval=(eval --config configs/tiny.yaml --set model.init_from=tests/golden/chat_generate/llama3_chat_tiny
+          --set data.path="$work/sft" --set eval.split=train --set eval.batches=0 --set train.seq_len=64
+          --set train.micro_batch_size=2 --set data.packing=false --set checkpoint.resume=none)
+for np in 1 2 3; do
+  "$mpiexec" --allow-run-as-root --oversubscribe -np $np "$bin" "${sft_eval[@]}" --set run.dir="$work/eval$np" \
+    2> "$work/eval$np.log" | grep '^eval_' > "$work/eval$np.out" || { cat "$work/eval$np.log"; echo "FAIL: eval on $np ranks"; exit 1; }
+done
+grep -q "^eval_trained_tokens 37$" "$work/eval1.out" || { cat "$work/eval1.out"; echo "FAIL: trained targets"; exit 1; }
+cmp -s "$work/eval1.out" "$work/eval2.out" && cmp -s "$work/eval1.out" "$work/eval3.out" ||
+  { head "$work"/eval?.out; echo "FAIL: eval of the whole split differs with the rank count"; exit 1; }
 echo "PASS"

@@ -16,6 +16,7 @@
 #include "fsdp/train/launch_checks.h"
 #include "fsdp/train/trainer.h"
 #include "../common/distributed_train_checks.h"
+#include "../common/masked_corpus.h"
 #include "mpi_test_env.h"
 
 namespace fsdp {
@@ -102,6 +103,16 @@ TEST(CheckpointResume, NoShardIsBitExact) { expect_bit_exact("NO_SHARD"); }
 TEST(CheckpointResume, HybridShardIsBitExact) { expect_bit_exact("HYBRID_SHARD"); }
 TEST(CheckpointResume, AsyncSaveWithAccumulationIsBitExact) {
   expect_bit_exact("FULL_SHARD", {"checkpoint.async=true", "train.grad_accum_steps=2"});
+}
+
+// SFT data packed into windows whose examples are kept apart (Note [Document masking] in
+// fsdp/ops/attention.h): the resumed run reads the same windows and document starts.
+TEST(CheckpointResume, PackedExamplesAreBitExact) {
+  const std::string data = shared_scratch("packed_data");
+  if (test::world_groups().world->rank() == 0) test::write_masked_corpus(data, 96, 17, 97, 4);
+  test::world_groups().world->barrier();
+  expect_bit_exact("FULL_SHARD", {"data.source=shards", "data.path=" + data, "data.packing=true",
+                                  "train.grad_accum_steps=2", "train.eval_every=0"});
 }
 
 TEST(CheckpointResume, OnlyOneReplicaWritesEachShard) {

@@ -166,8 +166,6 @@ TEST_P(Collectives, BroadcastCopiesTheRootsTensor) {
   }
 }
 
-// Random values: float32 sums are close to the exact sum and bit-identical on every rank
-// (replicas must not drift apart); bf16 sums round once per addition.
 // Rank r sends (r + 2 j + n) % 4 elements to rank j (zero-length runs included), element k
 // of that run being a2a_value(r, j, k): every rank can say what it must receive from whom.
 int64_t a2a_count(int from, int to, int64_t n) { return (from + 2 * to + n) % 4 + (n > 100 ? n : 0); }
@@ -214,6 +212,8 @@ TEST(MpiCommunicator, AllToAllVOnEveryGroupOfTheMesh) {
   }
 }
 
+// Random values: float32 sums are close to the exact sum and bit-identical on every rank
+// (replicas must not drift apart); bf16 sums round once per addition.
 TEST(MpiCommunicator, AllReduceOfRandomValuesIsCloseAndIdenticalOnEveryRank) {
   Communicator& c = world();
   const int p = c.size(), r = c.rank();
@@ -522,6 +522,10 @@ TEST(MpiCommunicator, BadArgumentsThrowClearErrors) {
     negative[size_t(p - 1)] += 2;
     expect_error([&] { c.all_to_all_v(run, negative, runs, ones); }, {"send_counts[0] is -1"});
   }
+  std::vector<int64_t> more = ones;
+  more[size_t(c.rank())] = 2;  // this rank's run to itself: 2 elements sent, 1 expected
+  expect_error([&] { c.all_to_all_v(Tensor::zeros({p + 1}, DType::F32), more, runs, ones); },
+               {"sends 2 elements to itself but expects 1"});
   expect_error([&] { c.all_to_all_v(run, ones, Tensor::zeros({p}, DType::BF16), ones); }, {"same dtype"});
   expect_error([&] { c.all_to_all_v(run, ones, run, ones); }, {"overlap"});
   // Nothing was sent and nothing is pending.

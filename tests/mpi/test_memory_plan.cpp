@@ -105,6 +105,10 @@ std::vector<Case> tensor_parallel_cases(int world) {
        {"parallel.tensor=2", "fsdp.sharding_strategy=FULL_SHARD", "train.activation_checkpointing=full",
         "lora.enabled=true", "lora.rank=4", "lora.targets=all-linear", "model.quantization=nf4",
         "model.intermediate_size=384"}},
+      // Mixtral: every expert's slice, the routing over all N tokens, the partial combine.
+      {"moe T=2 FULL_SHARD selective",
+       {"parallel.tensor=2", "fsdp.sharding_strategy=FULL_SHARD", "train.activation_checkpointing=selective",
+        "model.preset=tiny_moe", "model.num_experts=4"}},
   };
 }
 

@@ -62,6 +62,11 @@ config::Config tiny(const std::vector<std::string>& extra) {
   return config::load_config_string("data:\n  source: synthetic\n", "test", o);
 }
 
+std::vector<std::string> with(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
 struct Run {
   std::vector<double> losses;
   std::vector<uint64_t> comm_bytes;
@@ -220,29 +225,41 @@ TEST(TensorParallel, InitFromAHuggingFaceFolderEqualsOneProcess) {
 // Theoretical bytes one rank sends per step (ring volumes of communicator.h), micro-batch
 // of N tokens, one micro-batch, no recompute, mesh R x S x T over W ranks, d = 4 bytes:
 //   FSDP over the shard group, on this rank's slices (FsdpVolume's formula, S_u the bytes
-//     of unit u's shard): FULL_SHARD (S-1) S_u x (2 gathers, 1 for the head, 3 for a tied
-//     table) + (S-1) S_u reduce-scatter; SHARD_GRAD_OP (S-1) S_u x 2; with R > 1 the
+//     of unit u's trainable shard, F_u of its frozen shard: LoRA's base, test_lora.cpp's
+//     formula): FULL_SHARD (S-1) (S_u + F_u) x (2 gathers; 1 for the head, 3 for a tied
+//     table, 1 for a frozen untied table, whose backward is skipped) + (S-1) S_u
+//     reduce-scatter; SHARD_GRAD_OP (S-1) (S_u + F_u) + (S-1) S_u; with R > 1 the
 //     replicate all-reduce 2 (R-1)/R S_u
-//   the whole slots' gradients over the tensor group: 2 (T-1)/T x (their elements) x d
+//   the whole trainable slots' gradients over the tensor group: 2 (T-1)/T x (their
+//     elements) x d (the norms; LoRA's A on a column-parallel and B on a row-parallel base;
+//     Mixtral's router)
 //   sequence parallelism, X = (T-1) x (N/T x C x d) per all-gather or reduce-scatter of the
-//     residual stream: the embedding 2X (reduce-scatter, and its twin); each block 4X
-//     forward (gather, scatter for both sublayers) and 6X backward (scatter's twin, the
-//     gather again and its twin, for both); the head 3X (gather; gather again and its twin)
+//     residual stream: the embedding 2X (reduce-scatter, and its twin, which a frozen table
+//     skips with its backward: X); each block 4X forward (gather, scatter for both
+//     sublayers; a mixture of experts gathers the normed rows and reduce-scatters the
+//     partial combine as the dense MLP does) and 6X backward (scatter's twin, the gather
+//     again and its twin, for both); the head 3X (gather; gather again and its twin)
 //   the vocabulary-parallel cross-entropy: one all-gather of [N, 3] doubles, (T-1) N 24
 //   the grad norm: 2 (S-1)/S 8 over the shard group, 2 (T-1)/T 8 over the tensor group;
-//   the loss and votes: 2 (W-1)/W 8 kSlots over the world.
+//   the loss and votes: 2 (W-1)/W 8 kSlots over the world; a mixture of experts' expert
+//     counts, L x E doubles all-reduced over the world: 2 (W-1)/W 8 L E.
 double expected_bytes(const train::Trainer& t, const dist::ProcessGroups& g, const config::Config& cfg) {
   const auto& units = t.model().units();
   const dist::MeshShape mesh = g.mesh.shape();
   const double S = mesh.shard, R = mesh.replicate, T = mesh.tensor, W = mesh.world_size();
   const bool tied = units.back().reads_unit == 0;
+  const bool frozen_table = units.front().numel == 0;
   const std::string strategy(config::to_string(cfg.fsdp.sharding_strategy));
   double total = 0;
   for (size_t u = 0; u < units.size(); ++u) {
-    const double Su = double(shard_range(units[u].numel, int(S), 0).size) * 4;
-    const int gathers = u + 1 == units.size() ? 1 : (tied && u == 0 ? 3 : 2);
-    if (strategy == "FULL_SHARD" || strategy == "HYBRID_SHARD") total += (S - 1) * Su * gathers + (S - 1) * Su;
-    if (strategy == "SHARD_GRAD_OP") total += (S - 1) * Su * 2;
+    // shard_range pads an empty buffer to one element per rank; an empty one sends nothing
+    // (LoRA's embedding and head train nothing, a dense model freezes nothing).
+    const double Su = units[u].numel == 0 ? 0 : double(shard_range(units[u].numel, int(S), 0).size) * 4;
+    const double Fu = units[u].frozen_bytes == 0 ? 0 : double(shard_range(units[u].frozen_bytes, int(S), 0).size);
+    int gathers = u + 1 == units.size() ? 1 : (tied && u == 0 ? 3 : 2);
+    if (u == 0 && frozen_table && !tied) gathers = 1;
+    if (strategy == "FULL_SHARD" || strategy == "HYBRID_SHARD") total += (S - 1) * (Su + Fu) * gathers + (S - 1) * Su;
+    if (strategy == "SHARD_GRAD_OP") total += (S - 1) * (Su + Fu) + (S - 1) * Su;
     total += 2 * (R - 1) / R * Su;
     double whole = 0;
     for (const model::ParamSlot& s : units[u].params)
@@ -252,20 +269,38 @@ double expected_bytes(const train::Trainer& t, const dist::ProcessGroups& g, con
   const model::LlamaConfig& m = t.model().config();
   const double N = double(cfg.train.micro_batch_size) * cfg.train.seq_len;
   const double X = (T - 1) * (N / T) * double(m.hidden_size) * 4;
-  total += (2 + 10 * double(m.num_layers) + 3) * X + (T - 1) * N * 24;
+  total += ((frozen_table && !tied ? 1 : 2) + 10 * double(m.num_layers) + 3) * X + (T - 1) * N * 24;
   total += 2 * (S - 1) / S * 8 + 2 * (T - 1) / T * 8;
   total += 2 * (W - 1) / W * 8 * train::StepVotes::kSlots;
+  if (m.is_moe()) total += 2 * (W - 1) / W * 8 * double(m.num_layers * m.num_experts);
   return total;
 }
 
+// Dense Llama tied and untied, LoRA on every linear layer (dropout on: its masks add no
+// collective) and QLoRA on a frozen untied base, and a tiny Mixtral (4 experts, top-2, both
+// router losses and auxiliary-loss-free balancing), at every layout the world holds.
 TEST(TensorParallel, BytesPerStepEqualTheTheory) {
+  const std::vector<std::string> lora = {"lora.enabled=true", "lora.rank=4", "lora.alpha=8",
+                                         "lora.targets=all-linear", "lora.dropout=0.1"};
+  // At T=4 too, o's and down's column slices are whole NF4 blocks: 256 / 4 = 64.
+  const std::vector<std::string> qlora = {"lora.enabled=true", "lora.rank=4", "lora.alpha=8",
+                                          "lora.targets=[q_proj, v_proj, down_proj]", "model.quantization=nf4",
+                                          "model.hidden_size=256", "model.intermediate_size=256"};
+  const std::vector<std::string> moe = {"model.num_experts=4", "model.experts_per_token=2",
+                                        "model.router_aux_loss_coef=0.02", "model.router_z_loss_coef=0.001",
+                                        "model.router_bias_update_rate=0.01"};
+  const std::vector<std::pair<std::string, std::vector<std::string>>> models = {
+      {"dense untied", model_keys(true, false)},
+      {"dense tied", model_keys(true, true)},
+      {"LoRA", with(model_keys(true, false), lora)},
+      {"QLoRA", with(model_keys(true, false), qlora)},
+      {"Mixtral", with(model_keys(true, false), moe)},
+  };
   for (const Layout& l : {Layout{2, "FULL_SHARD"}, Layout{4, "FULL_SHARD"}, Layout{2, "SHARD_GRAD_OP"},
                           Layout{2, "HYBRID_SHARD", 1}}) {
     if (!fits(l)) continue;
-    for (bool tied : {false, true}) {
-      std::vector<std::string> o = model_keys(true, tied);
-      for (const std::string& k : layout_keys(l)) o.push_back(k);
-      const config::Config cfg = tiny(o);
+    for (const auto& [what, keys] : models) {
+      const config::Config cfg = tiny(with(keys, layout_keys(l)));
       auto groups = dist::split_process_groups(test::world_groups(), train::mesh_spec(cfg));
       train::Trainer t(cfg, groups);
       for (int i = 0; i < 2; ++i) {
@@ -273,7 +308,7 @@ TEST(TensorParallel, BytesPerStepEqualTheTheory) {
         EXPECT_EQ(m.mesh, groups.mesh.shape().str());
         EXPECT_NE(obs::format_step_line(m, 2).find(" | mesh " + groups.mesh.shape().str()), std::string::npos);
         EXPECT_EQ(double(m.comm_bytes), expected_bytes(t, groups, cfg))
-            << "T=" << l.tensor << " " << l.strategy << " tied " << tied << " step " << i + 1;
+            << "T=" << l.tensor << " " << l.strategy << " " << what << " step " << i + 1;
       }
     }
   }

@@ -12,7 +12,9 @@
 //   - the same bits again when run twice, and under full and selective activation
 //     checkpointing (the recompute runs the collectives again, on the same values).
 // GQA (8 heads, 4 key/value heads: T = 4 puts one GQA group of 2 query heads on each
-// rank) and MHA, tied and untied embeddings, ignored targets.
+// rank) and MHA, tied and untied embeddings, ignored targets; and rows of packed documents
+// (Note [Document masking] in fsdp/ops/attention.h): each rank's heads attend over the
+// gathered sequence, so the whole doc_start applies on every rank as in one process.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -26,6 +28,7 @@
 #include "fsdp/model/decoder.h"
 #include "fsdp/model/local_params.h"
 #include "fsdp/model/param_init.h"
+#include "fsdp/ops/attention.h"  // make_doc_start
 #include "fsdp/ops/cross_entropy.h"
 #include "mpi_test_env.h"
 
@@ -56,7 +59,8 @@ struct Pass {
 
 // One forward and backward of the fixed micro-batch on a model split over `group` (null:
 // the whole model in this process).
-Pass run(model::LlamaConfig cfg, model::TensorGroup* group, model::Recompute mode = model::Recompute::None) {
+Pass run(model::LlamaConfig cfg, model::TensorGroup* group, model::Recompute mode = model::Recompute::None,
+         bool documents = false) {
   cfg.tensor_parallel = group != nullptr ? group->size() : 1;
   model::Llama llama(cfg, DType::F32, Device::cpu(), {}, 0, group);
   model::LocalParams params(llama.units());
@@ -70,6 +74,13 @@ Pass run(model::LlamaConfig cfg, model::TensorGroup* group, model::Recompute mod
     static constexpr int64_t kEdges[] = {0, 31, 32, 63, 64, 95, 96, 127};
     const int64_t t = i < 8 ? kEdges[i] : i % 11 == 3 ? kIgnoreIndex : (i * 29 + 7) % cfg.vocab_size;
     act.targets.set_flat(i, double(t));
+  }
+  if (documents) {
+    // Row 0: documents at 0, 5, 9; row 1: a one-token document, then one to the end.
+    const std::vector<int32_t> starts{0, 5, 9, 0, 1, 2};
+    const std::vector<int64_t> first{0, 3, 6};
+    act.documents = true;
+    act.doc_start.copy_(make_doc_start(starts, first, kSeq));
   }
   llama.forward_backward(act, params, kGradScale);
   Pass p;
@@ -106,13 +117,14 @@ void expect_same_bits(const Pass& a, const Pass& b, const std::string& what) {
         << what << ": unit " << u;
 }
 
-void expect_equal_to_one_process(bool gqa, bool tied) {
+void expect_equal_to_one_process(bool gqa, bool tied, bool documents = false) {
   dist::ProcessGroups& world = test::world_groups();
   const model::LlamaConfig cfg = shape(gqa, tied);
   const dist::ProcessGroups groups = dist::split_process_groups(world, dist::MeshSpec{world.world->size(), 0});
   CommTensorGroup group(*groups.tensor);
-  const Pass want = run(cfg, nullptr);
-  const Pass got = run(cfg, &group);
+  const Pass want = run(cfg, nullptr, model::Recompute::None, documents);
+  const Pass got = run(cfg, &group, model::Recompute::None, documents);
+  if (documents) EXPECT_FALSE(test::same_bits(want.losses, run(cfg, nullptr).losses)) << "documents changed nothing";
   const int64_t n = kBatch * kSeq;
   for (int64_t i = 0; i < n; ++i) {
     const double w = want.losses.get_flat(i);
@@ -132,12 +144,13 @@ void expect_equal_to_one_process(bool gqa, bool tied) {
           << s.name;
     }
   }
-  expect_same_bits(got, run(cfg, &group), "run twice");
-  expect_same_bits(got, run(cfg, &group, model::Recompute::Full), "full recompute");
-  expect_same_bits(got, run(cfg, &group, model::Recompute::Selective), "selective recompute");
+  expect_same_bits(got, run(cfg, &group, model::Recompute::None, documents), "run twice");
+  expect_same_bits(got, run(cfg, &group, model::Recompute::Full, documents), "full recompute");
+  expect_same_bits(got, run(cfg, &group, model::Recompute::Selective, documents), "selective recompute");
 }
 
 TEST(TensorParallelModel, GqaUntiedEqualsOneProcess) { expect_equal_to_one_process(true, false); }
+TEST(TensorParallelModel, PackedDocumentsEqualOneProcess) { expect_equal_to_one_process(true, false, true); }
 TEST(TensorParallelModel, GqaTiedEqualsOneProcess) { expect_equal_to_one_process(true, true); }
 TEST(TensorParallelModel, MhaUntiedEqualsOneProcess) { expect_equal_to_one_process(false, false); }
 TEST(TensorParallelModel, MhaTiedEqualsOneProcess) { expect_equal_to_one_process(false, true); }

@@ -2,7 +2,8 @@
 // parallelism] in model/mlp_moe.h) through the trainer, under mpiexec with 2 and 4 ranks
 // (np1 has no layout): a tiny Mixtral (4 experts, top-2, GQA 2, the load-balancing and
 // z-losses, auxiliary-loss-free balancing) at T=2 (2 ranks: mesh 1x1x2; 4 ranks: T=2 x
-// FULL_SHARD 2, mesh 1x2x2) equals one process training the same global batch:
+// FULL_SHARD 2, mesh 1x2x2), T=4 (4 ranks: 1x1x4) and T=2 x HYBRID_SHARD (4 ranks: 2x1x2)
+// equals one process training the same global batch:
 //  - every step's loss, aux loss and z-loss within 1e-5 relative, every weight within 5e-5
 //    norm-wise (test_tensor_parallel.cpp's bounds, for its reasons);
 //  - every step's expert counts equal to one process's, as integers: the tensor ranks routed
@@ -13,7 +14,7 @@
 //  - the router's weights within the bound: its gradient sums partial routing terms over
 //    the tensor group plus the router losses' term, added 1/T per rank (counted T times,
 //    the aux loss's share would move it by far more than 5e-5 over 10 steps);
-//  - the same run twice, and under selective checkpointing, the same bits;
+//  - the same run twice, and under every checkpointing mode, the same bits;
 //  - with LoRA on every linear layer (router and experts included, dropout 0.1) the same
 //    losses, counts, biases and adapters as one process;
 //  - a checkpoint saved at T=2 resumes at T=1 (FULL_SHARD over every rank) on the
@@ -116,31 +117,62 @@ void expect_same_bits(const MoeRun& again, const MoeRun& got, const std::string&
     EXPECT_EQ(std::memcmp(again.weights.at(name).data_ptr(), w.data_ptr(), w.nbytes()), 0) << what << ": " << name;
 }
 
-TEST(TensorParallelMoe, T2EqualsOneProcess) {
+// Every activation checkpointing mode: the same bits as none (selective keeps the routing
+// and recomputes the gathered rows; full reruns the forward, routing included; offloading
+// moves what full keeps).
+const std::vector<std::vector<std::string>> kCheckpointing = {
+    {},
+    {"train.activation_checkpointing=full"},
+    {"train.activation_checkpointing=selective"},
+    {"train.activation_checkpointing=full", "train.activation_offload=true", "train.activation_offload_horizon=1"},
+};
+
+// T=2 (on 4 ranks with FULL_SHARD 2) and, where the world holds them, T=4 (mesh 1x1x4:
+// each rank 16 of every expert's 64 columns, 2 of 8 heads) and T=2 x HYBRID_SHARD (2x1x2:
+// the replicate all-reduce beside the tensor group), each run again twice and under every
+// checkpointing mode (about 1 s at np4 in all).
+TEST(TensorParallelMoe, EveryLayoutEqualsOneProcessAndEveryCheckpointingModeTheSameBits) {
   dist::ProcessGroups& world = test::world_groups();
   const int n = world.world->size();
   if (n < 2) GTEST_SKIP() << "tensor parallelism needs 2 ranks";
-  const config::Config cfg = tiny_moe(2, n / 2, {"checkpoint.resume=none"});
-  auto groups = dist::split_process_groups(world, train::mesh_spec(cfg));
-  const MoeRun got = train(cfg, groups, kSteps);
-  const MoeRun& want = reference();
-  expect_near(got.losses, want.losses, "loss");
-  expect_near(got.aux, want.aux, "aux loss");
-  expect_near(got.z, want.z, "z-loss");
-  EXPECT_EQ(got.load, want.load) << "the expert counts";
-  EXPECT_EQ(got.bias, want.bias) << "the routing biases";
-  EXPECT_GT(model::router_bias_max_abs(want.bias), 0.0f) << "the biases never moved";
-  ASSERT_EQ(got.weights.size(), want.weights.size());
-  for (const auto& [name, w] : want.weights) {
-    ASSERT_TRUE(got.weights.count(name)) << name;
-    EXPECT_LT(test::rel_norm_error(got.weights.at(name), w), kParamTolerance) << name;
+  struct Layout {
+    int tensor;
+    std::vector<std::string> keys;
+  };
+  const std::vector<Layout> layouts = {
+      {2, {}},
+      {4, {}},
+      {2, {"fsdp.sharding_strategy=HYBRID_SHARD", "fsdp.shard_group_size=1"}},
+  };
+  for (const Layout& l : layouts) {
+    const int T = l.tensor;
+    if (n % T != 0 || (!l.keys.empty() && n / T < 2)) continue;
+    const std::string at = "T=" + std::to_string(T) + (l.keys.empty() ? "" : " HYBRID_SHARD") + ": ";
+    std::vector<std::string> keys = {"checkpoint.resume=none"};
+    keys.insert(keys.end(), l.keys.begin(), l.keys.end());
+    const config::Config cfg = tiny_moe(T, n / T, keys);
+    auto groups = dist::split_process_groups(world, train::mesh_spec(cfg));
+    const MoeRun got = train(cfg, groups, kSteps);
+    const MoeRun& want = reference();
+    expect_near(got.losses, want.losses, at + "loss");
+    expect_near(got.aux, want.aux, at + "aux loss");
+    expect_near(got.z, want.z, at + "z-loss");
+    EXPECT_EQ(got.load, want.load) << at << "the expert counts";
+    EXPECT_EQ(got.bias, want.bias) << at << "the routing biases";
+    EXPECT_GT(model::router_bias_max_abs(want.bias), 0.0f) << "the biases never moved";
+    ASSERT_EQ(got.weights.size(), want.weights.size());
+    for (const auto& [name, w] : want.weights) {
+      ASSERT_TRUE(got.weights.count(name)) << name;
+      EXPECT_LT(test::rel_norm_error(got.weights.at(name), w), kParamTolerance) << at << name;
+    }
+    // Again, and under each checkpointing mode: the same bits.
+    for (const std::vector<std::string>& mode : kCheckpointing) {
+      std::vector<std::string> again = keys;
+      again.insert(again.end(), mode.begin(), mode.end());
+      expect_same_bits(train(tiny_moe(T, n / T, again), groups, kSteps), got,
+                       at + (mode.empty() ? "the same run twice" : mode.back()));
+    }
   }
-  // Twice, and under selective checkpointing, whose recompute gathers the normed rows again
-  // (full checkpointing reruns the forward itself).
-  expect_same_bits(train(cfg, groups, kSteps), got, "the same run twice");
-  expect_same_bits(train(tiny_moe(2, n / 2, {"checkpoint.resume=none", "train.activation_checkpointing=selective"}),
-                         groups, kSteps),
-                   got, "activation_checkpointing selective");
 }
 
 // LoRA on every linear layer of the Mixtral (the router and each expert's w1, w2, w3

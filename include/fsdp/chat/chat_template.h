@@ -37,6 +37,14 @@ class ChatTemplate {
   // unknown `name`; and TemplateError when the template does not parse or uses what this
   // interpreter does not support (every construct is checked here, before any render).
   static ChatTemplate from_model_dir(const std::string& dir, const std::string& name = "");
+  // A template in a file of its own (vLLM's and transformers' `chat_template=` override for a
+  // folder without one, or with another), rendered with the special tokens of `tokens_dir`'s
+  // tokenizer_config.json (as from_model_dir reads them; none when it has no such file).
+  static ChatTemplate from_file(const std::string& file, const std::string& tokens_dir);
+  // Whether from_model_dir(dir) would find a template (a chat_template.jinja, chat_templates/,
+  // or a tokenizer_config.json "chat_template" that is not null), without parsing it: a base
+  // model's folder has none, which callers tell apart from a broken one.
+  static bool model_dir_has_template(const std::string& dir);
   // A template given as text, with the special tokens it may use ({"bos_token", "<s>"}, ...).
   static ChatTemplate from_string(const std::string& source,
                                   std::vector<std::pair<std::string, std::string>> special_tokens = {},

@@ -113,9 +113,13 @@ struct DataConfig {
   int num_workers = 1;
   int prefetch = 2;  // at most kMaxPrefetch (config.cpp): each slot is a micro-batch of buffers
   int seed = 1234;
-  // true: documents packed back to back into windows (attention crosses them, as in
-  // pretraining); false: one example per row, padded, the pads masked (data/loader.h).
+  // true: documents packed back to back into windows (SFT examples kept apart by document
+  // masking; pretraining documents cross unless document_masking); false: one example per
+  // row, padded, the pads masked (data/loader.h).
   bool packing = true;
+  // Pretraining windows split into documents at the tokenizer's EOS (Llama 3): attention
+  // and RoPE restart after each EOS. Packed SFT windows keep their examples apart anyway.
+  bool document_masking = false;
   bool operator==(const DataConfig&) const = default;
 };
 

@@ -43,6 +43,11 @@ class SampleSource {
   virtual bool has_mask() const { return false; }
   // read_sample, and the window's seq_len + 1 mask bytes (1 = the token is a trained target).
   virtual void read_masked_sample(int64_t index, int32_t* window, uint8_t* mask) const;
+  // Whether a window holds several documents that must not see each other (packed SFT
+  // examples): document_starts then gives window `index`'s start offsets (the first 0,
+  // increasing, within [0, seq_len]; cu_seqlens without the end). Without: one document.
+  virtual bool has_documents() const { return false; }
+  virtual void document_starts(int64_t index, std::vector<int32_t>& out) const;
 };
 
 // How a token corpus verifies its shards (data/shard_check.h).
@@ -82,6 +87,9 @@ struct LoaderOptions {
   bool shuffle = true;
   int num_workers = 1;  // 0: read on the calling thread
   int prefetch = 2;     // micro-batches prepared ahead (0: none)
+  // data.document_masking: >= 0 splits every window into documents after each token of this
+  // id (the tokenizer's EOS, Llama 3 style); -1: only the source's own documents.
+  int32_t split_after = -1;
   std::string name = "loader";  // its workers' trace tracks: "<name> worker <i>"
 };
 
@@ -93,10 +101,18 @@ class Loader {
   // Writes this rank's next micro-batch into ids / targets (int32, [micro_batch * seq_len],
   // CPU, contiguous) and advances. Blocks only if the workers are behind. A masked source's
   // untrained targets are kIgnoredTarget.
-  void next(const Tensor& ids, const Tensor& targets);
-  // Whether targets may be kIgnoredTarget (the source has a mask): else every target of a
-  // micro-batch is trained and its count is known without looking.
+  // With documents() the micro-batch's doc_start too (int32 [micro_batch * seq_len]: for
+  // each token the position in its row where its document begins, Note [Document masking]
+  // in fsdp/ops/attention.h), required then; and the target that would cross a document
+  // boundary (the last token of a document predicting the next one's first) is
+  // kIgnoredTarget: no token is trained on what it cannot see.
+  void next(const Tensor& ids, const Tensor& targets, const Tensor& doc_start = Tensor());
+  // Whether targets may be kIgnoredTarget (the source has a mask, or documents): else every
+  // target of a micro-batch is trained and its count is known without looking.
   bool masked() const;
+  // Whether rows hold documents that attention and RoPE must keep apart (packed SFT
+  // examples, or LoaderOptions::split_after).
+  bool documents() const;
   // The global position of the first sample of micro-batch j of this rank.
   int64_t first_position(int64_t j) const;
   int64_t position() const;      // index of the next micro-batch (the state to checkpoint)

@@ -7,7 +7,7 @@
 // percent or two of padding on chat data), is deterministic, and never splits an example:
 // one longer than a window is cut to it and fills a window alone. Within a window the
 // examples keep their input order. Each window's document start offsets are the prefix sums
-// of its examples' lengths (cu_seqlens, what document-masked attention will take).
+// of its examples' lengths (cu_seqlens, what document-masked attention takes).
 #pragma once
 
 #include <cstdint>
@@ -37,11 +37,11 @@ PackedWindows best_fit_pack(std::span<const int64_t> lengths, int64_t capacity);
 
 // A split's shards with whole examples packed best-fit into windows of seq_len + 1 tokens,
 // each padded with token 0 and the pads masked (Note [Packed examples], token_corpus.cpp).
-// Attention still crosses the examples of a window (document masking is to come).
+// Its examples are the window's documents (has_documents): attention and RoPE keep them
+// apart (Note [Document masking] in fsdp/ops/attention.h).
 class PackedSource : public SampleSource {
  public:
-  // The offsets in window `index` where its examples start (cu_seqlens without the end).
-  virtual void document_starts(int64_t index, std::vector<int32_t>& out) const = 0;
+  bool has_documents() const override { return true; }
   virtual double padding_share() const = 0;
 };
 std::unique_ptr<PackedSource> open_packed_examples(const std::string& path, const std::string& split, int64_t seq_len,

@@ -33,6 +33,7 @@ void write_shard_manifest(const std::filesystem::path& path, const PrepareOption
 struct ShardManifest {
   std::optional<int64_t> vocab_size;
   std::string tokenizer_path;  // "" when not recorded
+  std::optional<int64_t> eos_id;  // the tokenizer's EOS id; none when not recorded (-1: it has none)
   std::map<std::string, ShardChecksum> checksums;  // by shard name ("train_00000")
 };
 // Reads <dir>/manifest.json; nullopt when there is none (shards from Megatron-LM or NeMo

@@ -14,7 +14,7 @@ struct ActivationMemory {
   double saved = 0;    // what blocks keep for backward: inputs, own tensors, the shared scratch, offload slots
   double head = 0;     // logits [N, V], the final norm's output and 1/rms, per-token losses
   double scratch = 0;  // the backward's scratch (BlockGrads), shared by every block
-  double batch = 0;    // token ids and targets
+  double batch = 0;    // token ids, targets and document starts
   double host = 0;     // offloaded copies, in host memory (page-locked on a GPU)
 
   double device() const { return saved + head + scratch + batch; }

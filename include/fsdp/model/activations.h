@@ -53,6 +53,10 @@ struct LlamaActivations {
   int64_t batch = 0, seq_len = 0;
   ActivationCheckpointing checkpointing;
   Tensor ids, targets;           // [N] int32
+  // [B, T] int32: each token's document start in its row (Note [Document masking] in
+  // fsdp/ops/attention.h), read only when `documents` (packed examples, document masking).
+  Tensor doc_start;
+  bool documents = false;
   // The global position of this micro-batch's first sequence in the run's sample order
   // (train/trainer.h): LoRA's dropout numbers row (b, t) as (first_sample + b) * T + t,
   // so every rank count draws the same masks for the same samples.

@@ -67,15 +67,19 @@ class AttentionSublayer {
                     const SequenceParallel* sp = nullptr);
 
   // out = x + attention(x) over B sequences of T tokens (x, out: [B*T, C]; out != x).
-  void forward(const Tensor& x, const UnitParams& p, AttentionSaved& s, const Tensor& out, int64_t B,
-               int64_t T) const;
+  // doc_start (int32 [B, T] or undefined): the rows' documents, which attend only within
+  // themselves and whose RoPE positions restart (Note [Document masking] in
+  // fsdp/ops/attention.h). Under tensor parallelism q|k|v cover every row of the sequence
+  // (the gathered h), so the whole doc_start applies as is.
+  void forward(const Tensor& x, const UnitParams& p, AttentionSaved& s, const Tensor& out, int64_t B, int64_t T,
+               const Tensor& doc_start = Tensor()) const;
   // Selective checkpointing: the Cheap members of `s` again (h1 and rstd1, from x), the
   // same bits as the forward wrote; the Expensive ones are s's own, kept from the forward.
   void recompute_cheap(const Tensor& x, const UnitParams& p, AttentionSaved& s) const;
   // On entry dres = dL/d(out); on exit dres = dL/dx. dh is [N, C] scratch. Parameter
   // gradients go into p.grads.
   void backward(const Tensor& x, const AttentionSaved& s, const UnitParams& p, const Tensor& dres, const Tensor& dh,
-                AttentionGrads& g, int64_t B, int64_t T) const;
+                AttentionGrads& g, int64_t B, int64_t T, const Tensor& doc_start = Tensor()) const;
   // Inference: x += attention(x) for T new tokens per sequence at positions cache.length ..,
   // their keys and values appended to layer `layer` of the cache (cache.length is not
   // advanced here). `scratch` may hold more rows than x.
@@ -89,7 +93,7 @@ class AttentionSublayer {
     Tensor q, k, v;
   };
   QKV project(const Tensor& x, const UnitParams& p, const Tensor& h, const Tensor& rstd, const Tensor& qkv,
-              int64_t B, int64_t T, int64_t pos) const;
+              int64_t B, int64_t T, int64_t pos, const Tensor& doc_start) const;
   QKV split_heads(const Tensor& qkv, int64_t B, int64_t T) const;
 
   LlamaConfig cfg_;

@@ -31,5 +31,11 @@ struct GenerateResult {
 GenerateResult generate(LlamaDecoder& decoder, ParamProvider& params, std::span<const int32_t> prompt,
                         Sampler& sampler, int64_t max_new_tokens, int32_t eos_id,
                         const std::function<void(int32_t)>& on_token = {});
+// The same, stopping at the first token in `stop_ids` (a chat model's end-of-turn tokens and
+// EOS, as transformers' eos_token_id list; hit_eos then says one was generated); empty:
+// never stops early.
+GenerateResult generate(LlamaDecoder& decoder, ParamProvider& params, std::span<const int32_t> prompt,
+                        Sampler& sampler, int64_t max_new_tokens, std::span<const int32_t> stop_ids,
+                        const std::function<void(int32_t)>& on_token = {});
 
 }  // namespace fsdp::model

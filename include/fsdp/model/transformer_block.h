@@ -65,18 +65,19 @@ class TransformerBlock {
   BlockGrads make_grads(int64_t rows, DType dtype, Device device) const;
 
   // out = block(x) over B sequences of T tokens; x, out: [B*T, C] (this tensor rank's
-  // B*T / tensor_parallel rows under tensor parallelism), distinct.
-  void forward(const Tensor& x, const UnitParams& p, BlockActivations& a, const Tensor& out, int64_t B,
-               int64_t T) const;
+  // B*T / tensor_parallel rows under tensor parallelism), distinct. doc_start: the rows'
+  // documents (int32 [B, T], Note [Document masking] in fsdp/ops/attention.h), or undefined.
+  void forward(const Tensor& x, const UnitParams& p, BlockActivations& a, const Tensor& out, int64_t B, int64_t T,
+               const Tensor& doc_start = Tensor()) const;
   // A checkpointed block's activations again, right before its backward: Full runs
   // forward (writing `out` again, the same bits); Selective recomputes the Cheap tensors
   // from x and the kept Expensive ones (out untouched).
   void recompute(const Tensor& x, const UnitParams& p, BlockActivations& a, const Tensor& out, Recompute mode,
-                 int64_t B, int64_t T) const;
+                 int64_t B, int64_t T, const Tensor& doc_start = Tensor()) const;
   // On entry g.dres holds dL/d(block output); on exit dL/d(block input). Parameter
   // gradients are added into p.grads, the unit's flat gradient buffer.
   void backward(const Tensor& x, const BlockActivations& a, const UnitParams& p, BlockGrads& g, int64_t B,
-                int64_t T) const;
+                int64_t T, const Tensor& doc_start = Tensor()) const;
   // Inference: x = block(x) in place for T new tokens per sequence, attending to layer
   // `layer` of the KV cache (see AttentionSublayer::forward_cached).
   void forward_cached(const Tensor& x, const UnitParams& p, BlockActivations& scratch, const KVCache& cache,

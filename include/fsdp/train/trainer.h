@@ -80,9 +80,18 @@ class Trainer {
 
   // One optimizer step over train.grad_accum_steps micro-batches on every rank.
   obs::StepMetrics train_step();
-  // Mean loss over `batches` validation steps of micro_batch_size samples per rank (a
-  // held-out synthetic stream). Every rank must call it.
+  // Mean loss over the trained targets of `batches` validation steps of micro_batch_size
+  // samples per rank (a held-out synthetic stream), or with batches 0 over every sample of the
+  // split once (eval.batches: 0; the last step's rows past the split are left out). Every
+  // rank must call it.
   double evaluate(int batches);
+  struct EvalResult {
+    double loss = 0;             // the sum of the per-token losses over trained targets / their count
+    int64_t trained_targets = 0; // every rank's (an SFT split's mask leaves the prompts out)
+    int64_t targets = 0;         // every target position read, trained or not
+    int64_t samples = 0;         // rows read (windows, or examples without packing)
+  };
+  EvalResult evaluate_split(int batches);
   // The whole run: logs (rank 0), metrics.jsonl, periodic eval; returns the exit code.
   int run();
 
@@ -114,6 +123,8 @@ class Trainer {
   std::vector<const dist::Communicator*> expert_comms() const;
   // Sums (loss, tokens) and this rank's votes over the world; the same on every rank.
   StepVotes all_reduce_votes(model::LossSum local);
+  // load_micro_batch with the rows from `keep_rows` on masked out (evaluating a split whole).
+  void load_eval_batch(data::Loader& loader, int64_t keep_rows);
   // The state a checkpoint holds besides tensors, and its restoration.
   ckpt::TrainState train_state() const;
   void restore(const std::string& path);
@@ -149,6 +160,7 @@ class Trainer {
   FsdpEngine engine_;
   model::LlamaActivations act_;
   Tensor ids_host_, targets_host_;  // [accum, N] the step's batches (page-locked on a GPU)
+  Tensor doc_start_host_;           // [accum, N] their document starts, when the loader has documents
   Tensor count_buf_;                // [1] float64: the step's trained targets, all-reduced
   Tensor step_losses_;              // [accum, N] the step's per-token losses on the GPU
   optim::DynamicLossScaler scaler_;

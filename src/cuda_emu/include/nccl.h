@@ -3,9 +3,10 @@
 // semantics, executed over MPI between the processes of an mpirun job on the emulator's
 // device memory (host memory here), or over TCP sockets between processes that never
 // initialised MPI (a launch through fsdp_train's TCP store; src/cuda_emu/nccl/nccl_tcp.h).
-// Implementation: src/cuda_emu/nccl/nccl.cpp.
+// Implementation: src/cuda_emu/nccl/nccl.cpp, point-to-point and groups nccl_p2p.cpp.
 //
-// Semantics kept from NCCL (nccl.h of NCCL 2.28, the user guide's "Collective Operations"):
+// Semantics kept from NCCL (nccl.h of NCCL 2.28, the user guide's "Collective Operations",
+// "Point-to-point communication" and "Group Calls"):
 //   * ncclGetUniqueId makes an id; every rank of the clique passes the same id, the clique
 //     size and its own rank to ncclCommInitRank, which is collective over those ranks only
 //     and uses the calling thread's current CUDA device. The rank that made the id must be a
@@ -17,13 +18,26 @@
 //   * ncclAllReduce: recvbuff = the reduction of every rank's sendbuff; in place when equal.
 //   * ncclBroadcast: recvbuff = root's sendbuff (sendbuff is read on the root only); in
 //     place when equal. ncclBcast is the in-place form.
+//   * ncclSend(sendbuff, count, type, peer) / ncclRecv(recvbuff, count, type, peer): one
+//     message between two ranks of the communicator. Between two ranks, sends and receives
+//     match in the order each side issued them, and a matched pair must have the same count
+//     and type; count 0 is a message too (it matches a receive of 0, and synchronises), and
+//     its buffer is never touched. A rank may send to itself inside a group that also
+//     receives from itself. Outside a group each call is a group of its own, so it completes
+//     only when its peer has matched it (two ranks that both send first would wait forever).
+//   * ncclGroupStart / ncclGroupEnd: the calls between them are launched together at the
+//     outermost ncclGroupEnd and progress concurrently: a rank may send to a peer and receive
+//     from it in one group (an all-to-all) without either waiting for the other. A call that
+//     fails inside a group fails the group: ncclGroupEnd returns that error and none of the
+//     group's operations run.
 //   * Reductions ncclSum, ncclProd, ncclMax, ncclMin on every integer and float type; float16
 //     and bfloat16 are combined in float32 and rounded back once per combination, as NCCL's
 //     kernels do. ncclAvg, ncclRedOpCreatePreMulSum and the fp8 types are not emulated
 //     (ncclInvalidArgument, saying so).
 //   * A call returns ncclSuccess once the work is enqueued on `stream`, which must be a live
 //     stream of the communicator's device (or a null stream). Buffers must be device memory
-//     of that device (or pinned host memory) and hold the counts given; count 0 is a no-op.
+//     of that device (or pinned host memory) and hold the counts given; a collective of
+//     count 0 is a no-op.
 //   * Errors are the result codes NCCL uses (ncclInvalidArgument for bad arguments,
 //     ncclInvalidUsage for misuse of the API, ncclSystemError when MPI or a socket fails), and
 //     ncclGetLastError says why, as NCCL's does.
@@ -36,8 +50,15 @@
 //     read-back instead); ncclCommAbort then, from that hook or another thread, ends the
 //     wait: the call returns ncclRemoteError and the communicator is gone, as NCCL's abort
 //     ends the collectives in flight;
-//   * ncclGroupStart / ncclGroupEnd only nest (the calls inside already ran); this is
-//     enough for collectives, which NCCL also lets run one by one;
+//   * in a group, point-to-point calls are checked at the call and run at the outermost
+//     ncclGroupEnd, which waits for all of them (streams being eager), and queued copies on
+//     their streams run first (the copies enqueued before ncclGroupEnd, as on a GPU);
+//     collectives still run at their call, which NCCL also allows (a group's collectives
+//     may run one by one). A receive whose matching send has another count is refused
+//     (ncclInvalidUsage) where NCCL's behaviour is undefined, and a rank's sends to itself
+//     without a receive from itself in the same group are refused where NCCL would hang;
+//   * a send completes once its peer's receive has matched it (MPI_Issend); on the TCP
+//     transport once the socket took the bytes, a little earlier than NCCL would;
 //   * the transport (rings, trees, NVLink, the reduction order NCCL picks) is MPI's, or on
 //     the TCP transport a star through the id's maker, reducing in rank order;
 //   * counts above INT_MAX elements are refused (MPI 3.1 counts are int).
@@ -124,6 +145,11 @@ ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recv
                                ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream);
 ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t datatype,
                            ncclComm_t comm, cudaStream_t stream);
+
+ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
+                      cudaStream_t stream);
+ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
+                      cudaStream_t stream);
 
 ncclResult_t ncclGroupStart(void);
 ncclResult_t ncclGroupEnd(void);

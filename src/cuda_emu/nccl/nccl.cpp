@@ -24,7 +24,8 @@
 // Every argument is checked the way a GPU would fail (a host pointer, a buffer shorter than
 // the count, a stream of another device) or NCCL would refuse (bad rank, type, op, root),
 // and the reason goes to ncclGetLastError. Lives in its own library (fsdp_cuda_emu_nccl)
-// because it needs MPI, which the single-process emulator does not.
+// because it needs MPI, which the single-process emulator does not. The point-to-point
+// calls and the groups they run in are nccl_p2p.cpp's.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -45,16 +46,8 @@
 #include <vector>
 
 #include "../internal.h"
+#include "nccl_internal.h"
 #include "nccl_tcp.h"
-
-struct ncclComm {
-  int nranks, rank, device;
-  MPI_Comm mpi;  // MPI_COMM_NULL for a one-rank clique, or one over TCP
-  ncclResult_t async;
-  std::atomic<bool> busy{false};     // a collective is waiting for the other ranks
-  std::atomic<bool> aborted{false};  // ncclCommAbort came meanwhile: the waiting call frees it
-  fsdp_emu::TcpClique* tcp = nullptr;  // the TCP transport's clique, when the id was made for it
-};
 
 namespace fsdp_emu {
 namespace {
@@ -80,13 +73,15 @@ std::string g_inject_call;
 ncclResult_t g_inject_result = ncclSuccess;
 thread_local std::string tl_last_error;
 std::atomic<void (*)(void)> g_wait_hook{nullptr};
-thread_local int tl_group_depth = 0;
 
 MPI_Datatype g_f16 = MPI_DATATYPE_NULL, g_bf16 = MPI_DATATYPE_NULL;
 MPI_Op g_half_ops[4] = {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL};
 
+}  // namespace
+
 ncclResult_t fail(ncclResult_t r, const std::string& why) {
   tl_last_error = "NCCL emulator: " + why;
+  note_group_failure(r);
   return r;
 }
 
@@ -95,6 +90,17 @@ std::string str(const void* p) {
   std::snprintf(b, sizeof b, "%p", p);
   return b;
 }
+
+std::string mpi_error(int rc) {
+  char err[MPI_MAX_ERROR_STRING] = {};
+  int len = 0;
+  if (MPI_Error_string(rc, err, &len) != MPI_SUCCESS) return "MPI error " + std::to_string(rc);
+  return err;
+}
+
+void (*wait_hook())(void) { return g_wait_hook.load(); }
+
+namespace {
 
 // True (with *r set) when the test asked this call to fail.
 bool injected(const char* call, ncclResult_t* r) {
@@ -110,13 +116,6 @@ bool mpi_up() {
   MPI_Initialized(&init);
   MPI_Finalized(&fin);
   return init && !fin;
-}
-
-std::string mpi_error(int rc) {
-  char err[MPI_MAX_ERROR_STRING] = {};
-  int len = 0;
-  if (MPI_Error_string(rc, err, &len) != MPI_SUCCESS) return "MPI error " + std::to_string(rc);
-  return err;
 }
 
 // ---- data types and reductions ----
@@ -155,13 +154,6 @@ int make_half_types() {
   return rc;
 }
 
-struct Type {
-  const char* name;
-  size_t size;
-  MPI_Datatype mpi;
-  bool half;
-};
-
 bool type_of(ncclDataType_t t, Type* out) {
   switch (t) {
     case ncclInt8: *out = {"ncclInt8", 1, MPI_INT8_T, false}; return true;
@@ -188,14 +180,9 @@ MPI_Op mpi_op(ncclRedOp_t op, const Type& t) {
   }
 }
 
-// ---- argument checks shared by the collectives ----
+}  // namespace
 
-struct Call {
-  const char* name;
-  ncclComm_t comm;
-  Type type;
-  size_t count;  // elements per rank-sized block
-};
+// ---- argument checks shared by the collectives and the point-to-point calls ----
 
 ncclResult_t check_comm(const char* call, ncclComm_t comm) {
   if (comm == nullptr) return fail(ncclInvalidArgument, std::string(call) + ": comm is NULL");
@@ -209,7 +196,6 @@ ncclResult_t check_comm(const char* call, ncclComm_t comm) {
   return ncclSuccess;
 }
 
-// comm, count, type, op (when reducing) and stream; fills *c.
 ncclResult_t prologue(Call* c, const char* call, ncclComm_t comm, size_t count, ncclDataType_t type,
                       const ncclRedOp_t* op, cudaStream_t stream) {
   c->name = call;
@@ -240,8 +226,7 @@ ncclResult_t prologue(Call* c, const char* call, ncclComm_t comm, size_t count, 
   return ncclSuccess;
 }
 
-// A buffer the collective reads or writes: `bytes` of device memory on the communicator's
-// device (what a GPU could reach); not checked for count 0.
+// What a GPU could reach; callers skip it for count 0.
 ncclResult_t check_buffer(const Call& c, const char* what, const void* p, size_t bytes) {
   if (p == nullptr)
     return fail(ncclInvalidArgument, std::string(c.name) + ": " + what + " is NULL (count " + std::to_string(c.count) + ")");
@@ -252,6 +237,21 @@ ncclResult_t check_buffer(const Call& c, const char* what, const void* p, size_t
   return ncclSuccess;
 }
 
+void mark_failed(ncclComm_t comm, ncclResult_t r) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  comm->async = r;
+}
+
+// OpenMPI 4.1 crashes progressing a non-blocking operation whose communicator was freed,
+// so an abandoned one's MPI communicator stays. After MPI_Finalize MPI has freed it itself.
+void free_comm(ncclComm_t comm, bool pending) {
+  if (!pending && !comm->abandoned && comm->mpi != MPI_COMM_NULL && mpi_up()) MPI_Comm_free(&comm->mpi);
+  delete comm->tcp;
+  delete comm;
+}
+
+namespace {
+
 bool overlap(const void* a, size_t na, const void* b, size_t nb) {
   const auto pa = reinterpret_cast<uintptr_t>(a), pb = reinterpret_cast<uintptr_t>(b);
   return na > 0 && nb > 0 && pa < pb + nb && pb < pa + na;
@@ -259,20 +259,8 @@ bool overlap(const void* a, size_t na, const void* b, size_t nb) {
 
 ncclResult_t mpi_result(const Call& c, int rc, const char* mpi_call) {
   if (rc == MPI_SUCCESS) return ncclSuccess;
-  {
-    std::lock_guard<std::mutex> lock(g_mu);
-    c.comm->async = ncclSystemError;
-  }
+  mark_failed(c.comm, ncclSystemError);
   return fail(ncclSystemError, std::string(c.name) + ": " + mpi_call + " failed: " + mpi_error(rc));
-}
-
-// pending: a collective of this communicator was abandoned (an aborted wait). OpenMPI 4.1
-// crashes progressing a non-blocking collective whose communicator was freed, so that MPI
-// communicator is left to MPI_Finalize. After MPI_Finalize MPI has freed it itself.
-void free_comm(ncclComm_t comm, bool pending) {
-  if (!pending && comm->mpi != MPI_COMM_NULL && mpi_up()) MPI_Comm_free(&comm->mpi);
-  delete comm->tcp;
-  delete comm;
 }
 
 // Elementwise inout = inout (op) in over count elements of an NCCL datatype: the TCP
@@ -333,10 +321,7 @@ ncclResult_t tcp_collective(const Call& c, TcpOp op, int red_op, int root, const
                                                        "collective waited for the other ranks");
   }
   if (ok) return ncclSuccess;
-  {
-    std::lock_guard<std::mutex> lock(g_mu);
-    comm->async = ncclSystemError;
-  }
+  mark_failed(comm, ncclSystemError);
   return fail(ncclSystemError, std::string(c.name) + ": the TCP transport: " + why);
 }
 
@@ -693,17 +678,6 @@ ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count, n
 ncclResult_t ncclBcast(void* buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
                        cudaStream_t stream) {
   return broadcast("ncclBcast", buff, buff, count, datatype, root, comm, stream);
-}
-
-ncclResult_t ncclGroupStart(void) {
-  ++tl_group_depth;
-  return ncclSuccess;
-}
-
-ncclResult_t ncclGroupEnd(void) {
-  if (tl_group_depth == 0) return fail(ncclInvalidUsage, "ncclGroupEnd without a matching ncclGroupStart");
-  --tl_group_depth;
-  return ncclSuccess;
 }
 
 }  // extern "C"

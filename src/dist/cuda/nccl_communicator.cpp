@@ -12,6 +12,14 @@
 // Zero-element collectives complete at once without calling NCCL (every rank has the
 // same sizes, so every rank skips alike).
 //
+// all_to_all_v: NCCL has no all-to-all-v, so it is one NCCL group (ncclGroupStart / End)
+// of an ncclSend and an ncclRecv per other rank with a non-zero count (the counts agree
+// pairwise, so a pair skipped here is skipped by the peer too), and this rank's own run a
+// device-to-device copy, all on the comm stream between the same two events as a
+// collective. It always takes a slot and an in-flight record, even when every count is 0:
+// whether a rank has anything to move is its own business, and the watchdog's sequence
+// numbers must stay equal across the group's ranks.
+//
 // Trace (fsdp/core/trace.h): while one records, each collective is a span of the comm
 // stream's track, timed by events recorded on that stream around the NCCL call, with its
 // group and byte count.
@@ -135,7 +143,7 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
         device_(device),
         stream_(static_cast<cudaStream_t>(stream)) {
     world_ranks_ = bootstrap.world_ranks();
-    for (int op = 0; op < 4; ++op)
+    for (int op = 0; op < int(nvtx_names_.size()); ++op)
       nvtx_names_[size_t(op)] = fmt::format("nccl {} (group '{}')", detail::collective_name(Collective(op)), name_);
     int count = 0;
     FSDP_NCCL_CUDA_CHECK(cudaGetDeviceCount(&count));
@@ -182,10 +190,10 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
   Request all_gather(const Tensor& shard, const Tensor& full) override {
     detail::check_all_gather(*this, shard, full);  // in place: NCCL takes shard == full + rank * n as is
     detail::check_device(*this, Collective::AllGather, shard, Device::cuda(device_), "NCCL");
-    if (shard.numel() == 0) return counted(Collective::AllGather, 0, 0);
+    if (shard.numel() == 0) return counted(0);
     FSDP_NVTX_RANGE(nvtx_names_[size_t(Collective::AllGather)].c_str());
     const cuda::DeviceGuard guard(device_);
-    return enqueue(Collective::AllGather, 0, shard, [&] {
+    return enqueue(Collective::AllGather, 0, shard, ring_bytes(Collective::AllGather, 0, shard), [&] {
       FSDP_NCCL_CHECK(ncclAllGather(shard.data_ptr(), full.data_ptr(), size_t(shard.numel()),
                                     nccl_type(shard.dtype()), comm_, stream_));
     });
@@ -194,10 +202,10 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
   Request reduce_scatter(const Tensor& full, const Tensor& shard) override {
     detail::check_reduce_scatter(*this, full, shard);
     detail::check_device(*this, Collective::ReduceScatter, shard, Device::cuda(device_), "NCCL");
-    if (shard.numel() == 0) return counted(Collective::ReduceScatter, 0, 0);
+    if (shard.numel() == 0) return counted(0);
     FSDP_NVTX_RANGE(nvtx_names_[size_t(Collective::ReduceScatter)].c_str());
     const cuda::DeviceGuard guard(device_);
-    return enqueue(Collective::ReduceScatter, 0, shard, [&] {
+    return enqueue(Collective::ReduceScatter, 0, shard, ring_bytes(Collective::ReduceScatter, 0, shard), [&] {
       FSDP_NCCL_CHECK(ncclReduceScatter(full.data_ptr(), shard.data_ptr(), size_t(shard.numel()),
                                         nccl_type(shard.dtype()), ncclSum, comm_, stream_));
     });
@@ -206,10 +214,10 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
   Request all_reduce(const Tensor& x) override {
     detail::check_all_reduce(*this, x);
     detail::check_device(*this, Collective::AllReduce, x, Device::cuda(device_), "NCCL");
-    if (x.numel() == 0) return counted(Collective::AllReduce, 0, 0);
+    if (x.numel() == 0) return counted(0);
     FSDP_NVTX_RANGE(nvtx_names_[size_t(Collective::AllReduce)].c_str());
     const cuda::DeviceGuard guard(device_);
-    return enqueue(Collective::AllReduce, 0, x, [&] {
+    return enqueue(Collective::AllReduce, 0, x, ring_bytes(Collective::AllReduce, 0, x), [&] {
       FSDP_NCCL_CHECK(
           ncclAllReduce(x.data_ptr(), x.data_ptr(), size_t(x.numel()), nccl_type(x.dtype()), ncclSum, comm_, stream_));
     });
@@ -218,12 +226,59 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
   Request broadcast(const Tensor& x, int root) override {
     detail::check_broadcast(*this, x, root);
     detail::check_device(*this, Collective::Broadcast, x, Device::cuda(device_), "NCCL");
-    if (x.numel() == 0) return counted(Collective::Broadcast, root, 0);
+    if (x.numel() == 0) return counted(0);
     FSDP_NVTX_RANGE(nvtx_names_[size_t(Collective::Broadcast)].c_str());
     const cuda::DeviceGuard guard(device_);
-    return enqueue(Collective::Broadcast, root, x, [&] {
+    return enqueue(Collective::Broadcast, root, x, ring_bytes(Collective::Broadcast, root, x), [&] {
       FSDP_NCCL_CHECK(
           ncclBroadcast(x.data_ptr(), x.data_ptr(), size_t(x.numel()), nccl_type(x.dtype()), root, comm_, stream_));
+    });
+  }
+
+  Request all_to_all_v(const Tensor& send, const std::vector<int64_t>& send_counts, const Tensor& recv,
+                       const std::vector<int64_t>& recv_counts) override {
+    detail::check_all_to_all_v(*this, send, send_counts, recv, recv_counts);
+    detail::check_device(*this, Collective::AllToAllV, send, Device::cuda(device_), "NCCL");
+    FSDP_NVTX_RANGE(nvtx_names_[size_t(Collective::AllToAllV)].c_str());
+    const cuda::DeviceGuard guard(device_);
+    const size_t elem = size_t(dtype_size(send.dtype()));
+    const uint64_t bytes = detail::all_to_all_v_bytes(rank_, send_counts, elem);
+    return enqueue(Collective::AllToAllV, 0, send, bytes, [&] {
+      const ncclDataType_t type = nccl_type(send.dtype());
+      auto* from = static_cast<char*>(send.data_ptr());
+      auto* to = static_cast<char*>(recv.data_ptr());
+      bool peers = false;
+      size_t own_from = 0, own_to = 0;  // where this rank's own run starts in send and in recv
+      for (size_t j = 0; j < size_t(size_); ++j) {
+        if (int(j) != rank_) peers = peers || send_counts[j] > 0 || recv_counts[j] > 0;
+        if (int(j) < rank_) {
+          own_from += size_t(send_counts[j]);
+          own_to += size_t(recv_counts[j]);
+        }
+      }
+      if (peers) {
+        FSDP_NCCL_CHECK(ncclGroupStart());
+        try {
+          size_t sent = 0, received = 0;  // elements before run j
+          for (size_t j = 0; j < size_t(size_); ++j) {
+            const size_t n_send = size_t(send_counts[j]), n_recv = size_t(recv_counts[j]);
+            const int peer = int(j);
+            if (peer != rank_ && n_send > 0)
+              FSDP_NCCL_CHECK(ncclSend(from + sent * elem, n_send, type, peer, comm_, stream_));
+            if (peer != rank_ && n_recv > 0)
+              FSDP_NCCL_CHECK(ncclRecv(to + received * elem, n_recv, type, peer, comm_, stream_));
+            sent += n_send;
+            received += n_recv;
+          }
+        } catch (...) {
+          (void)ncclGroupEnd();  // NCCL drops a group one of whose calls failed; it must still be closed
+          throw;
+        }
+        FSDP_NCCL_CHECK(ncclGroupEnd());
+      }
+      if (const size_t own = size_t(send_counts[size_t(rank_)]); own > 0)
+        FSDP_NCCL_CUDA_CHECK(
+            cudaMemcpyAsync(to + own_to * elem, from + own_from * elem, own * elem, cudaMemcpyDeviceToDevice, stream_));
     });
   }
 
@@ -362,22 +417,23 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
   // The stream the caller's work on this device goes to (Note [CUDA current stream]).
   cudaStream_t compute_stream() const { return static_cast<cudaStream_t>(cuda::current_stream(device_)); }
 
-  // One collective on `t` (what this rank sends): a slot, its in-flight record, the NCCL
-  // call (`call`; a failed one leaves no record behind) inside its trace span on the comm
-  // stream, and the slot's `done` event.
+  // One collective on `t` (what this rank sends), counted as `bytes` sent: a slot, its
+  // in-flight record, the NCCL calls (`call`; a failed one leaves no record behind) inside
+  // its trace span on the comm stream, and the slot's `done` event.
   template <typename Call>
-  Request enqueue(Collective op, int root, const Tensor& t, Call&& call) {
+  Request enqueue(Collective op, int root, const Tensor& t, uint64_t bytes, Call&& call) {
     const int slot = begin(op);
     try {
       std::optional<trace::StreamSpan> span;
       if (trace::enabled())
-        span.emplace(device_, stream_, detail::collective_name(op), "collective", trace_args(op, t, root));
+        span.emplace(device_, stream_, detail::collective_name(op), "collective",
+                     detail::collective_trace_args(*this, op, t, bytes, root));
       call();
     } catch (...) {
       untrack();
       throw;
     }
-    return issued(slot, op, root, t.nbytes());
+    return issued(slot, bytes);
   }
 
   // A free slot, with the comm stream ordered after the caller's stream, and the
@@ -401,22 +457,22 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
       nccl_fail(async, "an earlier collective (ncclCommGetAsyncError)", comm_, context(), __FILE__, __LINE__);
   }
 
-  Request counted(Collective op, int root, uint64_t nbytes) {
-    const uint64_t bytes = detail::ring_bytes(op, size_, rank_, root, nbytes);
+  // What a collective of `t` sends from this rank under the ring algorithm (communicator.h).
+  uint64_t ring_bytes(Collective op, int root, const Tensor& t) const {
+    return detail::ring_bytes(op, size_, rank_, root, t.nbytes());
+  }
+
+  Request counted(uint64_t bytes) {
     ++stats_.calls;
     stats_.bytes_sent += bytes;
     trace::add_bytes_sent(bytes);
     return {};
   }
 
-  std::string trace_args(Collective op, const Tensor& t, int root) const {
-    return detail::collective_trace_args(*this, op, t, detail::ring_bytes(op, size_, rank_, root, t.nbytes()), root);
-  }
-
-  Request issued(int slot, Collective op, int root, uint64_t nbytes) {
+  Request issued(int slot, uint64_t bytes) {
     recorded(pending_seq_);
     FSDP_NCCL_CUDA_CHECK(cudaEventRecord(slots_[slot].handle.done, stream_));
-    counted(op, root, nbytes);
+    counted(bytes);
     return slots_.issue(slot);
   }
 
@@ -427,7 +483,9 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
   ncclComm_t comm_ = nullptr;
   detail::RequestSlots<Events> slots_;
   void* barrier_buf_ = nullptr;
-  std::array<std::string, 4> nvtx_names_;  // made once: a range per call must not allocate
+  // Made once, a name per collective but the barrier (last in Collective): a range per call
+  // must not allocate.
+  std::array<std::string, detail::kCollectiveKinds - 1> nvtx_names_;
   // The watchdog's view: this group's registration, and the ring of collectives in flight
   // (a step enqueues a few per unit; the host waits for the GPU at least once a step).
   int watch_id_ = -1;

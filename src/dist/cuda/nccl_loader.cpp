@@ -33,5 +33,15 @@ FSDP_LAZY_FUNCTION(CudaLibrary::Nccl, ncclResult_t, ncclBroadcast,
                    (const void* send, void* recv, size_t count, ncclDataType_t type, int root, ncclComm_t comm,
                     cudaStream_t stream),
                    (send, recv, count, type, root, comm, stream))
+// all_to_all_v: grouped point-to-point (NCCL 2.7 and later).
+FSDP_LAZY_FUNCTION(CudaLibrary::Nccl, ncclResult_t, ncclSend,
+                   (const void* send, size_t count, ncclDataType_t type, int peer, ncclComm_t comm,
+                    cudaStream_t stream),
+                   (send, count, type, peer, comm, stream))
+FSDP_LAZY_FUNCTION(CudaLibrary::Nccl, ncclResult_t, ncclRecv,
+                   (void* recv, size_t count, ncclDataType_t type, int peer, ncclComm_t comm, cudaStream_t stream),
+                   (recv, count, type, peer, comm, stream))
+FSDP_LAZY_FUNCTION(CudaLibrary::Nccl, ncclResult_t, ncclGroupStart, (), ())
+FSDP_LAZY_FUNCTION(CudaLibrary::Nccl, ncclResult_t, ncclGroupEnd, (), ())
 // clang-format on
 #endif  // FSDP_CUDA_LOADS_LIBRARIES && FSDP_WITH_NCCL

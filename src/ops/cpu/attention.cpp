@@ -13,6 +13,9 @@
 //   dP = dO_i V_j^T,   dS = P * (dP - delta_i) * scale,  delta_i = rowsum(dO_i * O_i)
 //   dV_j += P^T dO_i,  dK_j += dS^T Q_i,  dQ_i += dS K_j
 // float32 runs on cblas_sgemm, float64 (the finite-difference reference) on cblas_dgemm.
+// With documents (Note [Document masking] in attention.h) a query block's key range starts
+// at its first query's document start instead of 0, and each row's keys before its own
+// document start are masked like those above the diagonal.
 //
 // Note [BLAS calls inside OpenMP regions]: the GEMMs run inside OpenMP loops over heads,
 // so each must run on the calling thread. OpenBLAS (pthread build) does so for
@@ -181,10 +184,21 @@ int64_t padded_ld(int64_t Tn) {
   return ld % 128 == 0 ? ld + 16 : ld;
 }
 
+// Row b's document starts (Note [Document masking]); null: causal over the whole row,
+// every token's document starting at 0.
+struct DocStarts {
+  const int32_t* p = nullptr;
+  int64_t T = 0;
+  explicit DocStarts(const Tensor& d, int64_t Tn) : p(d.defined() ? d.data<int32_t>() : nullptr), T(Tn) {}
+  int64_t at(int64_t b, int64_t t) const { return p != nullptr ? p[b * T + t] : 0; }
+};
+
 template <typename T>
-void forward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse) {
+void forward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                  const Tensor& doc_start) {
   const int64_t B = q.size(0), Tn = q.size(1), H = q.size(2), D = q.size(3), KVH = k.size(2), G = H / KVH;
   const Heads<T> Q(q), K(k), V(v), O(out);
+  const DocStarts docs(doc_start, Tn);
   T* L = lse.data<T>();
   const T scale = T(1.0 / std::sqrt(double(D)));
   const int64_t Bk = key_block(D), nqb = (Tn + kQueryBlock - 1) / kQueryBlock;
@@ -212,20 +226,23 @@ void forward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tenso
       T* Oi = O.at(b, i0, h);
       T* Li = L + (b * H + h) * Tn + i0;
       const T* KT = KT_all + (b * KVH + kvh) * D * ld;
-      for (int64_t j0 = 0; j0 < nk; j0 += Bk)
+      // Keys before the block's first document are seen by none of its queries: skipped.
+      const int64_t k0 = docs.at(b, i0);
+      for (int64_t j0 = k0; j0 < nk; j0 += Bk)
         gemm(false, false, bq, std::min(Bk, nk - j0), D, scale, Qi, Q.s1, KT + j0, ld, T(0), S + j0, ld);
       for (int64_t r = 0; r < bq; ++r) {
         T* Sr = S + r * ld;
-        const int64_t n = i0 + r + 1;  // keys 0..i visible to query i
-        const T m = row_max(Sr, n);
-        const T l = exp_sub_sum(Sr, n, m);
+        const int64_t lo = docs.at(b, i0 + r), n = i0 + r + 1;  // keys lo..i visible to query i
+        const T m = row_max(Sr + lo, n - lo);
+        const T l = exp_sub_sum(Sr + lo, n - lo, m);
+        std::fill(Sr + k0, Sr + lo, T(0));
         std::fill(Sr + n, Sr + nk, T(0));
         Li[r] = m + std::log(l);
         inv_l[r] = T(1) / l;
       }
-      for (int64_t j0 = 0; j0 < nk; j0 += Bk)
+      for (int64_t j0 = k0; j0 < nk; j0 += Bk)
         gemm(false, false, bq, D, std::min(Bk, nk - j0), T(1), S + j0, ld, V.at(b, j0, kvh), V.s1,
-             T(j0 == 0 ? 0 : 1), Oi, O.s1);
+             T(j0 == k0 ? 0 : 1), Oi, O.s1);
       for (int64_t r = 0; r < bq; ++r) {
         T* o = Oi + r * O.s1;
         for (int64_t d = 0; d < D; ++d) o[d] *= inv_l[r];
@@ -236,9 +253,10 @@ void forward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tenso
 
 template <typename T>
 void backward_impl(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                   const Tensor& lse, const Tensor& dq, const Tensor& dk, const Tensor& dv) {
+                   const Tensor& lse, const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& doc_start) {
   const int64_t B = q.size(0), Tn = q.size(1), H = q.size(2), D = q.size(3), KVH = k.size(2), G = H / KVH;
   const Heads<T> Q(q), K(k), V(v), O(out), dO(dout), dQ(dq), dK(dk), dV(dv);
+  const DocStarts docs(doc_start, Tn);
   const T* L = lse.data<T>();
   const T scale = T(1.0 / std::sqrt(double(D)));
   const int64_t Bk = key_block(D), nqb = (Tn + kQueryBlock - 1) / kQueryBlock;
@@ -268,7 +286,8 @@ void backward_impl(const Tensor& dout, const Tensor& q, const Tensor& k, const T
           const T* Li = L + (b * H + h) * Tn + i0;
           T* dQi = dQ.at(b, i0, h);
           for (int64_t r = 0; r < bq; ++r) delta[r] = dot(dOi + r * dO.s1, O.at(b, i0 + r, h), D);
-          for (int64_t j0 = 0; j0 < nk; j0 += Bk) {
+          const int64_t k0 = docs.at(b, i0);  // keys before it: no query of the block sees them
+          for (int64_t j0 = k0; j0 < nk; j0 += Bk) {
             const int64_t bk = std::min(Bk, nk - j0);
             gemm(false, false, bq, bk, D, scale, Qi, Q.s1, KT + j0, ld, T(0), P, Bk);  // S
             gemm(false, false, bq, bk, D, T(1), dOi, dO.s1, VT + j0, ld, T(0), dS, Bk);  // dP
@@ -276,8 +295,12 @@ void backward_impl(const Tensor& dout, const Tensor& q, const Tensor& k, const T
               T* Pr = P + r * Bk;
               T* dSr = dS + r * Bk;
               const T lr = Li[r], dr = delta[r];
-              const int64_t nvalid = std::clamp<int64_t>(i0 + r - j0 + 1, 0, bk);  // causal: key j <= query i
-              for (int64_t c = 0; c < nvalid; ++c) {
+              // Visible: keys lo <= j <= i (its document, causal).
+              const int64_t nvalid = std::clamp<int64_t>(i0 + r - j0 + 1, 0, bk);
+              const int64_t first = std::clamp<int64_t>(docs.at(b, i0 + r) - j0, 0, nvalid);
+              std::fill(Pr, Pr + first, T(0));
+              std::fill(dSr, dSr + first, T(0));
+              for (int64_t c = first; c < nvalid; ++c) {
                 const T p = softmax_exp(Pr[c] - lr);
                 Pr[c] = p;
                 dSr[c] = p * (dSr[c] - dr) * scale;
@@ -287,7 +310,7 @@ void backward_impl(const Tensor& dout, const Tensor& q, const Tensor& k, const T
             }
             gemm(true, false, bk, D, bq, T(1), P, Bk, dOi, dO.s1, T(1), dV.at(b, j0, kvh), dV.s1);
             gemm(true, false, bk, D, bq, T(1), dS, Bk, Qi, Q.s1, T(1), dK.at(b, j0, kvh), dK.s1);
-            gemm(false, false, bq, D, bk, T(1), dS, Bk, K.at(b, j0, kvh), K.s1, T(j0 == 0 ? 0 : 1), dQi, dQ.s1);
+            gemm(false, false, bq, D, bk, T(1), dS, Bk, K.at(b, j0, kvh), K.s1, T(j0 == k0 ? 0 : 1), dQi, dQ.s1);
           }
         }
       }
@@ -295,19 +318,21 @@ void backward_impl(const Tensor& dout, const Tensor& q, const Tensor& k, const T
   }
 }
 
-void attention_forward_cpu(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse) {
+void attention_forward_cpu(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                           const Tensor& doc_start) {
   switch (q.dtype()) {
-    case DType::F32: return forward_impl<float>(q, k, v, out, lse);
-    case DType::F64: return forward_impl<double>(q, k, v, out, lse);
+    case DType::F32: return forward_impl<float>(q, k, v, out, lse, doc_start);
+    case DType::F64: return forward_impl<double>(q, k, v, out, lse, doc_start);
     default: FSDP_FAIL("attention_forward: the CPU backend supports float32 and float64, got q {}", q.str());
   }
 }
 
 void attention_backward_cpu(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                            const Tensor& lse, const Tensor& dq, const Tensor& dk, const Tensor& dv) {
+                            const Tensor& lse, const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                            const Tensor& doc_start) {
   switch (q.dtype()) {
-    case DType::F32: return backward_impl<float>(dout, q, k, v, out, lse, dq, dk, dv);
-    case DType::F64: return backward_impl<double>(dout, q, k, v, out, lse, dq, dk, dv);
+    case DType::F32: return backward_impl<float>(dout, q, k, v, out, lse, dq, dk, dv, doc_start);
+    case DType::F64: return backward_impl<double>(dout, q, k, v, out, lse, dq, dk, dv, doc_start);
     default: FSDP_FAIL("attention_backward: the CPU backend supports float32 and float64, got q {}", q.str());
   }
 }

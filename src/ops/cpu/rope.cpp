@@ -1,7 +1,8 @@
 // CPU rotary position embedding (rotate-half convention, see include/fsdp/ops/rope.h).
 // One token row (b, t) at a time: its H heads share the cos/sin row of position
-// pos_offset + t. Every output element is computed from two inputs by a fixed formula,
-// so the bits do not depend on the thread count.
+// pos_offset + t (minus its document's start, Note [Document masking]). Every output
+// element is computed from two inputs by a fixed formula, so the bits do not depend on the
+// thread count.
 #include <omp.h>
 
 #include <cstring>
@@ -30,7 +31,8 @@ inline void rotate_head(const T* __restrict in, T* __restrict out, const float* 
 
 template <typename T>
 void rope_impl(const Tensor& x, const Tensor& y, const Tensor& cos, const Tensor& sin, int64_t pos_offset,
-               bool inverse) {
+               bool inverse, const Tensor& doc_start) {
+  const int32_t* ds = doc_start.defined() ? doc_start.data<int32_t>() : nullptr;
   const int64_t B = x.size(0), Tn = x.size(1), H = x.size(2), D = x.size(3), half = D / 2;
   const T* xp = x.data<T>();
   T* yp = y.data<T>();
@@ -49,8 +51,9 @@ void rope_impl(const Tensor& x, const Tensor& y, const Tensor& cos, const Tensor
 #pragma omp for schedule(static)
     for (int64_t row = 0; row < B * Tn; ++row) {
       const int64_t b = row / Tn, t = row % Tn;
-      const float* cs = cp + (pos_offset + t) * half;
-      const float* sn = sp + (pos_offset + t) * half;
+      const int64_t pos = pos_offset + t - (ds != nullptr ? ds[row] : 0);
+      const float* cs = cp + pos * half;
+      const float* sn = sp + pos * half;
       const T* xr = xp + b * xs0 + t * xs1;
       T* yr = yp + b * ys0 + t * ys1;
       for (int64_t h = 0; h < H; ++h) {
@@ -62,10 +65,10 @@ void rope_impl(const Tensor& x, const Tensor& y, const Tensor& cos, const Tensor
 }
 
 void rope_cpu(const Tensor& x, const Tensor& y, const Tensor& cos, const Tensor& sin, int64_t pos_offset,
-              bool inverse) {
+              bool inverse, const Tensor& doc_start) {
   switch (x.dtype()) {
-    case DType::F32: return rope_impl<float>(x, y, cos, sin, pos_offset, inverse);
-    case DType::F64: return rope_impl<double>(x, y, cos, sin, pos_offset, inverse);
+    case DType::F32: return rope_impl<float>(x, y, cos, sin, pos_offset, inverse, doc_start);
+    case DType::F64: return rope_impl<double>(x, y, cos, sin, pos_offset, inverse, doc_start);
     default: FSDP_FAIL("rope: the CPU backend supports float32 and float64, got {}", x.str());
   }
 }

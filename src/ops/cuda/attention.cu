@@ -25,6 +25,9 @@
 // Every output element is summed by one thread in an order fixed by the shapes, so two
 // runs give the same bits.
 //
+// Documents (Note [Document masking] in fsdp/ops/attention.h; attention_tiles.cuh): key
+// tiles wholly before a query tile's first document are skipped, in all three kernels.
+//
 // Tensor cores: bfloat16 and float16 with D = 64 or 128 (the Llama head dims) run the same
 // algorithms with their products on WMMA: attention_tc.cu. The launchers below pick the
 // path (attention_uses_tensor_cores); float32, float64 and other head dims stay here.
@@ -68,11 +71,13 @@ __device__ __forceinline__ A online_softmax_step(A* row, A& m, A& l) {
     const A other = __shfl_xor_sync(kFullMask, tmax, off);
     tmax = other > tmax ? other : tmax;
   }
-  const A m_new = tmax > m ? tmax : m;  // finite: key 0 is in the first tile
-  const A alpha = exp_of(m - m_new);
+  // m_new is -inf only while a row has seen no key of its document yet (documents: the
+  // first tiles may hold only an earlier one); then P = 0 and nothing is rescaled.
+  const A m_new = tmax > m ? tmax : m;
+  const A alpha = m_new == A(-INFINITY) ? A(1) : exp_of(m - m_new);
   A sum = A(0);
   for (int c = 0; c < kRowCols; ++c) {
-    const A p = exp_of(row[c] - m_new);
+    const A p = row[c] == A(-INFINITY) ? A(0) : exp_of(row[c] - m_new);
     row[c] = p;
     sum += p;
   }
@@ -131,8 +136,13 @@ __global__ void __launch_bounds__(kThreads) attention_fwd_kernel(AttentionFwdArg
   const int sr = tid / kRowLanes, sp = tid % kRowLanes;
   A m = -INFINITY, l = A(0);  // running max and sum of row sr (the same in each of its lanes)
   A o[kR][kDPT] = {};
+  int64_t lo[kR];  // each score row's first visible key (rows past T: 0, they are not written)
+  for (int i = 0; i < kR; ++i) {
+    const int r = ty + kSide * i;
+    lo[i] = r < rows_q ? doc_lo(a.doc_start, a.T, b, i0 + r) : 0;
+  }
 
-  for (int64_t j0 = 0; j0 < nk; j0 += kTile) {
+  for (int64_t j0 = first_key_tile<kTile>(a.doc_start, a.T, b, i0); j0 < nk; j0 += kTile) {
     const int64_t rows_k = nk - j0 < kTile ? nk - j0 : kTile;
     load_kv_tiles<T, kTile>(a, sK, sV, ld, b, j0, g, rows_k, D);
     __syncthreads();
@@ -143,7 +153,7 @@ __global__ void __launch_bounds__(kThreads) attention_fwd_kernel(AttentionFwdArg
       for (int j = 0; j < kR; ++j) {
         const int r = ty + kSide * i, c = tx + kSide * j;
         // Rows past T see keys <= their (virtual) position, so every row has key 0.
-        const bool visible = j0 + c <= a.q_pos + i0 + r && j0 + c < nk;
+        const bool visible = j0 + c <= a.q_pos + i0 + r && j0 + c < nk && j0 + c >= lo[i];
         sS[r * lds + c] = visible ? scale * s[i][j] : A(-INFINITY);
       }
     __syncthreads();
@@ -218,8 +228,9 @@ __device__ __forceinline__ void load_query_tile(const AttentionBwdArgs& a, const
 
 // sm.p and sm.ds for query rows i0 + r and keys j0 + c; zero where masked or past the ends.
 template <typename A, int kTile>
-__device__ __forceinline__ void probs_and_dscores(const BwdSmem<A, kTile>& sm, int ld, int D, int64_t i0,
-                                                  int64_t rows_q, int64_t j0, int64_t rows_k, A scale) {
+__device__ __forceinline__ void probs_and_dscores(const BwdSmem<A, kTile>& sm, int ld, int D, const AttentionBwdArgs& a,
+                                                  int64_t b, int64_t i0, int64_t rows_q, int64_t j0, int64_t rows_k,
+                                                  A scale) {
   constexpr int kR = kTile / kSide;
   const int ty = int(threadIdx.x) / kSide, tx = int(threadIdx.x) % kSide;
   A s[kR][kR] = {}, dp[kR][kR] = {};
@@ -239,14 +250,17 @@ __device__ __forceinline__ void probs_and_dscores(const BwdSmem<A, kTile>& sm, i
         dp[i][j] += ov[i] * vv[j];
       }
   }
-  for (int i = 0; i < kR; ++i)
+  for (int i = 0; i < kR; ++i) {
+    const int r = ty + kSide * i;
+    const int64_t lo = r < rows_q ? doc_lo(a.doc_start, a.T, b, i0 + r) : 0;
     for (int j = 0; j < kR; ++j) {
-      const int r = ty + kSide * i, c = tx + kSide * j;
-      const bool valid = r < rows_q && c < rows_k && j0 + c <= i0 + r;
+      const int c = tx + kSide * j;
+      const bool valid = r < rows_q && c < rows_k && j0 + c <= i0 + r && j0 + c >= lo;
       const A p = valid ? exp_of(scale * s[i][j] - sm.lse[r]) : A(0);
       sm.p[r * (kTile + 1) + c] = p;
       sm.ds[r * (kTile + 1) + c] = valid ? p * (dp[i][j] - sm.delta[r]) * scale : A(0);
     }
+  }
 }
 
 // One block per (key tile, kv head g, b): dK, dV of its keys over every query head of the
@@ -266,11 +280,12 @@ __global__ void __launch_bounds__(kThreads) attention_bwd_dkdv_kernel(AttentionB
 
   A dk[kR][kDPT] = {}, dv[kR][kDPT] = {};  // key rows ty + 16 i, head-dim columns tx + 16 c
   for (int64_t h = g * G; h < (g + 1) * G; ++h)
-    for (int64_t i0 = j0; i0 < a.T; i0 += kTile) {  // tiles are aligned: query tile kt onwards
+    // Tiles are aligned: query tile kt onwards, up to the last one that sees these keys.
+    for (int64_t i0 = j0; i0 < a.T && sees_keys_before(a.doc_start, a.T, b, i0, j0 + rows_k); i0 += kTile) {
       const int64_t rows_q = a.T - i0 < kTile ? a.T - i0 : kTile;
       load_query_tile<T, kTile>(a, delta, sm, ld, b, h, i0, rows_q);
       __syncthreads();
-      probs_and_dscores<A, kTile>(sm, ld, D, i0, rows_q, j0, rows_k, scale);
+      probs_and_dscores<A, kTile>(sm, ld, D, a, b, i0, rows_q, j0, rows_k, scale);
       __syncthreads();
       for (int r = 0; r < rows_q; ++r) {
         A pv[kR], dsv[kR];
@@ -323,11 +338,11 @@ __global__ void __launch_bounds__(kThreads) attention_bwd_dq_kernel(AttentionBwd
   load_query_tile<T, kTile>(a, delta, sm, ld, b, h, i0, rows_q);
 
   A dq[kR][kDPT] = {};  // query rows ty + 16 i, head-dim columns tx + 16 c
-  for (int64_t j0 = 0; j0 < i0 + rows_q; j0 += kTile) {
+  for (int64_t j0 = first_key_tile<kTile>(a.doc_start, a.T, b, i0); j0 < i0 + rows_q; j0 += kTile) {
     const int64_t rows_k = a.T - j0 < kTile ? a.T - j0 : kTile;
     load_kv_tiles<T, kTile>(a, sm.k, sm.v, ld, b, j0, g, rows_k, D);
     __syncthreads();
-    probs_and_dscores<A, kTile>(sm, ld, D, i0, rows_q, j0, rows_k, scale);
+    probs_and_dscores<A, kTile>(sm, ld, D, a, b, i0, rows_q, j0, rows_k, scale);
     __syncthreads();
     for (int c = 0; c < rows_k; ++c) {
       A dsv[kR];

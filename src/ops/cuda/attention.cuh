@@ -16,17 +16,22 @@ namespace fsdp::cuda {
 // Causal attention of T query rows at absolute positions q_pos .. q_pos + T - 1 against
 // the keys and values at positions 0 .. q_pos + T - 1 (query row t sees keys j <= q_pos + t).
 // attention_forward is q_pos = 0; a KV-cache prefill is q_pos = pos with the cache as k, v.
+// doc_start: int32 [B, T], token t's document start in row b (Note [Document masking] in
+// fsdp/ops/attention.h; query row t also needs key j >= doc_start[b, t]), or nullptr: one
+// document per row. Only with q_pos = 0 (a KV-cache prefill has none).
 struct AttentionFwdArgs {
   HeadsView q, k, v, out;
   void* lse;  // [B, H, T] float32 (float64 for float64), or nullptr: not saved
   int64_t B, T, H, KVH, D;
   int64_t q_pos;
+  const int32_t* doc_start = nullptr;
 };
 
 struct AttentionBwdArgs {
   HeadsView dout, q, k, v, out, dq, dk, dv;
   const void* lse;  // [B, H, T], as saved by the forward
   int64_t B, T, H, KVH, D;
+  const int32_t* doc_start = nullptr;
 };
 
 // float32, float64, bfloat16 and float16 (float32 accumulation) with D <= kAttentionMaxHeadDim.

@@ -115,22 +115,23 @@ __device__ __forceinline__ void tc_scores(float* sS, const M* sQ, const M* sK, i
 // so lse keeps float accuracy for the backward.
 template <typename T, int kD>
 __device__ __forceinline__ void tc_softmax_row(const float* sS, typename MmaElem<T>::type* sP, float* sO, int ldo,
-                                               int sr, int sp, int64_t j0, int64_t last_key, int64_t rows_k,
-                                               float& m, float& l) {
+                                               int sr, int sp, int64_t j0, int64_t first_key, int64_t last_key,
+                                               int64_t rows_k, float& m, float& l) {
   constexpr int kRowLanes = kThreads / kTcTile, kRowCols = kTcTile / kRowLanes;
   const float* row = sS + sr * kTcLdS;
   float tmax = -INFINITY;
   for (int c = sp * kRowCols; c < (sp + 1) * kRowCols; ++c)
-    if (j0 + c <= last_key && c < rows_k) tmax = row[c] > tmax ? row[c] : tmax;
+    if (j0 + c <= last_key && j0 + c >= first_key && c < rows_k) tmax = row[c] > tmax ? row[c] : tmax;
   for (int off = kRowLanes / 2; off > 0; off >>= 1) {
     const float other = __shfl_xor_sync(kFullMask, tmax, off);
     tmax = other > tmax ? other : tmax;
   }
-  const float m_new = tmax > m ? tmax : m;  // finite: key 0 is in the first tile
-  const float alpha = expf(m - m_new);
+  // -inf only while the row has seen no key of its document (attention.cu's FMA kernel).
+  const float m_new = tmax > m ? tmax : m;
+  const float alpha = m_new == -INFINITY ? 1.0f : expf(m - m_new);
   float sum = 0.0f;
   for (int c = sp * kRowCols; c < (sp + 1) * kRowCols; ++c) {
-    const float p = j0 + c <= last_key && c < rows_k ? expf(row[c] - m_new) : 0.0f;
+    const float p = j0 + c <= last_key && j0 + c >= first_key && c < rows_k ? expf(row[c] - m_new) : 0.0f;
     sP[sr * kTcLdP + c] = MmaElem<T>::round(p);
     sum += p;
   }
@@ -185,8 +186,9 @@ __global__ void __launch_bounds__(kThreads) attention_fwd_tc_kernel(AttentionFwd
 
   const int sr = tid / kRowLanes, sp = tid % kRowLanes;  // the softmax pass, as in the FMA kernel
   float m = -INFINITY, l = 0.0f;
+  const int64_t first_key = sr < rows_q ? doc_lo(a.doc_start, a.T, b, i0 + sr) : 0;  // row sr's document
 
-  for (int64_t j0 = 0; j0 < nk; j0 += kTcTile) {
+  for (int64_t j0 = first_key_tile<kTcTile>(a.doc_start, a.T, b, i0); j0 < nk; j0 += kTcTile) {
     const int64_t rows_k = nk - j0 < kTcTile ? nk - j0 : kTcTile;
     load_kv_tiles<T, kTcTile>(a, sK, sV, ldh, b, j0, g, rows_k, kD);
     __syncthreads();
@@ -194,7 +196,7 @@ __global__ void __launch_bounds__(kThreads) attention_fwd_tc_kernel(AttentionFwd
     tc_scores<kD>(sS, sQ, sK, ldh, scale, warp);
     __syncthreads();
     const int64_t last_key = a.q_pos + i0 + sr;  // rows past T see keys <= their position
-    tc_softmax_row<T, kD>(sS, sP, sO, ldo, sr, sp, j0, last_key, rows_k, m, l);
+    tc_softmax_row<T, kD>(sS, sP, sO, ldo, sr, sp, j0, first_key, last_key, rows_k, m, l);
     __syncthreads();
     tc_add_pv<kD>(sO, ldo, sP, sV, ldh, rows_k, warp);
     __syncthreads();
@@ -254,7 +256,8 @@ struct TcBwdTiles {
 // the ends, from S = Q K^T and dP = dO V^T on WMMA. Called by every thread, with the
 // operand tiles loaded and a barrier behind them; ends with a barrier.
 template <typename T, int kD>
-__device__ __forceinline__ void tc_probs_and_dscores(const TcBwdTiles<typename MmaElem<T>::type, kD>& sm, int64_t i0,
+__device__ __forceinline__ void tc_probs_and_dscores(const TcBwdTiles<typename MmaElem<T>::type, kD>& sm,
+                                                     const AttentionBwdArgs& a, int64_t b, int64_t i0,
                                                      int64_t rows_q, int64_t j0, int64_t rows_k, float scale) {
   constexpr int ldh = TcBwdSmem<kD>::ldh, kTiles = kTcSub * kTcSub;
   const int tid = int(threadIdx.x), warp = tid / 32;
@@ -270,7 +273,7 @@ __device__ __forceinline__ void tc_probs_and_dscores(const TcBwdTiles<typename M
   __syncthreads();
   for (int e = tid; e < kTcTile * kTcTile; e += kThreads) {
     const int r = e / kTcTile, c = e % kTcTile;
-    const bool valid = r < rows_q && c < rows_k && j0 + c <= i0 + r;
+    const bool valid = r < rows_q && c < rows_k && j0 + c <= i0 + r && j0 + c >= doc_lo(a.doc_start, a.T, b, i0 + r);
     const float p = valid ? expf(scale * sm.s[r * kTcLdS + c] - sm.lse[r]) : 0.0f;
     sm.p[r * kTcLdP + c] = MmaElem<T>::round(p);
     sm.ds[r * kTcLdP + c] = MmaElem<T>::round(valid ? p * (sm.dp[r * kTcLdS + c] - sm.delta[r]) * scale : 0.0f);
@@ -308,11 +311,11 @@ __global__ void __launch_bounds__(kThreads) attention_bwd_dkdv_tc_kernel(Attenti
   FragAcc acc[kDSub];
   for (int c = 0; c < kDSub; ++c) wmma::fill_fragment(acc[c], 0.0f);
   for (int64_t h = g * G; h < (g + 1) * G; ++h)
-    for (int64_t i0 = j0; i0 < a.T; i0 += kTcTile) {
+    for (int64_t i0 = j0; i0 < a.T && sees_keys_before(a.doc_start, a.T, b, i0, j0 + rows_k); i0 += kTcTile) {
       const int64_t rows_q = a.T - i0 < kTcTile ? a.T - i0 : kTcTile;
       load_query_rows<T, kTcTile>(a, delta, sm.q, sm.dout, ldh, sm.lse, sm.delta, b, h, i0, rows_q);
       __syncthreads();
-      tc_probs_and_dscores<T, kD>(sm, i0, rows_q, j0, rows_k, scale);
+      tc_probs_and_dscores<T, kD>(sm, a, b, i0, rows_q, j0, rows_k, scale);
       // dV += P^T dO, dK += dS^T Q: the transpose is P (dS) read as a column-major matrix_a.
       const M* lhs = is_dv ? sm.p : sm.ds;
       const M* rhs = is_dv ? sm.dout : sm.q;
@@ -354,11 +357,11 @@ __global__ void __launch_bounds__(kThreads) attention_bwd_dq_tc_kernel(Attention
 
   FragAcc acc[kCols];
   for (int c = 0; c < kCols; ++c) wmma::fill_fragment(acc[c], 0.0f);
-  for (int64_t j0 = 0; j0 < i0 + rows_q; j0 += kTcTile) {
+  for (int64_t j0 = first_key_tile<kTcTile>(a.doc_start, a.T, b, i0); j0 < i0 + rows_q; j0 += kTcTile) {
     const int64_t rows_k = a.T - j0 < kTcTile ? a.T - j0 : kTcTile;
     load_kv_tiles<T, kTcTile>(a, sm.k, sm.v, ldh, b, j0, g, rows_k, kD);
     __syncthreads();
-    tc_probs_and_dscores<T, kD>(sm, i0, rows_q, j0, rows_k, scale);
+    tc_probs_and_dscores<T, kD>(sm, a, b, i0, rows_q, j0, rows_k, scale);
     const int ksteps = int((rows_k + 15) / 16);  // dQ += dS K
     for (int c = 0; c < kCols; ++c)
       mma_k<wmma::row_major, wmma::row_major>(acc[c], sm.ds + strip * 16 * kTcLdP, kTcLdP, 16, sm.k + (c0 + c) * 16,

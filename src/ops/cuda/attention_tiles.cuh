@@ -43,6 +43,26 @@ struct MmaElem<f16> {
   __device__ static type round(float f) { return __float2half_rn(f); }
 };
 
+// Note [Document masking] (fsdp/ops/attention.h) in the kernels: query row t of row b sees
+// keys doc_lo(..., t) <= j <= t. A query tile starting at i0 needs no key before its first
+// row's document start, so its key loop starts at the tile holding doc_lo(i0) (tiles stay
+// aligned as without documents), and a key tile's query loop ends at the first query tile
+// whose first row's document starts after the key tile's last key (doc_start never
+// decreases along a row). Only tiles straddling a boundary are masked element by element.
+__device__ __forceinline__ int64_t doc_lo(const int32_t* doc_start, int64_t T, int64_t b, int64_t t) {
+  return doc_start != nullptr ? int64_t(doc_start[b * T + t]) : 0;
+}
+// The first key tile (of kTile rows) a query tile starting at i0 visits.
+template <int kTile>
+__device__ __forceinline__ int64_t first_key_tile(const int32_t* doc_start, int64_t T, int64_t b, int64_t i0) {
+  return doc_lo(doc_start, T, b, i0) / kTile * kTile;
+}
+// Whether the query tile at i0 sees any key before `key_end` (exclusive).
+__device__ __forceinline__ bool sees_keys_before(const int32_t* doc_start, int64_t T, int64_t b, int64_t i0,
+                                                 int64_t key_end) {
+  return doc_lo(doc_start, T, b, i0) < key_end;
+}
+
 // A tile element from an input element: converted to the accumulation type (the FMA
 // kernels), or the same 16 bits as the WMMA type (the tensor-core kernels).
 template <typename Dst, typename T>

@@ -1,5 +1,6 @@
 // Rotary position embedding, rotate-half convention (fsdp/ops/rope.h), the CPU's math
-// (src/ops/cpu/rope.cpp): for pair i < D/2 of each head at position p = pos_offset + t,
+// (src/ops/cpu/rope.cpp): for pair i < D/2 of each head at position p = pos_offset + t
+// (minus its document's start when a.doc_start is given),
 //   c = cos[p, i], s = ±sin[p, i] (minus for the inverse, i.e. backward)
 //   y[i] = x[i] * c - x[i+half] * s,   y[i+half] = x[i+half] * c + x[i] * s
 // in the element type's arithmetic (float for float32, bfloat16 and float16, double for float64).
@@ -28,7 +29,7 @@ __global__ void rope_kernel(RopeArgs a) {
   T* y = static_cast<T*>(a.y);
   for (int64_t row = blockIdx.y; row < a.B * a.T; row += gridDim.y) {
     const int64_t b = row / a.T, t = row % a.T;
-    const int64_t p = a.pos_offset + t;
+    const int64_t p = a.pos_offset + t - (a.doc_start != nullptr ? a.doc_start[row] : 0);
     const A c = A(a.cos[p * half + i]), s = sign * A(a.sin[p * half + i]);
     const T* xr = x + b * a.xs0 + t * a.xs1 + h * a.D;
     T* yr = y + b * a.ys0 + t * a.ys1 + h * a.D;
