@@ -3,7 +3,8 @@
 // without seeing ranks. Each call waits for its collective: the expert GEMMs read what the
 // dispatch brings, and the combine what comes back (Note [Expert-parallel dispatch] in
 // model/moe_dispatch.h). On the CPU only for now: a GPU run refuses parallel.expert > 1 at
-// start-up (the NCCL all_to_all_v is not there yet).
+// start-up (train::runs_on): the NCCL groups of the expert dimension, the count exchange on
+// the device (ExpertDispatch exchanges host float64 counts) and an emulator test are missing.
 #pragma once
 
 #include "fsdp/dist/communicator.h"
