@@ -250,13 +250,23 @@ void CheckpointReader::check_model(const model::LlamaConfig& cfg, const std::vec
              "checkpoint {} holds a model with tie_word_embeddings = {}, but the config asks for {} "
              "(model.tie_word_embeddings): it is a checkpoint of a different model",
              dir_, m.tie_word_embeddings, cfg.tie_word_embeddings);
-  FSDP_CHECK(manifest_.units.size() == units.size(), "checkpoint {} has {} parameter units, the model {}", dir_,
-             manifest_.units.size(), units.size());
+  // Under expert parallelism the model's expert units are parts of their blocks in one
+  // process's layout, which is what every checkpoint stores (manifest.h); each holds
+  // 1 / expert_parallel of its block's experts.
+  std::vector<int64_t> want(units.size(), 0);
+  size_t blocks = 0;
   for (size_t u = 0; u < units.size(); ++u) {
-    const int64_t have = whole_numel(manifest_.units[u], manifest_.tensor_parallel), want = whole_numel(units[u]);
-    FSDP_CHECK(manifest_.units[u].name == units[u].name && have == want,
+    const int of = units[u].experts_of;
+    if (of < 0) ++blocks;
+    want[size_t(of >= 0 ? of : int(u))] += whole_numel(units[u]) * (of >= 0 ? cfg.expert_parallel : 1);
+  }
+  FSDP_CHECK(manifest_.units.size() == blocks, "checkpoint {} has {} parameter units, the model {}", dir_,
+             manifest_.units.size(), blocks);
+  for (size_t u = 0; u < blocks; ++u) {
+    const int64_t have = whole_numel(manifest_.units[u], manifest_.tensor_parallel);
+    FSDP_CHECK(manifest_.units[u].name == units[u].name && have == want[u],
                "checkpoint {}: unit {} is '{}' with {} elements, the model's is '{}' with {}", dir_, u,
-               manifest_.units[u].name, have, units[u].name, want);
+               manifest_.units[u].name, have, units[u].name, want[u]);
   }
 }
 
@@ -274,8 +284,12 @@ void CheckpointReader::read(int unit, std::string_view kind, int64_t begin, cons
 // of elements contiguous on both sides (up to the end of a row of whichever side is split
 // by columns, or of the stored slice) is read at once. The same tensor degree reads each
 // rank's own stored unit as it is.
+//
+// Expert parallelism: an expert unit's slots are read from its block's stored unit, and a
+// block without its experts slot by slot, both at their one-process offsets (whole_offset).
 void CheckpointReader::read(const model::UnitLayout& target, int unit, std::string_view kind, int64_t begin,
                             const Tensor& out) const {
+  if (target.experts_of >= 0) unit = target.experts_of;
   check_read(unit, out);
   const ManifestUnit& u = manifest_.units[size_t(unit)];
   float* dst = out.data<float>();
@@ -283,7 +297,8 @@ void CheckpointReader::read(const model::UnitLayout& target, int unit, std::stri
   std::fill(dst, dst + n, 0.0f);
   const int T = manifest_.tensor_parallel;
   const auto [parts, index] = tensor_slice_of(target);
-  if (parts == T && (T == 1 || same_slots(u, target))) {
+  const bool whole_unit = target.experts_of < 0 && (T > 1 || target.numel == u.numel);
+  if (parts == T && whole_unit && (T == 1 || same_slots(u, target))) {
     read_stored(unit, kind, index, begin, std::min(n, std::max<int64_t>(target.numel - begin, 0)), dst);
     return;
   }
@@ -328,11 +343,11 @@ void CheckpointReader::read_stored(int unit, std::string_view kind, int tensor_r
                                    float* dst) const {
   const ManifestUnit& u = manifest_.units[size_t(unit)];
   const int64_t end = begin + n;
-  const std::string name = state_tensor_name(u.name, kind);
   for (const ManifestPiece& p : u.pieces) {
     if (p.tensor_rank != tensor_rank) continue;
     const int64_t lo = std::max(begin, p.begin), hi = std::min(end, p.begin + p.extent);
     if (lo >= hi) continue;
+    const std::string name = state_tensor_name(p.tensor.empty() ? u.name : p.tensor, kind);
     auto& file = open_->files[p.file];
     if (!file) file = std::make_unique<SafetensorsFile>((fs::path(dir_) / manifest_.files[size_t(p.file)].name).string());
     const TensorEntry& e = file->entry(name);

@@ -104,6 +104,37 @@ CheckpointWriter::~CheckpointWriter() {
 
 bool CheckpointWriter::local_busy() const { return job_ && !job_->done.load(std::memory_order_acquire); }
 
+namespace {
+
+// Elements [at, at + extent) of a rank's shard stored as elements [begin, begin + extent)
+// of the whole (one-process) unit `unit`.
+struct WholeRun {
+  std::string unit;
+  int64_t begin = 0, at = 0, extent = 0;
+};
+
+// Unit u's elements [begin, begin + n) as runs of one process's units (expert parallelism:
+// a block without its experts, an expert unit inside its block; ParamSlot::whole_offset),
+// adjacent runs merged.
+std::vector<WholeRun> whole_runs(const std::vector<model::UnitLayout>& units, int u, int64_t begin, int64_t n) {
+  const model::UnitLayout& unit = units[size_t(u)];
+  const std::string& whole = unit.experts_of >= 0 ? units[size_t(unit.experts_of)].name : unit.name;
+  std::vector<WholeRun> out;
+  for (const model::ParamSlot& s : unit.params) {
+    const int64_t lo = std::max(begin, s.offset), hi = std::min(begin + n, s.offset + s.numel);
+    if (lo >= hi) continue;
+    const int64_t at = lo - begin, w = s.whole_offset + (lo - s.offset);
+    if (!out.empty() && out.back().at + out.back().extent == at && out.back().begin + out.back().extent == w) {
+      out.back().extent += hi - lo;
+    } else {
+      out.push_back(WholeRun{whole, w, at, hi - lo});
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 void CheckpointWriter::write_local(Job& job) {
   const auto t0 = std::chrono::steady_clock::now();
   const trace::Span span("checkpoint write", "checkpoint", "step", job.step);
@@ -116,16 +147,24 @@ void CheckpointWriter::write_local(Job& job) {
       // Which tensor rank's slices the file holds (manifest.h); absent without tensor parallelism.
       if (groups_.tensor != nullptr && groups_.tensor->size() > 1)
         metadata["tensor_rank"] = std::to_string(groups_.tensor->rank());
+      const bool runs = job.meta.model.expert_units();
       for (size_t u = 0; u < job.shards->size(); ++u) {
         const UnitShard& s = (*job.shards)[u];
         const model::UnitLayout& unit = job.meta.units[u];
         const int64_t extent = std::clamp<int64_t>(unit.numel - s.begin, 0, s.master.numel());
         if (extent == 0) continue;  // this rank's shard is all padding
-        metadata["begin." + unit.name] = std::to_string(s.begin);
         const Tensor* parts[] = {&s.master, &s.exp_avg, &s.exp_avg_sq};
-        for (int k = 0; k < 3; ++k) {
-          entries.push_back(WriteEntry{state_tensor_name(unit.name, kStateKinds[k]), "F32", {extent},
-                                       parts[k]->data<float>(), size_t(extent) * sizeof(float)});
+        // One piece: the shard as it lies. Expert parallelism: a piece per run of the whole
+        // unit (see manifest.h), named by the run.
+        std::vector<WholeRun> pieces{WholeRun{unit.name, s.begin, 0, extent}};
+        if (runs) pieces = whole_runs(job.meta.units, int(u), s.begin, extent);
+        for (const WholeRun& r : pieces) {
+          const std::string name = runs ? r.unit + "@" + std::to_string(r.begin) : r.unit;
+          metadata["begin." + name] = std::to_string(r.begin);
+          for (int k = 0; k < 3; ++k) {
+            entries.push_back(WriteEntry{state_tensor_name(name, kStateKinds[k]), "F32", {r.extent},
+                                         parts[k]->data<float>() + r.at, size_t(r.extent) * sizeof(float)});
+          }
         }
       }
       job.file = write_safetensors((job.tmp_dir / rank_file_name(groups_.world->rank())).string(), entries, metadata);
@@ -281,7 +320,15 @@ Manifest CheckpointWriter::build_manifest(const Job& job, const std::vector<Rank
   m.base = job.meta.base;
   m.tensor_parallel = int(job.meta.model.tensor_parallel);
   m.format_version = m.tensor_parallel > 1 ? 2 : 1;
-  for (const model::UnitLayout& u : job.meta.units) {
+  // Expert parallelism: one process's units, tiled by the ranks' named runs (manifest.h).
+  std::vector<model::UnitLayout> whole;
+  if (job.meta.model.expert_units()) {
+    m.format_version = 3;
+    model::LlamaConfig one = job.meta.model;
+    one.expert_parallel = 1;
+    whole = model::llama_units(one);
+  }
+  for (const model::UnitLayout& u : whole.empty() ? job.meta.units : whole) {
     ManifestUnit mu{u.name, u.numel, {}, {}};
     if (m.tensor_parallel > 1) {
       for (const model::ParamSlot& s : u.params)
@@ -299,9 +346,17 @@ Manifest CheckpointWriter::build_manifest(const Job& job, const std::vector<Rank
     const int t = tensor_rank == f.metadata().end() ? 0 : std::stoi(tensor_rank->second);
     for (ManifestUnit& unit : m.units) {
       auto it = f.metadata().find("begin." + unit.name);
-      if (it == f.metadata().end()) continue;
-      unit.pieces.push_back(
-          ManifestPiece{index, std::stoll(it->second), f.entry(state_tensor_name(unit.name, "master")).numel(), t});
+      if (it != f.metadata().end()) {
+        unit.pieces.push_back(
+            ManifestPiece{index, std::stoll(it->second), f.entry(state_tensor_name(unit.name, "master")).numel(), t, ""});
+      }
+      // Named runs, "<unit>@<begin>" (expert parallelism): the '@' ends the unit's name.
+      const std::string named = "begin." + unit.name + "@";
+      for (auto n = f.metadata().lower_bound(named); n != f.metadata().end() && n->first.rfind(named, 0) == 0; ++n) {
+        const std::string tensor = n->first.substr(6);
+        unit.pieces.push_back(
+            ManifestPiece{index, std::stoll(n->second), f.entry(state_tensor_name(tensor, "master")).numel(), t, tensor});
+      }
     }
   }
   for (ManifestUnit& unit : m.units) {

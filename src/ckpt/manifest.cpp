@@ -180,6 +180,7 @@ void from_json(const json& j, ManifestFile& f) {
 void to_json(json& j, const ManifestPiece& p) {
   j = {{"file", p.file}, {"begin", p.begin}, {"extent", p.extent}};
   if (p.tensor_rank != 0) j["tensor_rank"] = p.tensor_rank;
+  if (!p.tensor.empty()) j["tensor"] = p.tensor;  // expert parallelism only (format version 3)
 }
 
 void from_json(const json& j, ManifestPiece& p) {
@@ -187,6 +188,10 @@ void from_json(const json& j, ManifestPiece& p) {
   p.begin = integer_at<int64_t>(j, "begin", 0, kMaxInt64);
   p.extent = integer_at<int64_t>(j, "extent", 0, kMaxInt64);
   if (j.contains("tensor_rank")) p.tensor_rank = integer_at<int>(j, "tensor_rank", 0, kMaxWorld);
+  if (j.contains("tensor")) {
+    p.tensor = j.at("tensor").get<std::string>();
+    FSDP_CHECK(!p.tensor.empty() && p.tensor.size() <= 256, "a piece's 'tensor' must be a name of 1 to 256 characters");
+  }
 }
 
 void to_json(json& j, const ManifestSlot& s) {
@@ -294,9 +299,12 @@ void from_json(const json& j, Manifest& m) {
   for (const ManifestUnit& u : m.units) {
     FSDP_CHECK(T == 1 || !u.slots.empty() || u.numel == 0, "unit {}: a tensor-parallel checkpoint lists its slots",
                u.name);
-    for (const ManifestPiece& p : u.pieces)
+    for (const ManifestPiece& p : u.pieces) {
       FSDP_CHECK(p.tensor_rank < T, "unit {}: a piece of tensor rank {} in a checkpoint of tensor_parallel {}", u.name,
                  p.tensor_rank, T);
+      FSDP_CHECK(p.tensor.empty() || m.format_version >= 3, "unit {}: a named piece needs format_version 3, got {}",
+                 u.name, m.format_version);
+    }
   }
   if (j.contains("base")) m.base = j.at("base").get<BaseReference>();
 }

@@ -225,6 +225,35 @@ std::optional<int64_t> known_experts(const ModelConfig& m) {
   return std::nullopt;
 }
 
+// parallel.expert against the model (the world's side is the mesh's: dist::mesh_problem at
+// start-up; what is not built yet, train::rank_model_config's).
+template <class Conflict>
+void validate_expert_parallel(const Config& cfg, const Conflict& conflict) {
+  const int E = cfg.parallel.expert;
+  if (E == 1) return;
+  const ModelConfig& m = cfg.model;
+  if (const std::optional<int64_t> experts = known_experts(m)) {
+    if (*experts == 0)
+      conflict("parallel.expert",
+               fmt::format("is {}, which needs a mixture of experts (model.num_experts > 0): a dense model has no "
+                           "experts to spread; set parallel.expert: 1",
+                           E),
+               "model.num_experts",
+               fmt::format("is 0 (a dense model), but parallel.expert is {}: set parallel.expert: 1 or give the model "
+                           "experts",
+                           E));
+    if (*experts % E != 0)
+      conflict("parallel.expert",
+               fmt::format("{} must divide model.num_experts ({}): every rank of the expert group holds the same "
+                           "number of whole experts",
+                           E, *experts),
+               "model.num_experts",
+               fmt::format("({}) must be a multiple of parallel.expert ({}): every rank of the expert group holds the "
+                           "same number of whole experts",
+                           *experts, E));
+  }
+}
+
 void validate(const Config& cfg, const Origins& origins, const std::string& name) {
   auto origin = [&](const std::string& key) {
     const auto it = origins.find(key);
@@ -272,6 +301,15 @@ void validate(const Config& cfg, const Origins& origins, const std::string& name
              fmt::format("is 0 (a dense model), but model.router_bias_update_rate is {}: set it to 0 or give the "
                          "model experts",
                          m.router_bias_update_rate));
+  validate_expert_parallel(cfg, conflict);
+  if (const std::optional<int64_t> experts = known_experts(m); experts && *experts == 0 && cfg.moe.capacity_factor > 0)
+    conflict("moe.capacity_factor",
+             fmt::format("is {}, which needs a mixture of experts (model.num_experts > 0): a dense model has no "
+                         "experts to drop tokens from; set it to 0",
+                         cfg.moe.capacity_factor),
+             "model.num_experts",
+             fmt::format("is 0 (a dense model), but moe.capacity_factor is {}: set it to 0 or give the model experts",
+                         cfg.moe.capacity_factor));
   const OptimConfig& o = cfg.optim;
   if (o.min_lr > o.lr)
     conflict("optim.min_lr", fmt::format("must be <= optim.lr ({}), got {}", o.lr, o.min_lr), "optim.lr",

@@ -91,7 +91,8 @@ model::LlamaConfig resolve(const config::ModelConfig& m, const config::Config* c
 model::LlamaConfig resolve_model_config(const config::ModelConfig& m) { return resolve(m, nullptr); }
 
 model::LlamaConfig training_model_config(const config::Config& cfg) {
-  const model::LlamaConfig m = resolve(cfg.model, &cfg);
+  model::LlamaConfig m = resolve(cfg.model, &cfg);
+  m.capacity_factor = cfg.moe.capacity_factor;
   if (!cfg.model.init_from.empty()) {
     // model.preset names a shape, and a model folder brings its own: say so when they differ.
     std::string want, have;

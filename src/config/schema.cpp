@@ -338,7 +338,22 @@ void add_parallel_rows(std::vector<detail::Field>& t) {
            "rows; o, down by columns), the vocabulary and each micro-batch's tokens (sequence parallelism); FSDP "
            "shards over the rest. Must divide the ranks per node, the heads, the key/value heads, the MLP width, "
            "the vocabulary and train.seq_len; 1 = off.",
+           ge(1))
+      .add("expert", &ParallelConfig::expert,
+           "Expert-parallel degree E (Mixtral): each MoE layer's experts are split over E data-parallel ranks, "
+           "num_experts / E whole experts each, and tokens travel to their experts by all-to-all; the other "
+           "parameters stay FSDP-sharded as without it. Must divide model.num_experts and the shard group "
+           "(HYBRID_SHARD: fsdp.shard_group_size); 1 = off.",
            ge(1));
+}
+
+void add_moe_rows(std::vector<detail::Field>& t) {
+  SectionRows(t, "moe", &Config::moe)
+      .add("capacity_factor", &MoeConfig::capacity_factor,
+           "Expert capacity factor f: each expert takes at most ceil(f x tokens x top-k / num_experts) (token, "
+           "choice) pairs of a micro-batch and drops its lowest-probability ones beyond (Megatron's 'probs' "
+           "policy); the drops are counted in the step line and metrics.jsonl. 0 = dropless (every pair computed).",
+           finite_ge(0));
 }
 
 void add_fsdp_rows(std::vector<detail::Field>& t) {
@@ -414,6 +429,7 @@ std::vector<detail::Field> build_table() {
   add_optim_rows(t);
   add_checkpoint_rows(t);
   add_parallel_rows(t);
+  add_moe_rows(t);
   add_fsdp_rows(t);
   add_dist_rows(t);
   add_logging_rows(t);
@@ -443,7 +459,8 @@ std::span<const Section> sections() {
       {"train", "The training loop."},
       {"optim", "AdamW and the learning-rate schedule."},
       {"checkpoint", "Saving and resuming."},
-      {"parallel", "Parallel dimensions beside FSDP: tensor (and sequence) parallelism."},
+      {"parallel", "Parallel dimensions beside FSDP: tensor (and sequence) parallelism, expert parallelism."},
+      {"moe", "A mixture of experts' token dropping: the expert capacity."},
       {"fsdp", "Sharding and mixed precision."},
       {"dist", "Communication between ranks: the collective watchdog."},
       {"logging", "Console log, metrics.jsonl, TensorBoard, traces and memory snapshots."},

@@ -149,6 +149,8 @@ ProcessGroups local_process_groups() {
   g.shard = detail::make_local_communicator("shard");
   g.replicate = detail::make_local_communicator("replicate");
   g.tensor = detail::make_local_communicator("tensor");
+  g.expert = detail::make_local_communicator("expert");
+  g.expert_shard = detail::make_local_communicator("expert shard");
   return g;
 }
 
@@ -160,7 +162,7 @@ ProcessGroups init_world_groups() {
   const Launch launch = detect_launch();
   if (launch.launcher == "none") {
     ProcessGroups g = local_process_groups();
-    g.shard = g.replicate = g.tensor = nullptr;
+    g.shard = g.replicate = g.tensor = g.expert = g.expert_shard = nullptr;
     return g;
   }
   if (launch.store) return detail::init_store_world_groups(*launch.store);
@@ -242,6 +244,8 @@ ProcessGroups split_process_groups(const ProcessGroups& base, const MeshSpec& sp
   g.shard = split({MeshDim::Shard, MeshDim::Expert}, "shard");
   g.replicate = split({MeshDim::Replicate}, "replicate");
   g.tensor = split({MeshDim::Tensor}, "tensor");
+  g.expert = split({MeshDim::Expert}, "expert");
+  g.expert_shard = split({MeshDim::Shard}, "expert shard");
   return g;
 }
 

@@ -39,6 +39,36 @@ std::vector<int> node_sizes(const std::vector<int>& node_of_rank) {
   return sizes;
 }
 
+// The expert degree against the shard group it is borrowed from (dp2ep): the experts are
+// split over E ranks of every shard group, so E divides the group; the expert units are then
+// sharded over the group's other group / E ranks. NO_SHARD's group is one rank: nothing to
+// borrow from.
+std::optional<MeshProblem> expert_problem(const MeshSpec& spec, int dp, int group) {
+  const int E = spec.expert;
+  if (E < 1) return MeshProblem{"parallel.expert", fmt::format("must be >= 1, got {}", E), "1 turns it off"};
+  if (E == 1) return std::nullopt;
+  if (dp % E != 0) {
+    return MeshProblem{"parallel.expert",
+                       fmt::format("{} must divide the {} data-parallel ranks: the experts are spread over data-parallel "
+                                   "ranks",
+                                   E, dp),
+                       fmt::format("use a divisor of {}", dp)};
+  }
+  if (group % E != 0) {
+    return MeshProblem{"parallel.expert",
+                       fmt::format("{} must divide the shard group of {} data-parallel rank{} (fsdp.sharding_strategy "
+                                   "and fsdp.shard_group_size): the expert group is borrowed from the ranks that shard "
+                                   "the other parameters",
+                                   E, group, group == 1 ? "" : "s"),
+                       group == 1 ? std::string("NO_SHARD has no shard group to borrow from: use FULL_SHARD, "
+                                                "SHARD_GRAD_OP or HYBRID_SHARD")
+                                  : fmt::format("use a divisor of {}, or a HYBRID_SHARD fsdp.shard_group_size that is a "
+                                                "multiple of {}",
+                                                group, E)};
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 std::optional<MeshProblem> mesh_problem(const MeshSpec& spec, int world, const std::vector<int>& node_of_rank) {
@@ -85,7 +115,7 @@ std::optional<MeshProblem> mesh_problem(const MeshSpec& spec, int world, const s
     return MeshProblem{"fsdp.shard_group_size", fmt::format("{} does not divide {}", s, of_dp),
                        fmt::format("use a divisor of {}, or 0 for the ranks of one node", dp)};
   }
-  return std::nullopt;
+  return expert_problem(spec, dp, s == 0 ? dp : s == -1 ? *smallest / T : s);
 }
 
 MeshShape resolve_mesh_shape(const MeshSpec& spec, int world, const std::vector<int>& node_of_rank, int rank) {
@@ -99,7 +129,8 @@ MeshShape resolve_mesh_shape(const MeshSpec& spec, int world, const std::vector<
   if (s == -1) s = node_sizes(node_of_rank).front() / spec.tensor;
   MeshShape shape;
   shape.tensor = spec.tensor;
-  shape.shard = s;
+  shape.expert = spec.expert;
+  shape.shard = s / spec.expert;
   shape.replicate = dp / s;
   return shape;
 }

@@ -126,6 +126,8 @@ ProcessGroups split_store_process_groups(const ProcessGroups& base, const MeshSp
   g.shard = group(client, "shard", g.mesh.group(w.rank, {MeshDim::Shard, MeshDim::Expert}), w.rank);
   g.replicate = group(client, "replicate", g.mesh.group(w.rank, {MeshDim::Replicate}), w.rank);
   g.tensor = group(client, "tensor", g.mesh.group(w.rank, {MeshDim::Tensor}), w.rank);
+  g.expert = group(client, "expert", g.mesh.group(w.rank, {MeshDim::Expert}), w.rank);
+  g.expert_shard = group(client, "expert shard", g.mesh.group(w.rank, {MeshDim::Shard}), w.rank);
   return g;
 }
 

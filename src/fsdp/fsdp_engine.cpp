@@ -65,11 +65,18 @@ using engine_category::sharded_state;
 
 namespace {
 
+// The group a unit is sharded over: an expert unit's (expert parallelism: the ranks holding
+// the same experts), or the shard group. Without expert parallelism both are one group.
+dist::Communicator& shard_group_of(const model::UnitLayout& u, dist::ProcessGroups& groups) {
+  if (u.experts_of >= 0 && groups.expert_shard != nullptr) return *groups.expert_shard;
+  return *groups.shard;
+}
+
 // Elements of the largest padded trainable unit: every float buffer of the pool holds one.
-int64_t max_padded_numel(const std::vector<model::UnitLayout>& units, int n) {
+int64_t max_padded_numel(const std::vector<model::UnitLayout>& units, dist::ProcessGroups& groups) {
   int64_t m = 0;
   for (const auto& u : units)
-    if (u.numel > 0) m = std::max(m, padded_numel(u.numel, n));
+    if (u.numel > 0) m = std::max(m, padded_numel(u.numel, shard_group_of(u, groups).size()));
   return m;
 }
 
@@ -82,7 +89,7 @@ FsdpEngine::FsdpEngine(const std::vector<model::UnitLayout>& units, dist::Proces
       replicate_(*groups.replicate),
       tensor_(groups.tensor != nullptr && groups.tensor->size() > 1 ? groups.tensor.get() : nullptr),
       opt_(options),
-      pool_(options.device, max_padded_numel(units, groups.shard->size()),
+      pool_(options.device, max_padded_numel(units, groups),
             FrozenShards::max_padded_bytes(units, groups.shard->size())),
       frozen_(units, *groups.shard, pool_, options.device) {
   auto floating = [](DType t) { return t == DType::F32 || t == DType::BF16 || t == DType::F16; };
@@ -93,21 +100,28 @@ FsdpEngine::FsdpEngine(const std::vector<model::UnitLayout>& units, dist::Proces
   FSDP_CHECK(floating(opt_.compute_dtype), "the compute dtype must be float32, bfloat16 or float16, got {}",
              dtype_name(opt_.compute_dtype));
   FSDP_CHECK(opt_.prefetch_limit >= 0, "fsdp.prefetch_limit must be >= 0, got {}", opt_.prefetch_limit);
-  const int n = shard_.size();
   const Device dev = opt_.device;
   {
     const memory::CategoryScope tag("scratch/grad norm");
     norm_buf_ = Tensor::zeros({1}, DType::F64, dev);
   }
-  direct_ = n == 1 && opt_.param_dtype == DType::F32 && opt_.reduce_dtype == DType::F32 &&
-            opt_.compute_dtype == DType::F32;
+  const bool fp32 = opt_.param_dtype == DType::F32 && opt_.reduce_dtype == DType::F32 &&
+                    opt_.compute_dtype == DType::F32;
   units_.resize(layouts_.size());
+  for (size_t u = 0; u < layouts_.size(); ++u) {
+    units_[u].comm = &shard_group_of(layouts_[u], groups);
+    units_[u].direct = units_[u].comm->size() == 1 && fp32;
+  }
   // Every unit's gradient shard is a slice of one flat buffer, so the gradient norm is one
   // reduction and, on a GPU, one read-back per step rather than one per unit.
   // A unit with nothing to train (every parameter frozen) gets empty shards.
-  auto range_of = [&](int64_t numel) { return numel == 0 ? ShardRange{} : ::fsdp::shard_range(numel, n, shard_.rank()); };
+  auto range_of = [&](size_t u) {
+    const dist::Communicator& c = *units_[u].comm;
+    const int64_t numel = layouts_[u].numel;
+    return numel == 0 ? ShardRange{} : ::fsdp::shard_range(numel, c.size(), c.rank());
+  };
   int64_t grad_total = 0;
-  for (const auto& layout : layouts_) grad_total += range_of(layout.numel).size;
+  for (size_t u = 0; u < layouts_.size(); ++u) grad_total += range_of(u).size;
   {
     const memory::CategoryScope tag(gradients());
     grad_flat_ = Tensor::zeros({grad_total}, DType::F32, dev);
@@ -117,8 +131,8 @@ FsdpEngine::FsdpEngine(const std::vector<model::UnitLayout>& units, dist::Proces
   for (size_t u = 0; u < layouts_.size(); ++u) {
     Unit& x = units_[u];
     x.numel = layouts_[u].numel;
-    x.shard_range = range_of(x.numel);
-    x.padded = x.shard_range.size * n;
+    x.shard_range = range_of(u);
+    x.padded = x.shard_range.size * x.comm->size();
     x.segments = decay_segments(layouts_[u]);
     const int64_t s = x.shard_range.size;
     const memory::CategoryScope tag(sharded_state());
@@ -168,8 +182,8 @@ FsdpEngine::~FsdpEngine() {
   // reachable when a step threw half-way).
   for (Unit& x : units_) {
     try {
-      if (x.gather_pending) shard_.wait(x.gather_req);
-      if (x.reduce_pending) shard_.wait(x.reduce_req);
+      if (x.gather_pending) x.comm->wait(x.gather_req);
+      if (x.reduce_pending) (x.direct ? replicate_ : *x.comm).wait(x.reduce_req);
     } catch (...) {
     }
   }
@@ -186,11 +200,24 @@ uint64_t FsdpEngine::persistent_bytes() const {
 // ---------------------------------------------------------------- schedule
 
 // See Note [Units used twice].
+// An expert unit (UnitLayout::experts_of) is used right after its block, which the decoder
+// hands out first (and after it in backward): its place in the schedule, whatever its index.
 void FsdpEngine::build_schedule() {
   const int n = num_units();
+  int last = -1;  // the last unit that is not an expert unit: the head
   for (int u = 0; u < n; ++u) {
-    if (u == n - 1) last_unit_position_ = int(forward_order_.size());
+    const int of = layouts_[size_t(u)].experts_of;
+    FSDP_CHECK(of < n && of != u && (of < 0 || layouts_[size_t(of)].experts_of < 0),
+               "unit '{}' holds the experts of unit {}, which is not a block of the model", layouts_[size_t(u)].name,
+               of);
+    if (of < 0) last = u;
+  }
+  for (int u = 0; u < n; ++u) {
+    if (layouts_[size_t(u)].experts_of >= 0) continue;
+    if (u == last) last_unit_position_ = int(forward_order_.size());
     forward_order_.push_back(u);
+    for (int x = 0; x < n; ++x)
+      if (layouts_[size_t(x)].experts_of == u) forward_order_.push_back(x);
     const int r = layouts_[size_t(u)].reads_unit;
     if (r < 0) continue;
     FSDP_CHECK(r < n && r != u, "unit '{}' reads unit {}, which is not another unit of the model",
@@ -234,7 +261,7 @@ void FsdpEngine::issue_gather(int unit) {
   if (unit < 0 || unit >= num_units()) return;
   frozen_.issue_gather(unit);
   Unit& x = units_[unit];
-  if (direct_ || x.numel == 0 || x.full != nullptr || x.gather_pending) return;
+  if (x.direct || x.numel == 0 || x.full != nullptr || x.gather_pending) return;
   x.full = pool_.acquire(opt_.compute_dtype, gathered_parameters());
   const Tensor* shard = &x.master;
   if (opt_.param_dtype != DType::F32) {
@@ -244,10 +271,10 @@ void FsdpEngine::issue_gather(int unit) {
     shard = &x.shard_cast;
   }
   if (opt_.param_dtype == opt_.compute_dtype) {
-    x.gather_req = shard_.all_gather(*shard, x.full->t.narrow(0, 0, x.padded));
+    x.gather_req = x.comm->all_gather(*shard, x.full->t.narrow(0, 0, x.padded));
   } else {
     x.gather_staging = pool_.acquire(opt_.param_dtype, gathered_parameters());
-    x.gather_req = shard_.all_gather(*shard, x.gather_staging->t.narrow(0, 0, x.padded));
+    x.gather_req = x.comm->all_gather(*shard, x.gather_staging->t.narrow(0, 0, x.padded));
   }
   x.gather_pending = true;
 }
@@ -255,10 +282,10 @@ void FsdpEngine::issue_gather(int unit) {
 void FsdpEngine::wait_gather(int unit) {
   frozen_.wait_gather(unit);
   Unit& x = units_[unit];
-  if (direct_ || x.numel == 0) return;
+  if (x.direct || x.numel == 0) return;
   if (x.full == nullptr && !x.gather_pending) issue_gather(unit);
   if (!x.gather_pending) return;
-  shard_.wait(x.gather_req);
+  x.comm->wait(x.gather_req);
   x.gather_pending = false;
   if (x.gather_staging != nullptr) {
     cast(x.gather_staging->t.narrow(0, 0, x.padded), x.full->t.narrow(0, 0, x.padded));
@@ -268,7 +295,7 @@ void FsdpEngine::wait_gather(int unit) {
 
 Tensor FsdpEngine::params(int unit) {
   Unit& x = units_[unit];
-  if (direct_) return x.master.narrow(0, 0, x.numel);
+  if (x.direct) return x.master.narrow(0, 0, x.numel);
   if (x.numel == 0) return Tensor::empty({0}, opt_.compute_dtype, opt_.device);
   FSDP_CHECK(x.full != nullptr && !x.gather_pending, "unit {} ('{}') used before it was gathered", unit,
              layouts_[unit].name);
@@ -292,7 +319,7 @@ void FsdpEngine::after_forward(int unit) {
   ++forward_uses_[size_t(unit)];
   if (opt_.strategy != ShardingStrategy::FULL_SHARD || at_the_end) return;
   frozen_.release(unit);
-  if (!direct_) pool_.release(units_[unit].full);
+  if (!units_[unit].direct) pool_.release(units_[unit].full);
 }
 
 void FsdpEngine::before_backward(int unit) {
@@ -315,7 +342,7 @@ void FsdpEngine::begin_micro_batch(int index) { sync_ = index == accum_steps_ - 
 
 Tensor FsdpEngine::grads(int unit) {
   Unit& x = units_[unit];
-  if (direct_) return x.grad.narrow(0, 0, x.numel);
+  if (x.direct) return x.grad.narrow(0, 0, x.numel);
   if (x.numel == 0) return Tensor::empty({0}, opt_.compute_dtype, opt_.device);
   if (x.full_grad == nullptr) {  // first micro-batch of the step for this unit
     x.full_grad = pool_.acquire(opt_.compute_dtype, gradients());
@@ -331,7 +358,7 @@ void FsdpEngine::after_backward(int unit) {
   // FULL_SHARD and SHARD_GRAD_OP both reshard here; SHARD_GRAD_OP keeps a unit used again.
   if (last_use || opt_.strategy == ShardingStrategy::FULL_SHARD) {
     frozen_.release(unit);
-    if (!direct_) pool_.release(x.full);
+    if (!x.direct) pool_.release(x.full);
   }
   if (!sync_ || !last_use) return;  // no_sync, or another use to come: keep accumulating
   if (x.numel > 0) reduce_gradient(unit);  // a frozen-only unit has nothing to reduce
@@ -346,10 +373,10 @@ void FsdpEngine::reduce_gradient(int unit) {
     // The whole slots' gradients are this rank's rows' share: sum them over the tensor
     // group first (Megatron's all-reduce of sequence-parallel norm gradients), so every
     // tensor rank reduce-scatters and steps the same values.
-    const Tensor full = direct_ ? x.grad : x.full_grad->t;
+    const Tensor full = x.direct ? x.grad : x.full_grad->t;
     for (const auto& [a, b] : x.whole_runs) tensor_->wait(tensor_->all_reduce(full.narrow(0, a, b - a)));
   }
-  if (direct_) {
+  if (x.direct) {
     if (replicate_.size() > 1) {
       x.reduce_req = replicate_.all_reduce(x.grad);
       x.reduce_pending = true;
@@ -363,19 +390,19 @@ void FsdpEngine::reduce_gradient(int unit) {
     cast(send, converted);
     send = converted;
   }
-  x.reduce_req = shard_.reduce_scatter(send, opt_.reduce_dtype == DType::F32 ? x.grad : x.reduce_recv);
+  x.reduce_req = x.comm->reduce_scatter(send, opt_.reduce_dtype == DType::F32 ? x.grad : x.reduce_recv);
   x.reduce_pending = true;
 }
 
 void FsdpEngine::complete_reduce(int unit) {
   Unit& x = units_[unit];
   if (!x.reduce_pending) return;
-  if (direct_) {
+  if (x.direct) {
     replicate_.wait(x.reduce_req);
     x.reduce_pending = false;
     return;
   }
-  shard_.wait(x.reduce_req);
+  x.comm->wait(x.reduce_req);
   x.reduce_pending = false;
   const Tensor& shard = opt_.reduce_dtype == DType::F32 ? x.grad : x.reduce_recv;
   if (replicate_.size() > 1) replicate_.wait(replicate_.all_reduce(shard));  // HYBRID_SHARD, NO_SHARD
@@ -432,7 +459,7 @@ Tensor FsdpEngine::gather_full(int unit) {
   Unit& x = units_[unit];
   if (x.numel == 0) return Tensor::empty({0}, DType::F32, opt_.device);
   Tensor full = Tensor::empty({x.padded}, DType::F32, opt_.device);
-  shard_.wait(shard_.all_gather(x.master, full));
+  x.comm->wait(x.comm->all_gather(x.master, full));
   return full.narrow(0, 0, x.numel);
 }
 

@@ -3,6 +3,7 @@
 #include "fsdp/model/activation_memory.h"
 
 #include "fsdp/model/activation_offload.h"
+#include "fsdp/model/expert_parallel.h"
 
 namespace fsdp::model {
 namespace {
@@ -52,6 +53,7 @@ ActivationMemory activation_memory(const LlamaConfig& c, int64_t B, int64_t T, D
   BlockGrads grads;
   grads.bind(c, B * T, dt, [&](Tensor&, const SavedSpec& s) { m.scratch += spec_bytes(s); });
   if (c.tensor_parallel > 1) m.scratch += 2 * N * C * d + (1 + tp) * N * 3 * 8;  // Note [Sequence parallelism]
+  if (c.expert_units()) m.scratch += 2 * double(max_received_rows(c, B * T)) * C * d;  // Note [Expert-parallel dispatch]
   return m;
 }
 

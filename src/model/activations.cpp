@@ -7,6 +7,7 @@
 #include "fsdp/core/error.h"
 #include "fsdp/core/memory_category.h"
 #include "fsdp/model/activation_offload.h"
+#include "fsdp/model/expert_parallel.h"
 
 namespace fsdp::model {
 
@@ -128,6 +129,11 @@ LlamaActivations::LlamaActivations(const LlamaConfig& c, int64_t B, int64_t T, D
     tp_gathered = Tensor::empty({N, C}, dt, dev);
     tp_partial = Tensor::empty({N, C}, dt, dev);
     tp_stats = VocabParallelStats(N, int(c.tensor_parallel), dev);
+  }
+  if (c.expert_units()) {
+    const memory::CategoryScope tag("scratch/expert parallel");
+    ep_staging = Tensor::empty({max_received_rows(c, N), C}, dt, dev);
+    ep_grouped = Tensor::empty({max_received_rows(c, N), C}, dt, dev);
   }
 }
 

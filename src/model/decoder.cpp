@@ -13,11 +13,16 @@ namespace fsdp::model {
 
 namespace {
 
-LlamaConfig validated(const LlamaConfig& c, const TensorGroup* tensor) {
+LlamaConfig validated(const LlamaConfig& c, const TensorGroup* tensor, const ExpertGroup* expert) {
   c.validate();
   const int group = tensor != nullptr ? tensor->size() : 1;
   FSDP_CHECK(c.tensor_parallel == group, "the model is split over {} tensor ranks but its tensor group has {}",
              c.tensor_parallel, group);
+  const int experts = expert != nullptr ? expert->size() : 1;
+  FSDP_CHECK(c.expert_parallel == experts, "the model's experts are split over {} ranks but its expert group has {}",
+             c.expert_parallel, experts);
+  FSDP_CHECK(c.expert_parallel == 1 || c.tensor_parallel == 1,
+             "expert parallelism together with tensor parallelism is not built yet");
   return c;
 }
 
@@ -37,22 +42,26 @@ constexpr uint64_t kLoraDropoutPurpose = 0x10a4d40u;
 }  // namespace
 
 Llama::Llama(const LlamaConfig& cfg, DType dtype, Device device, const PeftSpec& peft, uint64_t dropout_seed,
-             TensorGroup* tensor)
-    : cfg_(validated(cfg, tensor)),
+             TensorGroup* tensor, ExpertGroup* expert)
+    : cfg_(validated(cfg, tensor, expert)),
       dtype_(dtype),
       device_(device),
       sp_(std::make_unique<SequenceParallel>(cfg.tensor_parallel > 1 ? tensor : nullptr)),
+      ep_(std::make_unique<ExpertDispatch>(cfg_, cfg_.expert_units() ? expert : nullptr)),
       peft_(in_dtype(peft, dtype)),
       dropout_key_(mix_key(dropout_seed, kLoraDropoutPurpose)),
-      units_(lora_units(cfg_, peft_, sp_->rank())),
+      units_(lora_units(cfg_, peft_, sp_->rank(), ep_->rank())),
       embedding_(units_[embedding_unit()], sp_.get()),
       head_(cfg_, units_, sp_.get()) {
   // Computed on the host (in double, rounded once) and moved once.
   const memory::CategoryScope tag("constants/rope tables");
   const RopeTables rope = llama_rope_tables(cfg_, cfg_.max_seq_len, device_);
   if (cfg_.is_moe()) router_bias_ = std::make_shared<RouterBias>(cfg_.num_layers, cfg_.num_experts, device_);
-  for (int l = 0; l < int(cfg_.num_layers); ++l)
-    blocks_.emplace_back(cfg_, units_[block_unit(l)], rope, sp_.get(), RouterBiasRef{router_bias_, l});
+  for (int l = 0; l < int(cfg_.num_layers); ++l) {
+    const int x = expert_unit(cfg_, l);
+    blocks_.emplace_back(cfg_, units_[block_unit(l)], rope, sp_.get(), RouterBiasRef{router_bias_, l}, ep_.get(),
+                         x >= 0 ? &units_[size_t(x)] : nullptr);
+  }
   for (const UnitLayout& u : units_)
     for (const FrozenSlot& f : u.frozen) needs_scratch_ = needs_scratch_ || f.format == FrozenFormat::Nf4;
   needs_scratch_ = needs_scratch_ || peft_.lora.enabled;
@@ -60,6 +69,16 @@ Llama::Llama(const LlamaConfig& cfg, DType dtype, Device device, const PeftSpec&
 
 void Llama::use_scratch(LlamaActivations& a) {
   if (sp_->on()) sp_->use(a.tp_gathered, a.tp_partial, &a.tp_stats);
+  if (ep_->on()) ep_->use(a.ep_staging, a.ep_grouped);
+}
+
+UnitParams Llama::block_view(ParamProvider& p, int l, LinearScratch* scratch, bool backward) const {
+  UnitParams v = backward ? p.backward_view(block_unit(l), scratch) : p.forward_view(block_unit(l), scratch);
+  if (const int x = expert_unit(cfg_, l); x >= 0) {
+    v.expert_params = p.params(x);
+    if (backward) v.expert_grads = p.grads(x);
+  }
+  return v;
 }
 
 LinearScratch* Llama::scratch_for(const LlamaActivations& a, bool training) {
@@ -125,11 +144,14 @@ void Llama::trunk_forward(LlamaActivations& a, ParamProvider& p, bool for_backwa
   embedding_.forward(a.ids, p.forward_view(embedding_unit()), a.resid[0]);
   p.after_forward(embedding_unit());
   for (int l = 0; l < int(cfg_.num_layers); ++l) {
+    const int x = expert_unit(cfg_, l);  // expert parallelism: the block's experts, gathered beside it
     p.before_forward(block_unit(l));
+    if (x >= 0) p.before_forward(x);
     if (off && l + 1 < cfg_.num_layers && ac.checkpointed(l + 1)) off->before_write(l + 1);
-    blocks_[size_t(l)].forward(a.resid[size_t(l)], p.forward_view(block_unit(l), scratch), a.blocks[size_t(l)],
+    blocks_[size_t(l)].forward(a.resid[size_t(l)], block_view(p, l, scratch, false), a.blocks[size_t(l)],
                                a.resid[size_t(l) + 1], a.batch, a.seq_len, documents(a));
     if (off && for_backward && ac.checkpointed(l)) off->stash(l);
+    if (x >= 0) p.after_forward(x);
     p.after_forward(block_unit(l));
   }
 }
@@ -180,8 +202,11 @@ void Llama::blocks_backward(LlamaActivations& a, ParamProvider& p) {
   ActivationOffload* off = a.offload.get();
   const ActivationCheckpointing& ac = a.checkpointing;
   for (int l = int(cfg_.num_layers) - 1; l >= 0; --l) {
+    // Backward reverses forward's order of uses: the expert unit, then its block.
+    const int x = expert_unit(cfg_, l);
+    if (x >= 0) p.before_backward(x);
     p.before_backward(block_unit(l));
-    const UnitParams params = p.backward_view(block_unit(l), scratch);
+    const UnitParams params = block_view(p, l, scratch, true);
     BlockActivations& saved = a.blocks[size_t(l)];
     if (ac.checkpointed(l)) {
       if (off) off->fetch(l);
@@ -190,6 +215,7 @@ void Llama::blocks_backward(LlamaActivations& a, ParamProvider& p) {
     }
     blocks_[size_t(l)].backward(a.resid[size_t(l)], saved, params, a.grads, a.batch, a.seq_len, documents(a));
     if (off && ac.checkpointed(l)) off->release(l);
+    if (x >= 0) p.after_backward(x);
     p.after_backward(block_unit(l));
   }
 }

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "fsdp/core/error.h"
+#include "fsdp/model/expert_parallel.h"
 #include "fsdp/model/rope_scaling.h"
 #include "fsdp/model/tensor_parallel.h"
 
@@ -150,6 +151,10 @@ std::optional<ShapeProblem> LlamaConfig::problem() const {
   if (tensor_parallel != 1) {
     if (const auto why = tensor_parallel_problem(*this, tensor_parallel))
       return ShapeProblem{{"tensor_parallel"}, fmt::format("tensor_parallel {}", *why)};
+  }
+  if (expert_parallel != 1) {
+    if (const auto why = expert_parallel_problem(*this, expert_parallel))
+      return ShapeProblem{{"expert_parallel"}, fmt::format("expert_parallel {}", *why)};
   }
   if (const double n = parameters_in_double(*this); n > ShapeLimits::parameters)
     return ShapeProblem{{"hidden_size", "num_layers", "vocab_size", "intermediate_size"},

@@ -9,8 +9,8 @@
 namespace fsdp::model {
 
 std::unique_ptr<MlpSublayer> make_mlp(const LlamaConfig& cfg, const UnitLayout& block, const SequenceParallel* sp,
-                                      RouterBiasRef bias) {
-  if (cfg.is_moe()) return std::make_unique<MoeMlp>(cfg, block, sp, std::move(bias));
+                                      RouterBiasRef bias, const ExpertDispatch* ep, const UnitLayout* experts) {
+  if (cfg.is_moe()) return std::make_unique<MoeMlp>(cfg, block, sp, std::move(bias), ep, experts);
   return std::make_unique<DenseSwiGLU>(cfg, block, sp);
 }
 

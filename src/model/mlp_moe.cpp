@@ -5,6 +5,7 @@
 #if defined(FSDP_WITH_CUDA)
 #include "fsdp/core/cuda.h"
 #endif
+#include "fsdp/model/moe_capacity.h"
 #include "fsdp/ops/elementwise.h"
 #include "fsdp/ops/moe_permute.h"
 #include "fsdp/ops/moe_router.h"
@@ -21,9 +22,11 @@ std::string expert_slot(const UnitLayout& block, int64_t e, const char* w) {
 
 }  // namespace
 
-MoeMlp::MoeMlp(const LlamaConfig& cfg, const UnitLayout& block, const SequenceParallel* sp, RouterBiasRef bias)
+MoeMlp::MoeMlp(const LlamaConfig& cfg, const UnitLayout& block, const SequenceParallel* sp, RouterBiasRef bias,
+               const ExpertDispatch* ep, const UnitLayout* experts)
     : MlpSublayer(cfg),
       sp_(sp != nullptr ? sp : &kNoSequenceParallel),
+      ep_(ep != nullptr && ep->on() ? ep : nullptr),
       hidden_(cfg.hidden_size),
       ffn_(cfg.local_intermediate()),
       experts_(cfg.num_experts),
@@ -32,11 +35,20 @@ MoeMlp::MoeMlp(const LlamaConfig& cfg, const UnitLayout& block, const SequencePa
       norm_(block, block.name + ".mlp_norm"),
       router_(block, {block.name + ".router"}),
       bias_(std::move(bias)) {
-  for (int64_t e = 0; e < experts_; ++e) {
-    gate_up_.emplace_back(block, std::initializer_list<std::string>{expert_slot(block, e, "w1"),
-                                                                    expert_slot(block, e, "w3")});
-    down_.emplace_back(block, std::initializer_list<std::string>{expert_slot(block, e, "w2")});
+  FSDP_CHECK(ep_ == nullptr || experts != nullptr, "{}: expert parallelism without the block's expert unit",
+             block.name);
+  const UnitLayout& holder = ep_ != nullptr ? *experts : block;
+  const int64_t first = ep_ != nullptr ? ep_->first_expert() : 0, count = ep_ != nullptr ? ep_->local_experts() : experts_;
+  for (int64_t e = first; e < first + count; ++e) {
+    gate_up_.emplace_back(holder, std::initializer_list<std::string>{expert_slot(block, e, "w1"),
+                                                                     expert_slot(block, e, "w3")});
+    down_.emplace_back(holder, std::initializer_list<std::string>{expert_slot(block, e, "w2")});
   }
+}
+
+UnitParams MoeMlp::expert_params(const UnitParams& p) const {
+  if (ep_ == nullptr) return p;
+  return UnitParams{p.expert_params, Tensor(), p.expert_grads, p.scratch, Tensor(), Tensor()};
 }
 
 // Under tensor parallelism h and rstd are this rank's rows, F this rank's columns of every
@@ -44,6 +56,7 @@ MoeMlp::MoeMlp(const LlamaConfig& cfg, const UnitLayout& block, const SequencePa
 void MoeMlpSaved::bind(const LlamaConfig& c, int64_t N, DType dt, const SavedBinder& b) {
   const int64_t C = c.hidden_size, F = c.local_intermediate(), E = c.num_experts, k = c.experts_per_token, NK = N * k;
   const int64_t rows = N / c.tensor_parallel;
+  const int64_t R = max_received_rows(c, N);  // the expert side's rows: N k without expert parallelism
   const DType st = stat_dtype(dt);
   using K = SavedKind;
   b(h, {"moe h", {rows, C}, dt, K::Cheap});
@@ -58,19 +71,22 @@ void MoeMlpSaved::bind(const LlamaConfig& c, int64_t N, DType dt, const SavedBin
   b(slot, {"moe slot", {NK}, DType::I32, K::Expensive});
   b(offsets, {"moe group offsets", {E + 1}, DType::I32, K::Expensive});
   b(xs, {"moe gathered rows", {NK, C}, dt, K::Cheap});
-  b(gu, {"moe experts' gate|up", {NK, 2 * F}, dt, K::Expensive});
-  b(act, {"moe experts' act", {NK, F}, dt, K::Cheap});
+  b(gu, {"moe experts' gate|up", {R, 2 * F}, dt, K::Expensive});
+  b(act, {"moe experts' act", {R, F}, dt, K::Cheap});
   b(ys, {"moe experts' outputs", {NK, C}, dt, K::Expensive});
+  if (c.expert_units()) b(xr, {"moe received rows", {R, C}, dt, K::Cheap});
   b(record.prob_sum, {"moe router prob_sum", {E}, st, K::Statistic});
   b(record.lse_sq_sum, {"moe router lse_sq_sum", {1}, st, K::Statistic});
 }
 
 void MoeMlpGrads::bind(const LlamaConfig& c, int64_t N, DType dt, const SavedBinder& b) {
   const int64_t C = c.hidden_size, F = c.local_intermediate(), E = c.num_experts, k = c.experts_per_token, NK = N * k;
+  const int64_t R = max_received_rows(c, N);
   b(dys, {"moe dys", {NK, C}, dt, SavedKind::Cheap});
-  b(dact, {"moe dact", {NK, F}, dt, SavedKind::Cheap});
-  b(dgu, {"moe dgate|up", {NK, 2 * F}, dt, SavedKind::Cheap});
+  b(dact, {"moe dact", {R, F}, dt, SavedKind::Cheap});
+  b(dgu, {"moe dgate|up", {R, 2 * F}, dt, SavedKind::Cheap});
   b(dxs, {"moe dxs", {NK, C}, dt, SavedKind::Cheap});
+  if (c.expert_units()) b(dxr, {"moe received dxs", {R, C}, dt, SavedKind::Cheap});
   b(dweight, {"moe dweight", {N, k}, stat_dtype(dt), SavedKind::Cheap});
   b(dlogits, {"moe dlogits", {N, E}, dt, SavedKind::Cheap});
   b(router_loss.aux_grad, {"moe router aux_grad", {E}, stat_dtype(dt), SavedKind::Cheap});
@@ -86,17 +102,18 @@ void MoeMlp::route(const MoeMlpSaved& s, int64_t N) const {
   moe_permute_plan(expert, experts_, s.order.narrow(0, 0, NK), s.slot.narrow(0, 0, NK), s.offsets);
 }
 
-// Each expert's SwiGLU over its contiguous group of rows; an expert no token chose is
+// Each local expert's SwiGLU over its contiguous run of rows; an expert no token chose is
 // skipped (its weights get no gradient from this micro-batch, as in transformers).
-void MoeMlp::experts_forward(const MoeMlpSaved& s, const UnitParams& p) const {
+void MoeMlp::experts_forward(const std::vector<int64_t>& at, const Tensor& in, const MoeMlpSaved& s,
+                             const Tensor& out, const UnitParams& p) const {
   const int64_t F = ffn_;
-  for (int64_t e = 0; e < experts_; ++e) {
-    const int64_t begin = s.group_begin[size_t(e)], rows = s.group_begin[size_t(e) + 1] - begin;
+  for (size_t e = 0; e < gate_up_.size(); ++e) {
+    const int64_t begin = at[e], rows = at[e + 1] - begin;
     if (rows == 0) continue;
     const Tensor gu = s.gu.narrow(0, begin, rows), act = s.act.narrow(0, begin, rows);
-    gate_up_[size_t(e)].forward(s.xs.narrow(0, begin, rows), p, gu, false, begin);
+    gate_up_[e].forward(in.narrow(0, begin, rows), p, gu, false, begin);
     swiglu_forward(gu.narrow(1, 0, F), gu.narrow(1, F, F), act);
-    down_[size_t(e)].forward(act, p, s.ys.narrow(0, begin, rows), false, begin);
+    down_[e].forward(act, p, out.narrow(0, begin, rows), false, begin);
   }
 }
 
@@ -115,9 +132,31 @@ void MoeMlp::read_group_sizes(MoeMlpSaved& s, int64_t N) const {
   for (int64_t e = 0; e < experts_; ++e)
     s.record.count[size_t(e)] = s.group_begin[size_t(e) + 1] - s.group_begin[size_t(e)];
   s.record.tokens = N;
+  s.record.dropped = 0;
   FSDP_CHECK(s.group_begin[size_t(experts_)] == NK, "moe: the expert groups hold {} rows, expected {}",
              s.group_begin[size_t(experts_)], NK);
 }
+
+// Note [Expert capacity]: the counts above stay the routing's (the router losses and the
+// expert load are the routing's, before any drop); the groups shrink to the kept pairs.
+void MoeMlp::apply_capacity(MoeMlpSaved& s, int64_t N) const {
+  const int64_t capacity = expert_capacity(cfg_, N), NK = N * k_;
+  if (capacity == 0) return;
+  s.record.dropped = drop_over_capacity(s.probs.narrow(0, 0, N), s.expert.narrow(0, 0, N), capacity,
+                                        s.order.narrow(0, 0, NK), s.slot.narrow(0, 0, NK), s.offsets);
+  for (int64_t e = 0; e <= experts_; ++e) s.group_begin[size_t(e)] = int64_t(s.offsets.get_flat(e));
+}
+
+namespace {
+
+// The kept pairs per expert, from the group offsets.
+std::vector<int64_t> group_sizes(const std::vector<int64_t>& begin) {
+  std::vector<int64_t> n(begin.size() - 1);
+  for (size_t e = 0; e + 1 < begin.size(); ++e) n[e] = begin[e + 1] - begin[e];
+  return n;
+}
+
+}  // namespace
 
 void MoeMlp::forward(const Tensor& x, const UnitParams& p, MlpSaved& saved, const Tensor& out) const {
   auto& s = static_cast<MoeMlpSaved&>(saved);
@@ -129,8 +168,21 @@ void MoeMlp::forward(const Tensor& x, const UnitParams& p, MlpSaved& saved, cons
   router_.forward(h_all, p, s.logits.narrow(0, 0, N));
   route(s, N);
   read_group_sizes(s, N);
+  apply_capacity(s, N);
+  const int64_t kept = s.group_begin[size_t(experts_)];
   moe_gather_rows(h_all, s.order.narrow(0, 0, NK), k_, s.xs.narrow(0, 0, NK));
-  experts_forward(s, p);
+  if (ep_ == nullptr) {
+    experts_forward(s.group_begin, s.xs, s, s.ys, p);
+  } else {
+    // Note [Expert-parallel dispatch]: the pairs to their experts' ranks, the experts, back.
+    s.layout = ep_->exchange(group_sizes(s.group_begin));
+    ep_->dispatch(s.layout, s.xs.narrow(0, 0, kept), s.xr);
+    const Tensor yr = ep_->grouped_scratch();  // the outputs only travel back: scratch
+    experts_forward(s.layout.expert_begin, s.xr, s, yr, expert_params(p));
+    ep_->combine(s.layout, yr, s.ys.narrow(0, 0, kept));
+  }
+  // Dropped pairs (Note [Expert capacity]) sit past the kept rows: their outputs are zero.
+  if (kept < NK) fill_(s.ys.narrow(0, kept, NK - kept), 0.0);
   combine(s, x, out, N);
 }
 
@@ -151,6 +203,8 @@ void MoeMlp::combine(const MoeMlpSaved& s, const Tensor& x, const Tensor& out, i
 
 // Selective checkpointing: the routing and the experts' GEMM outputs were kept, so the
 // norm, the gather and each expert's SwiGLU run again over the same groups (no host wait).
+// Under expert parallelism the experts' inputs are dispatched again (one all-to-all, with
+// the kept layout: no count exchange).
 void MoeMlp::recompute_cheap(const Tensor& x, const UnitParams& p, MlpSaved& saved) const {
   auto& s = static_cast<MoeMlpSaved&>(saved);
   const int64_t rows = x.size(0), N = rows * sp_->size(), NK = N * k_;
@@ -159,29 +213,36 @@ void MoeMlp::recompute_cheap(const Tensor& x, const UnitParams& p, MlpSaved& sav
   const Tensor h = s.h.narrow(0, 0, rows);
   rmsnorm_forward(x, norm_.value(p), h, s.rstd.narrow(0, 0, rows), eps_);
   moe_gather_rows(sp_->gather(h), s.order.narrow(0, 0, NK), k_, s.xs.narrow(0, 0, NK));
-  experts_swiglu(s);
+  if (ep_ == nullptr) {
+    experts_swiglu(s.group_begin, s);
+    return;
+  }
+  ep_->dispatch(s.layout, s.xs.narrow(0, 0, s.group_begin[size_t(experts_)]), s.xr);
+  experts_swiglu(s.layout.expert_begin, s);
 }
 
-void MoeMlp::experts_swiglu(const MoeMlpSaved& s) const {
+void MoeMlp::experts_swiglu(const std::vector<int64_t>& at, const MoeMlpSaved& s) const {
   const int64_t F = ffn_;
-  for (int64_t e = 0; e < experts_; ++e) {
-    const int64_t begin = s.group_begin[size_t(e)], rows = s.group_begin[size_t(e) + 1] - begin;
+  for (size_t e = 0; e < gate_up_.size(); ++e) {
+    const int64_t begin = at[e], rows = at[e + 1] - begin;
     if (rows == 0) continue;
     const Tensor gu = s.gu.narrow(0, begin, rows);
     swiglu_forward(gu.narrow(1, 0, F), gu.narrow(1, F, F), s.act.narrow(0, begin, rows));
   }
 }
 
-void MoeMlp::experts_backward(const MoeMlpSaved& s, const UnitParams& p, MoeMlpGrads& g) const {
+// dy, in and dx: the experts' output gradients, inputs and input gradients over the runs.
+void MoeMlp::experts_backward(const std::vector<int64_t>& at, const Tensor& dy, const Tensor& in,
+                              const MoeMlpSaved& s, const UnitParams& p, MoeMlpGrads& g, const Tensor& dx) const {
   const int64_t F = ffn_;
-  for (int64_t e = 0; e < experts_; ++e) {
-    const int64_t begin = s.group_begin[size_t(e)], rows = s.group_begin[size_t(e) + 1] - begin;
+  for (size_t e = 0; e < gate_up_.size(); ++e) {
+    const int64_t begin = at[e], rows = at[e + 1] - begin;
     if (rows == 0) continue;
     const Tensor gu = s.gu.narrow(0, begin, rows), dgu = g.dgu.narrow(0, begin, rows);
     const Tensor dact = g.dact.narrow(0, begin, rows);
-    down_[size_t(e)].backward(g.dys.narrow(0, begin, rows), s.act.narrow(0, begin, rows), p, dact, begin);
+    down_[e].backward(dy.narrow(0, begin, rows), s.act.narrow(0, begin, rows), p, dact, begin);
     swiglu_backward(dact, gu.narrow(1, 0, F), gu.narrow(1, F, F), dgu.narrow(1, 0, F), dgu.narrow(1, F, F));
-    gate_up_[size_t(e)].backward(dgu, s.xs.narrow(0, begin, rows), p, g.dxs.narrow(0, begin, rows), begin);
+    gate_up_[e].backward(dgu, in.narrow(0, begin, rows), p, dx.narrow(0, begin, rows), begin);
   }
 }
 
@@ -197,7 +258,18 @@ void MoeMlp::backward(const Tensor& x, const MlpSaved& saved, const UnitParams& 
   // d(out) on every rank's rows; under tensor parallelism dweight = <d(out), ys> is partial.
   moe_combine_backward(sp_->scatter_backward(dres), s.ys.narrow(0, 0, NK), slot, weight, g.dys.narrow(0, 0, NK),
                        dweight);
-  experts_backward(s, p, g);
+  const int64_t kept = s.group_begin[size_t(experts_)];
+  if (ep_ == nullptr) {
+    experts_backward(s.group_begin, g.dys, s.xs, s, p, g, g.dxs);
+  } else {
+    // The gradient of the combine is a dispatch, and that of the dispatch a combine.
+    const Tensor dyr = ep_->grouped_scratch();
+    ep_->dispatch(s.layout, g.dys.narrow(0, 0, kept), dyr);
+    experts_backward(s.layout.expert_begin, dyr, s.xr, s, expert_params(p), g, g.dxr);
+    ep_->combine(s.layout, g.dxr, g.dxs.narrow(0, 0, kept));
+  }
+  // A dropped pair passes no gradient to its token's input (Note [Expert capacity]).
+  if (kept < NK) fill_(g.dxs.narrow(0, kept, NK - kept), 0.0);
   moe_router_backward(dweight, s.probs.narrow(0, 0, N), s.lse.narrow(0, 0, N), s.expert.narrow(0, 0, N), weight,
                       g.router_loss.aux_grad, g.router_loss.z_scale, dlogits);
   // dh = dlogits W_router (+) the gathered expert inputs' gradients, over every rank's rows

@@ -15,6 +15,8 @@ void init_unit(const UnitLayout& unit, int unit_index, uint64_t seed, double ini
   const int64_t end = begin + flat.numel();
   FSDP_CHECK(begin >= 0, "init_unit: negative begin {}", begin);
   float* out = flat.data<float>();
+  // An expert unit draws from its block's stream (UnitLayout::experts_of): one process's values.
+  if (unit.experts_of >= 0) unit_index = unit.experts_of;
   const uint64_t key = mix_key(seed, 0x1417u, uint64_t(unit_index));
   // Adapters draw from a stream of their own: a seeded base and its adapters are independent.
   const uint64_t lora_key = mix_key(seed, 0x10a4au, uint64_t(unit_index));

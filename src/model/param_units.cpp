@@ -98,41 +98,53 @@ void add(UnitLayout& u, const std::string& name, const std::string& hf, Dims sha
 // Mixtral's sparse MLP. Names as transformers 4.x writes them (block_sparse_moe.gate,
 // block_sparse_moe.experts.<e>.w1/w2/w3: w1 the gate projection, w3 the up projection,
 // w2 the down projection), each also found in transformers 5's fused tensors.
-void add_experts(UnitLayout& b, const LlamaConfig& c, const std::string& p, const std::string& hf, Split rows,
-                 Split cols) {
+// Experts [first, first + count)'s w1|w3 (adjacent per expert: one fused GEMM), then their w2.
+void add_expert_matrices(UnitLayout& x, const LlamaConfig& c, const std::string& p, const std::string& hf, Split rows,
+                         Split cols, int64_t first, int64_t count) {
   const int64_t C = c.hidden_size, F = c.intermediate_size, E = c.num_experts;
+  for (int64_t e = first; e < first + count; ++e) {
+    const std::string ours = p + "experts." + std::to_string(e) + ".", theirs = hf + "block_sparse_moe.experts." +
+                                                                              std::to_string(e) + ".";
+    add(x, ours + "w1", theirs + "w1.weight", {F, C}, true, 0, rows);
+    x.params.back().hf_fused_name = hf + "mlp.experts.gate_up_proj";
+    x.params.back().hf_fused_offset = e * 2 * F * C;
+    x.params.back().hf_fused_shape = {E, 2 * F, C};
+    add(x, ours + "w3", theirs + "w3.weight", {F, C}, true, 0, rows);
+    x.params.back().hf_fused_name = hf + "mlp.experts.gate_up_proj";
+    x.params.back().hf_fused_offset = e * 2 * F * C + F * C;
+    x.params.back().hf_fused_shape = {E, 2 * F, C};
+  }
+  for (int64_t e = first; e < first + count; ++e) {
+    add(x, p + "experts." + std::to_string(e) + ".w2", hf + "block_sparse_moe.experts." + std::to_string(e) + ".w2.weight",
+        {C, F}, true, 0, cols);
+    x.params.back().hf_fused_name = hf + "mlp.experts.down_proj";
+    x.params.back().hf_fused_offset = e * C * F;
+    x.params.back().hf_fused_shape = {E, C, F};
+  }
+}
+
+// The router goes to the block `b`, the experts [first, first + count) to `x` (the block
+// itself, or its expert unit). (the block itself, or its expert unit).
+void add_experts(UnitLayout& b, UnitLayout& x, const LlamaConfig& c, const std::string& p, const std::string& hf,
+                 Split rows, Split cols, int64_t first, int64_t count) {
+  const int64_t C = c.hidden_size, E = c.num_experts;
   add(b, p + "router", hf + "block_sparse_moe.gate.weight", {E, C}, true, 0);
   b.params.back().hf_fused_name = hf + "mlp.gate.weight";
   b.params.back().hf_fused_shape = {E, C};
-  for (int64_t e = 0; e < E; ++e) {
-    const std::string ours = p + "experts." + std::to_string(e) + ".", theirs = hf + "block_sparse_moe.experts." +
-                                                                              std::to_string(e) + ".";
-    add(b, ours + "w1", theirs + "w1.weight", {F, C}, true, 0, rows);
-    b.params.back().hf_fused_name = hf + "mlp.experts.gate_up_proj";
-    b.params.back().hf_fused_offset = e * 2 * F * C;
-    b.params.back().hf_fused_shape = {E, 2 * F, C};
-    add(b, ours + "w3", theirs + "w3.weight", {F, C}, true, 0, rows);
-    b.params.back().hf_fused_name = hf + "mlp.experts.gate_up_proj";
-    b.params.back().hf_fused_offset = e * 2 * F * C + F * C;
-    b.params.back().hf_fused_shape = {E, 2 * F, C};
-  }
-  for (int64_t e = 0; e < E; ++e) {
-    add(b, p + "experts." + std::to_string(e) + ".w2", hf + "block_sparse_moe.experts." + std::to_string(e) + ".w2.weight",
-        {C, F}, true, 0, cols);
-    b.params.back().hf_fused_name = hf + "mlp.experts.down_proj";
-    b.params.back().hf_fused_offset = e * C * F;
-    b.params.back().hf_fused_shape = {E, C, F};
-  }
+  add_expert_matrices(x, c, p, hf, rows, cols, first, count);
 }
 
 }  // namespace
 
-std::vector<UnitLayout> llama_units(const LlamaConfig& c, int tensor_rank) {
+std::vector<UnitLayout> llama_units(const LlamaConfig& c, int tensor_rank, int expert_rank) {
   const int64_t C = c.hidden_size, F = c.intermediate_size, V = c.vocab_size;
   const int T = int(c.tensor_parallel);
   FSDP_CHECK(T >= 1 && tensor_rank >= 0 && tensor_rank < T, "llama_units: tensor rank {} of {}", tensor_rank, T);
+  FSDP_CHECK(c.expert_parallel >= 1 && expert_rank >= 0 && expert_rank < c.expert_parallel,
+             "llama_units: expert rank {} of {}", expert_rank, c.expert_parallel);
   const Split rows{0, T, tensor_rank}, cols{1, T, tensor_rank};
   std::vector<UnitLayout> units;
+  std::vector<UnitLayout> experts;  // expert units, one per block (expert parallelism only)
 
   UnitLayout emb;
   emb.name = "embedding";
@@ -148,8 +160,15 @@ std::vector<UnitLayout> llama_units(const LlamaConfig& c, int tensor_rank) {
     add(b, p + "wk", hf + "self_attn.k_proj.weight", {c.kv_dim(), C}, true, 0, rows);
     add(b, p + "wv", hf + "self_attn.v_proj.weight", {c.kv_dim(), C}, true, 0, rows);
     add(b, p + "wo", hf + "self_attn.o_proj.weight", {C, c.q_dim()}, true, 0, cols);
-    if (c.is_moe()) {
-      add_experts(b, c, p, hf, rows, cols);
+    if (c.expert_units()) {
+      UnitLayout x;
+      x.name = b.name + ".experts";
+      x.experts_of = block_unit(int(l));
+      const int64_t n = c.local_experts();
+      add_experts(b, x, c, p, hf, rows, cols, int64_t(expert_rank) * n, n);
+      experts.push_back(std::move(x));
+    } else if (c.is_moe()) {
+      add_experts(b, b, c, p, hf, rows, cols, 0, c.num_experts);
     } else {
       add(b, p + "w_gate", hf + "mlp.gate_proj.weight", {F, C}, true, 0, rows);
       add(b, p + "w_up", hf + "mlp.up_proj.weight", {F, C}, true, 0, rows);
@@ -169,12 +188,17 @@ std::vector<UnitLayout> llama_units(const LlamaConfig& c, int tensor_rank) {
   }
   add(head, "norm", "model.norm.weight", {C}, false, 1);
   units.push_back(std::move(head));
-  if (T > 1) {
+  for (UnitLayout& x : experts) units.push_back(std::move(x));
+  if (T > 1 || c.expert_units()) {
+    // Every slot numbered as in one rank's layout (an expert unit's in its block's).
     LlamaConfig one = c;
     one.tensor_parallel = 1;
+    one.expert_parallel = 1;
     const std::vector<UnitLayout> whole = llama_units(one);
-    for (size_t u = 0; u < units.size(); ++u)
-      for (ParamSlot& s : units[u].params) s.whole_offset = whole[u].slot(s.name).offset;
+    for (size_t u = 0; u < units.size(); ++u) {
+      const UnitLayout& w = whole[size_t(units[u].experts_of >= 0 ? units[u].experts_of : int(u))];
+      for (ParamSlot& s : units[u].params) s.whole_offset = w.slot(s.name).offset;
+    }
   }
   return units;
 }

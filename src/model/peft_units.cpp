@@ -170,8 +170,8 @@ std::string nf4_split_refusal(const LlamaConfig& cfg) {
   return "";
 }
 
-std::vector<UnitLayout> lora_units(const LlamaConfig& cfg, const PeftSpec& peft, int tensor_rank) {
-  std::vector<UnitLayout> plain = llama_units(cfg, tensor_rank);
+std::vector<UnitLayout> lora_units(const LlamaConfig& cfg, const PeftSpec& peft, int tensor_rank, int expert_rank) {
+  std::vector<UnitLayout> plain = llama_units(cfg, tensor_rank, expert_rank);
   if (peft.quantization == Quantization::Nf4) {
     const std::string refusal = nf4_split_refusal(cfg);
     FSDP_CHECK(refusal.empty(), "model.quantization nf4 with parallel.tensor {}: {}", cfg.tensor_parallel, refusal);
@@ -182,6 +182,10 @@ std::vector<UnitLayout> lora_units(const LlamaConfig& cfg, const PeftSpec& peft,
                "adapters)");
     return plain;
   }
+  // Adapters on expert units would need their own gradient accounting and dropout rows
+  // under expert parallelism: not built yet (the config refuses parallel.expert with LoRA).
+  FSDP_CHECK(!cfg.expert_units(), "LoRA under expert parallelism (expert_parallel {}) is not built yet",
+             cfg.expert_parallel);
   const LoraSpec& lora = peft.lora;
   const std::set<std::string> targets = resolve_targets(cfg, lora);
   std::vector<UnitLayout> out;

@@ -4,8 +4,9 @@
 namespace fsdp::model {
 
 TransformerBlock::TransformerBlock(const LlamaConfig& cfg, const UnitLayout& block, const RopeTables& rope,
-                                   const SequenceParallel* sp, RouterBiasRef bias)
-    : cfg_(cfg), attention_(cfg, block, rope, sp), mlp_(make_mlp(cfg, block, sp, std::move(bias))) {}
+                                   const SequenceParallel* sp, RouterBiasRef bias, const ExpertDispatch* ep,
+                                   const UnitLayout* experts)
+    : cfg_(cfg), attention_(cfg, block, rope, sp), mlp_(make_mlp(cfg, block, sp, std::move(bias), ep, experts)) {}
 
 // The residual stream's tensors hold this tensor rank's rows (Note [Sequence parallelism]).
 void BlockActivations::bind(const LlamaConfig& cfg, int64_t B, int64_t T, DType dt, const SavedBinder& b) {

@@ -23,8 +23,9 @@ std::string ImbalanceWatch::observe(int64_t step, const std::vector<double>& imb
                      worst - imbalance.begin(), *worst, step, threshold_, run_);
 }
 
-ExpertLoad::ExpertLoad(int64_t layers, int64_t experts)
-    : layers_(layers), experts_(experts), sums_(Tensor::zeros({layers * experts}, DType::F64)) {}
+ExpertLoad::ExpertLoad(int64_t layers, int64_t experts, bool drops)
+    : layers_(layers), experts_(experts), drops_(drops),
+      sums_(Tensor::zeros({layers * experts + (drops ? layers : 0)}, DType::F64)) {}
 
 void ExpertLoad::begin_step() { sums_.zero_(); }
 
@@ -38,7 +39,16 @@ void ExpertLoad::add(const model::Llama& model, const model::LlamaActivations& a
     FSDP_CHECK(r != nullptr && int64_t(r->count.size()) == experts_, "expert load: layer {} has no routing record",
                l);
     for (int64_t e = 0; e < experts_; ++e) s[l * experts_ + e] += double(r->count[size_t(e)]);
+    if (drops_) s[layers_ * experts_ + l] += double(r->dropped);
   }
+}
+
+std::optional<int64_t> ExpertLoad::dropped() const {
+  if (!drops_) return std::nullopt;
+  const double* s = sums_.data<double>() + layers_ * experts_;
+  int64_t n = 0;
+  for (int64_t l = 0; l < layers_; ++l) n += int64_t(s[l]);
+  return n;
 }
 
 void ExpertLoad::all_reduce(dist::Communicator& world) { world.wait(world.all_reduce(sums_)); }

@@ -38,11 +38,13 @@ std::string format_step_line(const StepMetrics& m, int64_t max_steps) {
   if (!m.expert_imbalance.empty()) {
     const auto worst = std::max_element(m.expert_imbalance.begin(), m.expert_imbalance.end());
     line += fmt::format(" | expert load max/mean {:.2f} (layer {})", *worst, worst - m.expert_imbalance.begin());
+    if (m.dropped) line += fmt::format(", dropped {}", *m.dropped);
+    if (m.all_to_all_ms) line += fmt::format(", all-to-all {:.1f} ms", *m.all_to_all_ms);
   }
   if (m.mfu) line += fmt::format(" | MFU {:.1f}%", 100.0 * *m.mfu);
   if (m.loss_scale) line += fmt::format(" | loss scale {:g}", *m.loss_scale);
   if (m.skipped) line += " | step skipped (inf/NaN gradients)";
-  if (m.tensor_parallel > 1) line += fmt::format(" | mesh {}", m.mesh);
+  if (m.tensor_parallel > 1 || m.expert_parallel > 1) line += fmt::format(" | mesh {}", m.mesh);
   if (m.world_size > 1) {
     line += fmt::format(" | comm {:.2f} MiB, wait {:.1f} ms ({:.0f}%)", double(m.comm_bytes) / (1 << 20),
                         m.comm_wait_ms, m.step_ms > 0 ? 100.0 * m.comm_wait_ms / m.step_ms : 0.0);
@@ -81,6 +83,8 @@ std::string to_json_line(const StepMetrics& m) {
   if (!m.expert_load.empty()) {
     j["expert_load"] = m.expert_load;
     j["expert_imbalance"] = m.expert_imbalance;
+    if (m.dropped) j["dropped"] = *m.dropped;
+    if (m.all_to_all_ms) j["all_to_all_ms"] = *m.all_to_all_ms;
   }
   if (m.mfu) j["mfu"] = *m.mfu;
   if (m.loss_scale) j["loss_scale"] = *m.loss_scale;

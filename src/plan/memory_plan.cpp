@@ -219,6 +219,14 @@ MemoryPlan plan_memory(const config::Config& cfg, const model::LlamaConfig& whol
   // adapters and frozen base included (lora_layout: each split as its base).
   model::LlamaConfig m = whole;
   m.tensor_parallel = std::max(cfg.parallel.tensor, 1);
+  // Expert parallelism: the activations are the expert-parallel layout's (the expert side
+  // sized for the worst routing, the dispatch's buffers: activation_memory binds what the
+  // trainer allocates). The engine's rows stay FSDP alone's, which bound it from above: the
+  // same sharded state per rank (n/E experts over S ranks is n/(S E) of them), and gathered
+  // buffers the size of a whole block where expert parallelism gathers a block without its
+  // experts, or n/E experts.
+  if (m.is_moe() && cfg.parallel.expert > 1 && m.num_experts % cfg.parallel.expert == 0)
+    m.expert_parallel = cfg.parallel.expert;
   add_engine_rows(p, cfg, m, shard_group(cfg, target));
   add_activation_rows(p, cfg, m);
   add_outside_rows(p, cfg, m);

@@ -253,7 +253,9 @@ int shard_group_size(const config::Config& cfg) {
   return 0;
 }
 
-dist::MeshSpec mesh_spec(const config::Config& cfg) { return dist::MeshSpec{cfg.parallel.tensor, shard_group_size(cfg)}; }
+dist::MeshSpec mesh_spec(const config::Config& cfg) {
+  return dist::MeshSpec{cfg.parallel.tensor, shard_group_size(cfg), cfg.parallel.expert};
+}
 
 void check_mesh(const config::Config& cfg, const dist::WorldInfo& world) {
   std::vector<int> nodes = world.node_of_rank;

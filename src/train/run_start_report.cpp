@@ -89,6 +89,13 @@ void Trainer::log_run_start() const {
                  groups_.mesh.shape().str(), ranks(groups_.mesh.shape().tensor),
                  describe_placement(*groups_.tensor, groups_.world_info));
   }
+  if (groups_.mesh.shape().expert > 1) {
+    spdlog::info("mesh {} (replicate x shard x expert x tensor): expert parallelism over {}, {} experts per rank; "
+                 "rank 0's expert group is {}, its expert units sharded over {}",
+                 groups_.mesh.shape().str(), ranks(groups_.mesh.shape().expert),
+                 model_.config().num_experts / groups_.mesh.shape().expert,
+                 describe_placement(*groups_.expert, groups_.world_info), ranks(groups_.expert_shard->size()));
+  }
   spdlog::info("fsdp: {} over {} on {} node{} (shard group {}, replicate group {}), params {} / reduce {}, "
                "{:.1f} MiB of sharded state on this rank",
                config::to_string(cfg_.fsdp.sharding_strategy), ranks(world), groups_.world_info.num_nodes,

@@ -13,6 +13,7 @@
 #include "fsdp/data/packing.h"
 #include "fsdp/data/shard_manifest.h"
 #include "fsdp/data/synthetic_samples.h"
+#include "fsdp/model/expert_parallel.h"
 #include "fsdp/model/param_init.h"
 #include "fsdp/model/peft.h"
 #if defined(FSDP_WITH_CUDA)
@@ -211,9 +212,46 @@ dist::ProcessGroups engine_groups(dist::ProcessGroups& host, Device device) {
 #endif
 }
 
+model::LlamaConfig runs_on(const model::LlamaConfig& m, const config::Config& cfg, Device device) {
+  if (device.is_cpu()) return m;
+  // Not on GPUs yet: the expert groups on NCCL, the count exchange on the device and an
+  // emulator test are missing (Note [Expert-parallel dispatch], fsdp/expert_group.h).
+  if (m.expert_parallel > 1)
+    config::fail_key(cfg, "parallel.expert",
+                     fmt::format("is {}, but expert parallelism on GPUs (train.device: cuda) is not built yet: set "
+                                 "parallel.expert: 1, or train on the CPU",
+                                 m.expert_parallel));
+  // The drop runs on the host over the routing (model/moe_capacity.h): the CPU backend's.
+  if (m.capacity_factor > 0)
+    config::fail_key(cfg, "moe.capacity_factor",
+                     fmt::format("is {}, but token dropping on GPUs (train.device: cuda) is not built yet: set "
+                                 "moe.capacity_factor: 0 (dropless)",
+                                 m.capacity_factor));
+  return m;
+}
+
 model::LlamaConfig rank_model_config(const config::Config& cfg, const dist::ProcessGroups& groups) {
   model::LlamaConfig m = config::training_model_config(cfg);
   m.tensor_parallel = groups.mesh.shape().tensor;
+  m.expert_parallel = groups.mesh.shape().expert;
+  if (m.expert_parallel > 1) {
+    // The config checked what it knows; a model folder's config.json speaks only now.
+    if (const auto why = model::expert_parallel_problem(m, m.expert_parallel))
+      config::fail_key(cfg, "parallel.expert", fmt::format("{} ({})", *why, cfg.model.init_from.empty() ? "the model keys" : cfg.model.init_from + "/config.json"));
+    // Not built yet: the experts under tensor parallelism too (expert tensor parallelism or
+    // tp2ep), and adapters on expert units (their dropout rows and frozen shards would need
+    // the dispatch's order); GPUs: runs_on.
+    if (m.tensor_parallel > 1)
+      config::fail_key(cfg, "parallel.expert",
+                       fmt::format("is {} with parallel.tensor {}, but experts under both (expert tensor parallelism, "
+                                   "or tp2ep) are not built yet: set one of them to 1",
+                                   m.expert_parallel, m.tensor_parallel));
+    if (cfg.lora.enabled)
+      config::fail_key(cfg, "parallel.expert",
+                       fmt::format("is {} with lora.enabled, but LoRA under expert parallelism is not built yet: set "
+                                   "parallel.expert: 1",
+                                   m.expert_parallel));
+  }
   if (m.tensor_parallel == 1) return m;
   if (cfg.lora.enabled && cfg.model.quantization == "nf4") {
     // QLoRA: each rank keeps its slice of the weights quantized whole (See Note [LoRA under

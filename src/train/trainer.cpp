@@ -50,8 +50,10 @@ Trainer::Trainer(Effective, const config::Config& cfg, dist::ProcessGroups& grou
       memory_plan_(plan::check_memory(cfg, groups.world_info, device_)),
       engine_groups_(engine_groups(groups, device_)),
       tensor_group_(*engine_groups_.tensor),
-      model_(rank_model_config(cfg, groups), cfg.train.dtype, device_,
-             config::peft_spec(cfg, config::training_model_config(cfg)), uint64_t(cfg.train.seed), &tensor_group_),
+      expert_group_(groups.expert != nullptr ? std::make_unique<CommExpertGroup>(*groups.expert) : nullptr),
+      model_(runs_on(rank_model_config(cfg, groups), cfg, device_), cfg.train.dtype, device_,
+             config::peft_spec(cfg, config::training_model_config(cfg)), uint64_t(cfg.train.seed), &tensor_group_,
+             expert_group_.get()),
       engine_(model_.units(), engine_groups_, config::fsdp_options(cfg, device_)),
       act_(model_.config(), cfg.train.micro_batch_size, cfg.train.seq_len, cfg.train.dtype, device_,
            config::activation_checkpointing(cfg.train)),
@@ -62,7 +64,8 @@ Trainer::Trainer(Effective, const config::Config& cfg, dist::ProcessGroups& grou
       votes_buf_(Tensor::zeros({StepVotes::kSlots}, DType::F64)),
       flops_per_token_(model_.config().train_flops_per_token(cfg.train.seq_len)) {
   if (cfg.train.dtype == DType::F16) scaler_ = optim::DynamicLossScaler(cfg.train.fp16_init_scale, cfg.train.fp16_growth_interval);
-  if (model_.config().is_moe()) expert_load_.emplace(model_.config().num_layers, model_.config().num_experts);
+  if (model_.config().is_moe())
+    expert_load_.emplace(model_.config().num_layers, model_.config().num_experts, model_.config().capacity_factor > 0);
 #if defined(FSDP_WITH_CUDA)
   if (device_.is_cuda()) {
     cuda::set_tf32(cfg.train.tf32);
@@ -143,15 +146,30 @@ ckpt::SaveStats Trainer::save_checkpoint() {
 void Trainer::finish_checkpoint() { checkpoints_.finish(); }
 
 uint64_t Trainer::comm_bytes() const {
-  // The engine's shard and replicate groups carry the FSDP traffic, the tensor group the
-  // model's tensor-parallel collectives; world carries the loss.
-  return groups_.world->stats().bytes_sent + engine_groups_.shard->stats().bytes_sent +
-         engine_groups_.replicate->stats().bytes_sent + engine_groups_.tensor->stats().bytes_sent;
+  // The engine's shard and replicate groups carry the FSDP traffic (and its expert-shard
+  // group the expert units'), the tensor group the model's tensor-parallel collectives, the
+  // expert group the tokens' all-to-alls; world carries the loss.
+  uint64_t b = groups_.world->stats().bytes_sent + engine_groups_.shard->stats().bytes_sent +
+               engine_groups_.replicate->stats().bytes_sent + engine_groups_.tensor->stats().bytes_sent;
+  for (const dist::Communicator* c : expert_comms()) b += c->stats().bytes_sent;
+  return b;
 }
 
 double Trainer::comm_wait_seconds() const {
-  return groups_.world->stats().wait_seconds + engine_groups_.shard->stats().wait_seconds +
-         engine_groups_.replicate->stats().wait_seconds + engine_groups_.tensor->stats().wait_seconds;
+  double w = groups_.world->stats().wait_seconds + engine_groups_.shard->stats().wait_seconds +
+             engine_groups_.replicate->stats().wait_seconds + engine_groups_.tensor->stats().wait_seconds;
+  for (const dist::Communicator* c : expert_comms()) w += c->stats().wait_seconds;
+  return w;
+}
+
+// The expert-parallel groups, when there are any of more than one rank (a one-rank group
+// sends nothing; without expert parallelism expert_shard is the shard group's twin, idle).
+std::vector<const dist::Communicator*> Trainer::expert_comms() const {
+  std::vector<const dist::Communicator*> out;
+  if (groups_.mesh.shape().expert == 1) return out;
+  for (const auto& c : {engine_groups_.expert, engine_groups_.expert_shard})
+    if (c != nullptr) out.push_back(c.get());
+  return out;
 }
 
 // Micro-batch `index` of a step goes through staging row `index`: the upload from it is
@@ -284,6 +302,9 @@ obs::StepMetrics Trainer::train_step() {
   mem.reset_peak();
   const uint64_t bytes0 = comm_bytes();
   const double wait0 = comm_wait_seconds();
+  // Expert parallelism: the time spent in the tokens' all-to-alls (and their counts).
+  const dist::Communicator* expert = groups_.mesh.shape().expert > 1 ? engine_groups_.expert.get() : nullptr;
+  const double a2a0 = expert != nullptr ? expert->stats().wait_seconds : 0;
   const double data_wait0 = data_.train_loader->wait_seconds();
   const int world = groups_.world->size();
   const int data_ranks = groups_.mesh.data_parallel_size();
@@ -347,6 +368,7 @@ obs::StepMetrics Trainer::train_step() {
     expert_load_->all_reduce(*groups_.world);
     m.expert_load = expert_load_->counts();
     m.expert_imbalance = expert_load_->imbalance();
+    m.dropped = expert_load_->dropped();
     // Auxiliary-loss-free balancing moves with the optimizer (a skipped float16 step moves
     // nothing), from the step's global counts: every rank computes the same biases.
     if (const double rate = cfg_.model.router_bias_update_rate; apply && rate > 0)
@@ -371,9 +393,11 @@ obs::StepMetrics Trainer::train_step() {
   std::tie(m.peak_mem_group, m.peak_mem_group_bytes) = mem.peak_top_group();
   m.comm_bytes = comm_bytes() - bytes0;
   m.comm_wait_ms = (comm_wait_seconds() - wait0) * 1e3;
+  if (expert != nullptr) m.all_to_all_ms = (expert->stats().wait_seconds - a2a0) * 1e3;
   m.world_size = world;
   m.mesh = groups_.mesh.shape().str();
   m.tensor_parallel = groups_.mesh.shape().tensor;
+  m.expert_parallel = groups_.mesh.shape().expert;
   m.data_wait_ms = (data_.train_loader->wait_seconds() - data_wait0) * 1e3;
   return m;
 }

@@ -203,6 +203,8 @@ TEST(ConfigFile, EveryKeyIsRead) {
   EXPECT_TRUE(c.checkpoint.async);
   EXPECT_FALSE(c.checkpoint.stop_on_error);
   EXPECT_EQ(c.parallel.tensor, 2);
+  EXPECT_EQ(c.parallel.expert, 2);
+  EXPECT_EQ(c.moe.capacity_factor, 1.25);
   EXPECT_EQ(c.fsdp.sharding_strategy, ShardingStrategy::HYBRID_SHARD);
   EXPECT_EQ(c.fsdp.param_dtype, DType::BF16);
   EXPECT_EQ(c.fsdp.reduce_dtype, DType::BF16);
@@ -634,7 +636,7 @@ TEST(ConfigDump, EveryKeyInSectionOrder) {
   EXPECT_NE(text.find("  sharding_strategy: FULL_SHARD\n"), std::string::npos);
   EXPECT_NE(text.find("  dtype: float32\n"), std::string::npos);
   const size_t lines = static_cast<size_t>(std::count(text.begin(), text.end(), '\n'));
-  EXPECT_EQ(lines, 12 + 93u);  // 12 sections, 93 keys
+  EXPECT_EQ(lines, 13 + 95u);  // 13 sections, 95 keys
 }
 
 TEST(ConfigDump, HashIsDeterministicAndSeesEveryChange) {

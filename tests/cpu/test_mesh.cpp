@@ -1,8 +1,8 @@
 // The device mesh (dist/mesh.h) as pure arithmetic: where each rank sits in
 // [replicate, shard, expert, tensor], its groups along any dimensions, the data-parallel
 // rank the loader reads by, ranks ordered node by node, and every layout a world cannot
-// hold, with its message. The MPI side (the communicators built from it) is
-// tests/mpi/test_tensor_parallel.cpp's.
+// hold, with its message (expert parallelism's too). The MPI side (the communicators built
+// from it) is tests/mpi/test_mesh_groups.cpp's.
 #include <gtest/gtest.h>
 
 #include <numeric>
@@ -130,6 +130,55 @@ TEST(DeviceMesh, EveryRefusedLayoutNamesItsKey) {
     EXPECT_EQ(std::string(e.what()),
               "fsdp.shard_group_size 3 does not divide the world size 4 (rank 2); use a divisor of 4, or 0 for the "
               "ranks of one node");
+  }
+}
+
+TEST(DeviceMesh, ExpertParallelismBorrowsFromTheShardGroup) {
+  // FULL_SHARD on 8 ranks with E=2: the shard group (shard x expert) is every rank, as
+  // without expert parallelism; experts split over pairs of consecutive ranks, each expert
+  // unit sharded over the 4 ranks holding the same experts.
+  const MeshShape full = resolve_mesh_shape({1, 0, 2}, 8, one_node(8));
+  EXPECT_EQ(full, (MeshShape{1, 4, 2, 1}));
+  EXPECT_EQ(full.str(), "1x4x2x1");
+  const DeviceMesh m(full, one_node(8));
+  EXPECT_EQ(m.group(5, {MeshDim::Shard, MeshDim::Expert}), (std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7}));
+  EXPECT_EQ(m.group(5, {MeshDim::Expert}), (std::vector<int>{4, 5}));
+  EXPECT_EQ(m.group(5, {MeshDim::Shard}), (std::vector<int>{1, 3, 5, 7}));
+  EXPECT_EQ(m.group_rank(5, {MeshDim::Expert}), 1);
+  EXPECT_EQ(m.data_parallel_size(), 8);
+  for (int r = 0; r < 8; ++r) EXPECT_EQ(m.data_parallel_rank(r), r);  // every rank reads its own batch
+  // HYBRID_SHARD groups of 4 with E=2: replicate 2, shard 2, expert 2.
+  EXPECT_EQ(resolve_mesh_shape({1, 4, 2}, 8, one_node(8)), (MeshShape{2, 2, 2, 1}));
+  // HYBRID_SHARD by node (2 nodes of 4) with E=4: a node's ranks are one expert group.
+  const MeshShape node = resolve_mesh_shape({1, -1, 4}, 8, block_nodes(2, 4));
+  EXPECT_EQ(node, (MeshShape{2, 1, 4, 1}));
+  const DeviceMesh n(node, block_nodes(2, 4));
+  EXPECT_EQ(n.group(6, {MeshDim::Expert}), (std::vector<int>{4, 5, 6, 7}));
+  EXPECT_EQ(n.group(6, {MeshDim::Replicate}), (std::vector<int>{2, 6}));
+}
+
+TEST(DeviceMesh, ExpertLayoutsTheWorldCannotHoldNameTheKey) {
+  EXPECT_EQ(problem({1, 0, 0}, 4, one_node(4)), "parallel.expert must be >= 1, got 0; 1 turns it off");
+  EXPECT_EQ(problem({1, 0, 3}, 4, one_node(4)),
+            "parallel.expert 3 must divide the 4 data-parallel ranks: the experts are spread over data-parallel "
+            "ranks; use a divisor of 4");
+  // NO_SHARD: a shard group of one rank.
+  EXPECT_EQ(problem({1, 1, 2}, 4, one_node(4)),
+            "parallel.expert 2 must divide the shard group of 1 data-parallel rank (fsdp.sharding_strategy and "
+            "fsdp.shard_group_size): the expert group is borrowed from the ranks that shard the other parameters; "
+            "NO_SHARD has no shard group to borrow from: use FULL_SHARD, SHARD_GRAD_OP or HYBRID_SHARD");
+  // HYBRID_SHARD groups of 2 cannot hold an expert group of 4.
+  EXPECT_EQ(problem({1, 2, 4}, 8, one_node(8)),
+            "parallel.expert 4 must divide the shard group of 2 data-parallel ranks (fsdp.sharding_strategy and "
+            "fsdp.shard_group_size): the expert group is borrowed from the ranks that shard the other parameters; "
+            "use a divisor of 2, or a HYBRID_SHARD fsdp.shard_group_size that is a multiple of 4");
+  try {
+    resolve_mesh_shape({1, 0, 3}, 4, one_node(4), 1);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "parallel.expert 3 must divide the 4 data-parallel ranks: the experts are spread over data-parallel "
+              "ranks (rank 1); use a divisor of 4");
   }
 }
 

@@ -1,5 +1,6 @@
 // The device mesh's communicators under mpiexec (1, 2 and 4 ranks): split_process_groups
-// with a tensor dimension makes tensor, shard and replicate groups whose members are the
+// with a tensor or an expert dimension makes tensor, expert, expert-shard, shard and
+// replicate groups whose members are the
 // mesh's (dist/mesh.h), in its order, and each carries collectives among exactly those
 // ranks; a layout the world cannot hold throws on every rank alike, naming the key.
 #include <gtest/gtest.h>
@@ -35,6 +36,16 @@ void expect_groups_follow_the_mesh(const MeshSpec& spec) {
   const std::vector<int> tensor = m.group(me, {MeshDim::Tensor});
   const std::vector<int> shard = m.group(me, {MeshDim::Shard, MeshDim::Expert});
   const std::vector<int> replicate = m.group(me, {MeshDim::Replicate});
+  const std::vector<int> expert = m.group(me, {MeshDim::Expert});
+  const std::vector<int> expert_shard = m.group(me, {MeshDim::Shard});
+  EXPECT_EQ(m.shape().expert, spec.expert);
+  EXPECT_EQ(g.expert->world_ranks(), expert);
+  EXPECT_EQ(g.expert_shard->world_ranks(), expert_shard);
+  EXPECT_EQ(g.expert->name(), "expert");
+  EXPECT_EQ(summed_ranks(*g.expert, me), expected_sum(expert));
+  EXPECT_EQ(summed_ranks(*g.expert_shard, me), expected_sum(expert_shard));
+  // The shard group is shard x expert: the expert units' group and the expert groups tile it.
+  EXPECT_EQ(g.shard->size(), g.expert->size() * g.expert_shard->size());
   EXPECT_EQ(g.tensor->world_ranks(), tensor);
   EXPECT_EQ(g.shard->world_ranks(), shard);
   EXPECT_EQ(g.replicate->world_ranks(), replicate);
@@ -51,6 +62,9 @@ TEST(MeshGroups, TensorTwoFullShard) { expect_groups_follow_the_mesh({2, 0}); }
 TEST(MeshGroups, TensorTwoNoShard) { expect_groups_follow_the_mesh({2, 1}); }
 TEST(MeshGroups, TensorFour) { expect_groups_follow_the_mesh({4, 0}); }
 TEST(MeshGroups, WithoutTensorParallelismHybridTwo) { expect_groups_follow_the_mesh({1, 2}); }
+TEST(MeshGroups, ExpertTwoFullShard) { expect_groups_follow_the_mesh({1, 0, 2}); }
+TEST(MeshGroups, ExpertFour) { expect_groups_follow_the_mesh({1, 0, 4}); }
+TEST(MeshGroups, ExpertTwoHybridTwo) { expect_groups_follow_the_mesh({1, 2, 2}); }
 
 TEST(MeshGroups, ALayoutTheWorldCannotHoldThrowsOnEveryRank) {
   ProcessGroups& world = test::world_groups();

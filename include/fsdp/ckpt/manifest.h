@@ -22,6 +22,12 @@
 // place in the whole parameter, which is how a checkpoint saved at one (shard, tensor)
 // layout loads at any other (CheckpointReader::read). Without tensor parallelism a
 // manifest is format_version 1, as before, and one process's layout is the whole model's.
+// Expert parallelism (format_version 3, model/expert_parallel.h): the units are one
+// process's (the experts inside their blocks), and each rank stores its shards of its block
+// units and of its expert units as runs of those whole units, at their one-process offsets
+// (ParamSlot::whole_offset): pieces named by their run (ManifestPiece::tensor), tiling every
+// unit as one process's pieces would. So the checkpoint is one process's layout, and loads
+// at any expert degree and any FSDP size, and `export` reads it as it reads any other.
 // How one is written and committed so that a crash never leaves half of one:
 // checkpoint_writer.h; how one is verified and read back on any number of ranks:
 // checkpoint_reader.h.
@@ -38,7 +44,7 @@
 
 namespace fsdp::ckpt {
 
-inline constexpr int kCheckpointFormatVersion = 2;  // the newest this build reads and writes
+inline constexpr int kCheckpointFormatVersion = 3;  // the newest this build reads and writes
 inline constexpr std::string_view kCheckpointFormat = "fsdp_train.checkpoint";
 inline constexpr const char* kManifestFile = "manifest.json";
 
@@ -85,6 +91,11 @@ struct ManifestPiece {
   int64_t begin = 0;   // global element offset in the unit (in tensor rank tensor_rank's layout)
   int64_t extent = 0;  // elements stored (clipped to the unit's numel)
   int tensor_rank = 0;
+  // The name its state tensors go by in the file ("<tensor>.master", ...): the unit's name
+  // when empty (one piece per unit and file). Format version 3: under expert parallelism a
+  // rank holds several runs of a unit (its share of the block's other parameters, and of
+  // its experts), each a piece named "<unit>@<begin>".
+  std::string tensor;
 };
 // A parameter of a unit under tensor parallelism: tensor rank t holds slice t of `split`
 // (-1: the whole parameter on every rank; 0: rows; 1: columns) at `offset`.
@@ -102,7 +113,8 @@ struct ManifestUnit {
   std::vector<ManifestSlot> slots;  // tensor parallelism only: in offset order
 };
 struct Manifest {
-  // 1 without tensor parallelism (readable by builds from before it), 2 with.
+  // 1 without tensor parallelism (readable by builds from before it), 2 with, 3 with
+  // expert parallelism (named pieces).
   int format_version = 1;
   // The run that wrote it (train/run_ownership.h): a fresh start makes a new id, a resumed
   // run keeps its checkpoint's. "" in manifests written before run ids existed.

@@ -172,9 +172,16 @@ struct CheckpointConfig {
   bool operator==(const CheckpointConfig&) const = default;
 };
 
+// A mixture of experts' token dropping (model/moe_capacity.h; docs/expert-parallelism.md).
+struct MoeConfig {
+  double capacity_factor = 0;  // 0 = dropless; f > 0: each expert takes at most ceil(f N k / E) pairs per micro-batch
+  bool operator==(const MoeConfig&) const = default;
+};
+
 // The device mesh's dimensions beside FSDP's (dist/mesh.h; docs/tensor-parallelism.md).
 struct ParallelConfig {
   int tensor = 1;  // ranks each block's matrices, the vocabulary and the tokens are split over
+  int expert = 1;  // ranks each MoE layer's experts are split over (docs/expert-parallelism.md)
   bool operator==(const ParallelConfig&) const = default;
 };
 
@@ -232,6 +239,7 @@ struct Config {
   OptimConfig optim;
   CheckpointConfig checkpoint;
   ParallelConfig parallel;
+  MoeConfig moe;
   FsdpConfig fsdp;
   DistConfig dist;
   LoggingConfig logging;

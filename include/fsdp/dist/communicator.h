@@ -104,11 +104,17 @@ struct WorldInfo {
 //   replicate: the ranks holding the same shard (data-parallel ranks / shard)
 //   tensor:    the ranks holding the other tensor-parallel slices (parallel.tensor of
 //              them; this rank alone without tensor parallelism)
+//   expert:    the ranks that split each MoE layer's experts and trade tokens by
+//              all_to_all_v (parallel.expert of them; this rank alone without expert
+//              parallelism)
+//   expert_shard: the ranks an expert unit is sharded over: the shard group's ranks that hold
+//              the same experts (shard / expert of them; the shard group itself without
+//              expert parallelism). Expert units replicate over `replicate`, as the rest.
 struct ProcessGroups {
   WorldInfo world_info;
   DeviceMesh mesh;
   // shared: split groups reuse world
-  std::shared_ptr<Communicator> world, shard, replicate, tensor;
+  std::shared_ptr<Communicator> world, shard, replicate, tensor, expert, expert_shard;
 };
 
 // Initialises MPI if the process was started by mpirun / mpiexec / srun --mpi=pmix

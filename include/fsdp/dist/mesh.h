@@ -11,9 +11,13 @@
 //   tensor      the T ranks holding the other slices of this rank's matrices
 //   shard       the S ranks that shard a unit's flat parameter among themselves
 //   replicate   the R ranks holding the same shard (HYBRID_SHARD, NO_SHARD)
-//   expert      1 for now: the dimension expert parallelism borrows from the data-parallel
-//               ranks (issue 28); it sits between shard and tensor so that experts spread
-//               inside a node too
+//   expert      the E ranks that split each MoE layer's experts among themselves and
+//               trade tokens by all-to-all (expert parallelism, borrowed from the
+//               data-parallel ranks as torchtitan's dp2ep); it sits between shard and
+//               tensor so that an expert group stays inside a node where it can
+// FSDP's shard group is shard x expert (so the non-expert parameters are sharded exactly as
+// without expert parallelism), and the expert units shard over the shard dimension alone
+// (the expert-data-parallel ranks: see ProcessGroups::expert_shard).
 // The data-parallel rank (replicate x shard x expert, in that order) decides which samples
 // a rank reads: the ranks of one tensor group read the same micro-batch.
 //
@@ -51,12 +55,15 @@ struct MeshSpec {
   // Data-parallel ranks per shard group (fsdp.shard_group_size, by strategy): 0 = all of
   // them, -1 = those of one node (every node must run as many ranks), k = k ranks.
   int shard_group_size = 0;
+  // parallel.expert: the ranks each MoE layer's experts are split over, taken from the
+  // shard group (which must be a multiple of it).
+  int expert = 1;
 };
 
 // What is wrong with a layout: the config key to blame, the rest of the sentence ("4 must
 // divide the world size (6 ranks)") and what to do instead ("use a divisor of 6").
 struct MeshProblem {
-  std::string key;  // "parallel.tensor" or "fsdp.shard_group_size"
+  std::string key;  // "parallel.tensor", "fsdp.shard_group_size" or "parallel.expert"
   std::string message;
   std::string hint;
   std::string text() const { return message + "; " + hint; }

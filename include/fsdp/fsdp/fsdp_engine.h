@@ -46,6 +46,15 @@
 // split slots on every tensor rank, the whole ones on tensor rank 0, summed over the shard
 // group and then the tensor group.
 //
+// Expert parallelism (model/expert_parallel.h; expert units, UnitLayout::experts_of): an
+// expert unit holds this rank's experts of one block and is sharded over groups.expert_shard
+// (the shard group's ranks that hold the same experts) instead of the shard group, with
+// its own all-gathers and reduce-scatters on that group; it replicates over the replicate
+// group like every unit (HYBRID_SHARD). It is used right after its block in the schedule.
+// grad_norm needs nothing more: the shard group's ranks hold every expert unit's shards
+// between them (each expert rank its experts, each expert-shard rank its shard), so its
+// one all-reduce still counts every element once.
+//
 // Device: every buffer lives on options.device (the host, or the rank's GPU, where the
 // collectives are NCCL's on tensors and all the engine's work is stream-ordered: nothing
 // here makes the host wait for the GPU except grad_norm, which reads back the local sum of
@@ -154,6 +163,8 @@ class FsdpEngine final : public model::ParamProvider {
  private:
   using Buffer = BufferPool::Buffer;
   struct Unit {
+    dist::Communicator* comm = nullptr;  // the group it is sharded over (an expert unit's own)
+    bool direct = false;  // a one-rank group in fp32: the master shard IS the full unit
     int64_t numel = 0;
     int64_t padded = 0;  // shard_range.size * shard-group size: the gathered buffer's extent
     ShardRange shard_range;
@@ -204,7 +215,6 @@ class FsdpEngine final : public model::ParamProvider {
   FrozenShards frozen_;
   int accum_steps_ = 1;
   bool sync_ = true;    // this micro-batch reduces gradients
-  bool direct_ = false; // one-rank shard group in fp32: the master shard IS the full unit
   Tensor grad_flat_;    // every unit's fp32 gradient shard, back to back (Unit::grad are slices)
   Tensor norm_buf_;     // [1] float64 on the device, for the grad-norm all-reduce (no per-step allocation)
 };

@@ -78,6 +78,9 @@ struct LlamaActivations {
   // vocabulary-parallel cross-entropy's statistics, shared by every block and the head.
   Tensor tp_gathered, tp_partial;
   VocabParallelStats tp_stats;
+  // Expert parallelism only: the dispatch's two [R, C] buffers (R = max_received_rows;
+  // moe_dispatch.h), shared by every MoE layer.
+  Tensor ep_staging, ep_grouped;
 
   LlamaActivations(const LlamaConfig& cfg, int64_t batch, int64_t seq_len, DType dtype, Device device,
                    ActivationCheckpointing checkpointing = {});

@@ -23,6 +23,7 @@
 #include "fsdp/model/embed_and_head.h"
 #include "fsdp/model/llama_config.h"
 #include "fsdp/model/lora_adapter.h"
+#include "fsdp/model/moe_dispatch.h"
 #include "fsdp/model/param_provider.h"
 #include "fsdp/model/param_units.h"
 #include "fsdp/model/peft.h"
@@ -54,8 +55,13 @@ class Llama {
   // slices; activations: its rows and heads, model/tensor_parallel.h) and `tensor` its
   // group of T ranks, which must outlive the model; every rank of the group runs the same
   // passes on the same micro-batch, and gets the same losses.
+  // With cfg.expert_parallel E > 1 (a mixture of experts) the model holds its expert rank's
+  // experts (units: each block's experts in an expert unit of its own, param_units.h) and
+  // `expert` is its group of E ranks (outliving the model), each running its own
+  // micro-batch: the layers trade (token, choice) pairs over it (moe_dispatch.h).
   explicit Llama(const LlamaConfig& cfg, DType dtype = DType::F32, Device device = Device::cpu(),
-                 const PeftSpec& peft = {}, uint64_t dropout_seed = 0, TensorGroup* tensor = nullptr);
+                 const PeftSpec& peft = {}, uint64_t dropout_seed = 0, TensorGroup* tensor = nullptr,
+                 ExpertGroup* expert = nullptr);
 
   const LlamaConfig& config() const { return cfg_; }
   const PeftSpec& peft() const { return peft_; }
@@ -99,14 +105,17 @@ class Llama {
   // an evaluation; null when the model has neither.
   LinearScratch* scratch_for(const LlamaActivations& act, bool training);
 
-  // The pass's tensor-parallel scratch into sp_ (nothing without tensor parallelism).
+  // The pass's tensor- and expert-parallel scratch into sp_ and ep_ (nothing without them).
   void use_scratch(LlamaActivations& act);
+  // Block l's buffers, with its expert unit's under expert parallelism.
+  UnitParams block_view(ParamProvider& p, int layer, LinearScratch* scratch, bool backward) const;
 
   LlamaConfig cfg_;
   DType dtype_;
   Device device_;
   // Heap-held: the sublayers keep its address (a moved Llama keeps it valid).
   std::unique_ptr<SequenceParallel> sp_;
+  std::unique_ptr<ExpertDispatch> ep_;
   PeftSpec peft_;
   uint64_t dropout_key_ = 0;
   std::vector<UnitLayout> units_;

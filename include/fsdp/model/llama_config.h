@@ -76,8 +76,16 @@ struct LlamaConfig {
   // stay the whole model's, and the local_* accessors are the share one tensor rank
   // computes (1: all of it).
   int64_t tensor_parallel = 1;
+  // Expert parallelism (model/expert_parallel.h): the ranks each MoE layer's experts are
+  // split over, num_experts / expert_parallel whole experts each. Not a shape either.
+  int64_t expert_parallel = 1;
+  // A mixture of experts' capacity factor (model/moe_capacity.h): 0 = dropless. Not a shape.
+  double capacity_factor = 0;
 
   bool is_moe() const { return num_experts > 0; }
+  // This expert rank's experts: [local_expert_begin(r), + local_experts()).
+  int64_t local_experts() const { return num_experts / expert_parallel; }
+  bool expert_units() const { return is_moe() && expert_parallel > 1; }
 
   int64_t head_dim() const { return hidden_size / num_heads; }
   int64_t q_dim() const { return num_heads * head_dim(); }

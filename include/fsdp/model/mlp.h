@@ -30,6 +30,7 @@ struct RouterRecord {
   Tensor lse_sq_sum;           // [1] stat dtype, on the device: sum over tokens of logsumexp(logits)^2
   std::vector<int64_t> count;  // [E] on the host: the (token, choice) pairs routed to each expert
   int64_t tokens = 0;
+  int64_t dropped = 0;  // pairs over their expert's capacity, not computed (moe_capacity.h)
 };
 
 // The gradient of the pooled router losses w.r.t. one layer's softmax probabilities and
@@ -88,11 +89,15 @@ class MlpSublayer {
 };
 
 class SequenceParallel;  // sequence_parallel.h
+class ExpertDispatch;    // moe_dispatch.h
 
 // The MLP the config asks for, its slots resolved in the block's unit layout; `sp` joins a
 // tensor-parallel MLP to the residual stream's rows (null: no tensor parallelism); a mixture
-// of experts routes with `bias` (its layer's row of the model's RouterBias; none for a dense MLP).
+// of experts routes with `bias` (its layer's row of the model's RouterBias; none for a dense
+// MLP) and, under expert parallelism, moves its pairs with `ep`, its experts being in
+// `experts` (the block's expert unit).
 std::unique_ptr<MlpSublayer> make_mlp(const LlamaConfig& cfg, const UnitLayout& block,
-                                      const SequenceParallel* sp = nullptr, RouterBiasRef bias = {});
+                                      const SequenceParallel* sp = nullptr, RouterBiasRef bias = {},
+                                      const ExpertDispatch* ep = nullptr, const UnitLayout* experts = nullptr);
 
 }  // namespace fsdp::model

@@ -37,12 +37,20 @@
 // each rank adds 1/T of it (Llama::enqueue_forward_backward scales router_loss_grad):
 // the same code on every rank, and the scaling exact for T a power of two. Their reported values and
 // the expert counts are whole on every rank too: the trainer counts one tensor rank's.
+//
+// Under expert parallelism (expert_parallel.h) the routing is this rank's tokens' as above,
+// and the sorted pairs travel to their experts' ranks and back between the gather and the
+// combine (Note [Expert-parallel dispatch] in moe_dispatch.h); the experts this rank holds
+// are in the block's expert unit (UnitParams::expert_params), the rest of the layer in the
+// block's unit. The expert-side tensors (xr, gu, act; their gradients) then hold the
+// received rows, expert-major, sized for the worst routing (max_received_rows).
 #pragma once
 
 #include <vector>
 
 #include "fsdp/model/linear.h"
 #include "fsdp/model/mlp.h"
+#include "fsdp/model/moe_dispatch.h"
 #include "fsdp/model/sequence_parallel.h"
 
 namespace fsdp::model {
@@ -71,8 +79,11 @@ struct MoeMlpSaved final : MlpSaved {
   Tensor gu;       // [N*k, 2F]  each expert's gate | up                     Expensive
   Tensor act;      // [N*k, F]   silu(gate) * up                             Cheap
   Tensor ys;       // [N*k, C]   each expert's output                        Expensive
+  // Expert parallelism only (gu and act are then [R, ...], R = max_received_rows):
+  Tensor xr;       // [R, C]     the rows this rank's experts received, expert-major     Cheap
+  DispatchLayout layout;             // where the pairs went, from the last forward
   Tensor offsets_host;  // [E+1]  page-locked host copy of offsets (model on a GPU; made by the first forward)
-  std::vector<int64_t> group_begin;  // offsets on the host (E+1), from the last forward
+  std::vector<int64_t> group_begin;  // offsets on the host (E+1), from the last forward; [E]: the kept pairs
   RouterRecord record;               // prob_sum, lse_sq_sum: Statistic
 
   void bind(const LlamaConfig& cfg, int64_t rows, DType dtype, const SavedBinder& bind) override;
@@ -81,9 +92,10 @@ struct MoeMlpSaved final : MlpSaved {
 
 struct MoeMlpGrads final : MlpGrads {
   Tensor dys;      // [N*k, C]
-  Tensor dact;     // [N*k, F]
-  Tensor dgu;      // [N*k, 2F]
+  Tensor dact;     // [N*k, F]   (expert parallelism: [R, F], the received rows)
+  Tensor dgu;      // [N*k, 2F]  ([R, 2F])
   Tensor dxs;      // [N*k, C]
+  Tensor dxr;      // [R, C] expert parallelism only: the received rows' dxs
   Tensor dweight;  // [N, k] stat dtype
   Tensor dlogits;  // [N, E] compute dtype
 
@@ -96,7 +108,10 @@ class MoeMlp final : public MlpSublayer {
   // Resolves mlp_norm, the router and every expert's w1|w3 and w2 in a block's layout;
   // `bias` is the layer's routing bias (router_bias.h), read at every forward; `sp` the
   // tensor group's mappings (null: none).
-  MoeMlp(const LlamaConfig& cfg, const UnitLayout& block, const SequenceParallel* sp = nullptr, RouterBiasRef bias = {});
+  // With expert parallelism (`ep` on) the experts are this rank's, resolved in
+  // `experts` (the block's expert unit).
+  MoeMlp(const LlamaConfig& cfg, const UnitLayout& block, const SequenceParallel* sp = nullptr, RouterBiasRef bias = {},
+         const ExpertDispatch* ep = nullptr, const UnitLayout* experts = nullptr);
 
   void forward(const Tensor& x, const UnitParams& p, MlpSaved& saved, const Tensor& out) const override;
   void recompute_cheap(const Tensor& x, const UnitParams& p, MlpSaved& saved) const override;
@@ -106,19 +121,28 @@ class MoeMlp final : public MlpSublayer {
  private:
   void route(const MoeMlpSaved& s, int64_t N) const;
   void read_group_sizes(MoeMlpSaved& s, int64_t N) const;
-  void experts_forward(const MoeMlpSaved& s, const UnitParams& p) const;
-  void experts_swiglu(const MoeMlpSaved& s) const;
-  void experts_backward(const MoeMlpSaved& s, const UnitParams& p, MoeMlpGrads& g) const;
+  // Drops the pairs over capacity (moe.capacity_factor), re-reading the kept group sizes.
+  void apply_capacity(MoeMlpSaved& s, int64_t N) const;
+  // The local experts over their runs of rows [begin[e], begin[e+1]) (the sorted pairs,
+  // or the received ones under expert parallelism).
+  void experts_forward(const std::vector<int64_t>& begin, const Tensor& in, const MoeMlpSaved& s, const Tensor& out,
+                       const UnitParams& p) const;
+  void experts_swiglu(const std::vector<int64_t>& begin, const MoeMlpSaved& s) const;
+  void experts_backward(const std::vector<int64_t>& begin, const Tensor& dy, const Tensor& in, const MoeMlpSaved& s,
+                        const UnitParams& p, MoeMlpGrads& g, const Tensor& dx) const;
+  // The expert unit's buffers (expert parallelism), or the block's.
+  UnitParams expert_params(const UnitParams& p) const;
 
   void combine(const MoeMlpSaved& s, const Tensor& x, const Tensor& out, int64_t N) const;
 
   const SequenceParallel* sp_;
+  const ExpertDispatch* ep_;  // null: every expert is local
   int64_t hidden_ = 0, ffn_ = 0, experts_ = 0, k_ = 0;  // C, F (this tensor rank's), E, k
   double eps_ = 0;
   ParamRef norm_;  // mlp_norm
   Linear router_;
   RouterBiasRef bias_;
-  std::vector<Linear> gate_up_, down_;  // per expert: w1|w3 [2F, C], w2 [C, F]
+  std::vector<Linear> gate_up_, down_;  // per local expert: w1|w3 [2F, C], w2 [C, F]
 };
 
 }  // namespace fsdp::model

@@ -135,6 +135,12 @@ struct UnitLayout {
   int64_t frozen_bytes = 0;
   // The adapters' scale and dropout (model/peft.h), when the unit has any.
   double lora_scale = 0, lora_dropout = 0;
+  // Expert parallelism (model/expert_parallel.h): this unit holds this expert rank's experts
+  // of the block unit `experts_of`, which reads it (a ParamProvider hands out both while the
+  // block runs); -1: not an expert unit. Its slots' whole_offset are their offsets in that
+  // block's one-rank layout, and seeded initialisation draws from that block's stream, so
+  // every expert gets the values one process gives it.
+  int experts_of = -1;
 
   const ParamSlot& slot(const std::string& name) const;  // trainable, by our name; error if absent
   const FrozenSlot& frozen_slot(const std::string& name) const;  // error if absent
@@ -144,14 +150,23 @@ struct UnitLayout {
   Tensor view(const Tensor& flat, const std::string& name) const;
 };
 
-// Units in execution order: embedding, layers.0 .. layers.L-1, head. With
-// cfg.tensor_parallel T > 1, tensor rank `tensor_rank`'s slices (model/tensor_parallel.h):
-// the same slots in the same order, each the rank's share of its parameter.
-std::vector<UnitLayout> llama_units(const LlamaConfig& cfg, int tensor_rank = 0);
+// Units: embedding, layers.0 .. layers.L-1, head. With cfg.tensor_parallel T > 1, tensor
+// rank `tensor_rank`'s slices (model/tensor_parallel.h): the same slots in the same order,
+// each the rank's share of its parameter. With expert units (cfg.expert_units(): a mixture
+// of experts with cfg.expert_parallel > 1) every block unit holds all but its experts, and
+// L expert units follow the head: "layers.<l>.experts", expert rank `expert_rank`'s experts
+// of block l, every expert's w1|w3 then every expert's w2 as in the block. They run with
+// their block (UnitLayout::experts_of); appended rather than interleaved, so that every
+// index below stays what it is without expert parallelism.
+std::vector<UnitLayout> llama_units(const LlamaConfig& cfg, int tensor_rank = 0, int expert_rank = 0);
 
 // Index helpers for that order.
 inline int embedding_unit() { return 0; }
 inline int block_unit(int layer) { return 1 + layer; }
 inline int head_unit(const LlamaConfig& cfg) { return 1 + int(cfg.num_layers); }
+// Block `layer`'s expert unit, or -1 without expert units.
+inline int expert_unit(const LlamaConfig& cfg, int layer) {
+  return cfg.expert_units() ? head_unit(cfg) + 1 + layer : -1;
+}
 
 }  // namespace fsdp::model

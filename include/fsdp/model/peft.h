@@ -62,7 +62,8 @@ std::string peft_tensor_name(const std::string& hf_weight_name, const char* whic
 // split off the NF4 blocks (nf4_split_refusal). Tensor rank `tensor_rank`'s slices with
 // cfg.tensor_parallel > 1 (llama_units), each adapter split as its base, an NF4 weight's
 // slice in the sliced format (See Note [LoRA under tensor parallelism] in peft_units.cpp).
-std::vector<UnitLayout> lora_units(const LlamaConfig& cfg, const PeftSpec& peft, int tensor_rank = 0);
+std::vector<UnitLayout> lora_units(const LlamaConfig& cfg, const PeftSpec& peft, int tensor_rank = 0,
+                                   int expert_rank = 0);
 
 // Why an NF4 base cannot be split over cfg.tensor_parallel ranks, naming the first weight
 // whose slice is not made of whole 64-element blocks of the weight quantized whole (a row

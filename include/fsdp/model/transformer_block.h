@@ -52,9 +52,11 @@ class TransformerBlock {
  public:
   // `block` is the block's unit layout (param_units.h); rope the model's RoPE tables; sp
   // the model's sequence parallelism under tensor parallelism (null: none); bias the
-  // block's row of the model's routing biases (a mixture of experts).
+  // block's row of the model's routing biases (a mixture of experts); ep the model's expert
+  // dispatch and `experts` the block's expert unit, under expert parallelism (null: none).
   TransformerBlock(const LlamaConfig& cfg, const UnitLayout& block, const RopeTables& rope,
-                   const SequenceParallel* sp = nullptr, RouterBiasRef bias = {});
+                   const SequenceParallel* sp = nullptr, RouterBiasRef bias = {}, const ExpertDispatch* ep = nullptr,
+                   const UnitLayout* experts = nullptr);
 
   // Buffers for B sequences of T tokens (training) or for up to `rows` rows (inference
   // scratch: no log-sum-exp is kept).

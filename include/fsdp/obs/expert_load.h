@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,7 +34,9 @@ class ImbalanceWatch {
 
 class ExpertLoad {
  public:
-  ExpertLoad(int64_t layers, int64_t experts);
+  // `drops`: the run has an expert capacity (moe.capacity_factor), whose dropped pairs are
+  // counted beside the load (per layer; nothing is added to the all-reduce otherwise).
+  ExpertLoad(int64_t layers, int64_t experts, bool drops = false);
 
   void begin_step();
   // Adds the counts the last forward over `act` left (host values: no wait).
@@ -44,10 +47,13 @@ class ExpertLoad {
   // counts()[layer][expert] after all_reduce.
   std::vector<std::vector<int64_t>> counts() const;
   std::vector<double> imbalance() const;  // max / mean per layer
+  // The pairs dropped over capacity after all_reduce, summed over layers; nullopt without `drops`.
+  std::optional<int64_t> dropped() const;
 
  private:
   int64_t layers_, experts_;
-  Tensor sums_;  // [layers * experts] float64 on the host (exact below 2^53)
+  bool drops_;
+  Tensor sums_;  // [layers * experts (+ layers dropped)] float64 on the host (exact below 2^53)
 };
 
 }  // namespace fsdp::obs

@@ -42,6 +42,7 @@ struct StepMetrics {
   // degree: the step line names the mesh under tensor parallelism, metrics.jsonl always.
   std::string mesh;
   int tensor_parallel = 1;
+  int expert_parallel = 1;  // parallel.expert: the step line names the mesh under it too
   // Wall time since this process's first step, and the estimate of what the remaining steps
   // take at the mean pace so far (none before a step has been timed).
   double elapsed_s = 0;
@@ -53,6 +54,12 @@ struct StepMetrics {
   // ranks; and each layer's max/mean of them (1 = balanced).
   std::vector<std::vector<int64_t>> expert_load;
   std::vector<double> expert_imbalance;
+  // moe.capacity_factor only: the (token, choice) pairs dropped over their expert's
+  // capacity this step, every layer, micro-batch and rank.
+  std::optional<int64_t> dropped;
+  // Expert parallelism only: this rank's wait in the expert group's collectives (the tokens'
+  // all-to-alls and their counts), part of comm_wait_ms.
+  std::optional<double> all_to_all_ms;
   std::optional<double> mfu;         // on a GPU whose peak is known (obs/device_peak.h): 0..1
   std::optional<double> loss_scale;  // float16 compute: the dynamic loss scale this step ran with
   bool skipped = false;              // float16: inf/NaN gradients, the optimizer did not step

@@ -28,7 +28,8 @@ namespace fsdp::train {
 // SHARD_GRAD_OP, one rank for NO_SHARD, fsdp.shard_group_size (default: one node) for
 // HYBRID_SHARD.
 int shard_group_size(const config::Config& cfg);
-// The device mesh the config asks for: parallel.tensor and that shard-group size.
+// The device mesh the config asks for: parallel.tensor, that shard-group size and
+// parallel.expert.
 dist::MeshSpec mesh_spec(const config::Config& cfg);
 // A layout the launched world cannot hold (dist::mesh_problem: parallel.tensor not dividing
 // the world size or a node's ranks, a shard group size not dividing the data-parallel

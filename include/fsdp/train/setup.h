@@ -29,11 +29,15 @@ Device resolve_device(const config::Config& cfg, const dist::WorldInfo& world);
 // when the model is on a GPU.
 dist::ProcessGroups engine_groups(dist::ProcessGroups& host, Device device);
 
-// The model this rank trains: training_model_config with the mesh's tensor-parallel degree.
-// Every model runs under tensor parallelism on the CPU and on GPUs alike; QLoRA whose NF4
-// slices would cut a block of the whole weight is a config error naming parallel.tensor
-// (exit 2).
+// The model this rank trains: training_model_config with the mesh's tensor-parallel and
+// expert-parallel degrees. Every model runs under tensor parallelism on the CPU and on GPUs
+// alike; QLoRA whose NF4 slices would cut a block of the whole weight is a config error
+// naming parallel.tensor (exit 2); so are a model folder's expert count that parallel.expert
+// does not divide, and expert parallelism with tensor parallelism or LoRA (not built yet).
 model::LlamaConfig rank_model_config(const config::Config& cfg, const dist::ProcessGroups& groups);
+// `m` (rank_model_config's) if it runs on `device`; what does not run on GPUs yet (expert
+// parallelism, moe.capacity_factor) is refused there naming its key.
+model::LlamaConfig runs_on(const model::LlamaConfig& m, const config::Config& cfg, Device device);
 
 // The training and validation samples and their loaders (this rank's share of every
 // global batch: its data-parallel rank's, the mesh's, so the ranks of a tensor group read

@@ -54,6 +54,7 @@
 
 #include "fsdp/config/config.h"
 #include "fsdp/dist/communicator.h"
+#include "fsdp/fsdp/expert_group.h"
 #include "fsdp/fsdp/fsdp_engine.h"
 #include "fsdp/fsdp/tensor_group.h"
 #include "fsdp/model/decoder.h"
@@ -105,6 +106,8 @@ class Trainer {
   // Collective: waits for an asynchronous save and commits it.
   void finish_checkpoint();
   const model::Llama& model() const { return model_; }
+  // The last micro-batch's activations (its routing records, for tests).
+  const model::LlamaActivations& activations() const { return act_; }
   FsdpEngine& engine() { return engine_; }
   Device device() const { return device_; }
   const optim::DynamicLossScaler& loss_scaler() const { return scaler_; }
@@ -117,6 +120,7 @@ class Trainer {
   Trainer(Effective, const config::Config& cfg, dist::ProcessGroups& groups, TrainerPurpose purpose);
   uint64_t comm_bytes() const;
   double comm_wait_seconds() const;
+  std::vector<const dist::Communicator*> expert_comms() const;
   // Sums (loss, tokens) and this rank's votes over the world; the same on every rank.
   StepVotes all_reduce_votes(model::LossSum local);
   // load_micro_batch with the rows from `keep_rows` on masked out (evaluating a split whole).
@@ -149,6 +153,9 @@ class Trainer {
   plan::MemoryPlan memory_plan_;  // checked before anything below allocates (plan/memory_check.h)
   dist::ProcessGroups engine_groups_;  // the engine's: groups_, with NCCL shard/replicate/tensor on a GPU
   CommTensorGroup tensor_group_;       // the model's tensor-parallel group (engine_groups_.tensor)
+  // The model's expert group (groups.expert; null when the groups have none). A CPU group:
+  // a GPU run refuses expert parallelism at start-up (rank_model_config).
+  std::unique_ptr<CommExpertGroup> expert_group_;
   model::Llama model_;
   FsdpEngine engine_;
   model::LlamaActivations act_;

@@ -1,0 +1,284 @@
+// parallel.expert as a config key (CONTRIBUTING "How to add a config key") and every layout
+// it refuses, each a config error naming the key with its whole message: the model (dense,
+// an expert count it does not divide) at load time; a model folder's experts once its
+// config.json is read, and what is not built yet (with parallel.tensor, with LoRA, on a GPU)
+// at start-up; the launched world (the data-parallel ranks, the shard group) at start-up. Then
+// the layout itself: the dispatch's arithmetic, and the expert units (param_units.h) holding
+// every expert once over the expert ranks, numbered and initialised as one process's.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "fsdp/config/config.h"
+#include "fsdp/config/model_options.h"
+#include "fsdp/core/allocator.h"
+#include "fsdp/model/activation_memory.h"
+#include "fsdp/model/activations.h"
+#include "fsdp/model/moe_dispatch.h"
+#include "fsdp/model/param_init.h"
+#include "fsdp/model/param_units.h"
+#include "fsdp/obs/metrics.h"
+#include "fsdp/train/launch_checks.h"
+#include "fsdp/train/setup.h"
+
+namespace fsdp {
+namespace {
+
+std::string error_of(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
+  try {
+    config::load_config_string(yaml, "configs/x.yaml", overrides);
+  } catch (const config::ConfigError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+const std::vector<std::string> kMoe = {"model.preset=tiny_moe"};  // 8 experts, top-2
+
+std::vector<std::string> with(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+TEST(ExpertParallelConfig, DefaultFileAndOverride) {
+  EXPECT_EQ(config::Config{}.parallel.expert, 1);
+  EXPECT_EQ(config::load_config_string("model:\n  preset: tiny_moe\nparallel:\n  expert: 2\n", "x").parallel.expert, 2);
+  EXPECT_EQ(config::load_config_string("", "x", with(kMoe, {"parallel.expert=4"})).parallel.expert, 4);
+  EXPECT_NE(config::dump_yaml(config::load_config_string("", "x", with(kMoe, {"parallel.expert=2"})))
+                .find("parallel:\n  tensor: 1\n  expert: 2\n"),
+            std::string::npos);
+  EXPECT_NE(config::describe_keys().find("parallel.expert = 1  (integer)"), std::string::npos);
+  EXPECT_EQ(error_of("parallel:\n  expert: 0\n"), "configs/x.yaml:2: key 'parallel.expert' must be >= 1, got 0");
+}
+
+TEST(ExpertParallelConfig, ModelsAndCombinationsThatCannotSplitAreRefusedNamingTheKey) {
+  EXPECT_EQ(error_of("", with(kMoe, {"parallel.expert=8"})), "no error");
+  EXPECT_EQ(error_of("", {"parallel.expert=2"}),
+            "--set parallel.expert=2: key 'parallel.expert' is 2, which needs a mixture of experts (model.num_experts "
+            "> 0): a dense model has no experts to spread; set parallel.expert: 1");
+  EXPECT_EQ(error_of("", with(kMoe, {"parallel.expert=3"})),
+            "--set parallel.expert=3: key 'parallel.expert' 3 must divide model.num_experts (8): every rank of the "
+            "expert group holds the same number of whole experts");
+  // The key set last is blamed, in its own words.
+  EXPECT_EQ(error_of("parallel:\n  expert: 4\n", with(kMoe, {"model.num_experts=6"})),
+            "--set model.num_experts=6: key 'model.num_experts' (6) must be a multiple of parallel.expert (4): every "
+            "rank of the expert group holds the same number of whole experts");
+}
+
+dist::WorldInfo world_of(std::vector<int> node_of_rank) {
+  dist::WorldInfo w;
+  w.size = int(node_of_rank.size());
+  w.node_of_rank = std::move(node_of_rank);
+  return w;
+}
+
+std::string mesh_error(const std::vector<std::string>& overrides, const dist::WorldInfo& w) {
+  try {
+    train::check_mesh(config::load_config_string("", "configs/x.yaml", with(kMoe, overrides)), w);
+  } catch (const config::ConfigError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(ExpertParallelConfig, LayoutsTheWorldCannotHoldAreConfigErrors) {
+  const dist::WorldInfo four = world_of({0, 0, 0, 0});
+  EXPECT_EQ(mesh_error({"parallel.expert=4"}, four), "no error");
+  EXPECT_EQ(train::mesh_spec(config::load_config_string("", "x", with(kMoe, {"parallel.expert=4"}))).expert, 4);
+  EXPECT_EQ(mesh_error({"parallel.expert=2", "fsdp.sharding_strategy=HYBRID_SHARD", "fsdp.shard_group_size=2"}, four),
+            "no error");
+  EXPECT_EQ(mesh_error({"parallel.expert=8"}, four),
+            "--set parallel.expert=8: key 'parallel.expert' 8 must divide the 4 data-parallel ranks: the experts are "
+            "spread over data-parallel ranks; use a divisor of 4");
+  EXPECT_EQ(mesh_error({"parallel.expert=4", "fsdp.sharding_strategy=HYBRID_SHARD", "fsdp.shard_group_size=2"}, four),
+            "--set parallel.expert=4: key 'parallel.expert' 4 must divide the shard group of 2 data-parallel ranks "
+            "(fsdp.sharding_strategy and fsdp.shard_group_size): the expert group is borrowed from the ranks that "
+            "shard the other parameters; use a divisor of 2, or a HYBRID_SHARD fsdp.shard_group_size that is a "
+            "multiple of 4");
+  EXPECT_EQ(mesh_error({"parallel.expert=2", "fsdp.sharding_strategy=NO_SHARD"}, four),
+            "--set parallel.expert=2: key 'parallel.expert' 2 must divide the shard group of 1 data-parallel rank "
+            "(fsdp.sharding_strategy and fsdp.shard_group_size): the expert group is borrowed from the ranks that "
+            "shard the other parameters; NO_SHARD has no shard group to borrow from: use FULL_SHARD, SHARD_GRAD_OP "
+            "or HYBRID_SHARD");
+}
+
+// What the model is made as for a rank of a mesh with E > 1 (train::rank_model_config):
+// its expert degree, or the refusal of what is not built yet.
+std::string rank_model_error(const std::vector<std::string>& overrides, Device device = Device::cpu(),
+                             int tensor = 1) {
+  dist::ProcessGroups g = dist::local_process_groups();
+  dist::MeshShape shape;
+  shape.expert = 2;
+  shape.tensor = tensor;
+  g.mesh = dist::DeviceMesh(shape, std::vector<int>(size_t(2 * tensor), 0));
+  try {
+    const config::Config cfg = config::load_config_string("", "configs/x.yaml", overrides);
+    const model::LlamaConfig m = train::runs_on(train::rank_model_config(cfg, g), cfg, device);
+    return "expert_parallel " + std::to_string(m.expert_parallel);
+  } catch (const config::ConfigError& e) {
+    return e.what();
+  }
+}
+
+TEST(ExpertParallelConfig, AModelFoldersExpertsAndWhatIsNotBuiltAreCheckedAtStartUp) {
+  EXPECT_EQ(rank_model_error(with(kMoe, {"parallel.expert=2"})), "expert_parallel 2");
+  EXPECT_EQ(rank_model_error(with(kMoe, {"parallel.expert=2", "parallel.tensor=2"}), Device::cpu(), 2),
+            "--set parallel.expert=2: key 'parallel.expert' is 2 with parallel.tensor 2, but experts under both "
+            "(expert tensor parallelism, or tp2ep) are not built yet: set one of them to 1");
+  EXPECT_EQ(rank_model_error(with(kMoe, {"lora.enabled=true", "parallel.expert=2"})),
+            "--set parallel.expert=2: key 'parallel.expert' is 2 with lora.enabled, but LoRA under expert parallelism "
+            "is not built yet: set parallel.expert: 1");
+  EXPECT_EQ(rank_model_error(with(kMoe, {"parallel.expert=2", "train.device=cuda"}), Device::cuda(0)),
+            "--set parallel.expert=2: key 'parallel.expert' is 2, but expert parallelism on GPUs (train.device: "
+            "cuda) is not built yet: set parallel.expert: 1, or train on the CPU");
+  // A model folder's expert count is known only once its config.json is read: Mixtral's
+  // tiny golden folder has 4 experts (it must be even for E = 2: fine) ...
+  const std::string folder = std::string(FSDP_SOURCE_DIR) + "/tests/golden/mixtral_tiny";
+  EXPECT_EQ(rank_model_error({"model.init_from=" + folder, "parallel.expert=2", "train.seq_len=16"}),
+            "expert_parallel 2");
+  // ... and a dense folder has none.
+  const std::string dense = std::string(FSDP_SOURCE_DIR) + "/tests/golden/llama_gqa_tiny";
+  EXPECT_EQ(rank_model_error({"model.init_from=" + dense, "parallel.expert=2", "train.seq_len=16"}),
+            "--set parallel.expert=2: key 'parallel.expert' 2 needs a mixture of experts (model.num_experts > 0): a "
+            "dense model has no experts to spread (" +
+                dense + "/config.json)");
+}
+
+TEST(ExpertParallelConfig, TheStepLineNamesTheMesh) {
+  obs::StepMetrics m;
+  m.world_size = 4;
+  m.mesh = "1x2x2x1";
+  m.expert_parallel = 2;
+  EXPECT_NE(obs::format_step_line(m, 10).find(" | mesh 1x2x2x1 | comm "), std::string::npos)
+      << obs::format_step_line(m, 10);
+  // The all-to-alls' share of the wait, beside the most-loaded expert's.
+  m.expert_load = {{3, 1}};
+  m.expert_imbalance = {1.5};
+  m.all_to_all_ms = 12.25;
+  EXPECT_NE(obs::format_step_line(m, 10).find("expert load max/mean 1.50 (layer 0), all-to-all 12.2 ms"),
+            std::string::npos)
+      << obs::format_step_line(m, 10);
+  EXPECT_NE(obs::to_json_line(m).find("\"all_to_all_ms\":12.25"), std::string::npos) << obs::to_json_line(m);
+}
+
+// 2 expert ranks of 4 experts: rank 0 holds experts 0-1, rank 1 experts 2-3.
+TEST(ExpertDispatchLayout, SourceMajorStagingAndExpertMajorRuns) {
+  // counts[src * 4 + e]: rank 0 routed 3, 1, 0, 2 pairs; rank 1 routed 1, 0, 4, 1.
+  const std::vector<int64_t> counts = {3, 1, 0, 2, 1, 0, 4, 1};
+  const model::DispatchLayout r0 = model::dispatch_layout(counts, 4, 0, 2);
+  EXPECT_EQ(r0.send_rows, (std::vector<int64_t>{4, 2}));  // its experts 0-1, then rank 1's 2-3
+  EXPECT_EQ(r0.recv_rows, (std::vector<int64_t>{4, 1}));
+  EXPECT_EQ(r0.received, 5);
+  // Staging: from rank 0 (expert 0: 3, expert 1: 1), from rank 1 (expert 0: 1, expert 1: 0).
+  EXPECT_EQ(r0.block_rows, (std::vector<int64_t>{3, 1, 1, 0}));
+  EXPECT_EQ(r0.block_staged, (std::vector<int64_t>{0, 3, 4, 5}));
+  // Grouped: expert 0 (rank 0's 3 rows, then rank 1's 1), then expert 1 (rank 0's 1).
+  EXPECT_EQ(r0.block_grouped, (std::vector<int64_t>{0, 4, 3, 5}));
+  EXPECT_EQ(r0.expert_begin, (std::vector<int64_t>{0, 4, 5}));
+  const model::DispatchLayout r1 = model::dispatch_layout(counts, 4, 1, 2);
+  EXPECT_EQ(r1.send_rows, (std::vector<int64_t>{1, 5}));
+  EXPECT_EQ(r1.recv_rows, (std::vector<int64_t>{2, 5}));
+  EXPECT_EQ(r1.expert_begin, (std::vector<int64_t>{0, 4, 7}));
+  // What each rank sends is what the other receives.
+  EXPECT_EQ(r0.send_rows[1], r1.recv_rows[0]);
+  EXPECT_EQ(r1.send_rows[0], r0.recv_rows[1]);
+}
+
+model::LlamaConfig tiny_moe(int64_t expert) {
+  model::LlamaConfig c = model::llama_preset("tiny_moe");
+  c.num_layers = 2;
+  c.expert_parallel = expert;
+  return c;
+}
+
+TEST(ExpertUnits, EveryExpertOnceNumberedAndInitialisedAsOneProcess) {
+  const std::vector<model::UnitLayout> one = model::llama_units(tiny_moe(1));
+  std::map<std::string, std::vector<float>> want;  // every slot's seeded values, one process
+  for (size_t u = 0; u < one.size(); ++u) {
+    const Tensor flat = Tensor::zeros({one[u].numel}, DType::F32);
+    model::init_unit(one[u], int(u), 7, 0.02, flat);
+    for (const model::ParamSlot& s : one[u].params) {
+      const Tensor v = flat.narrow(0, s.offset, s.numel);
+      want[s.name].assign(v.data<float>(), v.data<float>() + s.numel);
+    }
+  }
+  for (int E : {2, 4, 8}) {
+    std::map<std::string, int> seen;
+    for (int r = 0; r < E; ++r) {
+      const std::vector<model::UnitLayout> units = model::llama_units(tiny_moe(E), 0, r);
+      ASSERT_EQ(units.size(), one.size() + 2) << "two expert units after the head";
+      for (int l = 0; l < 2; ++l) {
+        const model::UnitLayout& x = units[size_t(model::expert_unit(tiny_moe(E), l))];
+        EXPECT_EQ(x.name, "layers." + std::to_string(l) + ".experts");
+        EXPECT_EQ(x.experts_of, model::block_unit(l));
+        // 8 / E experts: w1, w3 each, then w2 each, from expert r * 8 / E on.
+        ASSERT_EQ(x.params.size(), size_t(3 * 8 / E));
+        EXPECT_EQ(x.params.front().name, "layers." + std::to_string(l) + ".experts." + std::to_string(r * 8 / E) + ".w1");
+        EXPECT_FALSE(units[size_t(model::block_unit(l))].has(x.params.front().name));
+      }
+      for (size_t u = 0; u < units.size(); ++u) {
+        const Tensor flat = Tensor::zeros({units[u].numel}, DType::F32);
+        model::init_unit(units[u], int(u), 7, 0.02, flat);
+        for (const model::ParamSlot& s : units[u].params) {
+          // Expert slots once over the ranks, the rest on every rank.
+          ++seen[s.name];
+          EXPECT_EQ(s.whole_offset, one[size_t(units[u].experts_of >= 0 ? units[u].experts_of : int(u))].slot(s.name).offset)
+              << s.name;
+          const Tensor v = flat.narrow(0, s.offset, s.numel);
+          EXPECT_EQ(std::vector<float>(v.data<float>(), v.data<float>() + s.numel), want.at(s.name)) << s.name;
+        }
+      }
+    }
+    EXPECT_EQ(seen.size(), want.size());
+    for (const auto& [name, count] : seen)
+      EXPECT_EQ(count, name.find(".experts.") != std::string::npos ? 1 : E) << name << " at E=" << E;
+  }
+}
+
+TEST(ExpertParallelConfig, TheBinaryExitsTwoOnALayoutOneProcessCannotHold) {
+  // One process is a world of one rank: parallel.expert 2 cannot start, and nothing runs.
+  const std::string cmd = std::string(FSDP_TRAIN_BIN) + " train --config " + FSDP_SOURCE_DIR +
+                          "/configs/tiny_moe.yaml --set data.source=synthetic --set parallel.expert=2 " +
+                          "--set train.max_steps=1 --set run.dir=/nonexistent/never 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[512];
+  while (fgets(buf, sizeof buf, p) != nullptr) out += buf;
+  const int status = pclose(p);
+  EXPECT_EQ(WEXITSTATUS(status), 2) << out;
+  EXPECT_NE(out.find("--set parallel.expert=2: key 'parallel.expert' 2 must divide the 1 data-parallel ranks"),
+            std::string::npos)
+      << out;
+}
+
+// The plan's activations under expert parallelism are what the trainer allocates, to the
+// byte: the expert side sized for the worst routing and the dispatch's two buffers
+// (max_received_rows), in every checkpointing mode (activation_memory binds the same structs).
+TEST(ExpertParallelMemory, ThePlansActivationsAreWhatIsAllocated) {
+  model::LlamaConfig c = tiny_moe(1);
+  using model::Recompute;
+  for (int E : {2, 4}) {
+    c.expert_parallel = E;
+    EXPECT_EQ(model::max_received_rows(c, 22), int64_t(E) * 22 * 2);  // min(k = 2, 8 / E) = 2
+    for (const auto& [mode, offload] : {std::pair{Recompute::None, false}, std::pair{Recompute::Full, false},
+                                        std::pair{Recompute::Selective, false}, std::pair{Recompute::Full, true}}) {
+      model::ActivationCheckpointing policy;
+      policy.mode = mode;
+      policy.offload = offload;
+      const size_t before = allocator_for(Device::cpu()).stats().current_bytes;
+      const model::LlamaActivations act(c, 2, 11, DType::F32, Device::cpu(), policy);
+      const size_t allocated = allocator_for(Device::cpu()).stats().current_bytes - before;
+      EXPECT_EQ(model::activation_memory(c, 2, 11, DType::F32, policy).device(), double(allocated))
+          << "E=" << E << " mode " << int(mode) << (offload ? " offload" : "");
+      EXPECT_TRUE(act.ep_staging.defined() && act.ep_staging.size(0) == model::max_received_rows(c, 22));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace fsdp
