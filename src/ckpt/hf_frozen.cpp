@@ -104,7 +104,7 @@ void HfFrozenSource::values(const model::FrozenSlot& s, int64_t first, const Ten
     const int64_t n = q.numel;
     const Nf4Tensors p{Tensor::empty({nf4_packed_bytes(n)}, DType::U8), Tensor::empty({nf4_blocks(n)}, DType::U8),
                        Tensor::empty({nf4_nested_blocks(n)}, DType::F32), Tensor::empty({256}, DType::F32),
-                       Tensor::empty({1}, DType::F32), Tensor::empty({16}, DType::F32)};
+                       Tensor::empty({1}, DType::F32), Tensor::empty({16}, DType::F32), Tensor()};
     nf4_pieces(q, p);
     Tensor all = Tensor::empty({n}, DType::F32);
     nf4_dequantize(p, q.dtype, all);

@@ -34,7 +34,7 @@ void fill_dense(const FrozenSlot& s, const Tensor& out, int64_t begin, FrozenSou
 Nf4Tensors host_pieces(int64_t n) {
   return Nf4Tensors{Tensor::zeros({nf4_packed_bytes(n)}, DType::U8), Tensor::zeros({nf4_blocks(n)}, DType::U8),
                     Tensor::zeros({nf4_nested_blocks(n)}, DType::F32), Tensor::zeros({256}, DType::F32),
-                    Tensor::zeros({1}, DType::F32),                     Tensor::zeros({16}, DType::F32)};
+                    Tensor::zeros({1}, DType::F32),                     Tensor::zeros({16}, DType::F32), Tensor()};
 }
 
 // The whole weight's pieces, as the source stores them or quantized from its values.
@@ -115,7 +115,7 @@ Nf4Tensors nf4_pieces_of(const Tensor& frozen, const FrozenSlot& s) {
                     frozen.reinterpret(DType::F32, at + s.nf4.nested_absmax, {nf4_nested_blocks(n)}),
                     frozen.reinterpret(DType::F32, at + s.nf4.nested_code, {256}),
                     frozen.reinterpret(DType::F32, at + s.nf4.offset, {1}),
-                    frozen.reinterpret(DType::F32, at + s.nf4.code, {16})};
+                    frozen.reinterpret(DType::F32, at + s.nf4.code, {16}), Tensor()};
 }
 
 void frozen_slot_values(const Tensor& frozen, const FrozenSlot& s, const Tensor& out) {
