@@ -1,7 +1,10 @@
-// What the tensor-parallel tests (tests/mpi/test_tensor_parallel*.cpp and the CUDA one in
-// tests/cuda_mpi) share: a whole parameter put together from every tensor rank's slice,
-// and the files of a checkpoint or export folder.
+// What the tensor- and expert-parallel tests (tests/mpi/test_tensor_parallel*.cpp,
+// test_expert_parallel*.cpp and the CUDA one in tests/cuda_mpi) share: a whole parameter put
+// together from every tensor rank's slice, the files of a checkpoint or export folder, and
+// the check that a parallel run's checkpoint exports one process's Hugging Face folder.
 #pragma once
+
+#include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
@@ -13,6 +16,7 @@
 #include "fsdp/core/tensor.h"
 #include "fsdp/model/param_units.h"
 #include "fsdp/model/tensor_parallel.h"
+#include "fsdp/train/checkpoint_export.h"
 
 namespace fsdp::test {
 
@@ -47,6 +51,28 @@ inline std::map<std::string, std::string> folder_bytes(const std::string& dir) {
     out[e.path().filename().string()] = std::string(std::istreambuf_iterator<char>(f), {});
   }
   return out;
+}
+
+// Exports `parallel` and `one` (checkpoint step folders) into <out>/hf_parallel and
+// <out>/hf_one and expects the two folders byte for byte equal; `what` names the layout in
+// failures. One process's call (the exports read every rank's files).
+inline void expect_exports_equal(const std::string& parallel, const std::string& one, const std::string& out,
+                                 const std::string& what) {
+  for (const auto& [from, to] : {std::pair{parallel, out + "/hf_parallel"}, {one, out + "/hf_one"}}) {
+    train::ExportRequest r;
+    r.checkpoint = from;
+    r.output = to;
+    train::export_checkpoint(r);
+  }
+  const auto a = folder_bytes(out + "/hf_parallel"), b = folder_bytes(out + "/hf_one");
+  EXPECT_EQ(a.size(), b.size());
+  for (const auto& [name, bytes] : b) {
+    if (!a.count(name)) {
+      ADD_FAILURE() << name << " missing from the " << what << " run's export";
+      continue;
+    }
+    EXPECT_TRUE(a.at(name) == bytes) << name << " differs";
+  }
 }
 
 }  // namespace fsdp::test

@@ -140,22 +140,8 @@ TEST(ExpertParallelCheckpoint, ExportOfAnExpertParallelRunIsOneProcesss) {
       EXPECT_EQ(t.step(), K);
       t.save_checkpoint();
       t.finish_checkpoint();
-      for (const auto& [from, to] : {std::pair{test::checkpoint_step_dir(ep, K), one + "/hf_ep"},
-                                     {test::checkpoint_step_dir(one, K), one + "/hf_one"}}) {
-        train::ExportRequest r;
-        r.checkpoint = from;
-        r.output = to;
-        train::export_checkpoint(r);
-      }
-      const auto a = test::folder_bytes(one + "/hf_ep"), b = test::folder_bytes(one + "/hf_one");
-      EXPECT_EQ(a.size(), b.size());
-      for (const auto& [name, bytes] : b) {
-        if (!a.count(name)) {
-          ADD_FAILURE() << name << " missing from the expert-parallel run's export";
-          continue;
-        }
-        EXPECT_TRUE(a.at(name) == bytes) << name << " differs";
-      }
+      test::expect_exports_equal(test::checkpoint_step_dir(ep, K), test::checkpoint_step_dir(one, K), one,
+                                 "expert-parallel");
     } catch (const std::exception& e) {
       ADD_FAILURE() << e.what();
     }

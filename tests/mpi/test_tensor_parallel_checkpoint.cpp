@@ -147,22 +147,8 @@ TEST(TensorParallelCheckpoint, ExportOfATensorParallelRunIsOneProcesss) {
       EXPECT_EQ(t.step(), K);
       t.save_checkpoint();
       t.finish_checkpoint();
-      for (const auto& [from, to] : {std::pair{test::checkpoint_step_dir(tp, K), one + "/hf_tp"},
-                                     {test::checkpoint_step_dir(one, K), one + "/hf_one"}}) {
-        train::ExportRequest r;
-        r.checkpoint = from;
-        r.output = to;
-        train::export_checkpoint(r);
-      }
-      const auto a = test::folder_bytes(one + "/hf_tp"), b = test::folder_bytes(one + "/hf_one");
-      EXPECT_EQ(a.size(), b.size());
-      for (const auto& [name, bytes] : b) {
-        if (!a.count(name)) {
-          ADD_FAILURE() << name << " missing from the tensor-parallel run's export";
-          continue;
-        }
-        EXPECT_TRUE(a.at(name) == bytes) << name << " differs";
-      }
+      test::expect_exports_equal(test::checkpoint_step_dir(tp, K), test::checkpoint_step_dir(one, K), one,
+                                 "tensor-parallel");
     } catch (const std::exception& e) {
       ADD_FAILURE() << e.what();
     }
