@@ -2,8 +2,8 @@
 // parallelism] in model/mlp_moe.h) through the trainer, under mpiexec with 2 and 4 ranks
 // (np1 has no layout): a tiny Mixtral (4 experts, top-2, GQA 2, the load-balancing and
 // z-losses, auxiliary-loss-free balancing) at T=2 (2 ranks: mesh 1x1x2; 4 ranks: T=2 x
-// FULL_SHARD 2, mesh 1x2x2), T=4 (4 ranks: 1x1x4) and T=2 x HYBRID_SHARD (4 ranks: 2x1x2)
-// equals one process training the same global batch:
+// FULL_SHARD 2, mesh 1x2x2), T=2 x SHARD_GRAD_OP, T=4 (4 ranks: 1x1x4) and T=2 x
+// HYBRID_SHARD (4 ranks: 2x1x2) equals one process training the same global batch, 20 steps:
 //  - every step's loss, aux loss and z-loss within 1e-5 relative, every weight within 1e-5
 //    norm-wise (test_tensor_parallel.cpp's bounds and Adam eps, for its reasons);
 //  - every step's expert counts equal to one process's, as integers: the tensor ranks routed
@@ -13,7 +13,7 @@
 //    equal bits (a token whose top-2 flipped on rounding would show as 2 x rate);
 //  - the router's weights within the bound: its gradient sums partial routing terms over
 //    the tensor group plus the router losses' term, added 1/T per rank (counted T times,
-//    the aux loss's share would move it by far more than 1e-5 over 10 steps);
+//    the aux loss's share would move it by far more than 1e-5 over 20 steps);
 //  - the same run twice, and under every checkpointing mode, the same bits;
 //  - with LoRA on every linear layer (router and experts included, dropout 0.1) the same
 //    losses, counts, biases and adapters as one process;
@@ -38,7 +38,7 @@
 namespace fsdp {
 namespace {
 
-constexpr int kSteps = 10;
+constexpr int kSteps = 20;
 constexpr int kGlobalMicroBatches = 4;  // of 2 sequences, at every layout
 constexpr double kTolerance = 1e-5;
 constexpr double kParamTolerance = 1e-5;
@@ -127,27 +127,29 @@ const std::vector<std::vector<std::string>> kCheckpointing = {
     {"train.activation_checkpointing=full", "train.activation_offload=true", "train.activation_offload_horizon=1"},
 };
 
-// T=2 (on 4 ranks with FULL_SHARD 2) and, where the world holds them, T=4 (mesh 1x1x4:
-// each rank 16 of every expert's 64 columns, 2 of 8 heads) and T=2 x HYBRID_SHARD (2x1x2:
-// the replicate all-reduce beside the tensor group), each run again twice and under every
-// checkpointing mode (about 1 s at np4 in all).
+// T=2 (on 4 ranks with FULL_SHARD 2), T=2 x SHARD_GRAD_OP and, where the world holds them,
+// T=4 (mesh 1x1x4: each rank 16 of every expert's 64 columns, 2 of 8 heads) and T=2 x
+// HYBRID_SHARD (2x1x2: the replicate all-reduce beside the tensor group), each run again
+// twice and under every checkpointing mode (about 2 s at np4 in all).
 TEST(TensorParallelMoe, EveryLayoutEqualsOneProcessAndEveryCheckpointingModeTheSameBits) {
   dist::ProcessGroups& world = test::world_groups();
   const int n = world.world->size();
   if (n < 2) GTEST_SKIP() << "tensor parallelism needs 2 ranks";
   struct Layout {
     int tensor;
+    std::string strategy;
     std::vector<std::string> keys;
   };
   const std::vector<Layout> layouts = {
-      {2, {}},
-      {4, {}},
-      {2, {"fsdp.sharding_strategy=HYBRID_SHARD", "fsdp.shard_group_size=1"}},
+      {2, "FULL_SHARD", {}},
+      {4, "FULL_SHARD", {}},
+      {2, "SHARD_GRAD_OP", {"fsdp.sharding_strategy=SHARD_GRAD_OP"}},
+      {2, "HYBRID_SHARD", {"fsdp.sharding_strategy=HYBRID_SHARD", "fsdp.shard_group_size=1"}},
   };
   for (const Layout& l : layouts) {
     const int T = l.tensor;
-    if (n % T != 0 || (!l.keys.empty() && n / T < 2)) continue;
-    const std::string at = "T=" + std::to_string(T) + (l.keys.empty() ? "" : " HYBRID_SHARD") + ": ";
+    if (n % T != 0 || (l.strategy == "HYBRID_SHARD" && n / T < 2)) continue;
+    const std::string at = "T=" + std::to_string(T) + " " + l.strategy + ": ";
     std::vector<std::string> keys = {"checkpoint.resume=none"};
     keys.insert(keys.end(), l.keys.begin(), l.keys.end());
     const config::Config cfg = tiny_moe(T, n / T, keys);
