@@ -40,6 +40,9 @@ awk -v f="$first" -v l="$last" 'BEGIN { exit !(l < f * 2 / 3) }' || fail "the lo
 "$bin" export --checkpoint "$work/run/checkpoints" --output "$work/adapter" --adapter > "$work/export.log" 2>&1 ||
   { cat "$work/export.log"; fail "export --adapter"; }
 grep -q '"peft_type": "LORA"' "$work/adapter/adapter_config.json" || fail "no PEFT adapter_config.json"
+# tests/golden/hyperpod_peft/check_peft.py runs this script with HYPERPOD_OUT set to take the
+# adapter to PEFT, which records its greedy reply below.
+if [ -n "${HYPERPOD_OUT:-}" ]; then cp -r "$work/adapter" "$HYPERPOD_OUT/adapter"; fi
 for from in "--checkpoint $work/run/checkpoints" "--checkpoint $work/model --adapter $work/adapter"; do
   # shellcheck disable=SC2086
   "$bin" generate $from --chat --system "뉴스를 요약하세요." --user "한은이 금리를 동결했다." --temperature 0 \
@@ -47,4 +50,16 @@ for from in "--checkpoint $work/run/checkpoints" "--checkpoint $work/model --ada
   grep -q "replies stop at .*<|eot_id|>" "$work/generate.log" || fail "generate --chat does not stop at <|eot_id|>"
   ! grep -q '<|' "$work/reply" || fail "special tokens in the reply"
 done
+# PEFT loads an adapter this flow exported (the recorded one, tests/golden/hyperpod_peft:
+# PeftModel.from_pretrained on the float32 base, no missing or unexpected key) and its greedy
+# reply to the same conversation is ours, token for token; the fresh export has its tensors.
+golden="$root/tests/golden/hyperpod_peft"
+"$bin" generate --checkpoint "$work/model" --adapter "$golden/adapter" --chat --system "뉴스를 요약하세요." \
+  --user "한은이 금리를 동결했다." --temperature 0 --max-new-tokens 16 > "$work/reply_golden" 2> "$work/generate.log" ||
+  { cat "$work/generate.log"; fail "generate --chat with the recorded adapter"; }
+want=$(sed -n 's/^  "reply_text": "\(.*\)",\{0,1\}$/\1/p' "$golden/expected.json")
+[ "$(cat "$work/reply_golden")" == "$want" ] || fail "PEFT replied '$want', we replied '$(cat "$work/reply_golden")'"
+names() { grep -a -o '"base_model[^"]*"' "$1/adapter_model.safetensors" | sort; }
+[ "$(names "$work/adapter")" == "$(names "$golden/adapter")" ] || fail "the export's tensors are not the recorded adapter's"
+echo "PEFT's greedy reply with the recorded adapter, ours the same: '$want'"
 echo PASS
