@@ -109,6 +109,40 @@ void expect_losses_near(const std::vector<double>& got, const std::vector<double
         << what << " step " << i + 1 << ": " << got[i] << " vs " << want[i];
 }
 
+// init_from a Hugging Face folder and a PEFT adapter folder at T=2 (issue 27 item 6): the
+// golden base (tests/golden/llama_gqa_tiny: 6 heads, 2 key/value heads, MLP 88, vocabulary 96,
+// all split in 2) and PEFT's adapter for it (lora_tiny/r4_alpha8, which the LoRA goldens hold
+// to PEFT's logits) load into every tensor rank's slices as one process loads them whole, to
+// the bit, and 20 steps from there equal one process's.
+config::Config from_folders(int tensor, int data_ranks) {
+  const std::string golden = std::string(FSDP_SOURCE_DIR) + "/tests/golden/";
+  std::vector<std::string> o = {"train.grad_accum_steps=" + std::to_string(kGlobalBatch / 2 / data_ranks)};
+  o.push_back(tensor > 0 ? "parallel.tensor=" + std::to_string(tensor) : "fsdp.sharding_strategy=NO_SHARD");
+  return config::load_config_string(
+      "model:\n  init_from: " + golden + "llama_gqa_tiny\nlora:\n  enabled: true\n  rank: 4\n  alpha: 8\n"
+      "  targets: all-linear\n  init_from: " + golden + "lora_tiny/r4_alpha8\ndata:\n  source: synthetic\n"
+      "train:\n  seq_len: 16\n  micro_batch_size: 2\n  max_steps: 100\noptim:\n  lr: 1e-2\n  eps: 1e-5\n"
+      "  warmup_steps: 0\nlogging:\n  metrics: false\ncheckpoint:\n  resume: none\n",
+      "test", o);
+}
+
+TEST(TensorParallelLora, HuggingFaceAndPeftFoldersInitAtT2AsOneProcess) {
+  dist::ProcessGroups& world = test::world_groups();
+  const int n = world.world->size();
+  if (n < 2) GTEST_SKIP() << "tensor parallelism needs 2 ranks";
+  const config::Config cfg = from_folders(2, n / 2);
+  auto groups = dist::split_process_groups(world, train::mesh_spec(cfg));
+  auto local = dist::local_process_groups();
+  const TrainRun loaded = train(cfg, groups, 0), loaded_one = train(from_folders(0, 1), local, 0);
+  ASSERT_EQ(loaded.adapters.size(), loaded_one.adapters.size());
+  for (const auto& [name, w] : loaded_one.adapters)
+    EXPECT_EQ(std::memcmp(loaded.adapters.at(name).data_ptr(), w.data_ptr(), w.nbytes()), 0) << name << " as loaded";
+  const TrainRun got = train(cfg, groups, kSteps), want = train(from_folders(0, 1), local, kSteps);
+  expect_losses_near(got.losses, want.losses, "T=2 from the folders");
+  for (const auto& [name, w] : want.adapters)
+    EXPECT_LT(test::rel_norm_error(got.adapters.at(name), w), kParamTolerance) << name;
+}
+
 TEST(TensorParallelLora, T2EqualsOneProcessWithDropout) {
   dist::ProcessGroups& world = test::world_groups();
   const int n = world.world->size();
