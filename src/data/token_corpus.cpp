@@ -207,6 +207,13 @@ class TokenCorpus final : public SampleSource {
   std::shared_ptr<const ShardSet> set_;
 };
 
+// read_sample of a source whose windows always carry a mask (its pads, at least): the
+// window read with its mask, the mask dropped.
+void read_dropping_mask(const SampleSource& source, int64_t index, int32_t* window) {
+  std::vector<uint8_t> mask(size_t(source.seq_len() + 1));
+  source.read_masked_sample(index, window, mask.data());
+}
+
 // Note [Example rows]
 // Without packing every non-empty document is a row: its tokens from the start, cut at
 // seq_len + 1, then token 0 up to the window, masked. Causal attention keeps the pads from
@@ -237,10 +244,7 @@ class ExampleRows final : public SampleSource {
   int64_t seq_len() const override { return seq_len_; }
   bool has_mask() const override { return true; }  // the pads, at least
 
-  void read_sample(int64_t index, int32_t* window) const override {
-    std::vector<uint8_t> mask(size_t(seq_len_ + 1));
-    read_masked_sample(index, window, mask.data());
-  }
+  void read_sample(int64_t index, int32_t* window) const override { read_dropping_mask(*this, index, window); }
   void read_masked_sample(int64_t index, int32_t* window, uint8_t* mask) const override {
     FSDP_CHECK(index >= 0 && index < num_samples(), "sample {} out of range [0, {})", index, num_samples());
     const int64_t g = rows_[size_t(index)], start = set_->doc_start(g);
@@ -291,10 +295,7 @@ class PackedExamples final : public PackedSource {
   int64_t seq_len() const override { return seq_len_; }
   bool has_mask() const override { return true; }  // the pads, at least
 
-  void read_sample(int64_t index, int32_t* window) const override {
-    std::vector<uint8_t> mask(size_t(seq_len_ + 1));
-    read_masked_sample(index, window, mask.data());
-  }
+  void read_sample(int64_t index, int32_t* window) const override { read_dropping_mask(*this, index, window); }
   void read_masked_sample(int64_t index, int32_t* window, uint8_t* mask) const override {
     FSDP_CHECK(index >= 0 && index < num_samples(), "sample {} out of range [0, {})", index, num_samples());
     int64_t at = 0;
