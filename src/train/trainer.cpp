@@ -175,24 +175,25 @@ std::vector<const dist::Communicator*> Trainer::expert_comms() const {
 // Micro-batch `index` of a step goes through staging row `index`: the upload from it is
 // only enqueued here, and the row is refilled one step later, after that step's loss
 // read-back has waited for the compute stream (which carries the upload). Evaluation uses
-// row 0 and reads its losses back at once.
-void Trainer::load_micro_batch(data::Loader& loader, int64_t index) {
+// row 0 and reads its losses back at once. On the CPU the loader writes the activations'
+// inputs directly. Rows from `keep_rows` on (when >= 0) have their targets masked before
+// the upload: the end of a split evaluated whole.
+void Trainer::load_micro_batch(data::Loader& loader, int64_t index, int64_t keep_rows) {
   act_.documents = loader.documents();
-  const Tensor doc_start = act_.documents ? act_.doc_start.reshape({act_.doc_start.numel()}) : Tensor();
-  if (device_.is_cpu()) {
-    const trace::Span span("data wait", "data");
-    loader.next(act_.ids, act_.targets, doc_start);
-    return;
-  }
-  const Tensor ids = ids_host_.select(0, index), targets = targets_host_.select(0, index);
-  const Tensor docs = act_.documents ? doc_start_host_.select(0, index) : Tensor();
+  const bool cpu = device_.is_cpu();
+  const Tensor targets = cpu ? act_.targets : targets_host_.select(0, index);
+  const Tensor docs = !act_.documents ? Tensor()
+                      : cpu           ? act_.doc_start.reshape({act_.doc_start.numel()})
+                                      : doc_start_host_.select(0, index);
   {
     const trace::Span span("data wait", "data");
-    loader.next(ids, targets, docs);
+    loader.next(cpu ? act_.ids : ids_host_.select(0, index), targets, docs);
   }
-  act_.ids.copy_(ids);
-  act_.targets.copy_(targets);
-  if (act_.documents) doc_start.copy_(docs);
+  if (keep_rows >= 0) {
+    int32_t* t = targets.data<int32_t>();
+    std::fill(t + keep_rows * cfg_.train.seq_len, t + targets.numel(), data::kIgnoredTarget);
+  }
+  if (!cpu) upload_micro_batch(index);
 }
 
 static_assert(data::kIgnoredTarget == kIgnoreIndex, "the loader's masked target must be what the loss ignores");
@@ -404,28 +405,6 @@ obs::StepMetrics Trainer::train_step() {
 
 double Trainer::evaluate(int batches) { return evaluate_split(batches).loss; }
 
-// load_micro_batch's staging (row 0), then the targets of the rows past `keep_rows` masked.
-void Trainer::load_eval_batch(data::Loader& loader, int64_t keep_rows) {
-  const int64_t T = cfg_.train.seq_len;
-  act_.documents = loader.documents();
-  const bool cpu = device_.is_cpu();
-  const Tensor targets = cpu ? act_.targets : targets_host_.select(0, 0);
-  const Tensor docs = !act_.documents ? Tensor()
-                      : cpu           ? act_.doc_start.reshape({act_.doc_start.numel()})
-                                      : doc_start_host_.select(0, 0);
-  {
-    const trace::Span span("data wait", "data");
-    loader.next(cpu ? act_.ids : ids_host_.select(0, 0), targets, docs);
-  }
-  int32_t* t = targets.data<int32_t>();
-  std::fill(t + std::max<int64_t>(keep_rows, 0) * T, t + targets.numel(), data::kIgnoredTarget);
-  if (!cpu) {
-    act_.ids.copy_(ids_host_.select(0, 0));
-    act_.targets.copy_(targets);
-    if (act_.documents) act_.doc_start.reshape({act_.doc_start.numel()}).copy_(docs);
-  }
-}
-
 Trainer::EvalResult Trainer::evaluate_split(int batches) {
   FSDP_CHECK(batches >= 0, "eval.batches must be >= 0 (0 = the whole split), got {}", batches);
   const trace::Span span("evaluate", "eval");
@@ -444,7 +423,7 @@ Trainer::EvalResult Trainer::evaluate_split(int batches) {
     if (batches > 0) {
       load_micro_batch(loader, 0);
     } else {
-      load_eval_batch(loader, std::clamp<int64_t>(N - loader.first_position(loader.position()), 0, micro));
+      load_micro_batch(loader, 0, std::clamp<int64_t>(N - loader.first_position(loader.position()), 0, micro));
     }
     const model::LossSum l = model_.forward(act_, engine_);
     local.sum += l.sum;

@@ -123,16 +123,15 @@ class Trainer {
   std::vector<const dist::Communicator*> expert_comms() const;
   // Sums (loss, tokens) and this rank's votes over the world; the same on every rank.
   StepVotes all_reduce_votes(model::LossSum local);
-  // load_micro_batch with the rows from `keep_rows` on masked out (evaluating a split whole).
-  void load_eval_batch(data::Loader& loader, int64_t keep_rows);
   // The state a checkpoint holds besides tensors, and its restoration.
   ckpt::TrainState train_state() const;
   void restore(const std::string& path);
   // Forward and backward of every micro-batch of a step; this rank's loss sum.
   model::LossSum accumulate_gradients(double grad_scale, double router_scale);
   // The loader's next micro-batch into act_.ids / act_.targets (through the page-locked
-  // staging buffers when the model is on a GPU): evaluation's.
-  void load_micro_batch(data::Loader& loader, int64_t index);
+  // staging buffers when the model is on a GPU): evaluation's. keep_rows >= 0 masks the
+  // targets of the rows from it on (evaluating a split whole).
+  void load_micro_batch(data::Loader& loader, int64_t index, int64_t keep_rows = -1);
   // A training step's micro-batches into the staging rows; the global number of trained
   // targets (Note [Token-weighted loss]).
   int64_t stage_step_batches();
