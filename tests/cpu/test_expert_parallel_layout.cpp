@@ -6,9 +6,9 @@
 // the layout itself: the dispatch's arithmetic, and the expert units (param_units.h) holding
 // every expert once over the expert ranks, numbered and initialised as one process's.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
+#include <unistd.h>
 
-#include <cstdio>
+#include <filesystem>
 #include <map>
 #include <string>
 #include <vector>
@@ -24,6 +24,7 @@
 #include "fsdp/obs/metrics.h"
 #include "fsdp/train/launch_checks.h"
 #include "fsdp/train/setup.h"
+#include "test_util.h"
 
 namespace fsdp {
 namespace {
@@ -243,14 +244,13 @@ TEST(ExpertParallelConfig, TheBinaryExitsTwoOnALayoutOneProcessCannotHold) {
   // One process is a world of one rank: parallel.expert 2 cannot start, and nothing runs.
   const std::string cmd = std::string(FSDP_TRAIN_BIN) + " train --config " + FSDP_SOURCE_DIR +
                           "/configs/tiny_moe.yaml --set data.source=synthetic --set parallel.expert=2 " +
-                          "--set train.max_steps=1 --set run.dir=/nonexistent/never 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  ASSERT_NE(p, nullptr);
-  std::string out;
-  char buf[512];
-  while (fgets(buf, sizeof buf, p) != nullptr) out += buf;
-  const int status = pclose(p);
-  EXPECT_EQ(WEXITSTATUS(status), 2) << out;
+                          "--set train.max_steps=1 --set run.dir=/nonexistent/never";
+  const std::string log =
+      (std::filesystem::temp_directory_path() / ("fsdp_ep_layout_" + std::to_string(::getpid()) + ".log")).string();
+  const test::CommandResult r = test::run_command(cmd, log);
+  std::filesystem::remove(log);
+  const std::string& out = r.out;
+  EXPECT_EQ(r.code, 2) << out;
   EXPECT_NE(out.find("--set parallel.expert=2: key 'parallel.expert' 2 must divide the 1 data-parallel ranks"),
             std::string::npos)
       << out;

@@ -4,9 +4,9 @@
 // folder's shape once its config.json is read, and the launched world (world size, ranks
 // per node, the shard group) at start-up; the binary exits 2 on one of them.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
+#include <unistd.h>
 
-#include <cstdio>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -15,6 +15,7 @@
 #include "fsdp/obs/metrics.h"
 #include "fsdp/train/launch_checks.h"
 #include "fsdp/train/setup.h"
+#include "test_util.h"
 
 namespace fsdp {
 namespace {
@@ -197,14 +198,13 @@ TEST(TensorParallelConfig, TheBinaryExitsTwoOnALayoutOneProcessCannotHold) {
   // One process is a world of one rank: parallel.tensor 2 cannot start, and nothing runs.
   const std::string cmd = std::string(FSDP_TRAIN_BIN) + " train --config " + FSDP_SOURCE_DIR +
                           "/configs/tiny.yaml --set data.source=synthetic --set parallel.tensor=2 " +
-                          "--set train.max_steps=1 --set run.dir=/nonexistent/never 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  ASSERT_NE(p, nullptr);
-  std::string out;
-  char buf[512];
-  while (fgets(buf, sizeof buf, p) != nullptr) out += buf;
-  const int status = pclose(p);
-  EXPECT_EQ(WEXITSTATUS(status), 2) << out;
+                          "--set train.max_steps=1 --set run.dir=/nonexistent/never";
+  const std::string log =
+      (std::filesystem::temp_directory_path() / ("fsdp_tp_layout_" + std::to_string(::getpid()) + ".log")).string();
+  const test::CommandResult r = test::run_command(cmd, log);
+  std::filesystem::remove(log);
+  const std::string& out = r.out;
+  EXPECT_EQ(r.code, 2) << out;
   EXPECT_NE(out.find("--set parallel.tensor=2: key 'parallel.tensor' 2 must divide the world size (1 ranks)"),
             std::string::npos)
       << out;

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "../common/distributed_train_checks.h"
+#include "../common/tensor_parallel_checks.h"
 #include "../cpu/test_util.h"
 #include "fsdp/dist/communicator.h"
 #include "fsdp/fsdp/tensor_group.h"
@@ -91,23 +92,12 @@ Pass run(model::LlamaConfig cfg, model::TensorGroup* group, model::Recompute mod
 }
 
 // Slot `s`'s whole gradient from every rank's share: slices stacked by their place in the
-// whole parameter, whole slots summed.
+// whole parameter (as a whole parameter is), whole slots summed.
 Tensor whole_gradient(const model::ParamSlot& s, const Tensor& local_grads, model::TensorGroup& group) {
+  if (!s.tp.replicated()) return test::whole_parameter(s, local_grads, &group);
   const Tensor mine = local_grads.narrow(0, s.offset, s.numel).clone();
-  if (s.tp.replicated()) {
-    group.all_reduce(mine);
-    return mine;
-  }
-  const int T = group.size();
-  const Tensor all = Tensor::empty({int64_t(T) * s.numel}, DType::F32);
-  group.all_gather(mine, all);
-  const Tensor whole = Tensor::zeros({int64_t(T) * s.numel}, DType::F32);
-  model::ParamSlot slice = s;
-  for (int r = 0; r < T; ++r) {
-    slice.tp.index = r;
-    for (int64_t i = 0; i < s.numel; ++i) whole.set_flat(slice.whole_index(i), all.get_flat(int64_t(r) * s.numel + i));
-  }
-  return whole;
+  group.all_reduce(mine);
+  return mine;
 }
 
 void expect_same_bits(const Pass& a, const Pass& b, const std::string& what) {
