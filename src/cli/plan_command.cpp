@@ -126,6 +126,7 @@ int plan_command(int argc, char** argv) {
       cfg.model.init_from.clear();
     }
     const model::LlamaConfig model = config::training_model_config(cfg);
+    config::warn_if_preset_unused(cfg, model);
     const plan::MemoryPlan memory_plan = plan::plan_memory(cfg, model, target);
     // Not model.summary(): its integer parameter count would overflow on absurd shapes.
     std::printf("model: vocab %lld hidden %lld intermediate %lld layers %lld heads %lld kv_heads %lld%s, seq_len %d\n%s%s",

@@ -90,20 +90,21 @@ model::LlamaConfig resolve(const config::ModelConfig& m, const config::Config* c
 
 model::LlamaConfig resolve_model_config(const config::ModelConfig& m) { return resolve(m, nullptr); }
 
+void warn_if_preset_unused(const config::Config& cfg, const model::LlamaConfig& m) {
+  if (cfg.model.init_from.empty() || cfg.origins.where.count("model.preset") == 0) return;
+  // model.preset names a shape, and a model folder brings its own: say so when they differ.
+  std::string want, have;
+  const model::LlamaConfig preset = model::llama_preset(cfg.model.preset);
+  if (const std::string key = first_difference(preset, m, want, have); !key.empty()) {
+    spdlog::warn("model.preset {} is not used: the shape comes from model.init_from {}/config.json ({} {} there, "
+                 "{} in the preset)",
+                 cfg.model.preset, cfg.model.init_from, key, have, want);
+  }
+}
+
 model::LlamaConfig training_model_config(const config::Config& cfg) {
   model::LlamaConfig m = resolve(cfg.model, &cfg);
   m.capacity_factor = cfg.moe.capacity_factor;
-  if (!cfg.model.init_from.empty()) {
-    // model.preset names a shape, and a model folder brings its own: say so when they differ.
-    std::string want, have;
-    const model::LlamaConfig preset = model::llama_preset(cfg.model.preset);
-    if (const std::string key = first_difference(preset, m, want, have);
-        cfg.origins.where.count("model.preset") != 0 && !key.empty()) {
-      spdlog::warn("model.preset {} is not used: the shape comes from model.init_from {}/config.json ({} {} there, "
-                   "{} in the preset)",
-                   cfg.model.preset, cfg.model.init_from, key, have, want);
-    }
-  }
   if (cfg.train.seq_len > m.max_seq_len) {
     config::fail_key(cfg, "train.seq_len",
                      fmt::format("{} exceeds the model's max_seq_len {}{}", cfg.train.seq_len, m.max_seq_len,

@@ -232,6 +232,7 @@ model::LlamaConfig runs_on(const model::LlamaConfig& m, const config::Config& cf
 
 model::LlamaConfig rank_model_config(const config::Config& cfg, const dist::ProcessGroups& groups) {
   model::LlamaConfig m = config::training_model_config(cfg);
+  config::warn_if_preset_unused(cfg, m);
   m.tensor_parallel = groups.mesh.shape().tensor;
   m.expert_parallel = groups.mesh.shape().expert;
   if (m.expert_parallel > 1) {

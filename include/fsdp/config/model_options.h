@@ -24,6 +24,10 @@ namespace fsdp::config {
 model::LlamaConfig resolve_model_config(const ModelConfig& m);
 // resolve_model_config, and train.seq_len within the model's context.
 model::LlamaConfig training_model_config(const Config& cfg);
+// Warns when model.preset was set but model.init_from's config.json decides the shape `m`
+// (training_model_config's result). Separate, so a run that resolves its model several
+// times (start-up, memory check, trainer) says it once.
+void warn_if_preset_unused(const Config& cfg, const model::LlamaConfig& m);
 
 // lora.* and model.quantization as the model takes them; the NF4 weights' dtype is that of
 // model.init_from's block matrices (float32 for a seeded base). A target naming no module,
