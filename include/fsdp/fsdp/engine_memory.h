@@ -18,6 +18,13 @@
 // unit, with no gradient, moments or reduction; a unit with nothing trainable (numel 0)
 // has no trainable shard or buffer, and a frozen embedding's backward gather is skipped
 // (ParamProvider::skip_backward), as the model does.
+//
+// Expert parallelism (model/expert_parallel.h): a unit of one block's experts
+// (UnitLayout::experts_of) is sharded over its own group, the ranks holding the same
+// experts (fsdp_engine.h), padded to that group and direct (no pool buffer) when the group
+// is one rank in float32; the engine uses it right after its block, both gathered at once
+// (decoder.cpp's trunk_forward), and the pool's buffers are each the largest padded unit
+// over both kinds.
 #pragma once
 
 #include <vector>
@@ -30,6 +37,10 @@ struct UnitShape {
   double numel = 0;         // trainable elements of one unit
   double count = 1;         // consecutive units of this shape (a model's blocks)
   double frozen_bytes = 0;  // its frozen bytes (LoRA's base; param_units.h)
+  // Expert units: the shapes marked so hold one unit per block, the blocks' in order, and
+  // come after the head in the list as in the model's (param_units.h).
+  bool experts = false;
+  int group = 0;  // the ranks it is sharded over; 0: the shard group
 };
 
 struct EngineMemory {

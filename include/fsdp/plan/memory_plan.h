@@ -76,6 +76,10 @@ struct MemoryPlan {
 // The plan for cfg's run of `model` on `target`.
 MemoryPlan plan_memory(const config::Config& cfg, const model::LlamaConfig& model, const PlanTarget& target);
 
+// The data-parallel ranks FSDP shards a unit over for cfg's strategy on `target` (the shard
+// group; expert parallelism's expert group is borrowed from it).
+int shard_group(const config::Config& cfg, const PlanTarget& target);
+
 // The largest train.micro_batch_size whose plan fits (nullopt: not even 1).
 std::optional<int> largest_micro_batch(const config::Config& cfg, const model::LlamaConfig& model,
                                        const PlanTarget& target);
