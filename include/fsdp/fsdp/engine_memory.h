@@ -8,9 +8,9 @@
 // as many buffers of each dtype as were ever in use at once, each the size of the largest
 // padded unit. That count comes from replaying the engine's hook sequence for one step
 // (Note [FSDP unit lifecycle] in fsdp_engine.cpp: prefetch, frees after forward, one
-// reduce-scatter in flight, no_sync's kept gradients) on a few units and extending it
-// linearly to the model's count, which is exact because beyond prefetch_limit + a few units
-// every count grows by a fixed number per unit. tests/mpi holds it to the engine's
+// reduce-scatter in flight, no_sync's kept gradients) on a few layers and extending it
+// linearly to the model's count, which is exact because beyond prefetch_limit + a few layers
+// every count grows by a fixed number per layer. tests/mpi holds it to the engine's
 // buffer_bytes() for each strategy, dtype mix, prefetch and accumulation.
 //
 // A unit's frozen bytes (a LoRA base, dense or NF4: frozen_shards.h) add a uint8 shard and
