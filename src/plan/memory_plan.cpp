@@ -10,6 +10,7 @@
 #include "fsdp/config/model_options.h"
 #include "fsdp/fsdp/engine_memory.h"
 #include "fsdp/model/activation_memory.h"
+#include "fsdp/model/expert_parallel.h"
 #include "fsdp/model/lora_adapter.h"
 #include "fsdp/model/peft.h"
 #include "fsdp/plan/host_memory.h"
@@ -127,8 +128,13 @@ void add_activation_rows(MemoryPlan& p, const config::Config& cfg, const model::
   const auto& t = cfg.train;
   const int64_t B = t.micro_batch_size, T = t.seq_len, N = B * T;
   const model::ActivationMemory a = model::activation_memory(m, B, T, t.dtype, config::activation_checkpointing(t));
-  p.rows.push_back({"saved activations", a.saved,
-                    fmt::format("{} x {} tokens, activation_checkpointing {}", B, T, p.checkpointing)});
+  std::string saved = fmt::format("{} x {} tokens, activation_checkpointing {}", B, T, p.checkpointing);
+  // Note [Expert-parallel dispatch]: the trainer binds the expert side for the worst routing,
+  // with or without a capacity (the drop comes after), and so does the plan.
+  if (m.expert_units())
+    saved += fmt::format("; the expert side for the worst routing ({} rows{})", model::max_received_rows(m, N),
+                         m.capacity_factor > 0 ? ", moe.capacity_factor does not shrink it" : "");
+  p.rows.push_back({"saved activations", a.saved, saved});
   p.rows.push_back({"logits and cross-entropy", a.head, fmt::format("[{}, {}] in {}{}", N, m.local_vocab(), dtype_name(t.dtype), m.tensor_parallel > 1 ? " (this rank's vocabulary)" : "")});
   p.rows.push_back({"backward scratch", a.scratch, "one block's gradients, shared by every block"});
   // LoRA keeps nothing of its own for backward (lora_adapter.h recomputes u and d(x) from
