@@ -114,19 +114,22 @@ std::vector<Case> tensor_parallel_cases(int world) {
 }
 
 // Expert parallelism (E=2 of 4 experts) on the worlds that hold it: expert units over the
-// ranks holding the same experts (direct on 2 ranks in float32: an expert-shard group of
-// one), gathered beside their blocks, the expert side's activations for the worst routing.
+// ranks holding the same experts, gathered beside their blocks, the expert side's
+// activations for the worst routing.
+// On 2 ranks FULL_SHARD's expert units are direct; on 4 they are gathered over 2 ranks, and
+// HYBRID_SHARD's over one rank in bf16 (pool buffers all the same).
 std::vector<Case> expert_parallel_cases(int world) {
   if (world % 2 != 0) return {};
-  const std::string half = "fsdp.shard_group_size=" + std::to_string(world >= 4 ? world / 2 : 2);
-  return {
+  std::vector<Case> out = {
       {"moe E=2 FULL_SHARD selective, accumulation",
        {"parallel.expert=2", "model.preset=tiny_moe", "model.num_experts=4", "fsdp.sharding_strategy=FULL_SHARD",
-        "train.activation_checkpointing=selective", "train.grad_accum_steps=2"}},
-      {"moe E=2 HYBRID_SHARD full, bf16 collectives",
-       {"parallel.expert=2", "model.preset=tiny_moe", "model.num_experts=4", "fsdp.sharding_strategy=HYBRID_SHARD",
-        half, "train.activation_checkpointing=full", "fsdp.param_dtype=bfloat16", "fsdp.reduce_dtype=bfloat16"}},
-  };
+        "train.activation_checkpointing=selective", "train.grad_accum_steps=2"}}};
+  if (world >= 4)
+    out.push_back({"moe E=2 HYBRID_SHARD full, bf16 collectives",
+                   {"parallel.expert=2", "model.preset=tiny_moe", "model.num_experts=4",
+                    "fsdp.sharding_strategy=HYBRID_SHARD", "fsdp.shard_group_size=" + std::to_string(world / 2),
+                    "train.activation_checkpointing=full", "fsdp.param_dtype=bfloat16", "fsdp.reduce_dtype=bfloat16"}});
+  return out;
 }
 
 config::Config tiny(const std::vector<std::string>& extra) {
