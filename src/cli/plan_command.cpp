@@ -17,7 +17,9 @@
 #include "fsdp/core/cli_args.h"
 #include "fsdp/plan/memory_plan.h"
 #include "fsdp/plan/plan_target.h"
+#include "fsdp/plan/trainable_layout.h"
 #include "fsdp/train/exit_codes.h"
+#include "fsdp/train/launch_checks.h"
 #include "fsdp/train/setup.h"
 
 namespace fsdp::cli {
@@ -106,8 +108,12 @@ int plan_command(int argc, char** argv) {
     }
     cfg = config::load_config(args.config, args.overrides);
     target = plan::requested_plan_target(args.request, cfg);
-    // The layout `train` would refuse at start-up on this many ranks, refused here too.
-    config::checked_shard_group(cfg, target.ranks, target.ranks_per_node);
+    // The layout `train` would refuse at start-up on this many ranks, refused here too (the
+    // tensor, shard and expert groups against the ranks and their nodes).
+    dist::WorldInfo world;
+    world.size = target.ranks;
+    for (int r = 0; r < target.ranks; ++r) world.node_of_rank.push_back(r / std::max(target.ranks_per_node, 1));
+    train::check_mesh(cfg, world);
     cfg = train::with_global_batch(cfg, target.ranks / std::max(cfg.parallel.tensor, 1));  // the data-parallel ranks
   } catch (const UsageError& e) {
     print_usage_error("plan", e.message);
@@ -134,6 +140,11 @@ int plan_command(int argc, char** argv) {
                 (long long)model.num_layers, (long long)model.num_heads, (long long)model.num_kv_heads,
                 model.is_moe() ? fmt::format(", {} experts top-{}", model.num_experts, model.experts_per_token).c_str() : "",
                 cfg.train.seq_len, plan::format_plan(memory_plan).c_str(), plan::format_searches(cfg, model, memory_plan).c_str());
+    // A layout the trainer does not build yet is planned all the same (its figures are
+    // arithmetic), and said.
+    if (const auto why = plan::unbuilt_layout(cfg, target.gpu))
+      std::printf("note: %s: `fsdp_train train` refuses this layout for now; the figures above are its plan\n",
+                  why->c_str());
     if (!memory_plan.fits()) std::printf("%s\n", plan::advise(cfg, model, memory_plan).c_str());
     return memory_plan.fits() ? kExitOk : kExitError;
   } catch (const config::ConfigError& e) {

@@ -10,6 +10,7 @@
 #include "fsdp/config/model_options.h"
 #include "fsdp/fsdp/engine_memory.h"
 #include "fsdp/model/activation_memory.h"
+#include "fsdp/model/expert_parallel.h"
 #include "fsdp/model/lora_adapter.h"
 #include "fsdp/model/peft.h"
 #include "fsdp/plan/host_memory.h"
@@ -36,14 +37,19 @@ std::string human(double bytes) {
 // The model's units as the engine shards them: the embedding, L blocks, the head; under
 // tensor parallelism (c.tensor_parallel T) one tensor rank's: its slices of q/k/v/o, the
 // MLP or each expert, the embedding and the head (model/param_units.h, Note [Tensor
-// parallel layout]), the norms and the router whole.
-std::vector<UnitShape> plain_shapes(const model::LlamaConfig& c) {
+// parallel layout]), the norms and the router whole. Under expert parallelism
+// (c.expert_units()) each block keeps its router and the rank's n/E experts of it are a unit
+// of their own, sharded over the `expert_shard` ranks that hold the same experts.
+std::vector<UnitShape> plain_shapes(const model::LlamaConfig& c, int expert_shard = 1) {
   const double C = double(c.hidden_size), F = double(c.intermediate_size), V = double(c.vocab_size);
-  const double T = double(c.tensor_parallel);
+  const double T = double(c.tensor_parallel), L = double(c.num_layers);
   const double attention = (C * double(c.qkv_dim()) + double(c.q_dim()) * C) / T;
-  const double mlp = c.is_moe() ? C * double(c.num_experts) + double(c.num_experts) * 3 * C * F / T : 3 * C * F / T;
+  const double experts = double(c.expert_units() ? c.local_experts() : c.num_experts) * 3 * C * F / T;
+  const double mlp = c.is_moe() ? C * double(c.num_experts) + (c.expert_units() ? 0 : experts) : 3 * C * F / T;
   const double head = c.tie_word_embeddings ? C : V * C / T + C;  // a tied head holds only the norm
-  return {{V * C / T, 1}, {attention + mlp + 2 * C, double(c.num_layers)}, {head, 1}};
+  std::vector<UnitShape> shapes = {{V * C / T, 1}, {attention + mlp + 2 * C, L}, {head, 1}};
+  if (c.expert_units()) shapes.push_back({experts, L, 0, true, expert_shard});
+  return shapes;
 }
 
 // LoRA's layout (model/peft.h) of a one-block model: every block's is the same, so the
@@ -55,8 +61,8 @@ std::vector<model::UnitLayout> lora_layout(const config::Config& cfg, const mode
 }
 
 // Under LoRA: trainable adapters and frozen bytes per unit; otherwise plain_shapes.
-std::vector<UnitShape> unit_shapes(const config::Config& cfg, const model::LlamaConfig& c) {
-  if (!cfg.lora.enabled) return plain_shapes(c);
+std::vector<UnitShape> unit_shapes(const config::Config& cfg, const model::LlamaConfig& c, int expert_shard) {
+  if (!cfg.lora.enabled) return plain_shapes(c, expert_shard);
   const std::vector<model::UnitLayout> units = lora_layout(cfg, c);
   std::vector<UnitShape> shapes;
   for (size_t u = 0; u < units.size(); ++u)
@@ -70,20 +76,6 @@ double parameter_count(const std::vector<UnitShape>& shapes) {
   return n;
 }
 
-// Over the data-parallel ranks: the world / parallel.tensor (dist/mesh.h).
-int shard_group(const config::Config& cfg, const PlanTarget& t) {
-  const int T = std::max(cfg.parallel.tensor, 1);
-  const int data = std::max(t.ranks / T, 1), data_per_node = std::max(t.ranks_per_node / T, 1);
-  switch (cfg.fsdp.sharding_strategy) {
-    case config::ShardingStrategy::FULL_SHARD:
-    case config::ShardingStrategy::SHARD_GRAD_OP: return data;
-    case config::ShardingStrategy::NO_SHARD: return 1;
-    case config::ShardingStrategy::HYBRID_SHARD:
-      return cfg.fsdp.shard_group_size > 0 ? cfg.fsdp.shard_group_size : std::min(data, data_per_node);
-  }
-  return data;
-}
-
 std::string mode_name(const config::TrainConfig& t) {
   std::string s = t.activation_checkpointing;
   if (s != "none" && t.activation_checkpointing_every > 1) s += fmt::format(" every {}", t.activation_checkpointing_every);
@@ -93,12 +85,17 @@ std::string mode_name(const config::TrainConfig& t) {
 
 void add_engine_rows(MemoryPlan& p, const config::Config& cfg, const model::LlamaConfig& m, int group) {
   const FsdpOptions o = config::fsdp_options(cfg, p.target.gpu ? Device::cuda(0) : Device::cpu());
-  const std::vector<UnitShape> shapes = unit_shapes(cfg, m);
+  // Expert parallelism: the expert group is borrowed from the shard group (dist/mesh.h).
+  const int expert_shard = m.expert_units() ? std::max(group / int(m.expert_parallel), 1) : 1;
+  const std::vector<UnitShape> shapes = unit_shapes(cfg, m, expert_shard);
   const EngineMemory e = engine_memory(shapes, group, o, cfg.train.grad_accum_steps);
-  const std::string shards =
+  std::string shards =
       cfg.lora.enabled ? fmt::format("{} adapter parameters (LoRA) over a shard group of {}",
                                      human_count(parameter_count(shapes)), group)
                        : fmt::format("{} parameters over a shard group of {}", human_count(p.parameters), group);
+  if (m.expert_units())
+    shards += fmt::format("; each rank's {} of {} experts per layer (parallel.expert {}) over the {} rank(s) holding them",
+                          m.local_experts(), m.num_experts, m.expert_parallel, expert_shard);
   p.rows.push_back({"fp32 master weights (shards)", e.master, shards});
   p.rows.push_back({"AdamW moments (shards)", e.moments, "exp_avg and exp_avg_sq, fp32"});
   p.rows.push_back({"fp32 gradients (shards)", e.grads, "reduce-scatter results, summed over micro-batches"});
@@ -131,8 +128,13 @@ void add_activation_rows(MemoryPlan& p, const config::Config& cfg, const model::
   const auto& t = cfg.train;
   const int64_t B = t.micro_batch_size, T = t.seq_len, N = B * T;
   const model::ActivationMemory a = model::activation_memory(m, B, T, t.dtype, config::activation_checkpointing(t));
-  p.rows.push_back({"saved activations", a.saved,
-                    fmt::format("{} x {} tokens, activation_checkpointing {}", B, T, p.checkpointing)});
+  std::string saved = fmt::format("{} x {} tokens, activation_checkpointing {}", B, T, p.checkpointing);
+  // Note [Expert-parallel dispatch]: the trainer binds the expert side for the worst routing,
+  // with or without a capacity (the drop comes after), and so does the plan.
+  if (m.expert_units())
+    saved += fmt::format("; the expert side for the worst routing ({} rows{})", model::max_received_rows(m, N),
+                         m.capacity_factor > 0 ? ", moe.capacity_factor does not shrink it" : "");
+  p.rows.push_back({"saved activations", a.saved, saved});
   p.rows.push_back({"logits and cross-entropy", a.head, fmt::format("[{}, {}] in {}{}", N, m.local_vocab(), dtype_name(t.dtype), m.tensor_parallel > 1 ? " (this rank's vocabulary)" : "")});
   p.rows.push_back({"backward scratch", a.scratch, "one block's gradients, shared by every block"});
   // LoRA keeps nothing of its own for backward (lora_adapter.h recomputes u and d(x) from
@@ -192,6 +194,20 @@ void add_outside_rows(MemoryPlan& p, const config::Config& cfg, const model::Lla
 
 }  // namespace
 
+// Over the data-parallel ranks: the world / parallel.tensor (dist/mesh.h).
+int shard_group(const config::Config& cfg, const PlanTarget& t) {
+  const int T = std::max(cfg.parallel.tensor, 1);
+  const int data = std::max(t.ranks / T, 1), data_per_node = std::max(t.ranks_per_node / T, 1);
+  switch (cfg.fsdp.sharding_strategy) {
+    case config::ShardingStrategy::FULL_SHARD:
+    case config::ShardingStrategy::SHARD_GRAD_OP: return data;
+    case config::ShardingStrategy::NO_SHARD: return 1;
+    case config::ShardingStrategy::HYBRID_SHARD:
+      return cfg.fsdp.shard_group_size > 0 ? cfg.fsdp.shard_group_size : std::min(data, data_per_node);
+  }
+  return data;
+}
+
 PlanTarget PlanTarget::with_ranks(int n) const {
   PlanTarget t = *this;
   t.ranks = n;
@@ -219,12 +235,11 @@ MemoryPlan plan_memory(const config::Config& cfg, const model::LlamaConfig& whol
   // adapters and frozen base included (lora_layout: each split as its base).
   model::LlamaConfig m = whole;
   m.tensor_parallel = std::max(cfg.parallel.tensor, 1);
-  // Expert parallelism: the activations are the expert-parallel layout's (the expert side
-  // sized for the worst routing, the dispatch's buffers: activation_memory binds what the
-  // trainer allocates). The engine's rows stay FSDP alone's, which bound it from above: the
-  // same sharded state per rank (n/E experts over S ranks is n/(S E) of them), and gathered
-  // buffers the size of a whole block where expert parallelism gathers a block without its
-  // experts, or n/E experts.
+  // Expert parallelism: the engine's rows are the expert-parallel layout's (a block without
+  // its experts over the shard group, the rank's experts over the ranks holding them:
+  // engine_memory), the activations too (the expert side sized for the worst routing
+  // whatever moe.capacity_factor, as the trainer allocates it, and the dispatch's buffers:
+  // activation_memory binds what the trainer allocates).
   if (m.is_moe() && cfg.parallel.expert > 1 && m.num_experts % cfg.parallel.expert == 0)
     m.expert_parallel = cfg.parallel.expert;
   add_engine_rows(p, cfg, m, shard_group(cfg, target));

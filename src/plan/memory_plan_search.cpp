@@ -9,6 +9,7 @@
 #include "fsdp/model/peft.h"
 #include "fsdp/model/tensor_parallel.h"
 #include "fsdp/plan/memory_plan.h"
+#include "fsdp/plan/trainable_layout.h"
 
 namespace fsdp::plan {
 namespace {
@@ -30,11 +31,28 @@ std::optional<int> largest(const std::function<bool(int)>& fits, int limit) {
 struct Change {
   std::string what;
   std::function<void(config::Config&)> edit;
+  bool expert = false;  // sets parallel.expert
 };
 
+// Whether cfg can run on `ranks` ranks as the mesh lays them out: whole tensor groups,
+// HYBRID_SHARD's shard groups of whole data-parallel ranks, an expert degree that divides
+// the shard group (dist::mesh_problem's rules, which `train` and `plan` refuse by).
+bool holds(const config::Config& cfg, const PlanTarget& target, int ranks) {
+  const int tensor = std::max(cfg.parallel.tensor, 1), expert = std::max(cfg.parallel.expert, 1);
+  if (ranks % tensor != 0) return false;
+  const int data = ranks / tensor;
+  if (cfg.fsdp.sharding_strategy == config::ShardingStrategy::HYBRID_SHARD && cfg.fsdp.shard_group_size > 0 &&
+      data % cfg.fsdp.shard_group_size != 0)
+    return false;
+  return data % expert == 0 && shard_group(cfg, target.with_ranks(ranks)) % expert == 0;
+}
+
 // The single changes that lower a rank's memory, for the config as it is, on `target`:
-// last, a tensor-parallel degree (2, 4, 8) that the model's shape and the target's nodes
-// hold, which splits the activations and the gathered units over a node's ranks.
+// then a tensor-parallel degree (2, 4, 8) that the model's shape and the target's nodes
+// hold, which splits the activations and the gathered units over a node's ranks; last, for
+// a mixture of experts, each expert degree E above the config's that divides the experts
+// and the shard group, smallest first. None makes a layout the trainer refuses
+// (trainable_layout.h) of one it builds.
 std::vector<Change> changes(const config::Config& cfg, const model::LlamaConfig& m, const PlanTarget& target) {
   std::vector<Change> out;
   const config::TrainConfig& t = cfg.train;
@@ -70,6 +88,25 @@ std::vector<Change> changes(const config::Config& cfg, const model::LlamaConfig&
     out.push_back({fmt::format("parallel.tensor: {} (tensor parallelism over {} ranks of a node)", T, T),
                    [T](config::Config& c) { c.parallel.tensor = T; }});
   }
+  // Expert parallelism: a rank gathers a block without its experts and its own n/E experts
+  // instead of the whole layer, and its expert side holds E x min(k, n/E) / k times one
+  // process's activations (sized for the worst routing: model::max_received_rows).
+  const int n = int(m.num_experts);
+  for (int E = std::max(cfg.parallel.expert, 1) + 1; m.is_moe() && E <= n; ++E) {
+    config::Config at_e = cfg;
+    at_e.parallel.expert = E;
+    if (n % E != 0 || !holds(at_e, target, target.ranks)) continue;
+    out.push_back({fmt::format("parallel.expert: {} ({} of the {} experts of every layer per rank, tokens moved by "
+                               "all-to-all)",
+                               E, n / E, n),
+                   [E](config::Config& c) { c.parallel.expert = E; }, true});
+  }
+  const bool built = !unbuilt_layout(cfg, target.gpu);
+  std::erase_if(out, [&](const Change& c) {
+    config::Config changed = cfg;
+    c.edit(changed);
+    return built && unbuilt_layout(changed, target.gpu);
+  });
   return out;
 }
 
@@ -101,14 +138,8 @@ std::optional<int> fewest_ranks(const config::Config& cfg, const model::LlamaCon
   config::Config c = cfg;
   c.train.activation_checkpointing = mode;
   if (mode == "none") c.train.activation_offload = false;
-  const int per_node = std::max(target.ranks_per_node, 1), group = cfg.fsdp.shard_group_size;
-  const bool hybrid = cfg.fsdp.sharding_strategy == config::ShardingStrategy::HYBRID_SHARD;
-  const int tensor = std::max(cfg.parallel.tensor, 1);
-  auto fits = [&](int n) {
-    // Whole tensor groups, and shard groups of whole data-parallel ranks.
-    if (n % tensor != 0 || (hybrid && group > 0 && (n / tensor) % group != 0)) return false;
-    return plan_memory(c, m, target.with_ranks(n)).fits();
-  };
+  const int per_node = std::max(target.ranks_per_node, 1);
+  auto fits = [&](int n) { return holds(c, target, n) && plan_memory(c, m, target.with_ranks(n)).fits(); };
   // Within one node every count; past it whole nodes, found by doubling and then halving
   // (more ranks never need more memory per rank: every term shrinks or stays).
   for (int n = 1; n <= std::min(per_node, limit); ++n)
@@ -141,14 +172,32 @@ std::string advise(const config::Config& cfg, const model::LlamaConfig& m, const
     if (p.fits()) return head + fmt::format("; {} makes it fit ({} per rank)", c.what, human_bytes(p.peak));
     if (p.peak < best_peak) best = &c, best_peak = p.peak;
   }
+  // The smallest expert degree that fits beside one other change (options lists E upwards).
+  for (const Change& x : options) {
+    if (!x.expert) continue;
+    for (const Change& c : options) {
+      if (c.expert) continue;
+      config::Config changed = cfg;
+      x.edit(changed);
+      c.edit(changed);
+      if (unbuilt_layout(changed, plan.target.gpu) && !unbuilt_layout(cfg, plan.target.gpu)) continue;
+      const MemoryPlan p = plan_memory(changed, m, plan.target);
+      if (p.fits())
+        return head + fmt::format("; {} with {} makes it fit ({} per rank)", x.what, c.what, human_bytes(p.peak));
+    }
+  }
   if (const auto n = fewest_ranks(cfg, m, plan.target, cfg.train.activation_checkpointing); n && *n > plan.target.ranks)
     return head + fmt::format("; {} ranks make it fit", *n);
   std::string tail = "; no single change makes it fit";
   if (best != nullptr)
     tail += fmt::format("; the one that saves the most is {} (to {} per rank)", best->what, human_bytes(best_peak));
-  // All of them at once, over as many ranks as it takes.
+  // All of them at once (but a layout the trainer refuses), over as many ranks as it takes.
   config::Config all = cfg;
-  for (const Change& c : options) c.edit(all);
+  for (const Change& c : options) {
+    config::Config next = all;
+    c.edit(next);
+    if (!unbuilt_layout(next, plan.target.gpu) || unbuilt_layout(cfg, plan.target.gpu)) all = next;
+  }
   if (const auto n = fewest_ranks(all, m, plan.target, all.train.activation_checkpointing)) {
     tail += fmt::format("; all of them together fit on {} rank(s)", *n);
   } else {

@@ -118,7 +118,8 @@ TEST(MemoryPlan, ShippedConfigsFitTheirJobs) {
                                                                            {"configs/llama2_70b.yaml", 64},
                                                                            {"configs/llama2_70b_tp.yaml", 64},
                                                                            {"configs/mixtral_8x7b.yaml", 32},
-                                                                           {"configs/mixtral_8x7b_tp.yaml", 32}}) {
+                                                                           {"configs/mixtral_8x7b_tp.yaml", 32},
+                                                                           {"configs/mixtral_8x7b_ep.yaml", 32}}) {
     const config::Config cfg = load({}, file);
     const plan::MemoryPlan p = plan::plan_memory(cfg, config::training_model_config(cfg), gpus(ranks));
     EXPECT_TRUE(p.fits()) << file << "\n" << plan::format_plan(p);

@@ -1,5 +1,6 @@
 // The memory plan (fsdp/plan/memory_plan.h) against what the trainer really allocates, on
-// 1, 2 and 4 ranks: for each configuration (dense and MoE; LoRA and QLoRA; every strategy;
+// 1, 2 and 4 ranks: for each configuration (dense and MoE; LoRA and QLoRA; tensor and expert
+// parallelism; every strategy;
 // none, selective and full checkpointing, with offloading; accumulation on and off; bf16
 // collectives) a
 // trainer runs a step and the CPU allocator's peak over its construction and that step
@@ -112,6 +113,25 @@ std::vector<Case> tensor_parallel_cases(int world) {
   };
 }
 
+// Expert parallelism (E=2 of 4 experts) on the worlds that hold it: expert units over the
+// ranks holding the same experts, gathered beside their blocks, the expert side's
+// activations for the worst routing.
+// On 2 ranks FULL_SHARD's expert units are direct; on 4 they are gathered over 2 ranks, and
+// HYBRID_SHARD's over one rank in bf16 (pool buffers all the same).
+std::vector<Case> expert_parallel_cases(int world) {
+  if (world % 2 != 0) return {};
+  std::vector<Case> out = {
+      {"moe E=2 FULL_SHARD selective, accumulation",
+       {"parallel.expert=2", "model.preset=tiny_moe", "model.num_experts=4", "fsdp.sharding_strategy=FULL_SHARD",
+        "train.activation_checkpointing=selective", "train.grad_accum_steps=2"}}};
+  if (world >= 4)
+    out.push_back({"moe E=2 HYBRID_SHARD full, bf16 collectives",
+                   {"parallel.expert=2", "model.preset=tiny_moe", "model.num_experts=4",
+                    "fsdp.sharding_strategy=HYBRID_SHARD", "fsdp.shard_group_size=" + std::to_string(world / 2),
+                    "train.activation_checkpointing=full", "fsdp.param_dtype=bfloat16", "fsdp.reduce_dtype=bfloat16"}});
+  return out;
+}
+
 config::Config tiny(const std::vector<std::string>& extra) {
   std::vector<std::string> o = {"model.preset=tiny", "model.num_layers=6", "train.seq_len=64",
                                 "train.micro_batch_size=2", "logging.metrics=false", "checkpoint.resume=none",
@@ -125,6 +145,7 @@ TEST(MemoryPlan, PeakMatchesTheAllocatorAndTheEngineExactly) {
   const int n = world.world->size();
   std::vector<Case> all = cases(n);
   for (const Case& c : tensor_parallel_cases(n)) all.push_back(c);
+  for (const Case& c : expert_parallel_cases(n)) all.push_back(c);
   for (const Case& c : all) {
     const config::Config cfg = tiny(c.settings);
     auto groups = dist::split_process_groups(world, train::mesh_spec(cfg));
@@ -142,7 +163,10 @@ TEST(MemoryPlan, PeakMatchesTheAllocatorAndTheEngineExactly) {
     EXPECT_EQ(arena, double(CopyStream::host_stats().current_bytes - host_before)) << c.name;
 
     std::vector<UnitShape> units;
-    for (const auto& u : t.model().units()) units.push_back({double(u.numel), 1, double(u.frozen_bytes)});
+    for (const auto& u : t.model().units()) {
+      const bool experts = u.experts_of >= 0;  // sharded over the ranks holding the same experts
+      units.push_back({double(u.numel), 1, double(u.frozen_bytes), experts, experts ? groups.expert_shard->size() : 0});
+    }
     const EngineMemory e = engine_memory(units, groups.shard->size(), config::fsdp_options(cfg), cfg.train.grad_accum_steps);
     EXPECT_EQ(e.master + e.grads + e.moments + e.frozen, double(t.engine().persistent_bytes())) << c.name;
     EXPECT_EQ(e.frozen, double(t.engine().frozen_bytes())) << c.name;

@@ -8,9 +8,9 @@
 // as many buffers of each dtype as were ever in use at once, each the size of the largest
 // padded unit. That count comes from replaying the engine's hook sequence for one step
 // (Note [FSDP unit lifecycle] in fsdp_engine.cpp: prefetch, frees after forward, one
-// reduce-scatter in flight, no_sync's kept gradients) on a few units and extending it
-// linearly to the model's count, which is exact because beyond prefetch_limit + a few units
-// every count grows by a fixed number per unit. tests/mpi holds it to the engine's
+// reduce-scatter in flight, no_sync's kept gradients) on a few layers and extending it
+// linearly to the model's count, which is exact because beyond prefetch_limit + a few layers
+// every count grows by a fixed number per layer. tests/mpi holds it to the engine's
 // buffer_bytes() for each strategy, dtype mix, prefetch and accumulation.
 //
 // A unit's frozen bytes (a LoRA base, dense or NF4: frozen_shards.h) add a uint8 shard and
@@ -18,6 +18,13 @@
 // unit, with no gradient, moments or reduction; a unit with nothing trainable (numel 0)
 // has no trainable shard or buffer, and a frozen embedding's backward gather is skipped
 // (ParamProvider::skip_backward), as the model does.
+//
+// Expert parallelism (model/expert_parallel.h): a unit of one block's experts
+// (UnitLayout::experts_of) is sharded over its own group, the ranks holding the same
+// experts (fsdp_engine.h), padded to that group and direct (no pool buffer) when the group
+// is one rank in float32; the engine uses it right after its block, both gathered at once
+// (decoder.cpp's trunk_forward), and the pool's buffers are each the largest padded unit
+// over both kinds.
 #pragma once
 
 #include <vector>
@@ -30,6 +37,10 @@ struct UnitShape {
   double numel = 0;         // trainable elements of one unit
   double count = 1;         // consecutive units of this shape (a model's blocks)
   double frozen_bytes = 0;  // its frozen bytes (LoRA's base; param_units.h)
+  // Expert units: the shapes marked so hold one unit per block, the blocks' in order, and
+  // come after the head in the list as in the model's (param_units.h).
+  bool experts = false;
+  int group = 0;  // the ranks it is sharded over; 0: the shard group
 };
 
 struct EngineMemory {

@@ -76,11 +76,15 @@ struct MemoryPlan {
 // The plan for cfg's run of `model` on `target`.
 MemoryPlan plan_memory(const config::Config& cfg, const model::LlamaConfig& model, const PlanTarget& target);
 
+// The data-parallel ranks FSDP shards a unit over for cfg's strategy on `target` (the shard
+// group; expert parallelism's expert group is borrowed from it).
+int shard_group(const config::Config& cfg, const PlanTarget& target);
+
 // The largest train.micro_batch_size whose plan fits (nullopt: not even 1).
 std::optional<int> largest_micro_batch(const config::Config& cfg, const model::LlamaConfig& model,
                                        const PlanTarget& target);
 // The fewest ranks (a multiple of ranks_per_node past one node, as whole nodes; whole tensor
-// groups of parallel.tensor) whose plan
+// groups of parallel.tensor; a shard group parallel.expert divides) whose plan
 // fits under checkpointing mode `mode` ("none", "full", "selective"), up to `limit`.
 std::optional<int> fewest_ranks(const config::Config& cfg, const model::LlamaConfig& model, const PlanTarget& target,
                                 const std::string& mode, int limit = 1 << 20);
@@ -95,7 +99,9 @@ std::string format_plan(const MemoryPlan& plan);
 // micro-batch.
 std::string format_searches(const config::Config& cfg, const model::LlamaConfig& model, const MemoryPlan& plan);
 // For a plan that does not fit: by how much, and the one change that saves the most (or
-// the first that makes it fit), as one sentence for an error line.
+// the first that makes it fit; then the smallest parallel.expert that fits with one other
+// change), as one sentence for an error line. Never a layout the trainer refuses
+// (trainable_layout.h).
 std::string advise(const config::Config& cfg, const model::LlamaConfig& model, const MemoryPlan& plan);
 
 }  // namespace fsdp::plan
