@@ -1,7 +1,8 @@
 // LoRA and QLoRA on the experts under expert parallelism (issue 28; Note [LoRA on
 // expert-parallel experts] in model/mlp_moe.h), under mpiexec with 2 and 4 ranks (np1 has
-// no layout). Tiny Mixtrals (8 experts, top-2: the test_expert_parallel.cpp models, 64 wide)
-// with adapters on every linear layer, the experts' w1, w3 and w2 included (they live in the
+// no layout). The two tiny Mixtrals of test_expert_parallel.cpp (8 experts, top-2, 64 wide:
+// "mixtral8" with the load-balancing and z-losses and auxiliary-loss-free balancing, and
+// tiny_moe's routing) with adapters on every linear layer, the experts' w1, w3 and w2 included (they live in the
 // expert units, the block keeps attention's and the router's), against one process training
 // the same global batch:
 //  - a case per layout the world holds (2 ranks: E=2; 4 ranks: E=4, E=2 x FULL_SHARD 2,
@@ -46,13 +47,16 @@ constexpr double kParamTolerance = 1e-5;
 const std::vector<std::string> kQlora = {"model.quantization=nf4", "lora.targets=[q_proj, v_proj, w1, w2]",
                                          "lora.dropout=0"};
 
-// `expert` 0: one process. `model` extra keys (QLoRA's, the routing losses), then `extra`.
+// "mixtral8"'s routing keys beside tiny_moe's (test_expert_parallel.cpp's model_keys).
+const std::vector<std::string> kMixtral8 = {"model.router_aux_loss_coef=0.02", "model.router_z_loss_coef=0.001",
+                                            "model.router_bias_update_rate=0.01"};
+
+// `expert` 0: one process. `extra`: the model's keys (QLoRA's, mixtral8's), the layout's.
 config::Config make(int expert, int data_ranks, const std::vector<std::string>& extra) {
   std::vector<std::string> o = {
       "model.preset=tiny_moe",      "model.num_layers=2",       "model.vocab_size=128",   "model.hidden_size=64",
       "model.num_heads=4",          "model.num_kv_heads=2",     "model.intermediate_size=32",
-      "model.num_experts=8",        "model.experts_per_token=2", "model.router_z_loss_coef=0.001",
-      "lora.enabled=true",          "lora.rank=4",              "lora.alpha=8",           "lora.targets=all-linear",
+      "model.num_experts=8",        "model.experts_per_token=2", "lora.enabled=true",          "lora.rank=4",              "lora.alpha=8",           "lora.targets=all-linear",
       "lora.dropout=0.1",           "train.seq_len=16",         "train.micro_batch_size=2", "optim.lr=1e-2",
       "optim.eps=1e-5",             "optim.warmup_steps=2",     "train.max_steps=100",    "logging.metrics=false",
       "checkpoint.keep_last=10",
@@ -116,7 +120,7 @@ void expect_adapters_near(const TrainRun& got, const TrainRun& want, const std::
 struct Case {
   int expert;
   std::vector<std::string> fsdp;  // beside the default FULL_SHARD
-  bool qlora;
+  bool qlora, mixtral8;
   std::vector<std::string> mode, again;  // activation checkpointing of the run and of its rerun
   std::string name;
 };
@@ -129,13 +133,15 @@ TEST(ExpertParallelLora, EveryLayoutLoraAndQloraEqualsOneProcess) {
   const std::vector<std::string> selective = {"train.activation_checkpointing=selective"};
   const std::vector<std::string> hybrid = {"fsdp.sharding_strategy=HYBRID_SHARD", "fsdp.shard_group_size=2"};
   const std::vector<Case> cases =
-      n == 2 ? std::vector<Case>{{2, {}, false, none, full, "E=2 LoRA"}, {2, {}, true, selective, none, "E=2 QLoRA"}}
-             : std::vector<Case>{{4, {}, false, selective, full, "E=4 LoRA"},
-                                 {2, {}, true, full, selective, "E=2 x FULL_SHARD 2 QLoRA"},
-                                 {2, hybrid, false, none, selective, "E=2 x HYBRID_SHARD 2x2 LoRA"}};
+      n == 2 ? std::vector<Case>{{2, {}, false, true, none, full, "E=2 LoRA mixtral8"},
+                                 {2, {}, true, false, selective, none, "E=2 QLoRA tiny_moe"}}
+             : std::vector<Case>{{4, {}, false, false, selective, full, "E=4 LoRA tiny_moe"},
+                                 {2, {}, true, true, full, selective, "E=2 x FULL_SHARD 2 QLoRA mixtral8"},
+                                 {2, hybrid, false, true, none, selective, "E=2 x HYBRID_SHARD 2x2 LoRA mixtral8"}};
   double worst_loss = 0, worst_adapter = 0;
   for (const Case& c : cases) {
-    const std::vector<std::string> model = c.qlora ? kQlora : std::vector<std::string>{};
+    std::vector<std::string> model = c.qlora ? kQlora : std::vector<std::string>{};
+    if (c.mixtral8) model.insert(model.end(), kMixtral8.begin(), kMixtral8.end());
     std::vector<std::string> keys = model;
     keys.push_back("checkpoint.resume=none");
     keys.insert(keys.end(), c.fsdp.begin(), c.fsdp.end());
