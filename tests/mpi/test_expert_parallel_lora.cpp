@@ -2,18 +2,21 @@
 // expert-parallel experts] in model/mlp_moe.h), under mpiexec with 2 and 4 ranks (np1 has
 // no layout). The two tiny Mixtrals of test_expert_parallel.cpp (8 experts, top-2, 64 wide:
 // "mixtral8" with the load-balancing and z-losses and auxiliary-loss-free balancing, and
-// tiny_moe's routing) with adapters on every linear layer, the experts' w1, w3 and w2 included (they live in the
-// expert units, the block keeps attention's and the router's), against one process training
-// the same global batch:
-//  - a case per layout the world holds (2 ranks: E=2; 4 ranks: E=4, E=2 x FULL_SHARD 2,
-//    E=2 x HYBRID_SHARD 2x2), LoRA with dropout 0.1 and QLoRA (an NF4 base), each 20 steps
-//    with every loss within 1e-5 relative and every adapter within 1e-5 norm-wise, then run
-//    again under another activation checkpointing mode (none, full, selective rotate over
-//    the cases), the same bits. The dropout cases hold the mask order: an expert's received
-//    rows keep their source's numbers, and any other numbering drops other elements than
-//    one process and misses its losses from step 2 on (measured at E=2: keyed by the
-//    received order, 1.1e-5 at step 2 and 3.6e-4 at step 7; by the source's sorted position
-//    from this rank's first row, 3.7e-5 and 9.7e-4 at step 15);
+// tiny_moe's routing) with adapters on every linear layer, the experts' w1, w3 and w2
+// included (they live in the expert units, the block keeps attention's and the router's),
+// against one process training the same global batch:
+//  - a case per layout the world holds (2 ranks: E=2 LoRA; 4 ranks: E=4 QLoRA, an NF4 base
+//    with unsharded expert units; E=2 x FULL_SHARD 2 and E=2 x HYBRID_SHARD 2x2 LoRA), all
+//    with dropout 0.1, each 20 steps with every loss within 1e-5 relative and every adapter
+//    within 1e-5 norm-wise, then run again under another activation checkpointing mode
+//    (none, full, selective rotate over the cases), the same bits. The dropout holds the
+//    mask order: an expert's received rows keep their source's numbers, and any other
+//    numbering drops other elements than one process and misses its losses from step 2 on
+//    (measured at E=2: keyed by the received order, 1.1e-5 at step 2 and 3.6e-4 at step 7;
+//    by the source's sorted position from this rank's first row, 3.7e-5 and 9.7e-4 at
+//    step 15);
+//  - the golden Mixtral folder and PEFT's adapter for it (lora.init_from) load at E = the
+//    world as one process loads them, to the bit, and train as one process;
 //  - a checkpoint saved at E = the world resumes at E=1 (FULL_SHARD over the world) and
 //    continues the uninterrupted run's losses within 1e-5 (the base's fingerprint is one
 //    process's), and its PEFT adapter export is, to the bit, that of the same state saved
@@ -44,8 +47,7 @@ constexpr double kTolerance = 1e-5;
 constexpr double kParamTolerance = 1e-5;
 
 // QLoRA's keys: every quantized weight (64 wide, MLP 32) is a multiple of the NF4 block.
-const std::vector<std::string> kQlora = {"model.quantization=nf4", "lora.targets=[q_proj, v_proj, w1, w2]",
-                                         "lora.dropout=0"};
+const std::vector<std::string> kQlora = {"model.quantization=nf4", "lora.targets=[q_proj, v_proj, w1, w2]"};
 
 // "mixtral8"'s routing keys beside tiny_moe's (test_expert_parallel.cpp's model_keys).
 const std::vector<std::string> kMixtral8 = {"model.router_aux_loss_coef=0.02", "model.router_z_loss_coef=0.001",
@@ -133,10 +135,9 @@ TEST(ExpertParallelLora, EveryLayoutLoraAndQloraEqualsOneProcess) {
   const std::vector<std::string> selective = {"train.activation_checkpointing=selective"};
   const std::vector<std::string> hybrid = {"fsdp.sharding_strategy=HYBRID_SHARD", "fsdp.shard_group_size=2"};
   const std::vector<Case> cases =
-      n == 2 ? std::vector<Case>{{2, {}, false, true, none, full, "E=2 LoRA mixtral8"},
-                                 {2, {}, true, false, selective, none, "E=2 QLoRA tiny_moe"}}
-             : std::vector<Case>{{4, {}, false, false, selective, full, "E=4 LoRA tiny_moe"},
-                                 {2, {}, true, true, full, selective, "E=2 x FULL_SHARD 2 QLoRA mixtral8"},
+      n == 2 ? std::vector<Case>{{2, {}, false, true, none, full, "E=2 LoRA mixtral8"}}
+             : std::vector<Case>{{4, {}, true, false, selective, full, "E=4 QLoRA tiny_moe"},
+                                 {2, {}, false, true, full, selective, "E=2 x FULL_SHARD 2 LoRA mixtral8"},
                                  {2, hybrid, false, true, none, selective, "E=2 x HYBRID_SHARD 2x2 LoRA mixtral8"}};
   double worst_loss = 0, worst_adapter = 0;
   for (const Case& c : cases) {
@@ -163,6 +164,40 @@ TEST(ExpertParallelLora, EveryLayoutLoraAndQloraEqualsOneProcess) {
   if (world.world->rank() == 0)
     std::printf("LoRA/QLoRA on the experts on %d ranks vs one process, %d steps: loss %.1e, adapters %.1e\n", n,
                 kSteps, worst_loss, worst_adapter);
+}
+
+// init_from a Hugging Face folder and a PEFT adapter folder at E = the world: the golden
+// Mixtral (tests/golden/mixtral_tiny, 4 experts) as the frozen base and PEFT's adapter for it
+// (mixtral_lora_tiny/r4_alpha8, on the router and every expert) load into each rank's
+// experts as one process loads them, to the bit, and a few steps from there equal one
+// process's (the frozen experts read from the folder by name into the expert units).
+config::Config from_folders(int expert, int data_ranks) {
+  const std::string golden = std::string(FSDP_SOURCE_DIR) + "/tests/golden/";
+  std::vector<std::string> o = {"train.grad_accum_steps=" + std::to_string(kGlobalMicroBatches / data_ranks)};
+  o.push_back(expert > 0 ? "parallel.expert=" + std::to_string(expert) : "fsdp.sharding_strategy=NO_SHARD");
+  return config::load_config_string(
+      "model:\n  init_from: " + golden + "mixtral_tiny\nlora:\n  enabled: true\n  rank: 4\n  alpha: 8\n"
+      "  targets: all-linear\n  init_from: " + golden + "mixtral_lora_tiny/r4_alpha8\ndata:\n  source: synthetic\n"
+      "train:\n  seq_len: 16\n  micro_batch_size: 2\n  max_steps: 100\noptim:\n  lr: 1e-2\n  eps: 1e-5\n"
+      "  warmup_steps: 0\nlogging:\n  metrics: false\ncheckpoint:\n  resume: none\n",
+      "test", o);
+}
+
+TEST(ExpertParallelLora, HuggingFaceAndPeftFoldersInitAsOneProcess) {
+  dist::ProcessGroups& world = test::world_groups();
+  const int n = world.world->size();
+  if (n != 2 && n != 4) GTEST_SKIP() << "expert parallelism is tested on 2 and 4 ranks";
+  constexpr int K = 3;
+  const config::Config cfg = from_folders(n, n);
+  auto groups = dist::split_process_groups(world, train::mesh_spec(cfg));
+  auto local = dist::local_process_groups();
+  const TrainRun loaded = train(cfg, groups, 0), loaded_one = train(from_folders(0, 1), local, 0);
+  for (const auto& [name, w] : loaded.adapters)
+    EXPECT_EQ(std::memcmp(loaded_one.adapters.at(name).data_ptr(), w.data_ptr(), w.nbytes()), 0) << name << " as loaded";
+  const TrainRun got = train(cfg, groups, K), want = train(from_folders(0, 1), local, K);
+  expect_losses_near(got.losses, want.losses, "E=" + std::to_string(n) + " from the folders");
+  double worst = 0;
+  expect_adapters_near(got, want, "E=" + std::to_string(n) + " from the folders", &worst);
 }
 
 TEST(ExpertParallelLora, CheckpointResumesAtE1AndExportsTheAdapterAsOneProcess) {
