@@ -55,14 +55,15 @@ const std::vector<std::string> kMixtral8 = {"model.router_aux_loss_coef=0.02", "
 
 // `expert` 0: one process. `extra`: the model's keys (QLoRA's, mixtral8's), the layout's.
 config::Config make(int expert, int data_ranks, const std::vector<std::string>& extra) {
-  std::vector<std::string> o = {
-      "model.preset=tiny_moe",      "model.num_layers=2",       "model.vocab_size=128",   "model.hidden_size=64",
-      "model.num_heads=4",          "model.num_kv_heads=2",     "model.intermediate_size=32",
-      "model.num_experts=8",        "model.experts_per_token=2", "lora.enabled=true",          "lora.rank=4",              "lora.alpha=8",           "lora.targets=all-linear",
-      "lora.dropout=0.1",           "train.seq_len=16",         "train.micro_batch_size=2", "optim.lr=1e-2",
-      "optim.eps=1e-5",             "optim.warmup_steps=2",     "train.max_steps=100",    "logging.metrics=false",
-      "checkpoint.keep_last=10",
-      "train.grad_accum_steps=" + std::to_string(kGlobalMicroBatches / data_ranks)};
+  std::vector<std::string> o = {"model.preset=tiny_moe",      "model.num_layers=2",         "model.vocab_size=128",
+                                "model.hidden_size=64",       "model.num_heads=4",          "model.num_kv_heads=2",
+                                "model.intermediate_size=32", "model.num_experts=8",        "model.experts_per_token=2",
+                                "lora.enabled=true",          "lora.rank=4",                "lora.alpha=8",
+                                "lora.targets=all-linear",    "lora.dropout=0.1",           "train.seq_len=16",
+                                "train.micro_batch_size=2",   "optim.lr=1e-2",              "optim.eps=1e-5",
+                                "optim.warmup_steps=2",       "train.max_steps=100",        "logging.metrics=false",
+                                "checkpoint.keep_last=10",
+                                "train.grad_accum_steps=" + std::to_string(kGlobalMicroBatches / data_ranks)};
   o.push_back(expert > 0 ? "parallel.expert=" + std::to_string(expert) : "fsdp.sharding_strategy=NO_SHARD");
   o.insert(o.end(), extra.begin(), extra.end());
   return config::load_config_string("data:\n  source: synthetic\n", "test", o);
@@ -193,7 +194,8 @@ TEST(ExpertParallelLora, HuggingFaceAndPeftFoldersInitAsOneProcess) {
   auto local = dist::local_process_groups();
   const TrainRun loaded = train(cfg, groups, 0), loaded_one = train(from_folders(0, 1), local, 0);
   for (const auto& [name, w] : loaded.adapters)
-    EXPECT_EQ(std::memcmp(loaded_one.adapters.at(name).data_ptr(), w.data_ptr(), w.nbytes()), 0) << name << " as loaded";
+    EXPECT_EQ(std::memcmp(loaded_one.adapters.at(name).data_ptr(), w.data_ptr(), w.nbytes()), 0)
+        << name << " as loaded";
   const TrainRun got = train(cfg, groups, K), want = train(from_folders(0, 1), local, K);
   expect_losses_near(got.losses, want.losses, "E=" + std::to_string(n) + " from the folders");
   double worst = 0;

@@ -14,8 +14,9 @@
 // fsdp/ops/dropout.h, so the backward and an activation-checkpointing recompute see the
 // mask the forward saw without storing it. An expert's input under expert parallelism holds
 // rows of several ranks' micro-batches: its rows are numbered run by run (DropoutRows), each
-// run as its source rank numbers it (Note [LoRA on expert-parallel experts] in mlp_moe.h). The scratch tensors are shared by every
-// adapter of the model (they run one at a time), sized once by make_linear_scratch.
+// run as its source rank numbers it (Note [LoRA on expert-parallel experts] in mlp_moe.h).
+// The scratch tensors are shared by every adapter of the model (they run one at a time),
+// sized once by make_linear_scratch.
 #pragma once
 
 #include <cstdint>

@@ -158,7 +158,8 @@ class MoeMlp final : public MlpSublayer {
                        const UnitParams& p, const ExpertRowRuns* runs = nullptr) const;
   void experts_swiglu(const std::vector<int64_t>& begin, const MoeMlpSaved& s) const;
   void experts_backward(const std::vector<int64_t>& begin, const Tensor& dy, const Tensor& in, const MoeMlpSaved& s,
-                        const UnitParams& p, MoeMlpGrads& g, const Tensor& dx, const ExpertRowRuns* runs = nullptr) const;
+                        const UnitParams& p, MoeMlpGrads& g, const Tensor& dx,
+                        const ExpertRowRuns* runs = nullptr) const;
   // The expert unit's buffers (expert parallelism), or the block's.
   UnitParams expert_params(const UnitParams& p) const;
 
