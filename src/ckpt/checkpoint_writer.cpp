@@ -321,12 +321,15 @@ Manifest CheckpointWriter::build_manifest(const Job& job, const std::vector<Rank
   m.tensor_parallel = int(job.meta.model.tensor_parallel);
   m.format_version = m.tensor_parallel > 1 ? 2 : 1;
   // Expert parallelism: one process's units, tiled by the ranks' named runs (manifest.h).
+  // Each of one process's units is a block with every expert rank's experts: its own
+  // elements and E times its expert unit's (plain or LoRA's: the rank's units say which).
   std::vector<model::UnitLayout> whole;
   if (job.meta.model.expert_units()) {
     m.format_version = 3;
-    model::LlamaConfig one = job.meta.model;
-    one.expert_parallel = 1;
-    whole = model::llama_units(one);
+    for (const model::UnitLayout& u : job.meta.units)
+      if (u.experts_of < 0) whole.push_back(u);
+    for (const model::UnitLayout& u : job.meta.units)
+      if (u.experts_of >= 0) whole[size_t(u.experts_of)].numel += u.numel * job.meta.model.expert_parallel;
   }
   for (const model::UnitLayout& u : whole.empty() ? job.meta.units : whole) {
     ManifestUnit mu{u.name, u.numel, {}, {}};

@@ -72,6 +72,14 @@ dist::Communicator& shard_group_of(const model::UnitLayout& u, dist::ProcessGrou
   return *groups.shard;
 }
 
+// Each unit's group, in unit order.
+std::vector<dist::Communicator*> shard_groups(const std::vector<model::UnitLayout>& units,
+                                              dist::ProcessGroups& groups) {
+  std::vector<dist::Communicator*> out;
+  for (const auto& u : units) out.push_back(&shard_group_of(u, groups));
+  return out;
+}
+
 // Elements of the largest padded trainable unit: every float buffer of the pool holds one.
 int64_t max_padded_numel(const std::vector<model::UnitLayout>& units, dist::ProcessGroups& groups) {
   int64_t m = 0;
@@ -90,8 +98,8 @@ FsdpEngine::FsdpEngine(const std::vector<model::UnitLayout>& units, dist::Proces
       tensor_(groups.tensor != nullptr && groups.tensor->size() > 1 ? groups.tensor.get() : nullptr),
       opt_(options),
       pool_(options.device, max_padded_numel(units, groups),
-            FrozenShards::max_padded_bytes(units, groups.shard->size())),
-      frozen_(units, *groups.shard, pool_, options.device) {
+            FrozenShards::max_padded_bytes(units, shard_groups(units, groups))),
+      frozen_(units, shard_groups(units, groups), pool_, options.device) {
   auto floating = [](DType t) { return t == DType::F32 || t == DType::BF16 || t == DType::F16; };
   FSDP_CHECK(floating(opt_.param_dtype), "fsdp.param_dtype must be float32, bfloat16 or float16, got {}",
              dtype_name(opt_.param_dtype));

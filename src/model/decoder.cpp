@@ -76,6 +76,7 @@ UnitParams Llama::block_view(ParamProvider& p, int l, LinearScratch* scratch, bo
   UnitParams v = backward ? p.backward_view(block_unit(l), scratch) : p.forward_view(block_unit(l), scratch);
   if (const int x = expert_unit(cfg_, l); x >= 0) {
     v.expert_params = p.params(x);
+    v.expert_frozen = p.frozen(x);
     if (backward) v.expert_grads = p.grads(x);
   }
   return v;
@@ -83,8 +84,9 @@ UnitParams Llama::block_view(ParamProvider& p, int l, LinearScratch* scratch, bo
 
 LinearScratch* Llama::scratch_for(const LlamaActivations& a, bool training) {
   if (!needs_scratch_) return nullptr;
-  // Rows a Linear sees: a micro-batch's tokens (an expert gets at most every token once).
-  const int64_t rows = a.batch * a.seq_len;
+  // Rows a Linear sees: a micro-batch's tokens (an expert gets at most every token once;
+  // under expert parallelism every token of every rank of its group).
+  const int64_t rows = a.batch * a.seq_len * (cfg_.expert_units() ? cfg_.expert_parallel : 1);
   if (scratch_.rows < rows) scratch_ = make_linear_scratch(units_, rows, dtype_, device_);
   scratch_.training = training;
   scratch_.dropout_key = dropout_key_;

@@ -61,19 +61,19 @@ Tensor Linear::weight(const UnitParams& p) const {
   return w.reshape({out_, in_});
 }
 
-void Linear::forward(const Tensor& x, const UnitParams& p, const Tensor& y, bool accumulate, int64_t row0) const {
+void Linear::forward(const Tensor& x, const UnitParams& p, const Tensor& y, bool accumulate, DropoutRows rows) const {
   matmul(x, weight(p), y, false, true, 1.0, accumulate ? 1.0 : 0.0);
   for (const Part& part : parts_)
-    if (part.adapter) part.adapter->forward(x, p, y.narrow(1, part.row, part.rows), row0);
+    if (part.adapter) part.adapter->forward(x, p, y.narrow(1, part.row, part.rows), rows);
 }
 
-void Linear::backward(const Tensor& dy, const Tensor& x, const UnitParams& p, const Tensor& dx, int64_t row0) const {
+void Linear::backward(const Tensor& dy, const Tensor& x, const UnitParams& p, const Tensor& dx, DropoutRows rows) const {
   if (source_ == Source::Trainable) {
     matmul(dy, x, p.grads.narrow(0, offset_, out_ * in_).reshape({out_, in_}), true, false, 1.0, 1.0);
   }
   matmul(dy, weight(p), dx, false, false);
   for (const Part& part : parts_)
-    if (part.adapter) part.adapter->backward(dy.narrow(1, part.row, part.rows), x, p, dx, row0);
+    if (part.adapter) part.adapter->backward(dy.narrow(1, part.row, part.rows), x, p, dx, rows);
 }
 
 }  // namespace fsdp::model

@@ -93,11 +93,39 @@ LoraAdapter::LoraAdapter(const UnitLayout& unit, const std::string& base) {
   stream_ = name_hash(a.name);
 }
 
-Tensor LoraAdapter::adapter_input(const Tensor& x, LinearScratch& s, int64_t row0) const {
+namespace {
+
+// Calls f(first row, rows, the number of the first) for each run of `rows` numbered
+// consecutively: one run from rows.row0, or each of rows.runs (which must cover n rows).
+template <typename F>
+void for_each_row_run(DropoutRows rows, int64_t n, F&& f) {
+  if (rows.runs == nullptr) return f(int64_t(0), n, rows.row0);
+  int64_t at = 0;
+  for (const RowRun& r : *rows.runs) {
+    if (r.rows > 0) f(at, r.rows, r.row0);
+    at += r.rows;
+  }
+  FSDP_CHECK(at == n, "LoRA dropout: row runs cover {} rows of {}", at, n);
+}
+
+}  // namespace
+
+Tensor LoraAdapter::adapter_input(const Tensor& x, LinearScratch& s, DropoutRows rows) const {
   if (!s.training || dropout_ == 0) return x;
   const Tensor xd = rows_of(s.xd, x.size(0), in_);
-  dropout_forward(x, xd, dropout_, mix_key(s.dropout_key, stream_), s.first_row + row0, col0_);
+  const uint64_t key = mix_key(s.dropout_key, stream_);
+  for_each_row_run(rows, x.size(0), [&](int64_t at, int64_t n, int64_t row0) {
+    dropout_forward(x.narrow(0, at, n), xd.narrow(0, at, n), dropout_, key, s.first_row + row0, col0_);
+  });
   return xd;
+}
+
+void LoraAdapter::dropout_input_grad(const Tensor& dxd, const Tensor& dx, LinearScratch& s, DropoutRows rows) const {
+  const uint64_t key = mix_key(s.dropout_key, stream_);
+  for_each_row_run(rows, dx.size(0), [&](int64_t at, int64_t n, int64_t row0) {
+    dropout_backward(dxd.narrow(0, at, n), dx.narrow(0, at, n), dropout_, key, s.first_row + row0,
+                     /*accumulate=*/true, col0_);
+  });
 }
 
 // A [r, in] and B [out, r] inside a unit's trainable buffer (its parameters or gradients).
@@ -110,21 +138,21 @@ LinearScratch& LoraAdapter::scratch(const UnitParams& p, int64_t rows) const {
   return *p.scratch;
 }
 
-void LoraAdapter::forward(const Tensor& x, const UnitParams& p, const Tensor& y, int64_t row0) const {
+void LoraAdapter::forward(const Tensor& x, const UnitParams& p, const Tensor& y, DropoutRows rows) const {
   const int64_t n = x.size(0);
   LinearScratch& s = scratch(p, n);
   const Pair w = pair(p.params);
   const Tensor u = rows_of(s.u, n, rank_);
-  matmul(adapter_input(x, s, row0), w.A, u, false, true);
+  matmul(adapter_input(x, s, rows), w.A, u, false, true);
   matmul(u, w.B, y, false, true, scale_, 1.0);
 }
 
 void LoraAdapter::backward(const Tensor& dy, const Tensor& x, const UnitParams& p, const Tensor& dx,
-                           int64_t row0) const {
+                           DropoutRows rows) const {
   const int64_t n = x.size(0);
   LinearScratch& s = scratch(p, n);
   const Pair w = pair(p.params), g = pair(p.grads);
-  const Tensor xin = adapter_input(x, s, row0);
+  const Tensor xin = adapter_input(x, s, rows);
   const Tensor u = rows_of(s.u, n, rank_), du = rows_of(s.du, n, rank_);
   matmul(xin, w.A, u, false, true);
   matmul(dy, u, g.B, true, false, scale_, 1.0);
@@ -136,8 +164,7 @@ void LoraAdapter::backward(const Tensor& dy, const Tensor& x, const UnitParams& 
   }
   const Tensor dxd = rows_of(s.dxd, n, in_);
   matmul(du, w.A, dxd, false, false);
-  dropout_backward(dxd, dx, dropout_, mix_key(s.dropout_key, stream_), s.first_row + row0,
-                   /*accumulate=*/true, col0_);
+  dropout_input_grad(dxd, dx, s, rows);
 }
 
 }  // namespace fsdp::model

@@ -20,6 +20,21 @@ std::string expert_slot(const UnitLayout& block, int64_t e, const char* w) {
   return block.name + ".experts." + std::to_string(e) + "." + w;
 }
 
+// Note [LoRA on expert-parallel experts]: each local expert's received rows (expert-major,
+// each expert's rows source by source) numbered for dropout as their source rank numbers
+// them: source i's block is its sorted pairs [block_source, + block_rows), and source i's
+// micro-batch starts (i - rank) x N rows from this rank's (consecutive data-parallel ranks).
+std::vector<std::vector<RowRun>> received_row_runs(const DispatchLayout& d, int rank, int ranks, int64_t tokens) {
+  const size_t nl = d.expert_begin.size() - 1;
+  std::vector<std::vector<RowRun>> runs(nl);
+  for (size_t e = 0; e < nl; ++e)
+    for (int i = 0; i < ranks; ++i) {
+      const size_t b = size_t(i) * nl + e;
+      runs[e].push_back(RowRun{d.block_rows[b], int64_t(i - rank) * tokens + d.block_source[b]});
+    }
+  return runs;
+}
+
 }  // namespace
 
 MoeMlp::MoeMlp(const LlamaConfig& cfg, const UnitLayout& block, const SequenceParallel* sp, RouterBiasRef bias,
@@ -48,7 +63,7 @@ MoeMlp::MoeMlp(const LlamaConfig& cfg, const UnitLayout& block, const SequencePa
 
 UnitParams MoeMlp::expert_params(const UnitParams& p) const {
   if (ep_ == nullptr) return p;
-  return UnitParams{p.expert_params, Tensor(), p.expert_grads, p.scratch, Tensor(), Tensor()};
+  return UnitParams{p.expert_params, p.expert_frozen, p.expert_grads, p.scratch, Tensor(), Tensor(), Tensor()};
 }
 
 // Under tensor parallelism h and rstd are this rank's rows, F this rank's columns of every
@@ -105,15 +120,16 @@ void MoeMlp::route(const MoeMlpSaved& s, int64_t N) const {
 // Each local expert's SwiGLU over its contiguous run of rows; an expert no token chose is
 // skipped (its weights get no gradient from this micro-batch, as in transformers).
 void MoeMlp::experts_forward(const std::vector<int64_t>& at, const Tensor& in, const MoeMlpSaved& s,
-                             const Tensor& out, const UnitParams& p) const {
+                             const Tensor& out, const UnitParams& p, const ExpertRowRuns* runs) const {
   const int64_t F = ffn_;
   for (size_t e = 0; e < gate_up_.size(); ++e) {
     const int64_t begin = at[e], rows = at[e + 1] - begin;
     if (rows == 0) continue;
+    const DropoutRows numbers = runs != nullptr ? DropoutRows(&(*runs)[e]) : DropoutRows(begin);
     const Tensor gu = s.gu.narrow(0, begin, rows), act = s.act.narrow(0, begin, rows);
-    gate_up_[e].forward(in.narrow(0, begin, rows), p, gu, false, begin);
+    gate_up_[e].forward(in.narrow(0, begin, rows), p, gu, false, numbers);
     swiglu_forward(gu.narrow(1, 0, F), gu.narrow(1, F, F), act);
-    down_[e].forward(act, p, out.narrow(0, begin, rows), false, begin);
+    down_[e].forward(act, p, out.narrow(0, begin, rows), false, numbers);
   }
 }
 
@@ -178,7 +194,8 @@ void MoeMlp::forward(const Tensor& x, const UnitParams& p, MlpSaved& saved, cons
     s.layout = ep_->exchange(group_sizes(s.group_begin));
     ep_->dispatch(s.layout, s.xs.narrow(0, 0, kept), s.xr);
     const Tensor yr = ep_->grouped_scratch();  // the outputs only travel back: scratch
-    experts_forward(s.layout.expert_begin, s.xr, s, yr, expert_params(p));
+    const ExpertRowRuns runs = received_row_runs(s.layout, ep_->rank(), ep_->size(), N);
+    experts_forward(s.layout.expert_begin, s.xr, s, yr, expert_params(p), &runs);
     ep_->combine(s.layout, yr, s.ys.narrow(0, 0, kept));
   }
   // Dropped pairs (Note [Expert capacity]) sit past the kept rows: their outputs are zero.
@@ -233,16 +250,18 @@ void MoeMlp::experts_swiglu(const std::vector<int64_t>& at, const MoeMlpSaved& s
 
 // dy, in and dx: the experts' output gradients, inputs and input gradients over the runs.
 void MoeMlp::experts_backward(const std::vector<int64_t>& at, const Tensor& dy, const Tensor& in,
-                              const MoeMlpSaved& s, const UnitParams& p, MoeMlpGrads& g, const Tensor& dx) const {
+                              const MoeMlpSaved& s, const UnitParams& p, MoeMlpGrads& g, const Tensor& dx,
+                              const ExpertRowRuns* runs) const {
   const int64_t F = ffn_;
   for (size_t e = 0; e < gate_up_.size(); ++e) {
     const int64_t begin = at[e], rows = at[e + 1] - begin;
     if (rows == 0) continue;
+    const DropoutRows numbers = runs != nullptr ? DropoutRows(&(*runs)[e]) : DropoutRows(begin);
     const Tensor gu = s.gu.narrow(0, begin, rows), dgu = g.dgu.narrow(0, begin, rows);
     const Tensor dact = g.dact.narrow(0, begin, rows);
-    down_[e].backward(dy.narrow(0, begin, rows), s.act.narrow(0, begin, rows), p, dact, begin);
+    down_[e].backward(dy.narrow(0, begin, rows), s.act.narrow(0, begin, rows), p, dact, numbers);
     swiglu_backward(dact, gu.narrow(1, 0, F), gu.narrow(1, F, F), dgu.narrow(1, 0, F), dgu.narrow(1, F, F));
-    gate_up_[e].backward(dgu, in.narrow(0, begin, rows), p, dx.narrow(0, begin, rows), begin);
+    gate_up_[e].backward(dgu, in.narrow(0, begin, rows), p, dx.narrow(0, begin, rows), numbers);
   }
 }
 
@@ -265,7 +284,8 @@ void MoeMlp::backward(const Tensor& x, const MlpSaved& saved, const UnitParams& 
     // The gradient of the combine is a dispatch, and that of the dispatch a combine.
     const Tensor dyr = ep_->grouped_scratch();
     ep_->dispatch(s.layout, g.dys.narrow(0, 0, kept), dyr);
-    experts_backward(s.layout.expert_begin, dyr, s.xr, s, expert_params(p), g, g.dxr);
+    const ExpertRowRuns runs = received_row_runs(s.layout, ep_->rank(), ep_->size(), N);
+    experts_backward(s.layout.expert_begin, dyr, s.xr, s, expert_params(p), g, g.dxr, &runs);
     ep_->combine(s.layout, g.dxr, g.dxs.narrow(0, 0, kept));
   }
   // A dropped pair passes no gradient to its token's input (Note [Expert capacity]).

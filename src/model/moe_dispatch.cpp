@@ -19,12 +19,17 @@ DispatchLayout dispatch_layout(const std::vector<int64_t>& counts, int64_t n, in
   d.block_rows.assign(size_t(ranks * nl), 0);
   d.block_staged.assign(size_t(ranks * nl), 0);
   d.block_grouped.assign(size_t(ranks * nl), 0);
+  d.block_source.assign(size_t(ranks * nl), 0);
   // Staging: source by source, each source's rows expert by expert (as it sorted them).
   int64_t at = 0;
   for (int i = 0; i < ranks; ++i) {
+    int64_t before = 0;  // source i's pairs of the experts before this rank's first
+    for (int64_t e = 0; e < first; ++e) before += count(i, e);
     for (int64_t e = 0; e < nl; ++e) {
       const size_t b = size_t(i * nl + e);
       d.block_rows[b] = count(i, first + e);
+      d.block_source[b] = before;
+      before += d.block_rows[b];
       d.block_staged[b] = at;
       at += d.block_rows[b];
       d.recv_rows[size_t(i)] += d.block_rows[b];

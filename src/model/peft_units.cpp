@@ -182,10 +182,8 @@ std::vector<UnitLayout> lora_units(const LlamaConfig& cfg, const PeftSpec& peft,
                "adapters)");
     return plain;
   }
-  // Adapters on expert units would need their own gradient accounting and dropout rows
-  // under expert parallelism: not built yet (the config refuses parallel.expert with LoRA).
-  FSDP_CHECK(!cfg.expert_units(), "LoRA under expert parallelism (expert_parallel {}) is not built yet",
-             cfg.expert_parallel);
+  // Under expert parallelism an expert unit gets its experts' frozen base and adapters like
+  // any unit (See Note [LoRA on expert-parallel experts] in mlp_moe.h).
   const LoraSpec& lora = peft.lora;
   const std::set<std::string> targets = resolve_targets(cfg, lora);
   std::vector<UnitLayout> out;
@@ -193,6 +191,7 @@ std::vector<UnitLayout> lora_units(const LlamaConfig& cfg, const PeftSpec& peft,
     UnitLayout f;
     f.name = u.name;
     f.reads_unit = u.reads_unit;  // a tied head reads the (frozen) table
+    f.experts_of = u.experts_of;
     for (const ParamSlot& p : u.params) {
       const bool matrix_in_block = !lora_module_of(p).empty();
       const bool nf4 = peft.quantization == Quantization::Nf4 && matrix_in_block;
@@ -213,14 +212,18 @@ std::vector<UnitLayout> lora_units(const LlamaConfig& cfg, const PeftSpec& peft,
     f.lora_dropout = lora.dropout;
     out.push_back(std::move(f));
   }
-  if (cfg.tensor_parallel > 1) {
-    // Each adapter numbered as in one rank's layout: seeded initialisation and checkpoints
-    // go by it (See Note [Tensor parallel layout] in param_units.cpp).
+  if (cfg.tensor_parallel > 1 || cfg.expert_units()) {
+    // Each adapter numbered as in one rank's layout (an expert unit's in its block's):
+    // seeded initialisation and checkpoints go by it (See Note [Tensor parallel layout] in
+    // param_units.cpp).
     LlamaConfig one = cfg;
     one.tensor_parallel = 1;
+    one.expert_parallel = 1;
     const std::vector<UnitLayout> whole = lora_units(one, peft);
-    for (size_t u = 0; u < out.size(); ++u)
-      for (ParamSlot& s : out[u].params) s.whole_offset = whole[u].slot(s.name).offset;
+    for (size_t u = 0; u < out.size(); ++u) {
+      const UnitLayout& w = whole[size_t(out[u].experts_of >= 0 ? out[u].experts_of : int(u))];
+      for (ParamSlot& s : out[u].params) s.whole_offset = w.slot(s.name).offset;
+    }
   }
   return out;
 }

@@ -57,6 +57,10 @@ std::vector<UnitShape> plain_shapes(const model::LlamaConfig& c, int expert_shar
 std::vector<model::UnitLayout> lora_layout(const config::Config& cfg, const model::LlamaConfig& c) {
   model::LlamaConfig one = c;
   one.num_layers = 1;
+  // Under LoRA the engine's rows are FSDP alone's at any parallel.expert, an upper bound: the
+  // same sharded state per rank, but a whole block's gathered buffers where expert
+  // parallelism gathers a block without its experts, or this rank's experts.
+  one.expert_parallel = 1;
   return config::checked_lora_units(one, config::peft_keys(cfg));
 }
 
@@ -140,7 +144,9 @@ void add_activation_rows(MemoryPlan& p, const config::Config& cfg, const model::
   // LoRA keeps nothing of its own for backward (lora_adapter.h recomputes u and d(x) from
   // the Linear's input, which the block's bind() lists keep): one scratch serves them all.
   if (cfg.lora.enabled) {
-    const double lora = model::linear_scratch_bytes(lora_layout(cfg, m), double(N), t.dtype);
+    // An expert's Linear sees up to every token of its expert group (decoder.cpp's scratch_for).
+    const double rows = double(N) * double(m.expert_units() ? m.expert_parallel : 1);
+    const double lora = model::linear_scratch_bytes(lora_layout(cfg, m), rows, t.dtype);
     if (lora > 0) p.rows.push_back({"LoRA and NF4 scratch", lora, "an adapter's input and rank-r temporaries, one "
                                     "dequantized NF4 unit; shared by every Linear"});
   }

@@ -50,8 +50,9 @@ BaseSource::BaseSource(const config::Config& cfg, const model::LlamaConfig& mode
     folder_ = std::make_unique<ckpt::SafetensorsFolder>(cfg.model.init_from);
     ckpt::check_unused_tensors(*folder_, model_cfg);
   } else {
-    model::LlamaConfig one = model_cfg;  // one rank's layout: slices read from it
+    model::LlamaConfig one = model_cfg;  // one rank's layout: slices and experts read from it
     one.tensor_parallel = 1;
+    one.expert_parallel = 1;
     plain_ = model::llama_units(one);
   }
 }
@@ -64,6 +65,8 @@ void BaseSource::fill(const model::UnitLayout& unit, int u, const Tensor& host, 
     model::fill_frozen_bytes(unit, host, begin, source);
     return;
   }
+  // An expert unit's experts are slots of its block in one process's layout (experts_of).
+  if (unit.experts_of >= 0) u = unit.experts_of;
   SeededFrozenSource source(plain_[size_t(u)], u, seed_, init_std_);
   model::fill_frozen_bytes(unit, host, begin, source);
 }
@@ -120,7 +123,7 @@ ckpt::BaseReference base_reference(const config::Config& cfg, const model::Llama
                                    dist::Communicator& shard, dist::Communicator& tensor) {
   const int units = engine.num_units();
   Tensor mine = Tensor::zeros({2 * units}, DType::F64);
-  if (tensor.size() == 1) {
+  if (tensor.size() == 1 && !model.config().expert_units()) {
     // This rank's CRC and byte count of each unit's frozen shard.
     for (int u = 0; u < units; ++u) {
       const Tensor& s = engine.frozen_shard(u);
@@ -130,17 +133,19 @@ ckpt::BaseReference base_reference(const config::Config& cfg, const model::Llama
       set_crc(mine, u, ckpt::crc32_parallel(host.data_ptr(), size_t(valid)), valid);
     }
   } else {
-    // Under tensor parallelism this rank's frozen bytes are slices, which would give another
-    // fingerprint at every T: the fingerprint is one process's instead, each rank filling
+    // Under tensor parallelism this rank's frozen bytes are slices, and under expert
+    // parallelism its experts' are in units of their own, which would give another
+    // fingerprint at every T or E: the fingerprint is one process's instead, each rank filling
     // and checksumming its 1 / (S x T) of one rank's layout of the frozen bytes, so a
     // checkpoint resumes at any layout (issue 27: checkpoints at any layout).
     model::LlamaConfig one = model.config();
     one.tensor_parallel = 1;
+    one.expert_parallel = 1;
     const std::vector<model::UnitLayout> whole = model::lora_units(one, model.peft());
     BaseSource base(cfg, model.config());
     const int64_t parts = int64_t(shard.size()) * tensor.size();
     const int64_t part = int64_t(shard.rank()) * tensor.size() + tensor.rank();
-    for (int u = 0; u < units; ++u) {
+    for (int u = 0; u < int(whole.size()); ++u) {
       const int64_t bytes = whole[size_t(u)].frozen_bytes;
       const int64_t begin = bytes * part / parts, end = bytes * (part + 1) / parts;
       if (end == begin) continue;

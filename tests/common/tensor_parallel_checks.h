@@ -54,14 +54,16 @@ inline std::map<std::string, std::string> folder_bytes(const std::string& dir) {
 }
 
 // Exports `parallel` and `one` (checkpoint step folders) into <out>/hf_parallel and
-// <out>/hf_one and expects the two folders byte for byte equal; `what` names the layout in
-// failures. One process's call (the exports read every rank's files).
+// <out>/hf_one (as `as`: a Hugging Face folder, or a LoRA run's PEFT adapter) and expects
+// the two folders byte for byte equal; `what` names the layout in failures. One process's
+// call (the exports read every rank's files).
 inline void expect_exports_equal(const std::string& parallel, const std::string& one, const std::string& out,
-                                 const std::string& what) {
+                                 const std::string& what, train::ExportAs as = train::ExportAs::Model) {
   for (const auto& [from, to] : {std::pair{parallel, out + "/hf_parallel"}, {one, out + "/hf_one"}}) {
     train::ExportRequest r;
     r.checkpoint = from;
     r.output = to;
+    r.as = as;
     train::export_checkpoint(r);
   }
   const auto a = folder_bytes(out + "/hf_parallel"), b = folder_bytes(out + "/hf_one");

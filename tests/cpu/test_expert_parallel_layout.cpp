@@ -21,6 +21,7 @@
 #include "fsdp/model/moe_dispatch.h"
 #include "fsdp/model/param_init.h"
 #include "fsdp/model/param_units.h"
+#include "fsdp/model/peft.h"
 #include "fsdp/obs/metrics.h"
 #include "fsdp/train/launch_checks.h"
 #include "fsdp/train/setup.h"
@@ -130,9 +131,10 @@ TEST(ExpertParallelConfig, AModelFoldersExpertsAndWhatIsNotBuiltAreCheckedAtStar
   EXPECT_EQ(rank_model_error(with(kMoe, {"parallel.expert=2", "parallel.tensor=2"}), Device::cpu(), 2),
             "--set parallel.expert=2: key 'parallel.expert' is 2 with parallel.tensor 2, but experts under both "
             "(expert tensor parallelism, or tp2ep) are not built yet: set one of them to 1");
-  EXPECT_EQ(rank_model_error(with(kMoe, {"lora.enabled=true", "parallel.expert=2"})),
-            "--set parallel.expert=2: key 'parallel.expert' is 2 with lora.enabled, but LoRA under expert parallelism "
-            "is not built yet: set parallel.expert: 1");
+  // LoRA on the experts is built (Note [LoRA on expert-parallel experts]), QLoRA too.
+  EXPECT_EQ(rank_model_error(with(kMoe, {"lora.enabled=true", "parallel.expert=2"})), "expert_parallel 2");
+  EXPECT_EQ(rank_model_error(with(kMoe, {"lora.enabled=true", "model.quantization=nf4", "parallel.expert=2"})),
+            "expert_parallel 2");
   EXPECT_EQ(rank_model_error(with(kMoe, {"parallel.expert=2", "train.device=cuda"}), Device::cuda(0)),
             "--set parallel.expert=2: key 'parallel.expert' is 2, but expert parallelism on GPUs (train.device: "
             "cuda) is not built yet: set parallel.expert: 1, or train on the CPU");
@@ -180,10 +182,15 @@ TEST(ExpertDispatchLayout, SourceMajorStagingAndExpertMajorRuns) {
   // Grouped: expert 0 (rank 0's 3 rows, then rank 1's 1), then expert 1 (rank 0's 1).
   EXPECT_EQ(r0.block_grouped, (std::vector<int64_t>{0, 4, 3, 5}));
   EXPECT_EQ(r0.expert_begin, (std::vector<int64_t>{0, 4, 5}));
+  // Where each block starts in its source's sorted order: rank 0's expert 0 at 0, expert 1
+  // at 3; rank 1's expert 0 at 0, expert 1 at 1 (how the source numbers those rows).
+  EXPECT_EQ(r0.block_source, (std::vector<int64_t>{0, 3, 0, 1}));
   const model::DispatchLayout r1 = model::dispatch_layout(counts, 4, 1, 2);
   EXPECT_EQ(r1.send_rows, (std::vector<int64_t>{1, 5}));
   EXPECT_EQ(r1.recv_rows, (std::vector<int64_t>{2, 5}));
   EXPECT_EQ(r1.expert_begin, (std::vector<int64_t>{0, 4, 7}));
+  // Experts 2-3: after rank 0's 3 + 1 pairs of experts 0-1, and rank 1's 1 + 0.
+  EXPECT_EQ(r1.block_source, (std::vector<int64_t>{4, 4, 1, 5}));
   // What each rank sends is what the other receives.
   EXPECT_EQ(r0.send_rows[1], r1.recv_rows[0]);
   EXPECT_EQ(r1.send_rows[0], r0.recv_rows[1]);
@@ -237,6 +244,64 @@ TEST(ExpertUnits, EveryExpertOnceNumberedAndInitialisedAsOneProcess) {
     EXPECT_EQ(seen.size(), want.size());
     for (const auto& [name, count] : seen)
       EXPECT_EQ(count, name.find(".experts.") != std::string::npos ? 1 : E) << name << " at E=" << E;
+  }
+}
+
+// LoRA's layout under expert parallelism (Note [LoRA on expert-parallel experts]): each
+// expert's frozen w1, w3, w2 (dense or NF4) and its adapters live in its expert unit, the
+// block keeps attention's; every adapter once over the ranks, numbered (whole_offset) and
+// initialised as one process's, and each frozen expert weight is one process's slot.
+TEST(ExpertUnits, LoraAdaptersLiveWithTheirExpertsNumberedAsOneProcess) {
+  for (const model::Quantization q : {model::Quantization::None, model::Quantization::Nf4}) {
+    model::PeftSpec peft;
+    peft.lora.enabled = true;
+    peft.lora.rank = 4;
+    peft.lora.targets = {"all-linear"};
+    peft.quantization = q;
+    const std::vector<model::UnitLayout> one = model::lora_units(tiny_moe(1), peft);
+    std::map<std::string, std::vector<float>> want;
+    for (size_t u = 0; u < one.size(); ++u) {
+      const Tensor flat = Tensor::zeros({one[u].numel}, DType::F32);
+      model::init_unit(one[u], int(u), 7, 0.02, flat);
+      for (const model::ParamSlot& s : one[u].params) {
+        const Tensor v = flat.narrow(0, s.offset, s.numel);
+        want[s.name].assign(v.data<float>(), v.data<float>() + s.numel);
+      }
+    }
+    for (int E : {2, 4}) {
+      std::map<std::string, int> seen;
+      for (int r = 0; r < E; ++r) {
+        const std::vector<model::UnitLayout> units = model::lora_units(tiny_moe(E), peft, 0, r);
+        ASSERT_EQ(units.size(), one.size() + 2);
+        for (int l = 0; l < 2; ++l) {
+          const model::UnitLayout& x = units[size_t(model::expert_unit(tiny_moe(E), l))];
+          EXPECT_EQ(x.experts_of, model::block_unit(l));
+          // 8 / E experts x (w1, w3, w2), frozen, each with lora_A and lora_B.
+          EXPECT_EQ(x.frozen.size(), size_t(3 * 8 / E));
+          EXPECT_EQ(x.params.size(), size_t(2 * 3 * 8 / E));
+          for (const model::FrozenSlot& f : x.frozen) {
+            const model::FrozenSlot& w = one[size_t(model::block_unit(l))].frozen_slot(f.name);
+            EXPECT_EQ(f.format, w.format) << f.name;
+            EXPECT_EQ(f.bytes, w.bytes) << f.name;
+          }
+          EXPECT_TRUE(units[size_t(model::block_unit(l))].has("layers." + std::to_string(l) + ".wq.lora_A"));
+        }
+        for (size_t u = 0; u < units.size(); ++u) {
+          const Tensor flat = Tensor::zeros({units[u].numel}, DType::F32);
+          model::init_unit(units[u], int(u), 7, 0.02, flat);
+          const model::UnitLayout& w = one[size_t(units[u].experts_of >= 0 ? units[u].experts_of : int(u))];
+          for (const model::ParamSlot& s : units[u].params) {
+            ++seen[s.name];
+            EXPECT_EQ(s.whole_offset, w.slot(s.name).offset) << s.name;
+            const Tensor v = flat.narrow(0, s.offset, s.numel);
+            EXPECT_EQ(std::vector<float>(v.data<float>(), v.data<float>() + s.numel), want.at(s.name)) << s.name;
+          }
+        }
+      }
+      EXPECT_EQ(seen.size(), want.size());
+      for (const auto& [name, count] : seen)
+        EXPECT_EQ(count, name.find(".experts.") != std::string::npos ? 1 : E) << name << " at E=" << E;
+    }
   }
 }
 

@@ -1,5 +1,6 @@
 // The frozen half of the FSDP units (param_units.h): each unit's frozen bytes (LoRA's base,
-// dense or NF4), sharded over the shard group like the trainable flat buffer and
+// dense or NF4), sharded over the unit's group like the trainable flat buffer (the shard
+// group, or an expert unit's expert-data-parallel ranks: fsdp_engine.cpp's shard_group_of) and
 // all-gathered before the unit runs, but never reduced, never updated, and holding no
 // gradient or optimizer state. Every byte is moved as it is (no dtype casts: the values are
 // already in the compute dtype, or NF4 codes and float32 statistics). With a one-rank shard
@@ -19,12 +20,14 @@ namespace fsdp {
 
 class FrozenShards {
  public:
-  FrozenShards(const std::vector<model::UnitLayout>& units, dist::Communicator& shard, BufferPool& pool,
-               Device device);
+  // groups[u]: the group unit u is sharded over.
+  FrozenShards(const std::vector<model::UnitLayout>& units, std::vector<dist::Communicator*> groups,
+               BufferPool& pool, Device device);
   ~FrozenShards();
 
-  // Largest padded frozen unit in bytes (the pool's byte capacity).
-  static int64_t max_padded_bytes(const std::vector<model::UnitLayout>& units, int shard_size);
+  // Largest padded frozen unit in bytes (the pool's byte capacity), each over groups[u].
+  static int64_t max_padded_bytes(const std::vector<model::UnitLayout>& units,
+                                  const std::vector<dist::Communicator*>& groups);
 
   // Fills every unit's shard from fill(u, begin, host): `host` is a uint8 CPU tensor to
   // receive bytes [begin, begin + host.numel()) of unit u's frozen buffer (zero past its
@@ -64,11 +67,11 @@ class FrozenShards {
     BufferPool::Buffer* full = nullptr;
     dist::Request request;
     bool pending = false;
+    dist::Communicator* group = nullptr;
+    bool direct() const { return group->size() == 1; }
   };
-  bool direct() const { return shard_.size() == 1; }
 
   std::vector<Unit> units_;
-  dist::Communicator& shard_;
   BufferPool& pool_;
 };
 

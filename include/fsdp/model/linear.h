@@ -42,14 +42,14 @@ class Linear {
   int64_t in_features() const { return in_; }
   int64_t out_features() const { return out_; }
 
-  // y = x W^T (+ adapters), or y += ... with accumulate. x: [N, in], y: [N, out]. row0 is
-  // the number of x's first row in the pass (the adapters' dropout masks are drawn per row;
-  // an expert's group of rows starts at its offset).
+  // y = x W^T (+ adapters), or y += ... with accumulate. x: [N, in], y: [N, out]. rows
+  // numbers x's rows in the pass (the adapters' dropout masks are drawn per row): the first
+  // row's number (an expert's group of rows starts at its offset), or runs of numbers.
   void forward(const Tensor& x, const UnitParams& p, const Tensor& y, bool accumulate = false,
-               int64_t row0 = 0) const;
+               DropoutRows rows = 0) const;
   // dW += dy^T x when W trains, the adapters' gradients when there are any, and
   // dx = dy W (+ the adapters' share). dy: [N, out], x: the forward's input.
-  void backward(const Tensor& dy, const Tensor& x, const UnitParams& p, const Tensor& dx, int64_t row0 = 0) const;
+  void backward(const Tensor& dy, const Tensor& x, const UnitParams& p, const Tensor& dx, DropoutRows rows = 0) const;
 
  private:
   enum class Source : uint8_t { Trainable, Frozen, FrozenNf4 };

@@ -12,8 +12,11 @@
 // row's global number scratch.first_row + row0 + i, the column's global number: j, or j plus
 // the slice's first column on a row-parallel base under tensor parallelism),
 // fsdp/ops/dropout.h, so the backward and an activation-checkpointing recompute see the
-// mask the forward saw without storing it. The scratch tensors are shared by every
-// adapter of the model (they run one at a time), sized once by make_linear_scratch.
+// mask the forward saw without storing it. An expert's input under expert parallelism holds
+// rows of several ranks' micro-batches: its rows are numbered run by run (DropoutRows), each
+// run as its source rank numbers it (Note [LoRA on expert-parallel experts] in mlp_moe.h).
+// The scratch tensors are shared by every adapter of the model (they run one at a time),
+// sized once by make_linear_scratch.
 #pragma once
 
 #include <cstdint>
@@ -46,16 +49,32 @@ LinearScratch make_linear_scratch(const std::vector<UnitLayout>& units, int64_t 
 // plan's "LoRA and NF4 scratch").
 double linear_scratch_bytes(const std::vector<UnitLayout>& units, double rows, DType dtype);
 
+// A run of an adapter input's consecutive rows whose dropout numbers are consecutive too:
+// `rows` rows, the first numbered scratch.first_row + row0.
+struct RowRun {
+  int64_t rows = 0, row0 = 0;
+};
+
+// How an adapter input's rows are numbered for dropout: from row0 on (every Linear but an
+// expert's under expert parallelism), or run by run (`runs`, which cover the input's rows
+// in order and outlive the call).
+struct DropoutRows {
+  DropoutRows(int64_t first = 0) : row0(first) {}  // NOLINT(google-explicit-constructor): the usual case
+  explicit DropoutRows(const std::vector<RowRun>* by_run) : runs(by_run) {}
+  int64_t row0 = 0;
+  const std::vector<RowRun>* runs = nullptr;
+};
+
 class LoraAdapter {
  public:
   // The adapter of `base` (slots "<base>.lora_A", "<base>.lora_B" of `unit`).
   LoraAdapter(const UnitLayout& unit, const std::string& base);
 
   // y (the base's columns of the output, [N, out]) += s * d(x) A^T B^T.
-  void forward(const Tensor& x, const UnitParams& p, const Tensor& y, int64_t row0) const;
+  void forward(const Tensor& x, const UnitParams& p, const Tensor& y, DropoutRows rows) const;
   // dA, dB accumulated into p.grads; dx (the Linear's input gradient, [N, in]) += the
   // adapter's share. dy: [N, out], this adapter's columns of the output gradient.
-  void backward(const Tensor& dy, const Tensor& x, const UnitParams& p, const Tensor& dx, int64_t row0) const;
+  void backward(const Tensor& dy, const Tensor& x, const UnitParams& p, const Tensor& dx, DropoutRows rows) const;
 
  private:
   struct Pair {
@@ -64,7 +83,9 @@ class LoraAdapter {
   Pair pair(const Tensor& flat) const;
   LinearScratch& scratch(const UnitParams& p, int64_t rows) const;
   // x, or d(x) written into the scratch.
-  Tensor adapter_input(const Tensor& x, LinearScratch& s, int64_t row0) const;
+  Tensor adapter_input(const Tensor& x, LinearScratch& s, DropoutRows rows) const;
+  // dx (+)= d'(dxd), the dropout's backward over the same runs.
+  void dropout_input_grad(const Tensor& dxd, const Tensor& dx, LinearScratch& s, DropoutRows rows) const;
 
   int64_t a_ = 0, b_ = 0;  // offsets of lora_A [r, in] and lora_B [out, r] in the trainable buffer
   int64_t rank_ = 0, in_ = 0, out_ = 0;

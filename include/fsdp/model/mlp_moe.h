@@ -44,11 +44,35 @@
 // are in the block's expert unit (UnitParams::expert_params), the rest of the layer in the
 // block's unit. The expert-side tensors (xr, gu, act; their gradients) then hold the
 // received rows, expert-major, sized for the worst routing (max_received_rows).
+//
+// Note [LoRA on expert-parallel experts]
+// Where the adapters live: LoRA's layout (peft_units.cpp, lora_units) is built on the plain
+// units, so an expert's frozen w1|w3 and w2 and their adapters (Mixtral's targets w1, w2,
+// w3) go where the expert goes: into the block's expert unit "layers.<l>.experts", which
+// holds this rank's experts' frozen base (dense or NF4: each expert's weight is quantized
+// on its own, as one process quantizes it) and their adapters, sharded over the expert-data-
+// parallel ranks (ProcessGroups::expert_shard) for both its trainable and frozen buffers,
+// with its own gradient accounting; the block unit keeps attention's and the router's
+// adapters. Every adapter's whole_offset is its offset in one process's LoRA block, so seeded
+// initialisation, checkpoints (format version 3 runs), PEFT exports and lora.init_from see
+// one process's layout.
+// How dropout rows are keyed: one process draws an expert adapter's mask at row
+// first_row + p, p the pair's position in its micro-batch's sorted order (an expert's run
+// starts at its group offset), first_row = the micro-batch's first sample x T. Under expert
+// parallelism an expert's input holds the rows every rank of the group sent it; each row
+// keeps its source's number: the rows of the (source i, local expert e) block are source
+// i's sorted pairs [block_source, + block_rows) (DispatchLayout, from the exchanged [E, n]
+// counts), and the E ranks of an expert group are consecutive data-parallel ranks reading
+// micro-batches of N = B x T tokens each step, so source i's first_row is this rank's plus
+// (i - rank) x N. The adapter draws each block's mask as its own run (DropoutRows), so
+// every (token, choice) row is dropped exactly as one process drops it, in the forward,
+// the backward and any recompute.
 #pragma once
 
 #include <vector>
 
 #include "fsdp/model/linear.h"
+#include "fsdp/model/lora_adapter.h"
 #include "fsdp/model/mlp.h"
 #include "fsdp/model/moe_dispatch.h"
 #include "fsdp/model/sequence_parallel.h"
@@ -103,6 +127,9 @@ struct MoeMlpGrads final : MlpGrads {
   void bind(const LlamaConfig& cfg, int64_t rows, DType dtype, const SavedBinder& bind) override;
 };
 
+// Per local expert, the dropout numbering of its received rows (expert parallelism).
+using ExpertRowRuns = std::vector<std::vector<RowRun>>;
+
 class MoeMlp final : public MlpSublayer {
  public:
   // Resolves mlp_norm, the router and every expert's w1|w3 and w2 in a block's layout;
@@ -125,11 +152,14 @@ class MoeMlp final : public MlpSublayer {
   void apply_capacity(MoeMlpSaved& s, int64_t N) const;
   // The local experts over their runs of rows [begin[e], begin[e+1]) (the sorted pairs,
   // or the received ones under expert parallelism).
+  // `runs` numbers each local expert's rows for LoRA's dropout (Note [LoRA on expert-parallel
+  // experts]); null: each run's rows from its `begin` on, as the sort numbers them.
   void experts_forward(const std::vector<int64_t>& begin, const Tensor& in, const MoeMlpSaved& s, const Tensor& out,
-                       const UnitParams& p) const;
+                       const UnitParams& p, const ExpertRowRuns* runs = nullptr) const;
   void experts_swiglu(const std::vector<int64_t>& begin, const MoeMlpSaved& s) const;
   void experts_backward(const std::vector<int64_t>& begin, const Tensor& dy, const Tensor& in, const MoeMlpSaved& s,
-                        const UnitParams& p, MoeMlpGrads& g, const Tensor& dx) const;
+                        const UnitParams& p, MoeMlpGrads& g, const Tensor& dx,
+                        const ExpertRowRuns* runs = nullptr) const;
   // The expert unit's buffers (expert parallelism), or the block's.
   UnitParams expert_params(const UnitParams& p) const;
 

@@ -50,6 +50,9 @@ struct DispatchLayout {
   // Per (source rank i, local expert e), at i * n/E + e: the block's rows, and where it
   // starts in the staging (source-major) and in the expert-major order.
   std::vector<int64_t> block_rows, block_staged, block_grouped;
+  // And where the block starts in its source's sorted order (the source's pairs of experts
+  // before it): how the source numbers those rows (Note [LoRA on expert-parallel experts]).
+  std::vector<int64_t> block_source;
   int64_t received = 0;  // rows received (the sum of recv_rows)
 };
 

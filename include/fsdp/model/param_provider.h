@@ -34,10 +34,10 @@ class ParamProvider {
   // Unit u's buffers as a sublayer takes them, for a forward pass (no gradients) or a
   // backward pass; `scratch` serves its LoRA adapters and NF4 weights.
   UnitParams forward_view(int unit, LinearScratch* scratch = nullptr) {
-    return UnitParams{params(unit), frozen(unit), Tensor(), scratch, Tensor(), Tensor()};
+    return UnitParams{params(unit), frozen(unit), Tensor(), scratch, Tensor(), Tensor(), Tensor()};
   }
   UnitParams backward_view(int unit, LinearScratch* scratch = nullptr) {
-    return UnitParams{params(unit), frozen(unit), grads(unit), scratch, Tensor(), Tensor()};
+    return UnitParams{params(unit), frozen(unit), grads(unit), scratch, Tensor(), Tensor(), Tensor()};
   }
 };
 

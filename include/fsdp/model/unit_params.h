@@ -17,8 +17,8 @@ struct UnitParams {
   Tensor grads;   // params' gradient buffer (backward only; undefined in forward passes)
   LinearScratch* scratch = nullptr;  // LoRA and NF4 work space; null when neither is used
   // Expert parallelism: the block's expert unit's trainable buffer and its gradient
-  // (param_units.h, UnitLayout::experts_of); undefined otherwise.
-  Tensor expert_params, expert_grads;
+  // (param_units.h, UnitLayout::experts_of), and its frozen bytes (LoRA); undefined otherwise.
+  Tensor expert_params, expert_grads, expert_frozen;
 };
 
 // A dense parameter of a unit (a norm weight, the embedding table): a view of the

@@ -17,7 +17,7 @@ namespace fsdp::plan {
 inline constexpr bool kExpertParallelWithTensorBuilt = false;
 // Expert parallelism with lora.enabled: refused by train::rank_model_config ("LoRA under
 // expert parallelism is not built yet").
-inline constexpr bool kExpertParallelWithLoraBuilt = false;
+inline constexpr bool kExpertParallelWithLoraBuilt = true;
 // Expert parallelism on GPUs (train.device: cuda): refused by train::runs_on ("expert
 // parallelism on GPUs ... is not built yet").
 inline constexpr bool kExpertParallelOnGpuBuilt = false;
