@@ -120,7 +120,10 @@ class MoeMlp final : public MlpSublayer {
 
  private:
   void route(const MoeMlpSaved& s, int64_t N) const;
+  // The group sizes (and under expert parallelism the dispatch layout) on the host.
+  void routing_to_host(MoeMlpSaved& s, int64_t N) const;
   void read_group_sizes(MoeMlpSaved& s, int64_t N) const;
+  void record_group_sizes(MoeMlpSaved& s, int64_t N) const;
   // Drops the pairs over capacity (moe.capacity_factor), re-reading the kept group sizes.
   void apply_capacity(MoeMlpSaved& s, int64_t N) const;
   // The local experts over their runs of rows [begin[e], begin[e+1]) (the sorted pairs,
