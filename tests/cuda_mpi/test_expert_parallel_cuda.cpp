@@ -21,7 +21,9 @@
 //        recompute exchanges and dispatches again): on 2 ranks;
 //   bytes: every step's bytes each rank sends equal the theory
 //        (tests/common/expert_parallel_bytes.h), without (and on 2 ranks with) full
-//        checkpointing.
+//        checkpointing;
+//   host waits (emulator, 2 ranks): as many per step as FSDP alone's on the same ranks: the
+//        count exchange's read-back replaces the group sizes', it adds none.
 // The reference runs on rank 0 alone (the emulator is slow); the comparison is there.
 #include <gtest/gtest.h>
 
@@ -36,6 +38,10 @@
 #include "../common/distributed_train_checks.h"
 #include "../common/expert_parallel_bytes.h"
 #include "cuda_mpi_test_env.h"
+#if defined(FSDP_CUDA_EMULATION)
+#include <cuda_runtime.h>  // the emulator's fsdpEmuHostBlockingCalls
+#endif
+#include "fsdp/core/host_wait.h"
 #include "fsdp/model/param_units.h"
 #include "fsdp/model/router_bias.h"
 #include "fsdp/train/launch_checks.h"
@@ -100,10 +106,29 @@ struct EpRun {
   std::vector<std::vector<std::vector<int64_t>>> load;  // [step][layer][expert]
   std::vector<std::vector<float>> bias;
   std::vector<double> bytes, theory;  // per step: what the counters saw, and the theory
+  unsigned long long host_waits = 0;   // in the second step (the emulator counts them)
   // Every parameter on the host, whole: rank 0 of an expert-parallel run holds every
   // expert rank's experts too (all-gathered over its expert group), the other ranks their own.
   std::map<std::string, Tensor> weights;
 };
+
+// One step, counting the host's waits for the device (the emulator's count, 0 on a GPU).
+// The NCCL communicators' watchdog hook is off meanwhile: with it a wait polls an event,
+// which the emulator does not count; without it each is a cudaStreamSynchronize, counted.
+obs::StepMetrics counting_host_waits(train::Trainer& t, unsigned long long& waits) {
+#if defined(FSDP_CUDA_EMULATION)
+  const cuda::HostWaitHook hook = cuda::host_wait_hook();
+  cuda::set_host_wait_hook(nullptr);
+  const unsigned long long before = fsdpEmuHostBlockingCalls();
+  const obs::StepMetrics m = t.train_step();
+  waits = fsdpEmuHostBlockingCalls() - before;
+  cuda::set_host_wait_hook(hook);
+  return m;
+#else
+  waits = 0;
+  return t.train_step();
+#endif
+}
 
 // Each expert unit of this rank, and rank 0's copy of its expert group's others, named as
 // the unit of expert rank r names them (model::llama_units).
@@ -122,13 +147,14 @@ void add_expert_weights(train::Trainer& t, const dist::ProcessGroups& g, int u, 
 
 // `bytes_recompute`: hold each step's bytes to the theory (with or without the recompute's
 // second forward); unset: not (selective checkpointing's recompute has no formula there).
-EpRun train(const config::Config& cfg, const dist::ProcessGroups& host, std::optional<bool> bytes_recompute = {}) {
+EpRun train(const config::Config& cfg, const dist::ProcessGroups& host, std::optional<bool> bytes_recompute = {},
+            int steps = kSteps) {
   dist::ProcessGroups groups = host;
   train::Trainer t(cfg, groups);
   EXPECT_TRUE(t.device().is_cuda());
   EpRun r;
-  for (int i = 0; i < kSteps; ++i) {
-    const obs::StepMetrics m = t.train_step();
+  for (int i = 0; i < steps; ++i) {
+    const obs::StepMetrics m = i == 1 ? counting_host_waits(t, r.host_waits) : t.train_step();
     r.losses.push_back(m.loss);
     r.aux.push_back(m.aux_loss.value_or(-1));
     r.z.push_back(m.z_loss.value_or(-1));
@@ -232,6 +258,16 @@ TEST_F(CudaExpertParallel, Mixtral8EqualsOneProcessBitIdenticalUnderCheckpointin
     expect_bytes_are_the_theory(full, "full checkpointing");
     expect_same_bits(train(moe_config(2, n, {"train.activation_checkpointing=selective"}), groups), got,
                      "selective checkpointing");
+#if defined(FSDP_CUDA_EMULATION)
+    // The count exchange replaces the group sizes' read-back: the host waits for the device
+    // as often per step as without expert parallelism (once per MoE layer, and the step's
+    // own read-backs), on the same ranks and micro-batch.
+    const config::Config alone = moe_config(1, n);
+    const EpRun fsdp = train(alone, dist::split_process_groups(world, train::mesh_spec(alone)), {}, 2);
+    EXPECT_EQ(got.host_waits, fsdp.host_waits) << "host waits per step, E=2 against FSDP alone";
+    EXPECT_GE(fsdp.host_waits, 2u) << "the MoE layers' read-backs are counted";
+    if (rank0()) std::printf("host waits per CUDA step: %llu at E=2, %llu with FSDP alone\n", got.host_waits, fsdp.host_waits);
+#endif
   }
 
   const EpRun want = one_process(groups.mesh.data_parallel_size());
