@@ -130,8 +130,9 @@ obs::StepMetrics counting_host_waits(train::Trainer& t, unsigned long long& wait
 #endif
 }
 
-// Each expert unit of this rank, and rank 0's copy of its expert group's others, named as
-// the unit of expert rank r names them (model::llama_units).
+// Rank 0 gets every expert rank's experts of expert unit `u` (this rank's: `local`),
+// all-gathered over the host expert group and named as expert rank r's unit names them
+// (model::llama_units); a collective over the expert group.
 void add_expert_weights(train::Trainer& t, const dist::ProcessGroups& g, int u, const Tensor& local,
                         std::map<std::string, Tensor>& out) {
   const int E = g.expert->size();
@@ -167,16 +168,9 @@ EpRun train(const config::Config& cfg, const dist::ProcessGroups& host, std::opt
   r.bias = t.model().router_bias()->values();
   for (int u = 0; u < t.engine().num_units(); ++u) {
     const Tensor local = t.engine().gather_full(u).to(Device::cpu());
-    if (t.model().units()[size_t(u)].experts_of >= 0 && groups.mesh.shape().expert > 1) {
-      add_expert_weights(t, groups, u, local, r.weights);
-      if (!rank0()) {
-        for (const model::ParamSlot& s : t.model().units()[size_t(u)].params)
-          r.weights[s.name] = local.narrow(0, s.offset, s.numel).clone();
-      }
-      continue;
-    }
     for (const model::ParamSlot& s : t.model().units()[size_t(u)].params)
       r.weights[s.name] = local.narrow(0, s.offset, s.numel).clone();
+    if (t.model().units()[size_t(u)].experts_of >= 0) add_expert_weights(t, groups, u, local, r.weights);
   }
   return r;
 }
