@@ -25,8 +25,8 @@ namespace fsdp::train {
 // and what is visible.
 Device resolve_device(const config::Config& cfg, const dist::WorldInfo& world);
 
-// The engine's groups: the host groups, with the shard, replicate and tensor groups on NCCL
-// when the model is on a GPU.
+// The engine's groups: the host groups, with the shard, replicate, tensor, expert and expert
+// shard groups on NCCL when the model is on a GPU.
 dist::ProcessGroups engine_groups(dist::ProcessGroups& host, Device device);
 
 // The model this rank trains: training_model_config with the mesh's tensor-parallel and
