@@ -23,14 +23,14 @@ if [ "${FSDP_TEST_EMULATION:-1}" != 0 ]; then
     -DFSDP_CUDA_EMULATION=ON -DFSDP_CUDA=OFF -DFSDP_ASAN=ON -DFSDP_BENCH=ON
   # Twice: threads resumed in increasing, then decreasing index order, so a missing
   # barrier shows up whichever neighbour it reads (tests/README.md). The trainer tests
-  # (cuda_fsdp_np*, and under tensor parallelism cuda_tp_np*) run the kernels the op tests
-  # check in both orders: once is enough; so
+  # (cuda_fsdp_np*, and under tensor and expert parallelism cuda_tp_np* and cuda_ep_np*) run
+  # the kernels the op tests check in both orders: once is enough; so
   # does the bench's smoke run (gpu_step_bench_smoke), which checks its output, not kernels, and
   # so do fsdp_train's runs over the TCP store and check.sh's (store_bootstrap_emulated,
   # package_check_emulated).
   (cd "$emu" && ctest --output-on-failure -j"$(nproc)" -L emulated-gpu "$@") || status=$?
   (cd "$emu" && FSDP_EMU_SCHEDULE=reverse ctest --output-on-failure -j"$(nproc)" -L emulated-gpu \
-    -E '^(cuda_fsdp_np|cuda_tp_np|gpu_step_bench_smoke|store_bootstrap_emulated|package_check_emulated)' "$@") || status=$?
+    -E '^(cuda_fsdp_np|cuda_tp_np|cuda_ep_np|gpu_step_bench_smoke|store_bootstrap_emulated|package_check_emulated)' "$@") || status=$?
 fi
 if [ "${FSDP_TEST_FUZZ:-1}" != 0 ]; then
   fuzz="${FUZZ_BUILD_DIR:-$root/build-fuzz}"

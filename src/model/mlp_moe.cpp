@@ -133,9 +133,9 @@ void MoeMlp::experts_forward(const std::vector<int64_t>& at, const Tensor& in, c
   }
 }
 
-// The layer's one wait for the device: the group sizes decide the GEMM shapes.
+// The layer's one wait for the device (routing_to_host, below): the group sizes decide the
+// GEMM shapes.
 void MoeMlp::read_group_sizes(MoeMlpSaved& s, int64_t N) const {
-  const int64_t NK = N * k_;
 #if defined(FSDP_WITH_CUDA)
   // Page-locked, so reading the group sizes back is one wait for the stream and nothing more.
   if (!s.offsets.device().is_cpu() && !s.offsets_host.defined()) s.offsets_host = cuda::pinned_empty({experts_ + 1}, DType::I32);
@@ -143,8 +143,14 @@ void MoeMlp::read_group_sizes(MoeMlpSaved& s, int64_t N) const {
   if (!s.offsets.device().is_cpu()) s.offsets_host.copy_(s.offsets);
   const Tensor& offsets = s.offsets.device().is_cpu() ? s.offsets : s.offsets_host;
   s.group_begin.assign(size_t(experts_) + 1, 0);
-  s.record.count.assign(size_t(experts_), 0);
   for (int64_t e = 0; e <= experts_; ++e) s.group_begin[size_t(e)] = int64_t(offsets.get_flat(e));
+  record_group_sizes(s, N);
+}
+
+// The routing's counts (the expert load, before any drop) from the group sizes just read.
+void MoeMlp::record_group_sizes(MoeMlpSaved& s, int64_t N) const {
+  const int64_t NK = N * k_;
+  s.record.count.assign(size_t(experts_), 0);
   for (int64_t e = 0; e < experts_; ++e)
     s.record.count[size_t(e)] = s.group_begin[size_t(e) + 1] - s.group_begin[size_t(e)];
   s.record.tokens = N;
@@ -174,6 +180,25 @@ std::vector<int64_t> group_sizes(const std::vector<int64_t>& begin) {
 
 }  // namespace
 
+// The layer's one wait for the device: the group sizes decide the GEMM shapes, and under
+// expert parallelism the all-to-alls' counts. On a GPU under expert parallelism the counts
+// are exchanged on the device first and the exchanged ones read back (Note [Expert counts
+// on a GPU] in moe_dispatch.h); the drop (the CPU's only) is refused there at start-up.
+void MoeMlp::routing_to_host(MoeMlpSaved& s, int64_t N) const {
+  if (ep_ == nullptr || s.count.device().is_cpu()) {
+    read_group_sizes(s, N);
+    apply_capacity(s, N);
+    if (ep_ != nullptr) s.layout = ep_->exchange(group_sizes(s.group_begin));
+    return;
+  }
+  FSDP_CHECK(expert_capacity(cfg_, N) == 0, "moe: token dropping (moe.capacity_factor) runs on the host only");
+  std::vector<int64_t> mine;
+  s.layout = ep_->exchange(s.count, mine);
+  s.group_begin.assign(size_t(experts_) + 1, 0);
+  for (int64_t e = 0; e < experts_; ++e) s.group_begin[size_t(e) + 1] = s.group_begin[size_t(e)] + mine[size_t(e)];
+  record_group_sizes(s, N);
+}
+
 void MoeMlp::forward(const Tensor& x, const UnitParams& p, MlpSaved& saved, const Tensor& out) const {
   auto& s = static_cast<MoeMlpSaved&>(saved);
   // x holds this rank's rows; the router and the experts run on every rank's (N of them).
@@ -183,15 +208,14 @@ void MoeMlp::forward(const Tensor& x, const UnitParams& p, MlpSaved& saved, cons
   const Tensor h_all = sp_->gather(h);
   router_.forward(h_all, p, s.logits.narrow(0, 0, N));
   route(s, N);
-  read_group_sizes(s, N);
-  apply_capacity(s, N);
+  routing_to_host(s, N);
   const int64_t kept = s.group_begin[size_t(experts_)];
   moe_gather_rows(h_all, s.order.narrow(0, 0, NK), k_, s.xs.narrow(0, 0, NK));
   if (ep_ == nullptr) {
     experts_forward(s.group_begin, s.xs, s, s.ys, p);
   } else {
-    // Note [Expert-parallel dispatch]: the pairs to their experts' ranks, the experts, back.
-    s.layout = ep_->exchange(group_sizes(s.group_begin));
+    // Note [Expert-parallel dispatch]: the pairs to their experts' ranks, the experts, back
+    // (the counts were exchanged with the group sizes: routing_to_host).
     ep_->dispatch(s.layout, s.xs.narrow(0, 0, kept), s.xr);
     const Tensor yr = ep_->grouped_scratch();  // the outputs only travel back: scratch
     const ExpertRowRuns runs = received_row_runs(s.layout, ep_->rank(), ep_->size(), N);

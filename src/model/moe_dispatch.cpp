@@ -3,6 +3,10 @@
 #include "fsdp/model/moe_dispatch.h"
 
 #include "fsdp/core/error.h"
+#include "fsdp/core/memory_category.h"
+#if defined(FSDP_WITH_CUDA)
+#include "fsdp/core/cuda.h"
+#endif
 
 namespace fsdp::model {
 
@@ -75,6 +79,39 @@ DispatchLayout ExpertDispatch::exchange(const std::vector<int64_t>& counts) cons
   std::vector<int64_t> all(size_t(counts_all_.numel()));
   const double* got = counts_all_.data<double>();
   for (size_t i = 0; i < all.size(); ++i) all[i] = int64_t(got[i]);
+  return layout_of(all);
+}
+
+void ExpertDispatch::use(const Tensor& staging, const Tensor& grouped) {
+  staging_ = staging;
+  grouped_ = grouped;
+  if (!on() || staging.device().is_cpu() || (counts_device_.defined() && counts_device_.device() == staging.device()))
+    return;
+#if defined(FSDP_WITH_CUDA)
+  const memory::CategoryScope tag("scratch/expert parallel");
+  counts_device_ = Tensor::empty({experts_ * group_->size()}, DType::I32, staging.device());
+  counts_host_ = cuda::pinned_empty({experts_ * group_->size()}, DType::I32);
+#endif
+}
+
+// Note [Expert counts on a GPU].
+DispatchLayout ExpertDispatch::exchange(const Tensor& counts, std::vector<int64_t>& mine) const {
+  FSDP_CHECK(on() && counts_device_.defined() && counts.device() == counts_device_.device() &&
+                 counts.dtype() == DType::I32 && counts.numel() == experts_,
+             "expert dispatch: counts {} for {} experts on {} (the exchange's buffers: {})", counts.str(), experts_,
+             counts.device().str(), counts_device_.defined() ? counts_device_.str() : std::string("none"));
+  const int64_t width = int64_t(dtype_size(DType::I32));
+  group_->all_gather(counts.reinterpret(DType::U8, 0, {experts_ * width}),
+                     counts_device_.reinterpret(DType::U8, 0, {counts_device_.numel() * width}));
+  counts_host_.copy_(counts_device_);  // the one read-back
+  const int32_t* got = counts_host_.data<int32_t>();
+  const std::vector<int64_t> all(got, got + counts_host_.numel());
+  const auto row = all.begin() + int64_t(group_->rank()) * experts_;
+  mine.assign(row, row + experts_);
+  return layout_of(all);
+}
+
+DispatchLayout ExpertDispatch::layout_of(const std::vector<int64_t>& all) const {
   DispatchLayout d = dispatch_layout(all, experts_, group_->rank(), group_->size());
   FSDP_CHECK(staging_.defined() && d.received <= staging_.size(0),
              "expert dispatch: {} rows received, but the expert-side buffers hold {}", d.received,

@@ -214,13 +214,6 @@ dist::ProcessGroups engine_groups(dist::ProcessGroups& host, Device device) {
 
 model::LlamaConfig runs_on(const model::LlamaConfig& m, const config::Config& cfg, Device device) {
   if (device.is_cpu()) return m;
-  // Not on GPUs yet: the expert groups on NCCL, the count exchange on the device and an
-  // emulator test are missing (Note [Expert-parallel dispatch], fsdp/expert_group.h).
-  if (m.expert_parallel > 1)
-    config::fail_key(cfg, "parallel.expert",
-                     fmt::format("is {}, but expert parallelism on GPUs (train.device: cuda) is not built yet: set "
-                                 "parallel.expert: 1, or train on the CPU",
-                                 m.expert_parallel));
   // The drop runs on the host over the routing (model/moe_capacity.h): the CPU backend's.
   if (m.capacity_factor > 0)
     config::fail_key(cfg, "moe.capacity_factor",
@@ -240,7 +233,8 @@ model::LlamaConfig rank_model_config(const config::Config& cfg, const dist::Proc
     if (const auto why = model::expert_parallel_problem(m, m.expert_parallel))
       config::fail_key(cfg, "parallel.expert", fmt::format("{} ({})", *why, cfg.model.init_from.empty() ? "the model keys" : cfg.model.init_from + "/config.json"));
     // Not built yet: the experts under tensor parallelism too (expert tensor parallelism or
-    // tp2ep); GPUs: runs_on. LoRA runs (Note [LoRA on expert-parallel experts] in mlp_moe.h).
+    // tp2ep); GPUs too (Note [Expert counts on a GPU] in moe_dispatch.h). LoRA runs (Note [LoRA on
+    // expert-parallel experts] in mlp_moe.h).
     if (m.tensor_parallel > 1)
       config::fail_key(cfg, "parallel.expert",
                        fmt::format("is {} with parallel.tensor {}, but experts under both (expert tensor parallelism, "

@@ -50,7 +50,8 @@ Trainer::Trainer(Effective, const config::Config& cfg, dist::ProcessGroups& grou
       memory_plan_(plan::check_memory(cfg, groups.world_info, device_)),
       engine_groups_(engine_groups(groups, device_)),
       tensor_group_(*engine_groups_.tensor),
-      expert_group_(groups.expert != nullptr ? std::make_unique<CommExpertGroup>(*groups.expert) : nullptr),
+      expert_group_(engine_groups_.expert != nullptr ? std::make_unique<CommExpertGroup>(*engine_groups_.expert)
+                                                     : nullptr),
       model_(runs_on(rank_model_config(cfg, groups), cfg, device_), cfg.train.dtype, device_,
              config::peft_spec(cfg, config::training_model_config(cfg)), uint64_t(cfg.train.seed), &tensor_group_,
              expert_group_.get()),

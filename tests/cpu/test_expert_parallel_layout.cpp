@@ -135,9 +135,14 @@ TEST(ExpertParallelConfig, AModelFoldersExpertsAndWhatIsNotBuiltAreCheckedAtStar
   EXPECT_EQ(rank_model_error(with(kMoe, {"lora.enabled=true", "parallel.expert=2"})), "expert_parallel 2");
   EXPECT_EQ(rank_model_error(with(kMoe, {"lora.enabled=true", "model.quantization=nf4", "parallel.expert=2"})),
             "expert_parallel 2");
+  // On GPUs too (the NCCL expert group; Note [Expert counts on a GPU]), but the drop runs
+  // on the host: moe.capacity_factor stays the CPU's, with or without expert parallelism.
   EXPECT_EQ(rank_model_error(with(kMoe, {"parallel.expert=2", "train.device=cuda"}), Device::cuda(0)),
-            "--set parallel.expert=2: key 'parallel.expert' is 2, but expert parallelism on GPUs (train.device: "
-            "cuda) is not built yet: set parallel.expert: 1, or train on the CPU");
+            "expert_parallel 2");
+  EXPECT_EQ(rank_model_error(with(kMoe, {"parallel.expert=2", "train.device=cuda", "moe.capacity_factor=1.25"}),
+                             Device::cuda(0)),
+            "--set moe.capacity_factor=1.25: key 'moe.capacity_factor' is 1.25, but token dropping on GPUs "
+            "(train.device: cuda) is not built yet: set moe.capacity_factor: 0 (dropless)");
   // A model folder's expert count is known only once its config.json is read: Mixtral's
   // tiny golden folder has 4 experts (it must be even for E = 2: fine) ...
   const std::string folder = std::string(FSDP_SOURCE_DIR) + "/tests/golden/mixtral_tiny";

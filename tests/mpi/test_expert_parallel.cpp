@@ -16,8 +16,9 @@
 //    another order: float rounding, nothing more;
 //  - the same run twice, and under every activation checkpointing mode (full, selective,
 //    full with offloading, every 2 blocks), the same bits: recompute dispatches again;
-//  - the bytes each rank sends per step equal the theory (expected_bytes, below): FSDP's
-//    for both kinds of unit, and the all-to-alls' from the step's routing.
+//  - the bytes each rank sends per step equal the theory (tests/common/
+//    expert_parallel_bytes.h): FSDP's for both kinds of unit, and the all-to-alls' from the
+//    step's routing.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -27,9 +28,8 @@
 #include <map>
 
 #include "../common/distributed_train_checks.h"
-#include "fsdp/fsdp/shard_math.h"
+#include "../common/expert_parallel_bytes.h"
 #include "fsdp/model/router_bias.h"
-#include "fsdp/train/step_votes.h"
 #include "fsdp/train/launch_checks.h"
 #include "fsdp/train/trainer.h"
 #include "mpi_test_env.h"
@@ -227,65 +227,7 @@ TEST(ExpertParallel, CapacityFactorDropsWhatOneProcessDrops) {
   }
 }
 
-// Theoretical bytes one rank sends per step (ring volumes of communicator.h), one
-// micro-batch per rank, mesh R x S x E x 1 over W ranks, d = 4 bytes:
-//   FSDP over the shard group (S E ranks) for the embedding, the blocks and the head
-//     (FsdpVolume's formula, Su the bytes of unit u's shard): FULL_SHARD (SE-1) Su x (2
-//     gathers, 1 for the head) + (SE-1) Su reduce-scatter; HYBRID_SHARD gathers once (it
-//     keeps a unit gathered from its forward to its backward), and with R > 1 adds the
-//     replicate all-reduce 2 (R-1)/R Su;
-//   the expert units over their own group of S ranks, the same formula with S, and the
-//     same replicate all-reduce;
-//   per MoE layer, on the expert group: the counts, (E-1) x n x 8 (an all-gather of n
-//     doubles), then the pairs this rank routes to other ranks' experts (sent) and those
-//     other ranks route to its experts (received), (sent + received) x C x d forward (the
-//     dispatch sends `sent` rows, the combine returns `received`) and again backward
-//     (the gradient of the combine is a dispatch, and vice versa); full checkpointing runs
-//     the forward again: once more the counts and (sent + received) x C x d;
-//   the grad norm: 2 (SE-1)/SE 8 over the shard group; the loss and votes 2 (W-1)/W 8
-//     kSlots and the expert counts 2 (W-1)/W 8 L n over the world.
-double expected_bytes(const train::Trainer& t, const dist::ProcessGroups& g, bool recompute) {
-  const bool full_shard = t.config().fsdp.sharding_strategy == config::ShardingStrategy::FULL_SHARD;
-  const auto& units = t.model().units();
-  const model::LlamaConfig& m = t.model().config();
-  const dist::MeshShape mesh = g.mesh.shape();
-  const double S = mesh.shard, E = mesh.expert, R = mesh.replicate, W = mesh.world_size(), SE = S * E;
-  double total = 0;
-  for (size_t u = 0; u < units.size(); ++u) {
-    const bool experts = units[u].experts_of >= 0;
-    const double n = experts ? S : SE;
-    const double Su = double(shard_range(units[u].numel, int(n), 0).size) * 4;
-    // The engine frees a unit after forward (and gathers it again for backward) under
-    // FULL_SHARD only; HYBRID_SHARD keeps it, as SHARD_GRAD_OP does (fsdp_engine.cpp).
-    const int gathers = int(u) == model::head_unit(m) || !full_shard ? 1 : 2;
-    total += (n - 1) * Su * gathers + (n - 1) * Su + 2 * (R - 1) / R * Su;
-  }
-  // The routing of this step's micro-batch on every rank of the expert group.
-  const int64_t experts = m.num_experts, mine = g.expert->rank();
-  const int64_t local = experts / int64_t(E);
-  const std::vector<const model::RouterRecord*> records = t.model().router_records(t.activations());
-  for (const model::RouterRecord* r : records) {
-    Tensor counts = Tensor::zeros({experts}, DType::F64), all = Tensor::zeros({experts * int64_t(E)}, DType::F64);
-    for (int64_t e = 0; e < experts; ++e) counts.set_flat(e, double(r->count[size_t(e)]));
-    g.expert->wait(g.expert->all_gather(counts, all));  // between steps: not counted in any
-    double sent = 0, received = 0;
-    for (int64_t e = 0; e < experts; ++e) {
-      const bool here = e / local == mine;
-      for (int64_t src = 0; src < int64_t(E); ++src) {
-        const double c = all.get_flat(src * experts + e);
-        if (src == mine && !here) sent += c;
-        if (src != mine && here) received += c;
-      }
-    }
-    const double rows = (sent + received) * double(m.hidden_size) * 4;
-    const double counts_bytes = (E - 1) * double(experts) * 8;
-    total += (recompute ? 2 : 1) * counts_bytes + (recompute ? 3 : 2) * rows;
-  }
-  total += 2 * (SE - 1) / SE * 8;
-  total += 2 * (W - 1) / W * 8 * (train::StepVotes::kSlots + double(m.num_layers * experts));
-  return total;
-}
-
+// The theory: tests/common/expert_parallel_bytes.h (float64 counts on the CPU).
 TEST(ExpertParallel, BytesPerStepEqualTheTheory) {
   dist::ProcessGroups& world = test::world_groups();
   const int n = world.world->size();
@@ -302,7 +244,7 @@ TEST(ExpertParallel, BytesPerStepEqualTheTheory) {
         const obs::StepMetrics m = t.train_step();
         EXPECT_EQ(m.mesh, groups.mesh.shape().str());
         EXPECT_NE(obs::format_step_line(m, 2).find(" | mesh " + groups.mesh.shape().str()), std::string::npos);
-        EXPECT_EQ(double(m.comm_bytes), expected_bytes(t, groups, full))
+        EXPECT_EQ(double(m.comm_bytes), test::expert_parallel_step_bytes(t, groups, full))
             << l.name << (full ? " full checkpointing" : "") << " step " << i + 1;
       }
     }

@@ -53,12 +53,15 @@ std::unique_ptr<NcclCommunicator> make_nccl_communicator(Communicator& bootstrap
                                                          void* comm_stream = nullptr);
 
 // The process groups of a run on CUDA (a collective over host's groups): the shard,
-// replicate and tensor groups, which carry the FSDP engine's and the model's CUDA tensors, re-made as NCCL
-// communicators over the same ranks, each bootstrapped through its host counterpart, with
-// a communication stream of its own (a HYBRID_SHARD all-gather and a replicate all-reduce
-// may overlap). A group of one rank stays a local communicator, which needs no NCCL (a
-// laptop run never initialises MPI or NCCL). world stays host's: it carries the step's
-// host-side loss, votes and the config check.
+// replicate, tensor, expert and expert shard groups, which carry the FSDP engine's and the
+// model's CUDA tensors, re-made as NCCL communicators over the same ranks, each
+// bootstrapped through its host counterpart, with a communication stream of its own (a
+// HYBRID_SHARD all-gather and a replicate all-reduce may overlap, and so may the tokens'
+// all-to-alls and the next unit's all-gather). Without expert parallelism the expert shard
+// group is the shard group's ranks, idle: it shares the shard communicator. A group of one
+// rank stays a local communicator, which needs no NCCL (a laptop run never initialises MPI
+// or NCCL). world stays host's: it carries the step's host-side loss, votes and the config
+// check.
 ProcessGroups make_nccl_process_groups(const ProcessGroups& host, int cuda_device);
 
 }  // namespace fsdp::dist

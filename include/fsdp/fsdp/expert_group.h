@@ -2,9 +2,11 @@
 // (ProcessGroups::expert): the bridge that lets the model trade tokens between expert ranks
 // without seeing ranks. Each call waits for its collective: the expert GEMMs read what the
 // dispatch brings, and the combine what comes back (Note [Expert-parallel dispatch] in
-// model/moe_dispatch.h). On the CPU only for now: a GPU run refuses parallel.expert > 1 at
-// start-up (train::runs_on): the NCCL groups of the expert dimension, the count exchange on
-// the device (ExpertDispatch exchanges host float64 counts) and an emulator test are missing.
+// model/moe_dispatch.h). On the CPU an MPI communicator, where that wait blocks the host; on
+// a GPU the engine's NCCL expert group (make_nccl_process_groups), where it makes the
+// compute stream wait for the comm stream and the host goes on (Note [NCCL stream ordering]
+// in dist/nccl.h): the kernels and copies enqueued after it read the result, and the one
+// host read-back of the counts (Note [Expert counts on a GPU]) waits for that stream.
 #pragma once
 
 #include "fsdp/dist/communicator.h"

@@ -9,8 +9,9 @@
 // Dropless: every (token, choice) pair is computed. The pairs are sorted by expert (a
 // stable counting sort, moe_permute.h) so each expert's rows are one contiguous group,
 // and each expert's two GEMMs run over its group. The group sizes are read back to the
-// host once per layer per forward (the one host synchronisation of the layer); the
-// backward reuses them. Nothing here uses floating-point atomics: the same bits on every
+// host once per layer per forward (the one host synchronisation of the layer; under expert
+// parallelism on a GPU, of the counts exchanged on the device: Note [Expert counts on a
+// GPU] in moe_dispatch.h); the backward reuses them. Nothing here uses floating-point atomics: the same bits on every
 // run, for any thread count.
 //
 // The forward also records the routing statistics the router losses need (mlp.h's
@@ -147,7 +148,10 @@ class MoeMlp final : public MlpSublayer {
 
  private:
   void route(const MoeMlpSaved& s, int64_t N) const;
+  // The group sizes (and under expert parallelism the dispatch layout) on the host.
+  void routing_to_host(MoeMlpSaved& s, int64_t N) const;
   void read_group_sizes(MoeMlpSaved& s, int64_t N) const;
+  void record_group_sizes(MoeMlpSaved& s, int64_t N) const;
   // Drops the pairs over capacity (moe.capacity_factor), re-reading the kept group sizes.
   void apply_capacity(MoeMlpSaved& s, int64_t N) const;
   // The local experts over their runs of rows [begin[e], begin[e+1]) (the sorted pairs,

@@ -4,10 +4,11 @@
 // choice) pairs by expert: mlp_moe.h), then moves every pair to the rank holding its expert
 // and back, Megatron-LM's all-to-all token dispatcher:
 //
-//   counts    this rank's pairs per expert [n] (on the host already: the group sizes the
-//             layer reads back anyway), all-gathered over the expert group as float64:
-//             every rank then knows the whole [E, n] count matrix, so the all-to-all's
-//             send and receive counts need no second exchange;
+//   counts    this rank's pairs per expert [n], all-gathered over the expert group: every
+//             rank then knows the whole [E, n] count matrix, so the all-to-all's send and
+//             receive counts need no second exchange. On the CPU they are on the host
+//             already (the group sizes the layer reads back anyway) and travel as float64;
+//             on a GPU see Note [Expert counts on a GPU];
 //   dispatch  the sorted pairs' rows [N k, C] are already grouped by destination (expert
 //             rank r holds experts [r n/E, (r+1) n/E), contiguous in the sort), so they go
 //             out as they lie: all_to_all_v into the staging buffer, where they arrive
@@ -31,6 +32,28 @@
 // all-to-alls included (the routing is deterministic, so the counts and the layout are the
 // same); selective keeps the routing, the expert GEMM outputs and the returned outputs, and
 // dispatches the normed rows again to recompute the experts' inputs (one all-to-all).
+//
+// Note [Expert counts on a GPU]
+// On a GPU the routing's counts are on the device (MoeMlpSaved::count, int32), and the
+// layer has to read something back anyway (the group sizes decide the GEMM shapes). So the
+// device all-gathers the counts first and the host reads back the exchanged [E, n] matrix,
+// once: this rank's row is its group sizes, the whole matrix the dispatch layout. The one
+// host read-back per MoE layer that one process has, of E n integers instead of n + 1.
+//   all-gather  of the int32 counts moved as their bytes (uint8: an all-gather sums
+//               nothing, and every backend moves bytes exactly), on the expert group's
+//               NCCL comm stream after an event on the compute stream (the routing kernels
+//               wrote the counts there); its wait makes the compute stream wait for it on
+//               the device (Note [NCCL stream ordering]: the host does not block);
+//   read-back   one device-to-host copy on the compute stream into page-locked memory,
+//               which the host waits for: it follows the all-gather by that stream wait,
+//               so no other synchronisation is needed;
+//   all_to_all_v  on the comm stream again, after an event on the compute stream (where
+//               the gather of the sorted rows, or the combine's regroup, wrote its input);
+//               its wait orders the compute stream after it, and the regroup copies
+//               (device-to-device copies on the compute stream, Note [Tensor copies across
+//               devices]) and the expert GEMMs read the received rows from there. The host
+//               never waits for the tokens.
+// Bytes: (E-1) n 4 per exchange (float64's (E-1) n 8 on the CPU).
 #pragma once
 
 #include <cstdint>
@@ -75,26 +98,30 @@ class ExpertDispatch {
   // This pass's scratch, two [R, C] buffers (R = max_received_rows; unused when off): the
   // all-to-alls' staging, and the grouped rows that only pass through (the experts'
   // outputs on their way back, the gradients arriving for them), shared by every layer.
-  void use(const Tensor& staging, const Tensor& grouped) {
-    staging_ = staging;
-    grouped_ = grouped;
-  }
+  // On a GPU also makes the count exchange's two small buffers, once.
+  void use(const Tensor& staging, const Tensor& grouped);
   const Tensor& grouped_scratch() const { return grouped_; }
 
   // counts: this rank's pairs per expert [n]; all-gathers them over the group (a collective).
   DispatchLayout exchange(const std::vector<int64_t>& counts) const;
+  // The same from counts on a GPU ([n] int32, the routing's; Note [Expert counts on a
+  // GPU]): all-gathered on the device and read back once; `mine` gets this rank's row.
+  DispatchLayout exchange(const Tensor& counts, std::vector<int64_t>& mine) const;
   // local [N k, C] rows sorted by expert -> grouped [received, C] rows, expert-major.
   void dispatch(const DispatchLayout& layout, const Tensor& local, const Tensor& grouped) const;
   // grouped [received, C] expert-major -> local [N k, C] in this rank's sorted order.
   void combine(const DispatchLayout& layout, const Tensor& grouped, const Tensor& local) const;
 
  private:
+  // The layout of the exchanged counts, checked against the expert-side buffers.
+  DispatchLayout layout_of(const std::vector<int64_t>& all) const;
   // Copies each (source, expert) block from one order to the other.
   void regroup(const DispatchLayout& layout, const Tensor& from, const Tensor& to, bool to_grouped) const;
 
   ExpertGroup* group_ = nullptr;
   int64_t experts_ = 0, local_experts_ = 0, hidden_ = 0;
   Tensor counts_mine_, counts_all_;  // float64 host buffers of the count exchange
+  Tensor counts_device_, counts_host_;  // [E * n] int32: a GPU's exchange, its page-locked read-back
   Tensor staging_, grouped_;
 };
 

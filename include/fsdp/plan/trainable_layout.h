@@ -20,7 +20,7 @@ inline constexpr bool kExpertParallelWithTensorBuilt = false;
 inline constexpr bool kExpertParallelWithLoraBuilt = true;
 // Expert parallelism on GPUs (train.device: cuda): refused by train::runs_on ("expert
 // parallelism on GPUs ... is not built yet").
-inline constexpr bool kExpertParallelOnGpuBuilt = false;
+inline constexpr bool kExpertParallelOnGpuBuilt = true;
 
 // Why `cfg` cannot train as laid out on a GPU (`gpu`) or the CPU: the layout not built yet,
 // in a sentence naming parallel.expert; nullopt when the trainer builds it. The mesh's own

@@ -25,8 +25,8 @@ namespace fsdp::train {
 // and what is visible.
 Device resolve_device(const config::Config& cfg, const dist::WorldInfo& world);
 
-// The engine's groups: the host groups, with the shard, replicate and tensor groups on NCCL
-// when the model is on a GPU.
+// The engine's groups: the host groups, with the shard, replicate, tensor, expert and expert
+// shard groups on NCCL when the model is on a GPU.
 dist::ProcessGroups engine_groups(dist::ProcessGroups& host, Device device);
 
 // The model this rank trains: training_model_config with the mesh's tensor-parallel and
@@ -35,8 +35,8 @@ dist::ProcessGroups engine_groups(dist::ProcessGroups& host, Device device);
 // naming parallel.tensor (exit 2); so are a model folder's expert count that parallel.expert
 // does not divide, and expert parallelism with tensor parallelism or LoRA (not built yet).
 model::LlamaConfig rank_model_config(const config::Config& cfg, const dist::ProcessGroups& groups);
-// `m` (rank_model_config's) if it runs on `device`; what does not run on GPUs yet (expert
-// parallelism, moe.capacity_factor) is refused there naming its key.
+// `m` (rank_model_config's) if it runs on `device`; what does not run on GPUs yet
+// (moe.capacity_factor) is refused there naming its key.
 model::LlamaConfig runs_on(const model::LlamaConfig& m, const config::Config& cfg, Device device);
 
 // The training and validation samples and their loaders (this rank's share of every

@@ -150,10 +150,10 @@ class Trainer {
   dist::ProcessGroups& groups_;   // host groups (MPI or local): world, checkpoints
   Device device_;
   plan::MemoryPlan memory_plan_;  // checked before anything below allocates (plan/memory_check.h)
-  dist::ProcessGroups engine_groups_;  // the engine's: groups_, with NCCL shard/replicate/tensor on a GPU
+  dist::ProcessGroups engine_groups_;  // the engine's: groups_, with NCCL shard/replicate/tensor/expert groups on a GPU
   CommTensorGroup tensor_group_;       // the model's tensor-parallel group (engine_groups_.tensor)
-  // The model's expert group (groups.expert; null when the groups have none). A CPU group:
-  // a GPU run refuses expert parallelism at start-up (rank_model_config).
+  // The model's expert group (engine_groups_.expert: NCCL on a GPU; null when the groups
+  // have none).
   std::unique_ptr<CommExpertGroup> expert_group_;
   model::Llama model_;
   FsdpEngine engine_;
