@@ -238,14 +238,9 @@ model::LlamaConfig rank_model_config(const config::Config& cfg, const dist::Proc
     // The config checked what it knows; a model folder's config.json speaks only now.
     if (const auto why = model::expert_parallel_problem(m, m.expert_parallel))
       config::fail_key(cfg, "parallel.expert", fmt::format("{} ({})", *why, cfg.model.init_from.empty() ? "the model keys" : cfg.model.init_from + "/config.json"));
-    // Not built yet: the experts under tensor parallelism too (expert tensor parallelism or
-    // tp2ep), and adapters on expert units (their dropout rows and frozen shards would need
-    // the dispatch's order); GPUs: runs_on.
-    if (m.tensor_parallel > 1)
-      config::fail_key(cfg, "parallel.expert",
-                       fmt::format("is {} with parallel.tensor {}, but experts under both (expert tensor parallelism, "
-                                   "or tp2ep) are not built yet: set one of them to 1",
-                                   m.expert_parallel, m.tensor_parallel));
+    // Not built yet: adapters on expert units (their dropout rows and frozen shards would
+    // need the dispatch's order); GPUs: runs_on. With parallel.tensor the experts are
+    // tensor-split too (Note [Experts under expert and tensor parallelism] in moe_dispatch.h).
     if (cfg.lora.enabled)
       config::fail_key(cfg, "parallel.expert",
                        fmt::format("is {} with lora.enabled, but LoRA under expert parallelism is not built yet: set "

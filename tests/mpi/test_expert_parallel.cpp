@@ -3,7 +3,10 @@
 // of one world size runs in the same launch, on groups split from the world:
 //   2 ranks: E=2 (FULL_SHARD over both: the expert units are unsharded, mesh 1x1x2x1);
 //   4 ranks: E=4 (1x1x4x1), E=2 with FULL_SHARD (1x2x2x1: each expert unit sharded over
-//            2 ranks), E=2 with HYBRID_SHARD groups of 2 (2x1x2x1: replicated over 2).
+//            2 ranks), E=2 with HYBRID_SHARD groups of 2 (2x1x2x1: replicated over 2), and
+//            E=2 x T=2 (1x1x2x2: each rank its experts' tensor slices, Note [Experts under
+//            expert and tensor parallelism] in model/moe_dispatch.h; Adam's eps 1e-5 there,
+//            as the tensor-parallel tests have it, for their reason).
 // Two models: an 8-expert top-2 tiny Mixtral (the load-balancing and z-losses, and
 // auxiliary-loss-free balancing, whose biases follow the global expert counts) and
 // tiny_moe's routing (8 experts, top-2) with its aux coefficient only. Against one process
@@ -27,7 +30,9 @@
 #include <map>
 
 #include "../common/distributed_train_checks.h"
+#include "../common/tensor_parallel_checks.h"
 #include "fsdp/fsdp/shard_math.h"
+#include "fsdp/fsdp/tensor_group.h"
 #include "fsdp/model/router_bias.h"
 #include "fsdp/train/step_votes.h"
 #include "fsdp/train/launch_checks.h"
@@ -78,6 +83,9 @@ struct MoeRun {
   std::map<std::string, Tensor> weights;  // every parameter this rank holds (its experts), whole
 };
 
+// The data-parallel ranks of a world of n: its tensor groups read the same micro-batches.
+int data_parallel_ranks(int n, int tensor) { return n / tensor; }
+
 MoeRun train(const config::Config& cfg, dist::ProcessGroups& groups, int steps) {
   train::Trainer t(cfg, groups);
   MoeRun r;
@@ -90,22 +98,27 @@ MoeRun train(const config::Config& cfg, dist::ProcessGroups& groups, int steps) 
     r.dropped.push_back(m.dropped.value_or(-1));
   }
   r.bias = t.model().router_bias()->values();
+  // Under tensor parallelism each slot whole from the tensor group's slices.
+  CommTensorGroup tensor(*groups.tensor);
   for (int u = 0; u < t.engine().num_units(); ++u) {
     const Tensor local = t.engine().gather_full(u).clone();
     for (const model::ParamSlot& s : t.model().units()[size_t(u)].params)
-      r.weights[s.name] = local.narrow(0, s.offset, s.numel).clone();
+      r.weights[s.name] = test::whole_parameter(s, local, groups.tensor->size() > 1 ? &tensor : nullptr);
   }
   return r;
 }
 
-// One process over the same global batch (every rank computes it alone), cached per model.
-const MoeRun& reference(const std::string& model) {
+// One process over the same global batch (every rank computes it alone) with the layout's
+// optimizer keys (`optim`), cached per model and keys.
+const MoeRun& reference(const std::string& model, const std::vector<std::string>& optim = {}) {
   static auto& runs = *new std::map<std::string, MoeRun>;  // never destroyed: its tensors outlive the allocator
-  if (!runs.count(model)) {
+  std::string key = model;
+  for (const std::string& o : optim) key += " " + o;
+  if (!runs.count(key)) {
     auto local = dist::local_process_groups();
-    runs[model] = train(moe_config(model, 0, 1), local, kSteps);
+    runs[key] = train(moe_config(model, 0, 1, optim), local, kSteps);
   }
-  return runs.at(model);
+  return runs.at(key);
 }
 
 void expect_near(const std::vector<double>& got, const std::vector<double>& want, const std::string& what) {
@@ -125,30 +138,44 @@ void expect_same_bits(const MoeRun& again, const MoeRun& got, const std::string&
 
 struct Layout {
   int expert;
-  std::vector<std::string> keys;  // the FSDP keys
+  std::vector<std::string> keys;  // the FSDP keys (and parallel.tensor)
   std::string name;
+  int tensor = 1;
+  std::vector<std::string> optim = {};  // optimizer keys, the one-process reference's too
 };
+
+// Adam's eps under tensor parallelism: test_tensor_parallel.cpp says why.
+const std::vector<std::string> kTensorOptim = {"optim.eps=1e-5"};
 
 std::vector<Layout> layouts(int world) {
   if (world == 2) return {{2, {}, "E=2"}};
   if (world == 4) {
     return {{4, {}, "E=4"},
             {2, {}, "E=2 x FULL_SHARD 2"},
-            {2, {"fsdp.sharding_strategy=HYBRID_SHARD", "fsdp.shard_group_size=2"}, "E=2 x HYBRID_SHARD 2x2"}};
+            {2, {"fsdp.sharding_strategy=HYBRID_SHARD", "fsdp.shard_group_size=2"}, "E=2 x HYBRID_SHARD 2x2"},
+            {2, {"parallel.tensor=2"}, "E=2 x T=2", 2, kTensorOptim}};
   }
   return {};
+}
+
+std::vector<std::string> layout_keys(const Layout& l, const std::vector<std::string>& extra = {}) {
+  std::vector<std::string> keys = l.keys;
+  keys.insert(keys.end(), l.optim.begin(), l.optim.end());
+  keys.insert(keys.end(), extra.begin(), extra.end());
+  return keys;
 }
 
 void expect_equals_one_process(const std::string& model) {
   dist::ProcessGroups& world = test::world_groups();
   const int n = world.world->size();
   if (layouts(n).empty()) GTEST_SKIP() << "expert parallelism is tested on 2 and 4 ranks";
-  const MoeRun& want = reference(model);
   for (const Layout& l : layouts(n)) {
     SCOPED_TRACE(model + " " + l.name);
-    const config::Config cfg = moe_config(model, l.expert, n, l.keys);
+    const MoeRun& want = reference(model, l.optim);
+    const config::Config cfg = moe_config(model, l.expert, data_parallel_ranks(n, l.tensor), layout_keys(l));
     auto groups = dist::split_process_groups(world, train::mesh_spec(cfg));
     ASSERT_EQ(groups.mesh.shape().expert, l.expert);
+    ASSERT_EQ(groups.mesh.shape().tensor, l.tensor);
     const MoeRun got = train(cfg, groups, kSteps);
     expect_near(got.losses, want.losses, "loss");
     expect_near(got.aux, want.aux, "aux loss");
@@ -176,26 +203,31 @@ void expect_equals_one_process(const std::string& model) {
 TEST(ExpertParallel, Mixtral8EqualsOneProcess) { expect_equals_one_process("mixtral8"); }
 TEST(ExpertParallel, TinyMoeEqualsOneProcess) { expect_equals_one_process("tiny_moe"); }
 
-// The same run twice, and every checkpointing mode: the same bits (at the first layout).
+// The same run twice, and every checkpointing mode: the same bits (at the first layout, and
+// at E=2 x T=2, where the recompute gathers, dispatches and reduce-scatters again).
 TEST(ExpertParallel, DeterministicUnderEveryCheckpointingMode) {
   dist::ProcessGroups& world = test::world_groups();
   const int n = world.world->size();
   if (layouts(n).empty()) GTEST_SKIP() << "expert parallelism is tested on 2 and 4 ranks";
   constexpr int kShortSteps = 4;
-  const Layout l = layouts(n).front();
-  const config::Config cfg = moe_config("mixtral8", l.expert, n, l.keys);
-  auto groups = dist::split_process_groups(world, train::mesh_spec(cfg));
-  const MoeRun got = train(cfg, groups, kShortSteps);
-  expect_same_bits(train(cfg, groups, kShortSteps), got, "the same run twice");
-  for (const std::vector<std::string>& mode :
-       {std::vector<std::string>{"train.activation_checkpointing=full"},
-        std::vector<std::string>{"train.activation_checkpointing=selective"},
-        std::vector<std::string>{"train.activation_checkpointing=full", "train.activation_offload=true"},
-        std::vector<std::string>{"train.activation_checkpointing=selective", "train.activation_checkpointing_every=2"}}) {
-    std::vector<std::string> keys = l.keys;
-    keys.insert(keys.end(), mode.begin(), mode.end());
-    expect_same_bits(train(moe_config("mixtral8", l.expert, n, keys), groups, kShortSteps), got,
-                     mode.front() + (mode.size() > 1 ? " + " + mode.back() : ""));
+  std::vector<Layout> checked = {layouts(n).front()};
+  if (layouts(n).back().tensor > 1) checked.push_back(layouts(n).back());
+  for (const Layout& l : checked) {
+    SCOPED_TRACE(l.name);
+    const int dp = data_parallel_ranks(n, l.tensor);
+    const config::Config cfg = moe_config("mixtral8", l.expert, dp, layout_keys(l));
+    auto groups = dist::split_process_groups(world, train::mesh_spec(cfg));
+    const MoeRun got = train(cfg, groups, kShortSteps);
+    expect_same_bits(train(cfg, groups, kShortSteps), got, "the same run twice");
+    for (const std::vector<std::string>& mode :
+         {std::vector<std::string>{"train.activation_checkpointing=full"},
+          std::vector<std::string>{"train.activation_checkpointing=selective"},
+          std::vector<std::string>{"train.activation_checkpointing=full", "train.activation_offload=true"},
+          std::vector<std::string>{"train.activation_checkpointing=selective",
+                                   "train.activation_checkpointing_every=2"}}) {
+      expect_same_bits(train(moe_config("mixtral8", l.expert, dp, layout_keys(l, mode)), groups, kShortSteps), got,
+                       mode.front() + (mode.size() > 1 ? " + " + mode.back() : ""));
+    }
   }
 }
 
@@ -209,15 +241,22 @@ TEST(ExpertParallel, CapacityFactorDropsWhatOneProcessDrops) {
   constexpr int kCapacitySteps = 6;
   const std::vector<std::string> capacity = {"moe.capacity_factor=0.5"};
   auto local = dist::local_process_groups();
-  const MoeRun want = train(moe_config("tiny_moe", 0, 1, capacity), local, kCapacitySteps);
-  for (const int64_t d : want.dropped) EXPECT_GT(d, 0) << "a capacity of half the mean load drops pairs";
-  std::vector<Layout> checked = layouts(n);  // E = 2 alone (2 ranks); E = 4 and E = 2 x HYBRID_SHARD (4 ranks)
+  std::map<std::vector<std::string>, MoeRun> wants;  // by the layout's optimizer keys
+  // E = 2 alone (2 ranks); E = 4, E = 2 x HYBRID_SHARD and E = 2 x T = 2 (4 ranks): every
+  // tensor rank drops what its group's first does, the same pairs on the same rows.
+  std::vector<Layout> checked = layouts(n);
   if (checked.size() > 2) checked.erase(checked.begin() + 1);
   for (const Layout& l : checked) {
     SCOPED_TRACE(l.name);
-    std::vector<std::string> keys = l.keys;
-    keys.insert(keys.end(), capacity.begin(), capacity.end());
-    const config::Config cfg = moe_config("tiny_moe", l.expert, n, keys);
+    if (!wants.count(l.optim)) {
+      std::vector<std::string> keys = capacity;
+      keys.insert(keys.end(), l.optim.begin(), l.optim.end());
+      wants[l.optim] = train(moe_config("tiny_moe", 0, 1, keys), local, kCapacitySteps);
+      for (const int64_t d : wants[l.optim].dropped) EXPECT_GT(d, 0) << "a capacity of half the mean load drops pairs";
+    }
+    const MoeRun& want = wants.at(l.optim);
+    const config::Config cfg =
+        moe_config("tiny_moe", l.expert, data_parallel_ranks(n, l.tensor), layout_keys(l, capacity));
     auto groups = dist::split_process_groups(world, train::mesh_spec(cfg));
     const MoeRun got = train(cfg, groups, kCapacitySteps);
     EXPECT_EQ(got.dropped, want.dropped) << "the pairs dropped per step";
@@ -228,7 +267,7 @@ TEST(ExpertParallel, CapacityFactorDropsWhatOneProcessDrops) {
 }
 
 // Theoretical bytes one rank sends per step (ring volumes of communicator.h), one
-// micro-batch per rank, mesh R x S x E x 1 over W ranks, d = 4 bytes:
+// micro-batch per rank, mesh R x S x E x T over W ranks, d = 4 bytes:
 //   FSDP over the shard group (S E ranks) for the embedding, the blocks and the head
 //     (FsdpVolume's formula, Su the bytes of unit u's shard): FULL_SHARD (SE-1) Su x (2
 //     gathers, 1 for the head) + (SE-1) Su reduce-scatter; HYBRID_SHARD gathers once (it
@@ -244,12 +283,22 @@ TEST(ExpertParallel, CapacityFactorDropsWhatOneProcessDrops) {
 //     the forward again: once more the counts and (sent + received) x C x d;
 //   the grad norm: 2 (SE-1)/SE 8 over the shard group; the loss and votes 2 (W-1)/W 8
 //     kSlots and the expert counts 2 (W-1)/W 8 L n over the world.
+// With T > 1 (Note [Experts under expert and tensor parallelism]) every unit is this
+// tensor rank's slices (Su is its shard of them), each tensor rank routes its group's N
+// tokens (so `sent` and `received` above are counts of all N: every tensor rank sends the
+// same rows to its peers of the same tensor index), and test_tensor_parallel.cpp's terms
+// add up beside: the whole slots' gradients over the tensor group, 2 (T-1)/T x elements x d
+// (norms, router); sequence parallelism, X = (T-1) (N/T) C d per all-gather or
+// reduce-scatter: 2X the embedding, 10X per block, 3X the head, and full checkpointing's
+// forward again 4X per block; the vocabulary-parallel cross-entropy (T-1) N 24; and the
+// grad norm's 2 (T-1)/T 8 over the tensor group.
 double expected_bytes(const train::Trainer& t, const dist::ProcessGroups& g, bool recompute) {
   const bool full_shard = t.config().fsdp.sharding_strategy == config::ShardingStrategy::FULL_SHARD;
   const auto& units = t.model().units();
   const model::LlamaConfig& m = t.model().config();
   const dist::MeshShape mesh = g.mesh.shape();
   const double S = mesh.shard, E = mesh.expert, R = mesh.replicate, W = mesh.world_size(), SE = S * E;
+  const double T = mesh.tensor;
   double total = 0;
   for (size_t u = 0; u < units.size(); ++u) {
     const bool experts = units[u].experts_of >= 0;
@@ -259,7 +308,15 @@ double expected_bytes(const train::Trainer& t, const dist::ProcessGroups& g, boo
     // FULL_SHARD only; HYBRID_SHARD keeps it, as SHARD_GRAD_OP does (fsdp_engine.cpp).
     const int gathers = int(u) == model::head_unit(m) || !full_shard ? 1 : 2;
     total += (n - 1) * Su * gathers + (n - 1) * Su + 2 * (R - 1) / R * Su;
+    double whole = 0;
+    for (const model::ParamSlot& s : units[u].params)
+      if (s.tp.replicated()) whole += double(s.numel);
+    total += 2 * (T - 1) / T * whole * 4;
   }
+  const double N = double(t.config().train.micro_batch_size) * t.config().train.seq_len;
+  const double X = (T - 1) * (N / T) * double(m.hidden_size) * 4;
+  total += (2 + (recompute ? 14 : 10) * double(m.num_layers) + 3) * X + (T - 1) * N * 24;
+  total += 2 * (T - 1) / T * 8;
   // The routing of this step's micro-batch on every rank of the expert group.
   const int64_t experts = m.num_experts, mine = g.expert->rank();
   const int64_t local = experts / int64_t(E);
@@ -292,10 +349,10 @@ TEST(ExpertParallel, BytesPerStepEqualTheTheory) {
   if (layouts(n).empty()) GTEST_SKIP() << "expert parallelism is tested on 2 and 4 ranks";
   for (const Layout& l : layouts(n)) {
     for (const bool full : {false, true}) {
-      std::vector<std::string> keys = l.keys;
-      keys.push_back("train.grad_accum_steps=1");  // one micro-batch: its routing is the step's
+      // One micro-batch: its routing is the step's.
+      std::vector<std::string> keys = layout_keys(l, {"train.grad_accum_steps=1"});
       if (full) keys.push_back("train.activation_checkpointing=full");
-      const config::Config cfg = moe_config("mixtral8", l.expert, n, keys);
+      const config::Config cfg = moe_config("mixtral8", l.expert, data_parallel_ranks(n, l.tensor), keys);
       auto groups = dist::split_process_groups(world, train::mesh_spec(cfg));
       train::Trainer t(cfg, groups);
       for (int i = 0; i < 2; ++i) {
