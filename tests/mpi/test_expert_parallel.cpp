@@ -170,6 +170,9 @@ void expect_equals_one_process(const std::string& model) {
   const int n = world.world->size();
   if (layouts(n).empty()) GTEST_SKIP() << "expert parallelism is tested on 2 and 4 ranks";
   for (const Layout& l : layouts(n)) {
+    // E x T with the richer model alone: its 20 steps cost the most (the tensor group's
+    // collectives on oversubscribed ranks), and tiny_moe's routing adds nothing to them.
+    if (l.tensor > 1 && model != "mixtral8") continue;
     SCOPED_TRACE(model + " " + l.name);
     const MoeRun& want = reference(model, l.optim);
     const config::Config cfg = moe_config(model, l.expert, data_parallel_ranks(n, l.tensor), layout_keys(l));
@@ -204,16 +207,17 @@ TEST(ExpertParallel, Mixtral8EqualsOneProcess) { expect_equals_one_process("mixt
 TEST(ExpertParallel, TinyMoeEqualsOneProcess) { expect_equals_one_process("tiny_moe"); }
 
 // The same run twice, and every checkpointing mode: the same bits (at the first layout, and
-// at E=2 x T=2, where the recompute gathers, dispatches and reduce-scatters again).
+// at E=2 x T=2, where the recompute gathers, dispatches and reduce-scatters again: 2 steps
+// there, an update and a step on it, for its cost).
 TEST(ExpertParallel, DeterministicUnderEveryCheckpointingMode) {
   dist::ProcessGroups& world = test::world_groups();
   const int n = world.world->size();
   if (layouts(n).empty()) GTEST_SKIP() << "expert parallelism is tested on 2 and 4 ranks";
-  constexpr int kShortSteps = 4;
   std::vector<Layout> checked = {layouts(n).front()};
   if (layouts(n).back().tensor > 1) checked.push_back(layouts(n).back());
   for (const Layout& l : checked) {
     SCOPED_TRACE(l.name);
+    const int kShortSteps = l.tensor > 1 ? 2 : 4;
     const int dp = data_parallel_ranks(n, l.tensor);
     const config::Config cfg = moe_config("mixtral8", l.expert, dp, layout_keys(l));
     auto groups = dist::split_process_groups(world, train::mesh_spec(cfg));
@@ -241,28 +245,25 @@ TEST(ExpertParallel, CapacityFactorDropsWhatOneProcessDrops) {
   constexpr int kCapacitySteps = 6;
   const std::vector<std::string> capacity = {"moe.capacity_factor=0.5"};
   auto local = dist::local_process_groups();
-  std::map<std::vector<std::string>, MoeRun> wants;  // by the layout's optimizer keys
-  // E = 2 alone (2 ranks); E = 4, E = 2 x HYBRID_SHARD and E = 2 x T = 2 (4 ranks): every
-  // tensor rank drops what its group's first does, the same pairs on the same rows.
+  const MoeRun want = train(moe_config("tiny_moe", 0, 1, capacity), local, kCapacitySteps);
+  for (const int64_t d : want.dropped) EXPECT_GT(d, 0) << "a capacity of half the mean load drops pairs";
+  // E = 2 alone (2 ranks); E = 4, E = 2 x HYBRID_SHARD and E = 2 x T = 2 (4 ranks: every
+  // tensor rank drops what its group's first does, the same pairs of the same rows; Adam's
+  // default eps, which 6 steps' losses do not feel, and no second run: the deterministic
+  // test runs it twice).
   std::vector<Layout> checked = layouts(n);
   if (checked.size() > 2) checked.erase(checked.begin() + 1);
   for (const Layout& l : checked) {
     SCOPED_TRACE(l.name);
-    if (!wants.count(l.optim)) {
-      std::vector<std::string> keys = capacity;
-      keys.insert(keys.end(), l.optim.begin(), l.optim.end());
-      wants[l.optim] = train(moe_config("tiny_moe", 0, 1, keys), local, kCapacitySteps);
-      for (const int64_t d : wants[l.optim].dropped) EXPECT_GT(d, 0) << "a capacity of half the mean load drops pairs";
-    }
-    const MoeRun& want = wants.at(l.optim);
-    const config::Config cfg =
-        moe_config("tiny_moe", l.expert, data_parallel_ranks(n, l.tensor), layout_keys(l, capacity));
+    std::vector<std::string> keys = l.keys;
+    keys.insert(keys.end(), capacity.begin(), capacity.end());
+    const config::Config cfg = moe_config("tiny_moe", l.expert, data_parallel_ranks(n, l.tensor), keys);
     auto groups = dist::split_process_groups(world, train::mesh_spec(cfg));
     const MoeRun got = train(cfg, groups, kCapacitySteps);
     EXPECT_EQ(got.dropped, want.dropped) << "the pairs dropped per step";
     EXPECT_EQ(got.load, want.load) << "the routing's counts, before the drops";
     expect_near(got.losses, want.losses, "loss");
-    expect_same_bits(train(cfg, groups, kCapacitySteps), got, "the same run twice");
+    if (l.tensor == 1) expect_same_bits(train(cfg, groups, kCapacitySteps), got, "the same run twice");
   }
 }
 

@@ -5,12 +5,14 @@
 //    HYBRID_SHARD 2x2 -> one process (on 2 ranks: E=2 -> E=1 over 2 -> one process), each
 //    leg resuming the last one's checkpoint (weights, AdamW moments, step, loader position,
 //    routing biases) and training K more steps, continues the uninterrupted run's losses
-//    within 1e-5 (E=2 x T=2 stores each tensor rank's slices of one process's units: format
-//    version 3 with tensor_parallel 2, read at E=1 x T=1 by the next leg);
+//    within 1e-5 (E=2 x T=2, under selective checkpointing, stores each tensor rank's slices
+//    of one process's units: format version 3 with tensor_parallel 2, read at E=1 x T=1 by
+//    the next leg);
 //  - the same layout resumes bit for bit (losses, and every rank file of the final
 //    checkpoint);
 //  - `export` of an expert-parallel run's checkpoint (E = the world; on 4 ranks E=2 x T=2
-//    too) writes the same Hugging Face folder, to the bit, as that state saved by one process.
+//    too, under full checkpointing) writes the same Hugging Face folder, to the bit, as that
+//    state saved by one process.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -33,7 +35,7 @@ constexpr int kGlobalBatch = 8;  // sequences per step at every layout
 struct Layout {
   int expert;        // 0: one process
   int data_ranks;    // the data-parallel ranks (the world / parallel.tensor, or 1)
-  std::vector<std::string> fsdp;  // FSDP keys beside the default FULL_SHARD (and parallel.tensor)
+  std::vector<std::string> fsdp;  // FSDP keys beside the default FULL_SHARD (and parallel.tensor, checkpointing)
 };
 
 std::vector<std::string> keys(const Layout& l, const std::string& dir, const std::string& resume) {
@@ -81,7 +83,7 @@ TEST(ExpertParallelCheckpoint, RoundTripThroughEveryLayoutContinuesTheCurve) {
   const std::vector<Layout> trip =
       n == 4 ? std::vector<Layout>{{2, 4, {}},
                                    {4, 4, {}},
-                                   {2, 2, {"parallel.tensor=2"}},
+                                   {2, 2, {"parallel.tensor=2", "train.activation_checkpointing=selective"}},
                                    {1, 4, {}},
                                    {2, 4, {"fsdp.sharding_strategy=HYBRID_SHARD", "fsdp.shard_group_size=2"}},
                                    {0, 1, {}}}
@@ -131,7 +133,7 @@ TEST(ExpertParallelCheckpoint, ExportOfAnExpertParallelRunIsOneProcesss) {
   const int n = world.world->size();
   if (n != 2 && n != 4) GTEST_SKIP() << "expert parallelism is tested on 2 and 4 ranks";
   std::vector<std::pair<Layout, std::string>> layouts = {{{n, n, {}}, "expert-parallel"}};
-  if (n == 4) layouts.push_back({{2, 2, {"parallel.tensor=2"}}, "E=2 x T=2"});
+  if (n == 4) layouts.push_back({{2, 2, {"parallel.tensor=2", "train.activation_checkpointing=full"}}, "E=2 x T=2"});
   for (const auto& [layout, what] : layouts) {
     const std::string ep = test::shared_scratch(*world.world, "fsdp_ep_export_ep");
     train_and_save(layout, ep, "none", K);
