@@ -115,15 +115,21 @@ struct WholeRun {
 
 // Unit u's elements [begin, begin + n) as runs of one process's units (expert parallelism:
 // a block without its experts, an expert unit inside its block; ParamSlot::whole_offset),
-// adjacent runs merged.
-std::vector<WholeRun> whole_runs(const std::vector<model::UnitLayout>& units, int u, int64_t begin, int64_t n) {
+// adjacent runs merged. Under tensor parallelism too (`stored` not empty) the runs are of
+// this tensor rank's units without expert parallelism (`stored`, its slices of one
+// process's units: what format_version 2 stores per tensor rank), each slot at its offset
+// there.
+std::vector<WholeRun> whole_runs(const std::vector<model::UnitLayout>& units, int u, int64_t begin, int64_t n,
+                                 const std::vector<model::UnitLayout>& stored) {
   const model::UnitLayout& unit = units[size_t(u)];
-  const std::string& whole = unit.experts_of >= 0 ? units[size_t(unit.experts_of)].name : unit.name;
+  const int of = unit.experts_of >= 0 ? unit.experts_of : u;
+  const std::string& whole = units[size_t(of)].name;
   std::vector<WholeRun> out;
   for (const model::ParamSlot& s : unit.params) {
     const int64_t lo = std::max(begin, s.offset), hi = std::min(begin + n, s.offset + s.numel);
     if (lo >= hi) continue;
-    const int64_t at = lo - begin, w = s.whole_offset + (lo - s.offset);
+    const int64_t where = stored.empty() ? s.whole_offset : stored[size_t(of)].slot(s.name).offset;
+    const int64_t at = lo - begin, w = where + (lo - s.offset);
     if (!out.empty() && out.back().at + out.back().extent == at && out.back().begin + out.back().extent == w) {
       out.back().extent += hi - lo;
     } else {
@@ -148,6 +154,13 @@ void CheckpointWriter::write_local(Job& job) {
       if (groups_.tensor != nullptr && groups_.tensor->size() > 1)
         metadata["tensor_rank"] = std::to_string(groups_.tensor->rank());
       const bool runs = job.meta.model.expert_units();
+      // Experts under tensor parallelism: the runs are of this tensor rank's slices.
+      std::vector<model::UnitLayout> stored;
+      if (runs && job.meta.model.tensor_parallel > 1) {
+        model::LlamaConfig one = job.meta.model;
+        one.expert_parallel = 1;
+        stored = model::llama_units(one, groups_.tensor->rank());
+      }
       for (size_t u = 0; u < job.shards->size(); ++u) {
         const UnitShard& s = (*job.shards)[u];
         const model::UnitLayout& unit = job.meta.units[u];
@@ -157,7 +170,7 @@ void CheckpointWriter::write_local(Job& job) {
         // One piece: the shard as it lies. Expert parallelism: a piece per run of the whole
         // unit (see manifest.h), named by the run.
         std::vector<WholeRun> pieces{WholeRun{unit.name, s.begin, 0, extent}};
-        if (runs) pieces = whole_runs(job.meta.units, int(u), s.begin, extent);
+        if (runs) pieces = whole_runs(job.meta.units, int(u), s.begin, extent, stored);
         for (const WholeRun& r : pieces) {
           const std::string name = runs ? r.unit + "@" + std::to_string(r.begin) : r.unit;
           metadata["begin." + name] = std::to_string(r.begin);
@@ -323,8 +336,15 @@ Manifest CheckpointWriter::build_manifest(const Job& job, const std::vector<Rank
   // Expert parallelism: one process's units, tiled by the ranks' named runs (manifest.h).
   // Each of one process's units is a block with every expert rank's experts: its own
   // elements and E times its expert unit's (plain or LoRA's: the rank's units say which).
+  // With tensor parallelism too, each tensor rank's slices of them (its runs tile them), whose
+  // slots the manifest lists: the plain model's (LoRA under both is refused at start-up).
   std::vector<model::UnitLayout> whole;
-  if (job.meta.model.expert_units()) {
+  if (job.meta.model.expert_units() && m.tensor_parallel > 1) {
+    m.format_version = 3;
+    model::LlamaConfig one = job.meta.model;
+    one.expert_parallel = 1;
+    whole = model::llama_units(one);
+  } else if (job.meta.model.expert_units()) {
     m.format_version = 3;
     for (const model::UnitLayout& u : job.meta.units)
       if (u.experts_of < 0) whole.push_back(u);

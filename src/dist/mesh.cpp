@@ -42,16 +42,19 @@ std::vector<int> node_sizes(const std::vector<int>& node_of_rank) {
 // The expert degree against the shard group it is borrowed from (dp2ep): the experts are
 // split over E ranks of every shard group, so E divides the group; the expert units are then
 // sharded over the group's other group / E ranks. NO_SHARD's group is one rank: nothing to
-// borrow from.
+// borrow from. With parallel.tensor T the data-parallel ranks are the world's / T (each
+// expert rank is a tensor group: its experts' slices over T ranks).
 std::optional<MeshProblem> expert_problem(const MeshSpec& spec, int dp, int group) {
   const int E = spec.expert;
   if (E < 1) return MeshProblem{"parallel.expert", fmt::format("must be >= 1, got {}", E), "1 turns it off"};
   if (E == 1) return std::nullopt;
   if (dp % E != 0) {
+    const std::string tensor =
+        spec.tensor > 1 ? fmt::format(" (world size {} / parallel.tensor {})", dp * spec.tensor, spec.tensor) : "";
     return MeshProblem{"parallel.expert",
-                       fmt::format("{} must divide the {} data-parallel ranks: the experts are spread over data-parallel "
-                                   "ranks",
-                                   E, dp),
+                       fmt::format("{} must divide the {} data-parallel ranks{}: the experts are spread over "
+                                   "data-parallel ranks",
+                                   E, dp, tensor),
                        fmt::format("use a divisor of {}", dp)};
   }
   if (group % E != 0) {

@@ -21,8 +21,6 @@ LlamaConfig validated(const LlamaConfig& c, const TensorGroup* tensor, const Exp
   const int experts = expert != nullptr ? expert->size() : 1;
   FSDP_CHECK(c.expert_parallel == experts, "the model's experts are split over {} ranks but its expert group has {}",
              c.expert_parallel, experts);
-  FSDP_CHECK(c.expert_parallel == 1 || c.tensor_parallel == 1,
-             "expert parallelism together with tensor parallelism is not built yet");
   return c;
 }
 

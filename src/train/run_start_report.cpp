@@ -83,17 +83,19 @@ void Trainer::log_run_start() const {
                int64_t(t.micro_batch_size) * t.grad_accum_steps * data_ranks,
                int64_t(t.micro_batch_size) * t.grad_accum_steps * data_ranks * t.seq_len,
                t.global_batch_size > 0 ? " (train.global_batch_size)" : "");
-  if (groups_.mesh.shape().tensor > 1) {
-    spdlog::info("mesh {} (replicate x shard x tensor): tensor parallelism over {} with sequence parallelism; rank "
-                 "0's tensor group is {}",
-                 groups_.mesh.shape().str(), ranks(groups_.mesh.shape().tensor),
-                 describe_placement(*groups_.tensor, groups_.world_info));
+  const dist::MeshShape& shape = groups_.mesh.shape();
+  // MeshShape::str names the expert dimension only when it is there.
+  const char* dims = shape.expert > 1 ? "replicate x shard x expert x tensor" : "replicate x shard x tensor";
+  if (shape.tensor > 1) {
+    spdlog::info("mesh {} ({}): tensor parallelism over {} with sequence parallelism; rank 0's tensor group is {}",
+                 shape.str(), dims, ranks(shape.tensor), describe_placement(*groups_.tensor, groups_.world_info));
   }
-  if (groups_.mesh.shape().expert > 1) {
-    spdlog::info("mesh {} (replicate x shard x expert x tensor): expert parallelism over {}, {} experts per rank; "
-                 "rank 0's expert group is {}, its expert units sharded over {}",
-                 groups_.mesh.shape().str(), ranks(groups_.mesh.shape().expert),
-                 model_.config().num_experts / groups_.mesh.shape().expert,
+  if (shape.expert > 1) {
+    // Under tensor parallelism too, each rank holds its tensor slices of its experts.
+    spdlog::info("mesh {} ({}): expert parallelism over {}, {} experts per rank{}; rank 0's expert group is {}, its "
+                 "expert units sharded over {}",
+                 shape.str(), dims, ranks(shape.expert), model_.config().num_experts / shape.expert,
+                 shape.tensor > 1 ? fmt::format(" (1/{} of each: its tensor slices)", shape.tensor) : "",
                  describe_placement(*groups_.expert, groups_.world_info), ranks(groups_.expert_shard->size()));
   }
   spdlog::info("fsdp: {} over {} on {} node{} (shard group {}, replicate group {}), params {} / reduce {}, "

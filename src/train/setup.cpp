@@ -232,13 +232,15 @@ model::LlamaConfig rank_model_config(const config::Config& cfg, const dist::Proc
     // The config checked what it knows; a model folder's config.json speaks only now.
     if (const auto why = model::expert_parallel_problem(m, m.expert_parallel))
       config::fail_key(cfg, "parallel.expert", fmt::format("{} ({})", *why, cfg.model.init_from.empty() ? "the model keys" : cfg.model.init_from + "/config.json"));
-    // Not built yet: the experts under tensor parallelism too (expert tensor parallelism or
-    // tp2ep); GPUs too (Note [Expert counts on a GPU] in moe_dispatch.h). LoRA runs (Note [LoRA on
-    // expert-parallel experts] in mlp_moe.h).
-    if (m.tensor_parallel > 1)
+    // GPUs too (Note [Expert counts on a GPU] in moe_dispatch.h), LoRA (Note [LoRA on
+    // expert-parallel experts] in mlp_moe.h), and with parallel.tensor the experts are
+    // tensor-split too (Note [Experts under expert and tensor parallelism] in moe_dispatch.h).
+    // Not built yet: LoRA under both (the checkpoint writer places E x T slices by the plain
+    // model's slots, which hold no adapter).
+    if (cfg.lora.enabled && m.tensor_parallel > 1)
       config::fail_key(cfg, "parallel.expert",
-                       fmt::format("is {} with parallel.tensor {}, but experts under both (expert tensor parallelism, "
-                                   "or tp2ep) are not built yet: set one of them to 1",
+                       fmt::format("is {} with parallel.tensor {} and lora.enabled, but LoRA under expert and tensor "
+                                   "parallelism together is not built yet: set parallel.expert or parallel.tensor to 1",
                                    m.expert_parallel, m.tensor_parallel));
   }
   if (m.tensor_parallel == 1) return m;

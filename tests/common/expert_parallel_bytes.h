@@ -3,7 +3,7 @@
 // (CUDA, NCCL) hold the trainer's byte counters to (Note [Expert-parallel dispatch] in
 // model/moe_dispatch.h).
 //
-// Ring volumes of communicator.h, one micro-batch per rank, mesh R x S x E x 1 over W
+// Ring volumes of communicator.h, one micro-batch per rank, mesh R x S x E x T over W
 // ranks, d = 4 bytes (float32 parameters, gradients and rows):
 //   FSDP over the shard group (S E ranks) for the embedding, the blocks and the head
 //     (FsdpVolume's formula, Su the bytes of unit u's shard): FULL_SHARD (SE-1) Su x (2
@@ -22,6 +22,15 @@
 //     received) x C x d;
 //   the grad norm: 2 (SE-1)/SE 8 over the shard group; the loss and votes 2 (W-1)/W 8
 //     kSlots and the expert counts 2 (W-1)/W 8 L n over the world.
+// With T > 1 (Note [Experts under expert and tensor parallelism]) every unit is this
+// tensor rank's slices (Su is its shard of them), each tensor rank routes its group's N
+// tokens (so `sent` and `received` above are counts of all N: every tensor rank sends the
+// same rows to its peers of the same tensor index), and test_tensor_parallel.cpp's terms
+// add up beside: the whole slots' gradients over the tensor group, 2 (T-1)/T x elements x d
+// (norms, router); sequence parallelism, X = (T-1) (N/T) C d per all-gather or
+// reduce-scatter: 2X the embedding, 10X per block, 3X the head, and full checkpointing's
+// forward again 4X per block; the vocabulary-parallel cross-entropy (T-1) N 24; and the
+// grad norm's 2 (T-1)/T 8 over the tensor group.
 #pragma once
 
 #include <vector>
@@ -42,6 +51,7 @@ inline double expert_parallel_step_bytes(const train::Trainer& t, const dist::Pr
   const model::LlamaConfig& m = t.model().config();
   const dist::MeshShape mesh = g.mesh.shape();
   const double S = mesh.shard, E = mesh.expert, R = mesh.replicate, W = mesh.world_size(), SE = S * E;
+  const double T = mesh.tensor;
   double total = 0;
   for (size_t u = 0; u < units.size(); ++u) {
     const bool experts = units[u].experts_of >= 0;
@@ -51,7 +61,15 @@ inline double expert_parallel_step_bytes(const train::Trainer& t, const dist::Pr
     // FULL_SHARD only; HYBRID_SHARD keeps it, as SHARD_GRAD_OP does (fsdp_engine.cpp).
     const int gathers = int(u) == model::head_unit(m) || !full_shard ? 1 : 2;
     total += (n - 1) * Su * gathers + (n - 1) * Su + 2 * (R - 1) / R * Su;
+    double whole = 0;
+    for (const model::ParamSlot& s : units[u].params)
+      if (s.tp.replicated()) whole += double(s.numel);
+    total += 2 * (T - 1) / T * whole * 4;
   }
+  const double N = double(t.config().train.micro_batch_size) * t.config().train.seq_len;
+  const double X = (T - 1) * (N / T) * double(m.hidden_size) * 4;
+  total += (2 + (recompute ? 14 : 10) * double(m.num_layers) + 3) * X + (T - 1) * N * 24;
+  total += 2 * (T - 1) / T * 8;
   // The routing of this step's micro-batch on every rank of the expert group.
   const int64_t experts = m.num_experts, mine = g.expert->rank();
   const int64_t local = experts / int64_t(E);

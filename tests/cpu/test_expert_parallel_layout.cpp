@@ -1,13 +1,16 @@
 // parallel.expert as a config key (CONTRIBUTING "How to add a config key") and every layout
 // it refuses, each a config error naming the key with its whole message: the model (dense,
 // an expert count it does not divide) at load time; a model folder's experts once its
-// config.json is read, and what is not built yet (with parallel.tensor, with LoRA, on a GPU)
-// at start-up; the launched world (the data-parallel ranks, the shard group) at start-up. Then
-// the layout itself: the dispatch's arithmetic, and the expert units (param_units.h) holding
-// every expert once over the expert ranks, numbered and initialised as one process's.
+// config.json is read, and what is not built yet (with LoRA, on a GPU) at start-up; the
+// launched world (the data-parallel ranks, the shard group, with parallel.tensor too) at
+// start-up. Then the layout itself: the dispatch's arithmetic, and the expert units
+// (param_units.h) holding every expert once over the expert ranks (under parallel.tensor,
+// every expert's slices once over the expert x tensor ranks), numbered and initialised as
+// one process's.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <string>
@@ -106,6 +109,23 @@ TEST(ExpertParallelConfig, LayoutsTheWorldCannotHoldAreConfigErrors) {
             "(fsdp.sharding_strategy and fsdp.shard_group_size): the expert group is borrowed from the ranks that "
             "shard the other parameters; NO_SHARD has no shard group to borrow from: use FULL_SHARD, SHARD_GRAD_OP "
             "or HYBRID_SHARD");
+  // With parallel.tensor the expert group is borrowed from the world / T data-parallel ranks.
+  EXPECT_EQ(mesh_error({"parallel.expert=2", "parallel.tensor=2"}, four), "no error");
+  EXPECT_EQ(mesh_error({"parallel.expert=4", "parallel.tensor=2"}, four),
+            "--set parallel.expert=4: key 'parallel.expert' 4 must divide the 2 data-parallel ranks (world size 4 / "
+            "parallel.tensor 2): the experts are spread over data-parallel ranks; use a divisor of 2");
+  const dist::WorldInfo sixteen = world_of(std::vector<int>(16, 0));
+  EXPECT_EQ(mesh_error({"parallel.expert=4", "parallel.tensor=2", "fsdp.sharding_strategy=HYBRID_SHARD",
+                        "fsdp.shard_group_size=4"},
+                       sixteen),
+            "no error");
+  EXPECT_EQ(mesh_error({"parallel.expert=4", "parallel.tensor=2", "fsdp.sharding_strategy=HYBRID_SHARD",
+                        "fsdp.shard_group_size=2"},
+                       sixteen),
+            "--set parallel.expert=4: key 'parallel.expert' 4 must divide the shard group of 2 data-parallel ranks "
+            "(fsdp.sharding_strategy and fsdp.shard_group_size): the expert group is borrowed from the ranks that "
+            "shard the other parameters; use a divisor of 2, or a HYBRID_SHARD fsdp.shard_group_size that is a "
+            "multiple of 4");
 }
 
 // What the model is made as for a rank of a mesh with E > 1 (train::rank_model_config):
@@ -128,13 +148,20 @@ std::string rank_model_error(const std::vector<std::string>& overrides, Device d
 
 TEST(ExpertParallelConfig, AModelFoldersExpertsAndWhatIsNotBuiltAreCheckedAtStartUp) {
   EXPECT_EQ(rank_model_error(with(kMoe, {"parallel.expert=2"})), "expert_parallel 2");
+  // With parallel.tensor each expert rank holds its experts' tensor slices (Note [Experts
+  // under expert and tensor parallelism]).
   EXPECT_EQ(rank_model_error(with(kMoe, {"parallel.expert=2", "parallel.tensor=2"}), Device::cpu(), 2),
-            "--set parallel.expert=2: key 'parallel.expert' is 2 with parallel.tensor 2, but experts under both "
-            "(expert tensor parallelism, or tp2ep) are not built yet: set one of them to 1");
-  // LoRA on the experts is built (Note [LoRA on expert-parallel experts]), QLoRA too.
+            "expert_parallel 2");
+  // LoRA on the experts is built (Note [LoRA on expert-parallel experts]), QLoRA too; not
+  // under expert and tensor parallelism together yet.
   EXPECT_EQ(rank_model_error(with(kMoe, {"lora.enabled=true", "parallel.expert=2"})), "expert_parallel 2");
   EXPECT_EQ(rank_model_error(with(kMoe, {"lora.enabled=true", "model.quantization=nf4", "parallel.expert=2"})),
             "expert_parallel 2");
+  EXPECT_EQ(rank_model_error(with(kMoe, {"lora.enabled=true", "parallel.expert=2", "parallel.tensor=2"}),
+                             Device::cpu(), 2),
+            "--set parallel.expert=2: key 'parallel.expert' is 2 with parallel.tensor 2 and lora.enabled, but LoRA "
+            "under expert and tensor parallelism together is not built yet: set parallel.expert or parallel.tensor "
+            "to 1");
   // On GPUs too (the NCCL expert group; Note [Expert counts on a GPU]), but the drop runs
   // on the host: moe.capacity_factor stays the CPU's, with or without expert parallelism.
   EXPECT_EQ(rank_model_error(with(kMoe, {"parallel.expert=2", "train.device=cuda"}), Device::cuda(0)),
@@ -310,6 +337,57 @@ TEST(ExpertUnits, LoraAdaptersLiveWithTheirExpertsNumberedAsOneProcess) {
   }
 }
 
+// E = 2 x T = 2 (Note [Experts under expert and tensor parallelism]): expert rank r, tensor
+// rank t holds the t-th slices (w1|w3 rows, w2 columns) of experts [r n/E, (r+1) n/E), so
+// every element of every expert is held once over the 4 ranks, every element of the
+// block's split parameters (wq ... wo) once per expert rank, the replicated ones (norms,
+// router) on every rank; each initialised as one process's, element for element.
+TEST(ExpertUnits, UnderTensorParallelismEveryExpertSliceOnceAndInitialisedAsOneProcess) {
+  const std::vector<model::UnitLayout> one = model::llama_units(tiny_moe(1));
+  std::map<std::string, std::vector<float>> want;
+  for (size_t u = 0; u < one.size(); ++u) {
+    const Tensor flat = Tensor::zeros({one[u].numel}, DType::F32);
+    model::init_unit(one[u], int(u), 7, 0.02, flat);
+    for (const model::ParamSlot& s : one[u].params) {
+      const Tensor v = flat.narrow(0, s.offset, s.numel);
+      want[s.name].assign(v.data<float>(), v.data<float>() + s.numel);
+    }
+  }
+  constexpr int E = 2, T = 2;
+  model::LlamaConfig c = tiny_moe(E);
+  c.tensor_parallel = T;
+  std::map<std::string, std::vector<int>> held;  // per whole element: how many ranks hold it
+  for (int t = 0; t < T; ++t) {
+    for (int r = 0; r < E; ++r) {
+      const std::vector<model::UnitLayout> units = model::llama_units(c, t, r);
+      ASSERT_EQ(units.size(), one.size() + 2);
+      for (size_t u = 0; u < units.size(); ++u) {
+        const Tensor flat = Tensor::zeros({units[u].numel}, DType::F32);
+        model::init_unit(units[u], int(u), 7, 0.02, flat);
+        for (const model::ParamSlot& s : units[u].params) {
+          const bool expert = s.name.find(".experts.") != std::string::npos;
+          EXPECT_EQ(expert, units[u].experts_of >= 0) << s.name << ": experts in the expert units alone";
+          if (expert) EXPECT_EQ(s.tp.parts, T) << s.name << ": every expert matrix is split";
+          std::vector<int>& h = held[s.name];
+          h.resize(want.at(s.name).size(), 0);
+          for (int64_t i = 0; i < s.numel; ++i) {
+            const int64_t w = s.whole_index(i);
+            ++h[size_t(w)];
+            EXPECT_EQ(flat.get_flat(s.offset + i), want.at(s.name)[size_t(w)]) << s.name << " element " << w;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(held.size(), want.size());
+  for (const auto& [name, h] : held) {
+    const bool expert = name.find(".experts.") != std::string::npos;
+    const bool replicated = name.find("norm") != std::string::npos || name.ends_with(".router");
+    const int times = expert ? 1 : replicated ? E * T : E;
+    EXPECT_EQ(std::count(h.begin(), h.end(), times), int64_t(h.size())) << name << " held " << times << " times";
+  }
+}
+
 TEST(ExpertParallelConfig, TheBinaryExitsTwoOnALayoutOneProcessCannotHold) {
   // One process is a world of one rank: parallel.expert 2 cannot start, and nothing runs.
   const std::string cmd = std::string(FSDP_TRAIN_BIN) + " train --config " + FSDP_SOURCE_DIR +
@@ -332,8 +410,10 @@ TEST(ExpertParallelConfig, TheBinaryExitsTwoOnALayoutOneProcessCannotHold) {
 TEST(ExpertParallelMemory, ThePlansActivationsAreWhatIsAllocated) {
   model::LlamaConfig c = tiny_moe(1);
   using model::Recompute;
-  for (int E : {2, 4}) {
+  // E = 2 x T = 2 last: each tensor rank dispatches all 22 rows of the micro-batch.
+  for (const auto& [E, T] : {std::pair{2, 1}, std::pair{4, 1}, std::pair{2, 2}}) {
     c.expert_parallel = E;
+    c.tensor_parallel = T;
     EXPECT_EQ(model::max_received_rows(c, 22), int64_t(E) * 22 * 2);  // min(k = 2, 8 / E) = 2
     for (const auto& [mode, offload] : {std::pair{Recompute::None, false}, std::pair{Recompute::Full, false},
                                         std::pair{Recompute::Selective, false}, std::pair{Recompute::Full, true}}) {
@@ -344,7 +424,7 @@ TEST(ExpertParallelMemory, ThePlansActivationsAreWhatIsAllocated) {
       const model::LlamaActivations act(c, 2, 11, DType::F32, Device::cpu(), policy);
       const size_t allocated = allocator_for(Device::cpu()).stats().current_bytes - before;
       EXPECT_EQ(model::activation_memory(c, 2, 11, DType::F32, policy).device(), double(allocated))
-          << "E=" << E << " mode " << int(mode) << (offload ? " offload" : "");
+          << "E=" << E << " T=" << T << " mode " << int(mode) << (offload ? " offload" : "");
       EXPECT_TRUE(act.ep_staging.defined() && act.ep_staging.size(0) == model::max_received_rows(c, 22));
     }
   }

@@ -150,6 +150,8 @@ TEST(ExpertParallelPlan, EachUnbuiltLayoutIsTheTrainersRefusal) {
   for (const Case& c : std::vector<Case>{{with({}), false, 1, true},
                                          {with({"parallel.tensor=2"}), false, 2, plan::kExpertParallelWithTensorBuilt},
                                          {with({"lora.enabled=true"}), false, 1, plan::kExpertParallelWithLoraBuilt},
+                                         {with({"parallel.tensor=2", "lora.enabled=true"}), false, 2,
+                                          plan::kExpertParallelLoraWithTensorBuilt},
                                          {with({"train.device=cuda"}), true, 1, plan::kExpertParallelOnGpuBuilt}}) {
     const std::string what = c.keys.back() + (c.gpu ? " on a GPU" : "");
     const config::Config cfg = config::load_config_string("", "configs/x.yaml", c.keys);

@@ -3,7 +3,10 @@
 // of one world size runs in the same launch, on groups split from the world:
 //   2 ranks: E=2 (FULL_SHARD over both: the expert units are unsharded, mesh 1x1x2x1);
 //   4 ranks: E=4 (1x1x4x1), E=2 with FULL_SHARD (1x2x2x1: each expert unit sharded over
-//            2 ranks), E=2 with HYBRID_SHARD groups of 2 (2x1x2x1: replicated over 2).
+//            2 ranks), E=2 with HYBRID_SHARD groups of 2 (2x1x2x1: replicated over 2), and
+//            E=2 x T=2 (1x1x2x2: each rank its experts' tensor slices, Note [Experts under
+//            expert and tensor parallelism] in model/moe_dispatch.h; Adam's eps 1e-5 there,
+//            as the tensor-parallel tests have it, for their reason).
 // Two models: an 8-expert top-2 tiny Mixtral (the load-balancing and z-losses, and
 // auxiliary-loss-free balancing, whose biases follow the global expert counts) and
 // tiny_moe's routing (8 experts, top-2) with its aux coefficient only. Against one process
@@ -29,6 +32,8 @@
 
 #include "../common/distributed_train_checks.h"
 #include "../common/expert_parallel_bytes.h"
+#include "../common/tensor_parallel_checks.h"
+#include "fsdp/fsdp/tensor_group.h"
 #include "fsdp/model/router_bias.h"
 #include "fsdp/train/launch_checks.h"
 #include "fsdp/train/trainer.h"
@@ -78,6 +83,9 @@ struct MoeRun {
   std::map<std::string, Tensor> weights;  // every parameter this rank holds (its experts), whole
 };
 
+// The data-parallel ranks of a world of n: its tensor groups read the same micro-batches.
+int data_parallel_ranks(int n, int tensor) { return n / tensor; }
+
 MoeRun train(const config::Config& cfg, dist::ProcessGroups& groups, int steps) {
   train::Trainer t(cfg, groups);
   MoeRun r;
@@ -90,22 +98,27 @@ MoeRun train(const config::Config& cfg, dist::ProcessGroups& groups, int steps) 
     r.dropped.push_back(m.dropped.value_or(-1));
   }
   r.bias = t.model().router_bias()->values();
+  // Under tensor parallelism each slot whole from the tensor group's slices.
+  CommTensorGroup tensor(*groups.tensor);
   for (int u = 0; u < t.engine().num_units(); ++u) {
     const Tensor local = t.engine().gather_full(u).clone();
     for (const model::ParamSlot& s : t.model().units()[size_t(u)].params)
-      r.weights[s.name] = local.narrow(0, s.offset, s.numel).clone();
+      r.weights[s.name] = test::whole_parameter(s, local, groups.tensor->size() > 1 ? &tensor : nullptr);
   }
   return r;
 }
 
-// One process over the same global batch (every rank computes it alone), cached per model.
-const MoeRun& reference(const std::string& model) {
+// One process over the same global batch (every rank computes it alone) with the layout's
+// optimizer keys (`optim`), cached per model and keys.
+const MoeRun& reference(const std::string& model, const std::vector<std::string>& optim = {}) {
   static auto& runs = *new std::map<std::string, MoeRun>;  // never destroyed: its tensors outlive the allocator
-  if (!runs.count(model)) {
+  std::string key = model;
+  for (const std::string& o : optim) key += " " + o;
+  if (!runs.count(key)) {
     auto local = dist::local_process_groups();
-    runs[model] = train(moe_config(model, 0, 1), local, kSteps);
+    runs[key] = train(moe_config(model, 0, 1, optim), local, kSteps);
   }
-  return runs.at(model);
+  return runs.at(key);
 }
 
 void expect_near(const std::vector<double>& got, const std::vector<double>& want, const std::string& what) {
@@ -125,30 +138,47 @@ void expect_same_bits(const MoeRun& again, const MoeRun& got, const std::string&
 
 struct Layout {
   int expert;
-  std::vector<std::string> keys;  // the FSDP keys
+  std::vector<std::string> keys;  // the FSDP keys (and parallel.tensor)
   std::string name;
+  int tensor = 1;
+  std::vector<std::string> optim = {};  // optimizer keys, the one-process reference's too
 };
+
+// Adam's eps under tensor parallelism: test_tensor_parallel.cpp says why.
+const std::vector<std::string> kTensorOptim = {"optim.eps=1e-5"};
 
 std::vector<Layout> layouts(int world) {
   if (world == 2) return {{2, {}, "E=2"}};
   if (world == 4) {
     return {{4, {}, "E=4"},
             {2, {}, "E=2 x FULL_SHARD 2"},
-            {2, {"fsdp.sharding_strategy=HYBRID_SHARD", "fsdp.shard_group_size=2"}, "E=2 x HYBRID_SHARD 2x2"}};
+            {2, {"fsdp.sharding_strategy=HYBRID_SHARD", "fsdp.shard_group_size=2"}, "E=2 x HYBRID_SHARD 2x2"},
+            {2, {"parallel.tensor=2"}, "E=2 x T=2", 2, kTensorOptim}};
   }
   return {};
+}
+
+std::vector<std::string> layout_keys(const Layout& l, const std::vector<std::string>& extra = {}) {
+  std::vector<std::string> keys = l.keys;
+  keys.insert(keys.end(), l.optim.begin(), l.optim.end());
+  keys.insert(keys.end(), extra.begin(), extra.end());
+  return keys;
 }
 
 void expect_equals_one_process(const std::string& model) {
   dist::ProcessGroups& world = test::world_groups();
   const int n = world.world->size();
   if (layouts(n).empty()) GTEST_SKIP() << "expert parallelism is tested on 2 and 4 ranks";
-  const MoeRun& want = reference(model);
   for (const Layout& l : layouts(n)) {
+    // E x T with the richer model alone: its 20 steps cost the most (the tensor group's
+    // collectives on oversubscribed ranks), and tiny_moe's routing adds nothing to them.
+    if (l.tensor > 1 && model != "mixtral8") continue;
     SCOPED_TRACE(model + " " + l.name);
-    const config::Config cfg = moe_config(model, l.expert, n, l.keys);
+    const MoeRun& want = reference(model, l.optim);
+    const config::Config cfg = moe_config(model, l.expert, data_parallel_ranks(n, l.tensor), layout_keys(l));
     auto groups = dist::split_process_groups(world, train::mesh_spec(cfg));
     ASSERT_EQ(groups.mesh.shape().expert, l.expert);
+    ASSERT_EQ(groups.mesh.shape().tensor, l.tensor);
     const MoeRun got = train(cfg, groups, kSteps);
     expect_near(got.losses, want.losses, "loss");
     expect_near(got.aux, want.aux, "aux loss");
@@ -176,26 +206,32 @@ void expect_equals_one_process(const std::string& model) {
 TEST(ExpertParallel, Mixtral8EqualsOneProcess) { expect_equals_one_process("mixtral8"); }
 TEST(ExpertParallel, TinyMoeEqualsOneProcess) { expect_equals_one_process("tiny_moe"); }
 
-// The same run twice, and every checkpointing mode: the same bits (at the first layout).
+// The same run twice, and every checkpointing mode: the same bits (at the first layout, and
+// at E=2 x T=2, where the recompute gathers, dispatches and reduce-scatters again: 2 steps
+// there, an update and a step on it, for its cost).
 TEST(ExpertParallel, DeterministicUnderEveryCheckpointingMode) {
   dist::ProcessGroups& world = test::world_groups();
   const int n = world.world->size();
   if (layouts(n).empty()) GTEST_SKIP() << "expert parallelism is tested on 2 and 4 ranks";
-  constexpr int kShortSteps = 4;
-  const Layout l = layouts(n).front();
-  const config::Config cfg = moe_config("mixtral8", l.expert, n, l.keys);
-  auto groups = dist::split_process_groups(world, train::mesh_spec(cfg));
-  const MoeRun got = train(cfg, groups, kShortSteps);
-  expect_same_bits(train(cfg, groups, kShortSteps), got, "the same run twice");
-  for (const std::vector<std::string>& mode :
-       {std::vector<std::string>{"train.activation_checkpointing=full"},
-        std::vector<std::string>{"train.activation_checkpointing=selective"},
-        std::vector<std::string>{"train.activation_checkpointing=full", "train.activation_offload=true"},
-        std::vector<std::string>{"train.activation_checkpointing=selective", "train.activation_checkpointing_every=2"}}) {
-    std::vector<std::string> keys = l.keys;
-    keys.insert(keys.end(), mode.begin(), mode.end());
-    expect_same_bits(train(moe_config("mixtral8", l.expert, n, keys), groups, kShortSteps), got,
-                     mode.front() + (mode.size() > 1 ? " + " + mode.back() : ""));
+  std::vector<Layout> checked = {layouts(n).front()};
+  if (layouts(n).back().tensor > 1) checked.push_back(layouts(n).back());
+  for (const Layout& l : checked) {
+    SCOPED_TRACE(l.name);
+    const int kShortSteps = l.tensor > 1 ? 2 : 4;
+    const int dp = data_parallel_ranks(n, l.tensor);
+    const config::Config cfg = moe_config("mixtral8", l.expert, dp, layout_keys(l));
+    auto groups = dist::split_process_groups(world, train::mesh_spec(cfg));
+    const MoeRun got = train(cfg, groups, kShortSteps);
+    expect_same_bits(train(cfg, groups, kShortSteps), got, "the same run twice");
+    for (const std::vector<std::string>& mode :
+         {std::vector<std::string>{"train.activation_checkpointing=full"},
+          std::vector<std::string>{"train.activation_checkpointing=selective"},
+          std::vector<std::string>{"train.activation_checkpointing=full", "train.activation_offload=true"},
+          std::vector<std::string>{"train.activation_checkpointing=selective",
+                                   "train.activation_checkpointing_every=2"}}) {
+      expect_same_bits(train(moe_config("mixtral8", l.expert, dp, layout_keys(l, mode)), groups, kShortSteps), got,
+                       mode.front() + (mode.size() > 1 ? " + " + mode.back() : ""));
+    }
   }
 }
 
@@ -211,19 +247,23 @@ TEST(ExpertParallel, CapacityFactorDropsWhatOneProcessDrops) {
   auto local = dist::local_process_groups();
   const MoeRun want = train(moe_config("tiny_moe", 0, 1, capacity), local, kCapacitySteps);
   for (const int64_t d : want.dropped) EXPECT_GT(d, 0) << "a capacity of half the mean load drops pairs";
-  std::vector<Layout> checked = layouts(n);  // E = 2 alone (2 ranks); E = 4 and E = 2 x HYBRID_SHARD (4 ranks)
+  // E = 2 alone (2 ranks); E = 4, E = 2 x HYBRID_SHARD and E = 2 x T = 2 (4 ranks: every
+  // tensor rank drops what its group's first does, the same pairs of the same rows; Adam's
+  // default eps, which 6 steps' losses do not feel, and no second run: the deterministic
+  // test runs it twice).
+  std::vector<Layout> checked = layouts(n);
   if (checked.size() > 2) checked.erase(checked.begin() + 1);
   for (const Layout& l : checked) {
     SCOPED_TRACE(l.name);
     std::vector<std::string> keys = l.keys;
     keys.insert(keys.end(), capacity.begin(), capacity.end());
-    const config::Config cfg = moe_config("tiny_moe", l.expert, n, keys);
+    const config::Config cfg = moe_config("tiny_moe", l.expert, data_parallel_ranks(n, l.tensor), keys);
     auto groups = dist::split_process_groups(world, train::mesh_spec(cfg));
     const MoeRun got = train(cfg, groups, kCapacitySteps);
     EXPECT_EQ(got.dropped, want.dropped) << "the pairs dropped per step";
     EXPECT_EQ(got.load, want.load) << "the routing's counts, before the drops";
     expect_near(got.losses, want.losses, "loss");
-    expect_same_bits(train(cfg, groups, kCapacitySteps), got, "the same run twice");
+    if (l.tensor == 1) expect_same_bits(train(cfg, groups, kCapacitySteps), got, "the same run twice");
   }
 }
 
@@ -234,10 +274,10 @@ TEST(ExpertParallel, BytesPerStepEqualTheTheory) {
   if (layouts(n).empty()) GTEST_SKIP() << "expert parallelism is tested on 2 and 4 ranks";
   for (const Layout& l : layouts(n)) {
     for (const bool full : {false, true}) {
-      std::vector<std::string> keys = l.keys;
-      keys.push_back("train.grad_accum_steps=1");  // one micro-batch: its routing is the step's
+      // One micro-batch: its routing is the step's.
+      std::vector<std::string> keys = layout_keys(l, {"train.grad_accum_steps=1"});
       if (full) keys.push_back("train.activation_checkpointing=full");
-      const config::Config cfg = moe_config("mixtral8", l.expert, n, keys);
+      const config::Config cfg = moe_config("mixtral8", l.expert, data_parallel_ranks(n, l.tensor), keys);
       auto groups = dist::split_process_groups(world, train::mesh_spec(cfg));
       train::Trainer t(cfg, groups);
       for (int i = 0; i < 2; ++i) {

@@ -1,14 +1,18 @@
 // Checkpoints under expert parallelism (issue 28's "Done means"), under mpiexec with 2 and
 // 4 ranks. A checkpoint saved at E > 1 is one process's layout (manifest.h, format version
 // 3: every rank's shards of its blocks and experts stored as runs of the whole units), so:
-//  - a round trip E=2 x FULL_SHARD 2 -> E=4 -> E=1 over 4 ranks -> E=2 x HYBRID_SHARD 2x2
-//    -> one process (on 2 ranks: E=2 -> E=1 over 2 -> one process), each leg resuming the
-//    last one's checkpoint (weights, AdamW moments, step, loader position, routing biases)
-//    and training K more steps, continues the uninterrupted run's losses within 1e-5;
+//  - a round trip E=2 x FULL_SHARD 2 -> E=4 -> E=2 x T=2 -> E=1 over 4 ranks -> E=2 x
+//    HYBRID_SHARD 2x2 -> one process (on 2 ranks: E=2 -> E=1 over 2 -> one process), each
+//    leg resuming the last one's checkpoint (weights, AdamW moments, step, loader position,
+//    routing biases) and training K more steps, continues the uninterrupted run's losses
+//    within 1e-5 (E=2 x T=2, under selective checkpointing, stores each tensor rank's slices
+//    of one process's units: format version 3 with tensor_parallel 2, read at E=1 x T=1 by
+//    the next leg);
 //  - the same layout resumes bit for bit (losses, and every rank file of the final
 //    checkpoint);
-//  - `export` of an expert-parallel run's checkpoint writes the same Hugging Face folder, to
-//    the bit, as that state saved by one process.
+//  - `export` of an expert-parallel run's checkpoint (E = the world; on 4 ranks E=2 x T=2
+//    too, under full checkpointing) writes the same Hugging Face folder, to the bit, as that
+//    state saved by one process.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -30,8 +34,8 @@ constexpr int kGlobalBatch = 8;  // sequences per step at every layout
 
 struct Layout {
   int expert;        // 0: one process
-  int data_ranks;    // the data-parallel ranks (the world, or 1)
-  std::vector<std::string> fsdp;  // FSDP keys beside the default FULL_SHARD
+  int data_ranks;    // the data-parallel ranks (the world / parallel.tensor, or 1)
+  std::vector<std::string> fsdp;  // FSDP keys beside the default FULL_SHARD (and parallel.tensor, checkpointing)
 };
 
 std::vector<std::string> keys(const Layout& l, const std::string& dir, const std::string& resume) {
@@ -79,6 +83,7 @@ TEST(ExpertParallelCheckpoint, RoundTripThroughEveryLayoutContinuesTheCurve) {
   const std::vector<Layout> trip =
       n == 4 ? std::vector<Layout>{{2, 4, {}},
                                    {4, 4, {}},
+                                   {2, 2, {"parallel.tensor=2", "train.activation_checkpointing=selective"}},
                                    {1, 4, {}},
                                    {2, 4, {"fsdp.sharding_strategy=HYBRID_SHARD", "fsdp.shard_group_size=2"}},
                                    {0, 1, {}}}
@@ -127,26 +132,34 @@ TEST(ExpertParallelCheckpoint, ExportOfAnExpertParallelRunIsOneProcesss) {
   dist::ProcessGroups& world = test::world_groups();
   const int n = world.world->size();
   if (n != 2 && n != 4) GTEST_SKIP() << "expert parallelism is tested on 2 and 4 ranks";
-  const std::string ep = test::shared_scratch(*world.world, "fsdp_ep_export_ep");
-  train_and_save({n, n, {}}, ep, "none", K);
-  const std::string one = test::shared_scratch(*world.world, "fsdp_ep_export_one");
-  // Rank 0 alone; an exception becomes a failure so that every rank still meets the barrier.
-  if (world.world->rank() == 0) {
-    try {
-      auto local = dist::local_process_groups();
-      const config::Config cfg = config::load_config_string("data:\n  source: synthetic\n", "test",
-                                                            keys({0, 1, {}}, one, test::checkpoint_step_dir(ep, K)));
-      train::Trainer t(cfg, local);
-      EXPECT_EQ(t.step(), K);
-      t.save_checkpoint();
-      t.finish_checkpoint();
-      test::expect_exports_equal(test::checkpoint_step_dir(ep, K), test::checkpoint_step_dir(one, K), one,
-                                 "expert-parallel");
-    } catch (const std::exception& e) {
-      ADD_FAILURE() << e.what();
+  std::vector<std::pair<Layout, std::string>> layouts = {{{n, n, {}}, "expert-parallel"}};
+  if (n == 4) layouts.push_back({{2, 2, {"parallel.tensor=2", "train.activation_checkpointing=full"}}, "E=2 x T=2"});
+  for (const auto& [layout, what] : layouts) {
+    const std::string ep = test::shared_scratch(*world.world, "fsdp_ep_export_ep");
+    train_and_save(layout, ep, "none", K);
+    const std::string one = test::shared_scratch(*world.world, "fsdp_ep_export_one");
+    // Rank 0 alone; an exception becomes a failure so that every rank still meets the barrier.
+    if (world.world->rank() == 0) {
+      try {
+        // One process's units (each tensor rank's slices of them under parallel.tensor).
+        const ckpt::CheckpointReader saved(test::checkpoint_step_dir(ep, K));
+        EXPECT_EQ(saved.manifest().format_version, 3) << what;
+        EXPECT_EQ(saved.manifest().tensor_parallel, n / layout.data_ranks) << what;
+        EXPECT_EQ(saved.manifest().units.size(), size_t(2 + 2)) << what << ": embedding, 2 blocks, head";
+        auto local = dist::local_process_groups();
+        const config::Config cfg = config::load_config_string("data:\n  source: synthetic\n", "test",
+                                                              keys({0, 1, {}}, one, test::checkpoint_step_dir(ep, K)));
+        train::Trainer t(cfg, local);
+        EXPECT_EQ(t.step(), K);
+        t.save_checkpoint();
+        t.finish_checkpoint();
+        test::expect_exports_equal(test::checkpoint_step_dir(ep, K), test::checkpoint_step_dir(one, K), one, what);
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << what << ": " << e.what();
+      }
     }
+    world.world->barrier();
   }
-  world.world->barrier();
 }
 
 }  // namespace

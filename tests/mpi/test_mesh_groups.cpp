@@ -1,5 +1,5 @@
 // The device mesh's communicators under mpiexec (1, 2 and 4 ranks): split_process_groups
-// with a tensor or an expert dimension makes tensor, expert, expert-shard, shard and
+// with a tensor or an expert dimension (or both) makes tensor, expert, expert-shard, shard and
 // replicate groups whose members are the
 // mesh's (dist/mesh.h), in its order, and each carries collectives among exactly those
 // ranks; a layout the world cannot hold throws on every rank alike, naming the key.
@@ -54,6 +54,11 @@ void expect_groups_follow_the_mesh(const MeshSpec& spec) {
   EXPECT_EQ(summed_ranks(*g.tensor, me), expected_sum(tensor));
   EXPECT_EQ(summed_ranks(*g.shard, me), expected_sum(shard));
   EXPECT_EQ(summed_ranks(*g.replicate, me), expected_sum(replicate));
+  // An expert group's ranks hold the same tensor slices (Note [Experts under expert and
+  // tensor parallelism]): they trade rows of the same tensor index, and an expert unit's
+  // shard group holds the same experts' same slices.
+  for (int r : expert) EXPECT_EQ(m.tensor_rank(r), m.tensor_rank(me)) << "expert group member " << r;
+  for (int r : expert_shard) EXPECT_EQ(m.tensor_rank(r), m.tensor_rank(me)) << "expert shard member " << r;
   // Tensor groups are consecutive ranks here (one node, block mapping).
   for (size_t i = 0; i < tensor.size(); ++i) EXPECT_EQ(tensor[i], me - m.tensor_rank(me) + int(i));
 }
@@ -65,6 +70,7 @@ TEST(MeshGroups, WithoutTensorParallelismHybridTwo) { expect_groups_follow_the_m
 TEST(MeshGroups, ExpertTwoFullShard) { expect_groups_follow_the_mesh({1, 0, 2}); }
 TEST(MeshGroups, ExpertFour) { expect_groups_follow_the_mesh({1, 0, 4}); }
 TEST(MeshGroups, ExpertTwoHybridTwo) { expect_groups_follow_the_mesh({1, 2, 2}); }
+TEST(MeshGroups, ExpertTwoTensorTwo) { expect_groups_follow_the_mesh({2, 0, 2}); }
 
 TEST(MeshGroups, ALayoutTheWorldCannotHoldThrowsOnEveryRank) {
   ProcessGroups& world = test::world_groups();

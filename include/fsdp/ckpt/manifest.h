@@ -28,6 +28,9 @@
 // (ParamSlot::whole_offset): pieces named by their run (ManifestPiece::tensor), tiling every
 // unit as one process's pieces would. So the checkpoint is one process's layout, and loads
 // at any expert degree and any FSDP size, and `export` reads it as it reads any other.
+// With tensor parallelism too (tensor_parallel T > 1 in a version 3 manifest) the units are
+// one process's as version 2 stores them: each tensor rank's slices, with their slots, and
+// each rank's runs tile its tensor rank's (pieces carrying the tensor rank, as version 2's).
 // How one is written and committed so that a crash never leaves half of one:
 // checkpoint_writer.h; how one is verified and read back on any number of ranks:
 // checkpoint_reader.h.

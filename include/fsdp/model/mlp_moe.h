@@ -44,7 +44,10 @@
 // combine (Note [Expert-parallel dispatch] in moe_dispatch.h); the experts this rank holds
 // are in the block's expert unit (UnitParams::expert_params), the rest of the layer in the
 // block's unit. The expert-side tensors (xr, gu, act; their gradients) then hold the
-// received rows, expert-major, sized for the worst routing (max_received_rows).
+// received rows, expert-major, sized for the worst routing (max_received_rows). Under both
+// (Note [Experts under expert and tensor parallelism] in moe_dispatch.h) the dispatch runs on
+// the gathered rows, between the all-gather and the reduce-scatter above, and the expert unit
+// holds this rank's tensor slices of its experts.
 //
 // Note [LoRA on expert-parallel experts]
 // Where the adapters live: LoRA's layout (peft_units.cpp, lora_units) is built on the plain

@@ -54,6 +54,26 @@
 //               devices]) and the expert GEMMs read the received rows from there. The host
 //               never waits for the tokens.
 // Bytes: (E-1) n 4 per exchange (float64's (E-1) n 8 on the CPU).
+//
+// Note [Experts under expert and tensor parallelism]
+// With parallel.tensor T > 1 too the experts are split both ways: Megatron-core's expert
+// tensor parallelism with its degree equal to T (its default). The expert group is the E
+// ranks of the mesh's expert dimension that share this rank's tensor index, and each rank
+// holds its tensor slices (w1|w3 rows, w2 columns: Note [Experts under tensor parallelism]
+// in mlp_moe.h) of its expert rank's n/E experts. The dispatch sits between the sequence-
+// parallel all-gather and the reduce-scatter: after the gather every tensor rank of a group
+// holds the same N rows and routes them to the same bits, so each sends the same pairs to its
+// expert peers of its own tensor index, which compute their slice's partial outputs; the
+// combine brings them back, and the reduce-scatter over the tensor group, which sums the
+// partial combine anyway, sums the slices. Backward likewise (dys whole, the returned dxs
+// partial, summed by the same reduce-scatter). Nothing in the layer changes but which slices
+// a rank holds: the tensor-parallel slices, their checkpoints and export, and the routing
+// that is the same on every tensor rank are reused as they are.
+// The cost: every tensor rank of a group sends the same rows, so the expert group's
+// all-to-alls carry T copies of each row, where torchtitan's tp2ep (each tensor rank
+// routing and dispatching only its own N/T rows, to E x T ranks of whole experts) moves
+// each row once but needs whole experts per rank, a checkpoint layout of its own and a
+// routing that differs between the tensor ranks.
 #pragma once
 
 #include <cstdint>

@@ -14,10 +14,14 @@ namespace fsdp::plan {
 
 // Expert parallelism (parallel.expert > 1) together with parallel.tensor > 1: refused by
 // train::rank_model_config ("experts under both ... are not built yet").
-inline constexpr bool kExpertParallelWithTensorBuilt = false;
+inline constexpr bool kExpertParallelWithTensorBuilt = true;
 // Expert parallelism with lora.enabled: refused by train::rank_model_config ("LoRA under
 // expert parallelism is not built yet").
 inline constexpr bool kExpertParallelWithLoraBuilt = true;
+// Expert parallelism with LoRA and parallel.tensor > 1 together: refused by
+// train::rank_model_config ("LoRA under expert and tensor parallelism together is not
+// built yet").
+inline constexpr bool kExpertParallelLoraWithTensorBuilt = false;
 // Expert parallelism on GPUs (train.device: cuda): refused by train::runs_on ("expert
 // parallelism on GPUs ... is not built yet").
 inline constexpr bool kExpertParallelOnGpuBuilt = true;
