@@ -73,7 +73,7 @@ class PoolReplay {
     for (int k = 1; k <= o_.prefetch_limit; ++k) issue_gather(u + k);
   }
   void after_forward(int u) {
-    if (o_.strategy == ShardingStrategy::FULL_SHARD && u != units_ - 1) release_full(u);
+    if (reshards_after_forward(o_.strategy) && u != units_ - 1) release_full(u);
   }
   void before_backward(int u, bool skip_embedding) {
     wait_gather(u);

@@ -102,7 +102,7 @@ std::optional<int> fewest_ranks(const config::Config& cfg, const model::LlamaCon
   c.train.activation_checkpointing = mode;
   if (mode == "none") c.train.activation_offload = false;
   const int per_node = std::max(target.ranks_per_node, 1), group = cfg.fsdp.shard_group_size;
-  const bool hybrid = cfg.fsdp.sharding_strategy == config::ShardingStrategy::HYBRID_SHARD;
+  const bool hybrid = is_hybrid(cfg.fsdp.sharding_strategy);
   const int tensor = std::max(cfg.parallel.tensor, 1);
   auto fits = [&](int n) {
     // Whole tensor groups, and shard groups of whole data-parallel ranks.

@@ -231,8 +231,8 @@ TEST(ExpertParallel, CapacityFactorDropsWhatOneProcessDrops) {
 // micro-batch per rank, mesh R x S x E x 1 over W ranks, d = 4 bytes:
 //   FSDP over the shard group (S E ranks) for the embedding, the blocks and the head
 //     (FsdpVolume's formula, Su the bytes of unit u's shard): FULL_SHARD (SE-1) Su x (2
-//     gathers, 1 for the head) + (SE-1) Su reduce-scatter; HYBRID_SHARD gathers once (it
-//     keeps a unit gathered from its forward to its backward), and with R > 1 adds the
+//     gathers, 1 for the head) + (SE-1) Su reduce-scatter, and so does HYBRID_SHARD (it
+//     reshards after forward within its group, as PyTorch's does); with R > 1 the
 //     replicate all-reduce 2 (R-1)/R Su;
 //   the expert units over their own group of S ranks, the same formula with S, and the
 //     same replicate all-reduce;
@@ -245,7 +245,7 @@ TEST(ExpertParallel, CapacityFactorDropsWhatOneProcessDrops) {
 //   the grad norm: 2 (SE-1)/SE 8 over the shard group; the loss and votes 2 (W-1)/W 8
 //     kSlots and the expert counts 2 (W-1)/W 8 L n over the world.
 double expected_bytes(const train::Trainer& t, const dist::ProcessGroups& g, bool recompute) {
-  const bool full_shard = t.config().fsdp.sharding_strategy == config::ShardingStrategy::FULL_SHARD;
+  const bool reshards = reshards_after_forward(t.config().fsdp.sharding_strategy);
   const auto& units = t.model().units();
   const model::LlamaConfig& m = t.model().config();
   const dist::MeshShape mesh = g.mesh.shape();
@@ -256,8 +256,8 @@ double expected_bytes(const train::Trainer& t, const dist::ProcessGroups& g, boo
     const double n = experts ? S : SE;
     const double Su = double(shard_range(units[u].numel, int(n), 0).size) * 4;
     // The engine frees a unit after forward (and gathers it again for backward) under
-    // FULL_SHARD only; HYBRID_SHARD keeps it, as SHARD_GRAD_OP does (fsdp_engine.cpp).
-    const int gathers = int(u) == model::head_unit(m) || !full_shard ? 1 : 2;
+    // FULL_SHARD and HYBRID_SHARD; SHARD_GRAD_OP and HYBRID_SHARD_ZERO2 keep it.
+    const int gathers = int(u) == model::head_unit(m) || !reshards ? 1 : 2;
     total += (n - 1) * Su * gathers + (n - 1) * Su + 2 * (R - 1) / R * Su;
   }
   // The routing of this step's micro-batch on every rank of the expert group.
