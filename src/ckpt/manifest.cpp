@@ -10,7 +10,7 @@
 // must be JSON integers in range (nlohmann would silently truncate 1e30 or 2.5), every
 // model size within model::ShapeLimits, and the counts must agree with each other: the
 // rank files are one per rank of a shard group and tensor rank (FULL_SHARD and
-// SHARD_GRAD_OP: the world, HYBRID_SHARD: shard_group_size x T, NO_SHARD: T), a step is at most INT32_MAX (train.max_steps
+// SHARD_GRAD_OP: the world, HYBRID_SHARD and HYBRID_SHARD_ZERO2: shard_group_size x T, NO_SHARD: T), a step is at most INT32_MAX (train.max_steps
 // is an int), every step consumed at least one sample and every sample at least one token.
 #include "fsdp/ckpt/manifest.h"
 
@@ -251,7 +251,8 @@ void to_json(json& j, const Manifest& m) {
 
 // The strategies config::to_string spells (fsdp/sharding_strategy.h; ckpt sits below fsdp).
 bool known_strategy(const std::string& s) {
-  return s == "FULL_SHARD" || s == "SHARD_GRAD_OP" || s == "NO_SHARD" || s == "HYBRID_SHARD";
+  return s == "FULL_SHARD" || s == "SHARD_GRAD_OP" || s == "NO_SHARD" || s == "HYBRID_SHARD" ||
+         s == "HYBRID_SHARD_ZERO2";
 }
 
 void from_json(const json& j, Manifest& m) {
@@ -269,7 +270,8 @@ void from_json(const json& j, Manifest& m) {
                  row.size(), m.model.num_experts);
   }
   m.strategy = j.at("strategy").get<std::string>();
-  FSDP_CHECK(known_strategy(m.strategy), "strategy '{}' is not one of FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD",
+  FSDP_CHECK(known_strategy(m.strategy),
+             "strategy '{}' is not one of FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD, HYBRID_SHARD_ZERO2",
              m.strategy);
   m.world_size = integer_at<int>(j, "world_size", 1, kMaxWorld);
   m.shard_group_size = integer_at<int>(j, "shard_group_size", 1, m.world_size);

@@ -41,7 +41,12 @@ struct Choices<ShardingStrategy> {
       {ShardingStrategy::FULL_SHARD, "FULL_SHARD"},
       {ShardingStrategy::SHARD_GRAD_OP, "SHARD_GRAD_OP"},
       {ShardingStrategy::NO_SHARD, "NO_SHARD"},
-      {ShardingStrategy::HYBRID_SHARD, "HYBRID_SHARD"}};
+      {ShardingStrategy::HYBRID_SHARD, "HYBRID_SHARD"},
+      {ShardingStrategy::HYBRID_SHARD_ZERO2, "HYBRID_SHARD_ZERO2"}};
+  // Other spellings read as the same enumerator (never written, never listed): PyTorch's
+  // private name, so a strategy copied from a PyTorch script reads as it is.
+  static constexpr std::pair<ShardingStrategy, std::string_view> aliases[] = {
+      {ShardingStrategy::HYBRID_SHARD_ZERO2, "_HYBRID_SHARD_ZERO2"}};
 };
 // The dtypes a run may ask for (a subset of fsdp::DType), spelled as dtype_name spells them.
 template <>
@@ -162,6 +167,14 @@ std::string read_value(const YAML::Node& n, E& out) {
       if (n.Scalar() == name) {
         out = e;
         return "";
+      }
+    }
+    if constexpr (requires { Choices<E>::aliases; }) {
+      for (const auto& [e, name] : Choices<E>::aliases) {
+        if (n.Scalar() == name) {
+          out = e;
+          return "";
+        }
       }
     }
   }

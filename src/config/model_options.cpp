@@ -181,7 +181,8 @@ int checked_shard_group(const Config& cfg, int world_size, int ranks_per_node) {
     case ShardingStrategy::FULL_SHARD:
     case ShardingStrategy::SHARD_GRAD_OP: return data;
     case ShardingStrategy::NO_SHARD: return 1;
-    case ShardingStrategy::HYBRID_SHARD: break;
+    case ShardingStrategy::HYBRID_SHARD:
+    case ShardingStrategy::HYBRID_SHARD_ZERO2: break;
   }
   const int set = cfg.fsdp.shard_group_size;
   const int group = set > 0 ? set : std::min(data, data_per_node);
@@ -193,9 +194,9 @@ int checked_shard_group(const Config& cfg, int world_size, int ranks_per_node) {
                                    : fmt::format("is 0 (one node's {}ranks: {}), which does not divide {}",
                                                  T > 1 ? "data-parallel " : "", group, of);
   fail_key(cfg, "fsdp.shard_group_size",
-           fmt::format("{}: HYBRID_SHARD shards over groups of that many ranks and replicates across them; use a "
+           fmt::format("{}: {} shards over groups of that many ranks and replicates across them; use a "
                        "divisor of {}, or 0 for the ranks of one node",
-                       what, data));
+                       what, to_string(cfg.fsdp.sharding_strategy), data));
 }
 
 FsdpOptions fsdp_options(const Config& cfg, Device device) {

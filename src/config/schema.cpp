@@ -343,7 +343,7 @@ void add_parallel_rows(std::vector<detail::Field>& t) {
            "Expert-parallel degree E (Mixtral): each MoE layer's experts are split over E data-parallel ranks, "
            "num_experts / E whole experts each, and tokens travel to their experts by all-to-all; the other "
            "parameters stay FSDP-sharded as without it. Must divide model.num_experts and the shard group "
-           "(HYBRID_SHARD: fsdp.shard_group_size); 1 = off.",
+           "(HYBRID_SHARD, HYBRID_SHARD_ZERO2: fsdp.shard_group_size); 1 = off.",
            ge(1));
 }
 
@@ -359,11 +359,14 @@ void add_moe_rows(std::vector<detail::Field>& t) {
 void add_fsdp_rows(std::vector<detail::Field>& t) {
   SectionRows(t, "fsdp", &Config::fsdp)
       .add("sharding_strategy", &FsdpConfig::sharding_strategy,
-           "What is sharded: everything / gradients+optimizer / nothing (DDP) / everything within a shard group.")
+           "What is sharded, as PyTorch FSDP names it: everything, parameters freed after forward / everything, "
+           "parameters kept gathered until backward / nothing (DDP) / FULL_SHARD within a shard group, replicated "
+           "across groups / SHARD_GRAD_OP within a shard group (PyTorch's _HYBRID_SHARD_ZERO2, a spelling also "
+           "read).")
       .add("param_dtype", &FsdpConfig::param_dtype, "Dtype parameters are all-gathered in.")
       .add("reduce_dtype", &FsdpConfig::reduce_dtype, "Dtype gradients are reduce-scattered in.")
       .add("shard_group_size", &FsdpConfig::shard_group_size,
-           "Ranks a unit is sharded over (HYBRID_SHARD); 0 = the ranks of one node. With parallel.tensor T these "
+           "Ranks a unit is sharded over (HYBRID_SHARD, HYBRID_SHARD_ZERO2); 0 = the ranks of one node. With parallel.tensor T these "
            "are data-parallel ranks (each holding one tensor rank's slices): 0 = a node's ranks / T.",
            ge(0))
       .add("prefetch_limit", &FsdpConfig::prefetch_limit, "Units whose all-gather may run ahead of compute.", ge(0));

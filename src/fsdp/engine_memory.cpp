@@ -113,7 +113,7 @@ class PoolReplay {
     prefetch(u, false, false);
   }
   void after_forward(int u) {
-    if (o_.strategy == ShardingStrategy::FULL_SHARD && u != m_.head()) release_full(u);
+    if (reshards_after_forward(o_.strategy) && u != m_.head()) release_full(u);
   }
   void before_backward(int u, bool skip_embedding) {
     wait_gather(u);

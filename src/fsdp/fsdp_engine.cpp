@@ -2,8 +2,10 @@
 // A unit's full parameters exist only between its gather and its release:
 //   forward:   before_forward waits for the gather (issued as a prefetch while earlier
 //              units computed) and issues the next prefetch_limit units' gathers;
-//              after_forward releases under FULL_SHARD, except for the last unit, whose
-//              backward runs immediately (PyTorch FSDP's root is likewise not resharded).
+//              after_forward releases under FULL_SHARD and HYBRID_SHARD (within the
+//              shard group: reshards_after_forward, sharding_strategy.h), except for the
+//              last unit, whose backward runs immediately (PyTorch FSDP's root is likewise
+//              not resharded). SHARD_GRAD_OP and HYBRID_SHARD_ZERO2 keep it for backward.
 //   backward:  before_backward re-gathers if released and prefetches the units backward
 //              needs next (lower indices); after_backward, on the micro-batch that
 //              synchronises, issues the reduce-scatter and releases the parameters, then
@@ -27,12 +29,12 @@
 // (the primed use is the head's). The engine keeps that schedule and counts each unit's
 // uses in the pass (finish() resets the counts), so that
 //   - prefetching follows the schedule: the table's gather for the head overlaps the last
-//     block's forward, and (FULL_SHARD) its gather for the embedding's backward overlaps
+//     block's forward, and (FULL_SHARD, HYBRID_SHARD) its gather for the embedding's backward overlaps
 //     the first blocks' backward;
 //   - whatever is used at the end of forward stays gathered into backward (the head, and
 //     the table with it), as the last unit always did;
-//   - after the head's backward use FULL_SHARD frees the table (gathered again at the end),
-//     SHARD_GRAD_OP keeps it until its last use;
+//   - after the head's backward use FULL_SHARD and HYBRID_SHARD free the table (gathered
+//     again at the end), SHARD_GRAD_OP and HYBRID_SHARD_ZERO2 keep it until its last use;
 //   - both uses accumulate into the unit's one gradient buffer, which is reduced once, after
 //     the last backward use: the sum of both uses' gradients, which is what autograd gives a
 //     shared parameter, and one master copy and one set of AdamW moments for it.
@@ -273,7 +275,7 @@ void FsdpEngine::issue_gather(int unit) {
   x.full = pool_.acquire(opt_.compute_dtype, gathered_parameters());
   const Tensor* shard = &x.master;
   if (opt_.param_dtype != DType::F32) {
-    // Once per optimizer step, not per gather (FULL_SHARD gathers twice).
+    // Once per optimizer step, not per gather (FULL_SHARD and HYBRID_SHARD gather twice).
     if (x.shard_cast_stale) cast(x.master, x.shard_cast);
     x.shard_cast_stale = false;
     shard = &x.shard_cast;
@@ -319,13 +321,13 @@ void FsdpEngine::before_forward(int unit) {
   nvtx::push(units_[unit].nvtx_forward.c_str());
 }
 
-// FULL_SHARD frees a unit after forward unless the use is at the end of the pass (the
-// head, and the table a tied head reads), whose backward follows at once.
+// FULL_SHARD and HYBRID_SHARD free a unit after forward unless the use is at the end of
+// the pass (the head, and the table a tied head reads), whose backward follows at once.
 void FsdpEngine::after_forward(int unit) {
   nvtx::pop();
   const bool at_the_end = forward_position(unit) >= last_unit_position_;
   ++forward_uses_[size_t(unit)];
-  if (opt_.strategy != ShardingStrategy::FULL_SHARD || at_the_end) return;
+  if (!reshards_after_forward(opt_.strategy) || at_the_end) return;
   frozen_.release(unit);
   if (!units_[unit].direct) pool_.release(units_[unit].full);
 }
@@ -363,8 +365,9 @@ void FsdpEngine::after_backward(int unit) {
   nvtx::pop();
   Unit& x = units_[unit];
   const bool last_use = ++backward_uses_[size_t(unit)] >= int(backward_positions_[size_t(unit)].size());
-  // FULL_SHARD and SHARD_GRAD_OP both reshard here; SHARD_GRAD_OP keeps a unit used again.
-  if (last_use || opt_.strategy == ShardingStrategy::FULL_SHARD) {
+  // Every strategy reshards here; those that keep units gathered from forward to backward
+  // (SHARD_GRAD_OP, HYBRID_SHARD_ZERO2) also keep a unit used again.
+  if (last_use || reshards_after_forward(opt_.strategy)) {
     frozen_.release(unit);
     if (!x.direct) pool_.release(x.full);
   }
@@ -413,7 +416,7 @@ void FsdpEngine::complete_reduce(int unit) {
   x.comm->wait(x.reduce_req);
   x.reduce_pending = false;
   const Tensor& shard = opt_.reduce_dtype == DType::F32 ? x.grad : x.reduce_recv;
-  if (replicate_.size() > 1) replicate_.wait(replicate_.all_reduce(shard));  // HYBRID_SHARD, NO_SHARD
+  if (replicate_.size() > 1) replicate_.wait(replicate_.all_reduce(shard));  // HYBRID_SHARD(_ZERO2), NO_SHARD
   if (opt_.reduce_dtype != DType::F32) cast(x.reduce_recv, x.grad);
   pool_.release(x.reduce_send);
   pool_.release(x.full_grad);

@@ -209,6 +209,7 @@ int shard_group(const config::Config& cfg, const PlanTarget& t) {
     case config::ShardingStrategy::SHARD_GRAD_OP: return data;
     case config::ShardingStrategy::NO_SHARD: return 1;
     case config::ShardingStrategy::HYBRID_SHARD:
+    case config::ShardingStrategy::HYBRID_SHARD_ZERO2:
       return cfg.fsdp.shard_group_size > 0 ? cfg.fsdp.shard_group_size : std::min(data, data_per_node);
   }
   return data;

@@ -41,7 +41,7 @@ bool holds(const config::Config& cfg, const PlanTarget& target, int ranks) {
   const int tensor = std::max(cfg.parallel.tensor, 1), expert = std::max(cfg.parallel.expert, 1);
   if (ranks % tensor != 0) return false;
   const int data = ranks / tensor;
-  if (cfg.fsdp.sharding_strategy == config::ShardingStrategy::HYBRID_SHARD && cfg.fsdp.shard_group_size > 0 &&
+  if (is_hybrid(cfg.fsdp.sharding_strategy) && cfg.fsdp.shard_group_size > 0 &&
       data % cfg.fsdp.shard_group_size != 0)
     return false;
   return data % expert == 0 && shard_group(cfg, target.with_ranks(ranks)) % expert == 0;

@@ -248,7 +248,8 @@ int shard_group_size(const config::Config& cfg) {
     case config::ShardingStrategy::FULL_SHARD:
     case config::ShardingStrategy::SHARD_GRAD_OP: return 0;
     case config::ShardingStrategy::NO_SHARD: return 1;
-    case config::ShardingStrategy::HYBRID_SHARD: return cfg.fsdp.shard_group_size > 0 ? cfg.fsdp.shard_group_size : -1;
+    case config::ShardingStrategy::HYBRID_SHARD:
+    case config::ShardingStrategy::HYBRID_SHARD_ZERO2: return cfg.fsdp.shard_group_size > 0 ? cfg.fsdp.shard_group_size : -1;
   }
   return 0;
 }

@@ -7,8 +7,8 @@
 // ranks, d = 4 bytes (float32 parameters, gradients and rows):
 //   FSDP over the shard group (S E ranks) for the embedding, the blocks and the head
 //     (FsdpVolume's formula, Su the bytes of unit u's shard): FULL_SHARD (SE-1) Su x (2
-//     gathers, 1 for the head) + (SE-1) Su reduce-scatter; HYBRID_SHARD gathers once (it
-//     keeps a unit gathered from its forward to its backward), and with R > 1 adds the
+//     gathers, 1 for the head) + (SE-1) Su reduce-scatter, and so does HYBRID_SHARD (it
+//     reshards after forward within its group, as PyTorch's does); with R > 1 the
 //     replicate all-reduce 2 (R-1)/R Su;
 //   the expert units over their own group of S ranks, the same formula with S, and the
 //     same replicate all-reduce;
@@ -37,6 +37,7 @@
 
 #include "fsdp/dist/communicator.h"
 #include "fsdp/fsdp/shard_math.h"
+#include "fsdp/fsdp/sharding_strategy.h"
 #include "fsdp/train/step_votes.h"
 #include "fsdp/train/trainer.h"
 
@@ -46,7 +47,7 @@ namespace fsdp::test {
 // are all-gathered over it, between steps, where no counter sees them). A collective over
 // the expert group.
 inline double expert_parallel_step_bytes(const train::Trainer& t, const dist::ProcessGroups& g, bool recompute) {
-  const bool full_shard = t.config().fsdp.sharding_strategy == config::ShardingStrategy::FULL_SHARD;
+  const bool reshards = reshards_after_forward(t.config().fsdp.sharding_strategy);
   const auto& units = t.model().units();
   const model::LlamaConfig& m = t.model().config();
   const dist::MeshShape mesh = g.mesh.shape();
@@ -58,8 +59,8 @@ inline double expert_parallel_step_bytes(const train::Trainer& t, const dist::Pr
     const double n = experts ? S : SE;
     const double Su = double(shard_range(units[u].numel, int(n), 0).size) * 4;
     // The engine frees a unit after forward (and gathers it again for backward) under
-    // FULL_SHARD only; HYBRID_SHARD keeps it, as SHARD_GRAD_OP does (fsdp_engine.cpp).
-    const int gathers = int(u) == model::head_unit(m) || !full_shard ? 1 : 2;
+    // FULL_SHARD and HYBRID_SHARD; SHARD_GRAD_OP and HYBRID_SHARD_ZERO2 keep it.
+    const int gathers = int(u) == model::head_unit(m) || !reshards ? 1 : 2;
     total += (n - 1) * Su * gathers + (n - 1) * Su + 2 * (R - 1) / R * Su;
     double whole = 0;
     for (const model::ParamSlot& s : units[u].params)

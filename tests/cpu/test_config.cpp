@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include "fsdp/config/config.h"
+#include "fsdp/config/model_options.h"
 
 namespace fsdp::config {
 namespace {
@@ -123,6 +124,49 @@ TEST(ConfigDefaults, ChoicesSpellTheirYamlNames) {
   EXPECT_EQ(to_string(DataSource::Shards), "shards");
   EXPECT_EQ(to_string(LrSchedule::Constant), "constant");
   EXPECT_EQ(to_string(ShardingStrategy::SHARD_GRAD_OP), "SHARD_GRAD_OP");
+  EXPECT_EQ(to_string(ShardingStrategy::HYBRID_SHARD_ZERO2), "HYBRID_SHARD_ZERO2");
+}
+
+// PyTorch's names mean PyTorch's behaviour: HYBRID_SHARD reshards after forward as
+// FULL_SHARD does, HYBRID_SHARD_ZERO2 (PyTorch's _HYBRID_SHARD_ZERO2, spelled either way)
+// keeps units gathered as SHARD_GRAD_OP does; both shard within a group. The private
+// spelling reads as the public one and is written (dump_yaml, manifests) as the public one.
+TEST(ConfigFsdp, HybridShardZero2IsPyTorchsPrivateStrategy) {
+  for (const char* spelling : {"HYBRID_SHARD_ZERO2", "_HYBRID_SHARD_ZERO2"}) {
+    const Config c = load_config_string(fmt::format("fsdp:\n  sharding_strategy: {}\n", spelling), "x",
+                                        {"fsdp.shard_group_size=2"});
+    EXPECT_EQ(c.fsdp.sharding_strategy, ShardingStrategy::HYBRID_SHARD_ZERO2) << spelling;
+    EXPECT_NE(dump_yaml(c).find("  sharding_strategy: HYBRID_SHARD_ZERO2\n"), std::string::npos) << spelling;
+    EXPECT_EQ(load_config_string(dump_yaml(c), "dump"), c) << spelling;
+  }
+  using enum ShardingStrategy;
+  EXPECT_TRUE(reshards_after_forward(FULL_SHARD));
+  EXPECT_TRUE(reshards_after_forward(HYBRID_SHARD));
+  EXPECT_FALSE(reshards_after_forward(SHARD_GRAD_OP));
+  EXPECT_FALSE(reshards_after_forward(HYBRID_SHARD_ZERO2));
+  EXPECT_FALSE(reshards_after_forward(NO_SHARD));
+  EXPECT_TRUE(is_hybrid(HYBRID_SHARD));
+  EXPECT_TRUE(is_hybrid(HYBRID_SHARD_ZERO2));
+  EXPECT_FALSE(is_hybrid(FULL_SHARD) || is_hybrid(SHARD_GRAD_OP) || is_hybrid(NO_SHARD));
+  // Its shard group is HYBRID_SHARD's: fsdp.shard_group_size, 0 for one node's ranks, and a
+  // size that does not divide the world is refused naming the key and the strategy.
+  const Config by_node = load_config_string("", "x", {"fsdp.sharding_strategy=HYBRID_SHARD_ZERO2"});
+  EXPECT_EQ(checked_shard_group(by_node, 8, 4), 4);
+  EXPECT_EQ(checked_shard_group(load_config_string("", "x", {"fsdp.sharding_strategy=HYBRID_SHARD_ZERO2",
+                                                             "fsdp.shard_group_size=2"}),
+                                8, 8),
+            2);
+  try {
+    checked_shard_group(load_config_string("", "configs/x.yaml",
+                                           {"fsdp.sharding_strategy=HYBRID_SHARD_ZERO2", "fsdp.shard_group_size=3"}),
+                        8, 8);
+    ADD_FAILURE() << "a shard group of 3 on 8 ranks was not refused";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "--set fsdp.shard_group_size=3: key 'fsdp.shard_group_size' is 3, which does not divide the world size "
+              "8: HYBRID_SHARD_ZERO2 shards over groups of that many ranks and replicates across them; use a divisor "
+              "of 8, or 0 for the ranks of one node");
+  }
 }
 
 // ---- A full file ----------------------------------------------------------------------------
@@ -425,7 +469,11 @@ TEST(ConfigLogging, WarningIsALevelAsTheLogSpellsIt) {
 TEST(ConfigErrors, ChoicesSuggestTheClosestValue) {
   EXPECT_EQ(error_of("", {"fsdp.sharding_strategy=FULL_SHRD"}),
             "--set fsdp.sharding_strategy=FULL_SHRD: key 'fsdp.sharding_strategy' must be one of FULL_SHARD, "
-            "SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD, got 'FULL_SHRD' (did you mean 'FULL_SHARD'?)");
+            "SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD, HYBRID_SHARD_ZERO2, got 'FULL_SHRD' (did you mean 'FULL_SHARD'?)");
+  EXPECT_EQ(error_of("", {"fsdp.sharding_strategy=HYBRID_SHARD_ZER02"}),
+            "--set fsdp.sharding_strategy=HYBRID_SHARD_ZER02: key 'fsdp.sharding_strategy' must be one of FULL_SHARD, "
+            "SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD, HYBRID_SHARD_ZERO2, got 'HYBRID_SHARD_ZER02' (did you mean "
+            "'HYBRID_SHARD_ZERO2'?)");
   EXPECT_EQ(error_of("", {"logging.level=warnings"}),
             "--set logging.level=warnings: key 'logging.level' must be one of trace, debug, info, warn, warning, "
             "error, got 'warnings' (did you mean 'warning'?)");

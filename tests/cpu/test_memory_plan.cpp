@@ -126,6 +126,33 @@ TEST(MemoryPlan, ShippedConfigsFitTheirJobs) {
   }
 }
 
+// PyTorch's HYBRID_SHARD is FULL_SHARD within the shard group: on 4 nodes of 8 its plan is
+// FULL_SHARD's on one node of 8, row for row; HYBRID_SHARD_ZERO2 (PyTorch's
+// _HYBRID_SHARD_ZERO2) is SHARD_GRAD_OP's, every block gathered from its forward to its
+// backward: more gathered units in flight than resharding after forward keeps.
+TEST(MemoryPlan, HybridStrategiesPlanAsTheirStrategyWithinTheGroup) {
+  auto plan = [](const std::string& strategy, int ranks) {
+    const config::Config cfg = load({"fsdp.sharding_strategy=" + strategy}, "configs/llama2_13b.yaml");
+    return plan::plan_memory(cfg, config::training_model_config(cfg), gpus(ranks));
+  };
+  auto expect_same_rows = [](const plan::MemoryPlan& a, const plan::MemoryPlan& b, const std::string& what) {
+    ASSERT_EQ(a.rows.size(), b.rows.size()) << what;
+    for (size_t i = 0; i < a.rows.size(); ++i) {
+      EXPECT_EQ(a.rows[i].name, b.rows[i].name) << what;
+      EXPECT_EQ(a.rows[i].bytes, b.rows[i].bytes) << what << ": " << a.rows[i].name;
+    }
+    EXPECT_EQ(a.peak, b.peak) << what;
+  };
+  const plan::MemoryPlan hybrid = plan("HYBRID_SHARD", 32), zero2 = plan("HYBRID_SHARD_ZERO2", 32);
+  expect_same_rows(hybrid, plan("FULL_SHARD", 8), "HYBRID_SHARD vs FULL_SHARD");
+  expect_same_rows(zero2, plan("SHARD_GRAD_OP", 8), "HYBRID_SHARD_ZERO2 vs SHARD_GRAD_OP");
+  const double block = row(hybrid, "gathered units in flight");
+  EXPECT_GT(block, 0);
+  // 43 buffers of one block (every block kept, and the prefetched ones) against 5 in flight.
+  EXPECT_GT(row(zero2, "gathered units in flight"), 8 * block);
+  EXPECT_LT(hybrid.peak, zero2.peak);
+}
+
 TEST(MemoryPlan, RefusesUnlessOversubscriptionIsAllowed) {
   const config::Config cfg = load({"train.micro_batch_size=64"}, "configs/llama2_70b.yaml");
   try {

@@ -148,8 +148,10 @@ void add_expert_weights(train::Trainer& t, const dist::ProcessGroups& g, int u, 
 
 // `bytes_recompute`: hold each step's bytes to the theory (with or without the recompute's
 // second forward); unset: not (selective checkpointing's recompute has no formula there).
+// `weights`: gather every parameter to the host (plain layouts without tensor parallelism:
+// the expert ranks' units are named by model::llama_units).
 EpRun train(const config::Config& cfg, const dist::ProcessGroups& host, std::optional<bool> bytes_recompute = {},
-            int steps = kSteps) {
+            int steps = kSteps, bool weights = true) {
   dist::ProcessGroups groups = host;
   train::Trainer t(cfg, groups);
   EXPECT_TRUE(t.device().is_cuda());
@@ -166,7 +168,7 @@ EpRun train(const config::Config& cfg, const dist::ProcessGroups& host, std::opt
     }
   }
   r.bias = t.model().router_bias()->values();
-  for (int u = 0; u < t.engine().num_units(); ++u) {
+  for (int u = 0; weights && u < t.engine().num_units(); ++u) {
     const Tensor local = t.engine().gather_full(u).to(Device::cpu());
     for (const model::ParamSlot& s : t.model().units()[size_t(u)].params)
       r.weights[s.name] = local.narrow(0, s.offset, s.numel).clone();
@@ -190,11 +192,11 @@ void expect_bytes_are_the_theory(const EpRun& r, const std::string& what) {
 }
 
 // One process on this rank's GPU over the same global batch (rank 0 only; the others get nothing).
-EpRun one_process(int data_ranks) {
+EpRun one_process(int data_ranks, const std::vector<std::string>& extra = {}, bool weights = true) {
   if (!rank0()) return {};
   auto local = dist::local_process_groups();
   local.world_info.local_rank = test::world_groups().world_info.local_rank;
-  return train(moe_config(0, data_ranks), local);
+  return train(moe_config(0, data_ranks, extra), local, {}, kSteps, weights);
 }
 
 // make_nccl_process_groups' expert dimension: at E=2 the expert group (2 ranks) and on 4
@@ -292,6 +294,42 @@ TEST_F(CudaExpertParallel, Mixtral8EqualsOneProcessBitIdenticalUnderCheckpointin
   // The measured distances, which docs/expert-parallelism.md quotes.
   std::printf("CUDA E=2, mesh %s vs one CUDA process, %d steps: worst loss %.1e relative, worst weight %.1e norm-wise\n",
               groups.mesh.shape().str().c_str(), kSteps, worst_loss, worst_weight);
+}
+
+// The layouts the CPU tests hold in full (tests/mpi/test_expert_parallel_lora.cpp and the
+// E x T cases of test_expert_parallel.cpp), here on CUDA against one CUDA process by their
+// losses and routing (their weights are adapters, or tensor slices): on 2 ranks LoRA and
+// its dropout on every linear layer, the experts' included, at E=2 (Note [LoRA on
+// expert-parallel experts]: each received row's mask keyed by its source's number); on 4
+// ranks E=2 x T=2 (Note [Experts under expert and tensor parallelism]), every step's bytes
+// the theory.
+TEST_F(CudaExpertParallel, LoraOnTheExpertsAndExpertTimesTensorEqualOneProcess) {
+  dist::ProcessGroups& world = test::world_groups();
+  const int n = world.world->size();
+  const std::vector<std::string> lora = {"lora.enabled=true", "lora.rank=4", "lora.alpha=8", "lora.dropout=0.1",
+                                         "lora.targets=all-linear", "optim.lr=1e-2"};
+  const std::vector<std::string> extra = n == 2 ? lora : std::vector<std::string>{"parallel.tensor=2"};
+  const config::Config cfg = moe_config(2, n, extra);
+  const dist::ProcessGroups groups = dist::split_process_groups(world, train::mesh_spec(cfg));
+  ASSERT_EQ(groups.mesh.shape().expert, 2);
+  ASSERT_EQ(groups.mesh.shape().tensor, n == 2 ? 1 : 2);
+  const EpRun got = train(cfg, groups, n == 4 ? std::optional<bool>(false) : std::nullopt, kSteps, false);
+  if (n == 4) expect_bytes_are_the_theory(got, "E=2 x T=2");
+  const EpRun want = one_process(groups.mesh.data_parallel_size(), n == 2 ? lora : std::vector<std::string>{}, false);
+  if (!rank0()) return;
+  const std::string what = n == 2 ? "LoRA at E=2" : "E=2 x T=2";
+  double worst = 0;
+  ASSERT_EQ(got.losses.size(), want.losses.size());
+  for (size_t i = 0; i < got.losses.size(); ++i) {
+    const double e = std::abs(got.losses[i] - want.losses[i]) / std::abs(want.losses[i]);
+    worst = std::max(worst, e);
+    EXPECT_LT(e, kTolerance) << what << ", step " << i + 1 << ": " << got.losses[i] << " vs " << want.losses[i];
+  }
+  EXPECT_EQ(got.load, want.load) << what << ": the global expert counts";
+  EXPECT_EQ(got.bias, want.bias) << what << ": the routing biases";
+  EXPECT_LT(got.losses.back(), got.losses.front()) << what << ": it trains";
+  std::printf("CUDA %s, mesh %s vs one CUDA process, %d steps: worst loss %.1e relative\n", what.c_str(),
+              groups.mesh.shape().str().c_str(), kSteps, worst);
 }
 
 }  // namespace

@@ -11,6 +11,9 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
 
 #include "fsdp/ckpt/checkpoint_reader.h"
 #include "fsdp/train/launch_checks.h"
@@ -84,7 +87,8 @@ void expect_bit_exact(const std::string& strategy, const std::vector<std::string
   const std::string d1 = shared_scratch(strategy + "_a"), d2 = shared_scratch(strategy + "_b");
   std::vector<std::string> o = extra;
   o.push_back("fsdp.sharding_strategy=" + strategy);
-  if (strategy == "HYBRID_SHARD") o.push_back("fsdp.shard_group_size=" + std::to_string(world.world->size() >= 4 ? 2 : 1));
+  if (strategy.starts_with("HYBRID_SHARD"))
+    o.push_back("fsdp.shard_group_size=" + std::to_string(world.world->size() >= 4 ? 2 : 1));
   const config::Config a = tiny(d1, o), b = tiny(d2, o);
   auto groups = dist::split_process_groups(world, train::shard_group_size(a));
   const Curve want = straight(a, groups, 2 * K);
@@ -159,18 +163,26 @@ TEST(CheckpointCommit, RankZeroPublishFailureNamesRankZeroEverywhere) {
 
 double rel(double a, double b) { return std::abs(a - b) / std::abs(b); }
 
-// Saved under FULL_SHARD on the whole world, resumed under `strategy` (another shard layout
-// over the same ranks), or by every rank alone as a one-rank job (N -> 1, with the world's
-// micro-batches as accumulation steps so the global batch is the same).
-void expect_resharded(const std::string& strategy, bool alone) {
+// The keys of `strategy`, the hybrid ones in shard groups of 2 (of 1 below 4 ranks).
+std::vector<std::string> strategy_keys(const std::string& strategy, int n) {
+  std::vector<std::string> o = {"fsdp.sharding_strategy=" + strategy};
+  if (strategy.starts_with("HYBRID_SHARD")) o.push_back("fsdp.shard_group_size=" + std::to_string(n >= 4 ? 2 : 1));
+  return o;
+}
+
+// Saved under `from` (FULL_SHARD on the whole world, unless named), resumed under `strategy`
+// (another shard layout over the same ranks), or by every rank alone as a one-rank job
+// (N -> 1, with the world's micro-batches as accumulation steps so the global batch is the
+// same). The manifest names the strategy it was saved under.
+void expect_resharded(const std::string& strategy, bool alone, const std::string& from = "FULL_SHARD") {
   dist::ProcessGroups& world = test::world_groups();
   const int n = world.world->size();
-  const std::string d1 = shared_scratch("reshard_a_" + strategy), d2 = shared_scratch("reshard_b_" + strategy);
-  const config::Config a = tiny(d1), b = tiny(d2);
-  auto full = dist::split_process_groups(world, 0);
-  const Curve want = straight(a, full, 2 * K);
-  std::vector<std::string> o = {"fsdp.sharding_strategy=" + strategy};
-  if (strategy == "HYBRID_SHARD") o.push_back("fsdp.shard_group_size=" + std::to_string(n >= 4 ? 2 : 1));
+  const std::string d1 = shared_scratch("reshard_a_" + from + strategy),
+                    d2 = shared_scratch("reshard_b_" + from + strategy);
+  const config::Config a = tiny(d1, strategy_keys(from, n)), b = tiny(d2, strategy_keys(from, n));
+  auto saved = dist::split_process_groups(world, train::shard_group_size(a));
+  const Curve want = straight(a, saved, 2 * K);
+  std::vector<std::string> o = strategy_keys(strategy, n);
   if (alone) {
     o.push_back("train.grad_accum_steps=" + std::to_string(n));
     // Every rank reads the checkpoint on its own: give each its own copy of the directory
@@ -181,10 +193,10 @@ void expect_resharded(const std::string& strategy, bool alone) {
   auto other = dist::split_process_groups(world, train::shard_group_size(c));
   Curve got;
   if (!alone) {
-    got = interrupted(b, full, c, other, K);
+    got = interrupted(b, saved, c, other, K);
   } else {
     {
-      train::Trainer t(b, full);
+      train::Trainer t(b, saved);
       for (int i = 0; i < K; ++i) got.losses.push_back(t.train_step().loss);
       t.save_checkpoint();
     }
@@ -196,6 +208,9 @@ void expect_resharded(const std::string& strategy, bool alone) {
     world.world->barrier();  // nobody deletes the directory while another rank reads it
   }
   for (int i = 0; i < K; ++i) EXPECT_EQ(got.losses[i], want.losses[i]) << "before the save, step " << i + 1;
+  const nlohmann::json manifest =
+      nlohmann::json::parse(std::ifstream(d2 + "/checkpoints/step_" + std::to_string(K) + "/manifest.json"));
+  EXPECT_EQ(manifest.at("strategy").get<std::string>(), from);
   for (int i = K; i < 2 * K; ++i)
     EXPECT_LT(rel(got.losses[i], want.losses[i]), 1e-5) << strategy << " step " << i + 1 << ": " << got.losses[i]
                                                          << " vs " << want.losses[i];
@@ -211,6 +226,9 @@ void expect_resharded(const std::string& strategy, bool alone) {
 
 TEST(CheckpointReshard, FullShardToNoShard) { expect_resharded("NO_SHARD", false); }
 TEST(CheckpointReshard, FullShardToHybridShard) { expect_resharded("HYBRID_SHARD", false); }
+// PyTorch's _HYBRID_SHARD_ZERO2 under its name here: saved, named in the manifest, read back
+// and loaded at another layout.
+TEST(CheckpointReshard, HybridShardZero2ToFullShard) { expect_resharded("FULL_SHARD", false, "HYBRID_SHARD_ZERO2"); }
 TEST(CheckpointReshard, EveryRankAloneLoadsTheWholeCheckpoint) { expect_resharded("FULL_SHARD", true); }
 
 }  // namespace

@@ -15,6 +15,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <map>
 
 #include "fsdp/config/model_options.h"
 #include "fsdp/fsdp/fsdp_engine.h"
@@ -126,6 +127,10 @@ TEST(FsdpEquivalence, HybridShard) {
   const int n = test::world_groups().world->size();
   expect_equivalent("HYBRID_SHARD", {"fsdp.shard_group_size=" + std::to_string(n >= 4 ? 2 : n)});
 }
+TEST(FsdpEquivalence, HybridShardZero2) {
+  const int n = test::world_groups().world->size();
+  expect_equivalent("HYBRID_SHARD_ZERO2", {"fsdp.shard_group_size=" + std::to_string(n >= 4 ? 2 : n)});
+}
 TEST(FsdpEquivalence, FullShardWithAccumulationAndPrefetchOff) {
   expect_equivalent("FULL_SHARD", {"fsdp.prefetch_limit=0"}, /*accum=*/3);
 }
@@ -223,46 +228,59 @@ TEST(FsdpEquivalence, Bf16ParametersAndReductionStayClose) {
 }
 
 // Theoretical per-rank volume of one step (ring algorithm, see communicator.h), with
-// S_u = bytes of unit u's shard (padding included) and n = shard-group size:
-//   FULL_SHARD:    sum_u (n-1) S_u * (2 gathers, 1 for the last unit) + sum_u (n-1) S_u (reduce-scatter)
-//   SHARD_GRAD_OP: sum_u (n-1) S_u * 1 gather + sum_u (n-1) S_u
-//   NO_SHARD:      sum_u 2 (n-1)/n * bytes(unit)  (all-reduce over the world)
-// plus the step's two scalar all-reduces: the loss [4 doubles: loss sum, tokens, ranks
-// signalled to stop, ranks still writing a checkpoint] over the world and the squared grad
-// norm [1 double] over the shard group.
-// Tied embeddings: FULL_SHARD gathers the table a third time (for the head; it stays
-// gathered into the head's backward), and reduces it once; SHARD_GRAD_OP keeps it gathered.
-double expected_bytes(const std::string& strategy, const std::vector<model::UnitLayout>& units, int world) {
-  const int n = strategy == "NO_SHARD" ? 1 : world;
+// S_u = bytes of unit u's shard (padding included), n = shard-group size and R = world / n
+// the replicate group:
+//   FULL_SHARD, HYBRID_SHARD:   sum_u (n-1) S_u * (2 gathers, 1 for the last unit) + sum_u (n-1) S_u (reduce-scatter)
+//   SHARD_GRAD_OP, HYBRID_SHARD_ZERO2: sum_u (n-1) S_u * 1 gather + sum_u (n-1) S_u
+//   NO_SHARD (n = 1):           nothing gathered or scattered
+// plus, with R > 1, the replicate all-reduce of each gradient shard, sum_u 2 (R-1)/R S_u
+// (NO_SHARD's whole-gradient all-reduce over the world, HYBRID's across the groups), and
+// the step's two scalar all-reduces: the loss [4 doubles: loss sum, tokens, ranks signalled
+// to stop, ranks still writing a checkpoint] over the world and the squared grad norm
+// [1 double] over the shard group.
+// Tied embeddings: FULL_SHARD and HYBRID_SHARD gather the table a third time (for the head;
+// it stays gathered into the head's backward), and reduce it once; SHARD_GRAD_OP and
+// HYBRID_SHARD_ZERO2 keep it gathered.
+double expected_bytes(const std::string& strategy, const std::vector<model::UnitLayout>& units, int world,
+                      int group) {
+  const int n = strategy == "NO_SHARD" ? 1 : strategy.starts_with("HYBRID_SHARD") ? group : world;
+  const double R = double(world / n);
+  const bool reshards = strategy == "FULL_SHARD" || strategy == "HYBRID_SHARD";
   const bool tied = units.back().reads_unit == 0;
   double total = 0;
   for (size_t u = 0; u < units.size(); ++u) {
     const double S = double(shard_range(units[u].numel, n, 0).size) * 4;
-    const int gathers = u + 1 == units.size() ? 1 : (tied && u == 0 ? 3 : 2);
-    if (strategy == "FULL_SHARD") total += (n - 1) * S * gathers + (n - 1) * S;
-    if (strategy == "SHARD_GRAD_OP") total += (n - 1) * S * 2;
-    if (strategy == "NO_SHARD") total += 2.0 * (world - 1) / world * double(units[u].numel) * 4;
+    const int gathers = !reshards || u + 1 == units.size() ? 1 : (tied && u == 0 ? 3 : 2);
+    total += (n - 1) * S * gathers + (n - 1) * S + 2 * (R - 1) / R * S;
   }
   total += 2.0 * (world - 1) / world * 8 * train::StepVotes::kSlots;  // the loss and control votes
   total += 2.0 * (n - 1) / n * 8;
   return total;
 }
 
+// Every strategy; the hybrid ones in shard groups of 2 on 4 ranks (one group of the world
+// below), where HYBRID_SHARD's second gather per unit is what sets it apart from
+// HYBRID_SHARD_ZERO2 (PyTorch's HYBRID_SHARD vs _HYBRID_SHARD_ZERO2).
 TEST(FsdpVolume, BytesPerStepEqualTheTheoreticalVolume) {
   dist::ProcessGroups& world = test::world_groups();
-  const int n = world.world->size();
-  for (const std::string strategy : {"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD"}) {
-    for (const std::string tie : {"false", "true"}) {
-      const config::Config cfg =
-          tiny({"fsdp.sharding_strategy=" + strategy, "model.vocab_size=97", "model.tie_word_embeddings=" + tie});
+  const int n = world.world->size(), group = n >= 4 ? 2 : n;
+  for (const std::string tie : {"false", "true"}) {
+    std::map<std::string, double> bytes;
+    for (const std::string strategy : {"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", "HYBRID_SHARD_ZERO2"}) {
+      std::vector<std::string> keys = {"fsdp.sharding_strategy=" + strategy, "model.vocab_size=97",
+                                       "model.tie_word_embeddings=" + tie};
+      if (strategy.starts_with("HYBRID_SHARD")) keys.push_back("fsdp.shard_group_size=" + std::to_string(group));
+      const config::Config cfg = tiny(keys);
       auto groups = dist::split_process_groups(world, train::shard_group_size(cfg));
       train::Trainer t(cfg, groups);
       for (int i = 0; i < 3; ++i) {
         const auto m = t.train_step();
-        EXPECT_EQ(double(m.comm_bytes), expected_bytes(strategy, t.model().units(), n))
+        bytes[strategy] = double(m.comm_bytes);
+        EXPECT_EQ(double(m.comm_bytes), expected_bytes(strategy, t.model().units(), n, group))
             << strategy << " tied " << tie << " step " << i;
       }
     }
+    if (group > 1) EXPECT_GT(bytes["HYBRID_SHARD"], bytes["HYBRID_SHARD_ZERO2"]) << "tied " << tie;
   }
 }
 

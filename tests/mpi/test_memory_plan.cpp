@@ -49,6 +49,10 @@ std::vector<Case> cases(int world) {
        {"fsdp.sharding_strategy=SHARD_GRAD_OP", "train.activation_checkpointing=selective", "fsdp.prefetch_limit=1"}},
       {"dense HYBRID_SHARD none, bf16 collectives",
        {"fsdp.sharding_strategy=HYBRID_SHARD", half, "fsdp.param_dtype=bfloat16", "fsdp.reduce_dtype=bfloat16"}},
+      // PyTorch's _HYBRID_SHARD_ZERO2: every block stays gathered from its forward to its backward.
+      {"dense HYBRID_SHARD_ZERO2 selective, bf16 gathers",
+       {"fsdp.sharding_strategy=HYBRID_SHARD_ZERO2", half, "train.activation_checkpointing=selective",
+        "fsdp.param_dtype=bfloat16"}},
       {"dense NO_SHARD full every 2, accumulation",
        {"fsdp.sharding_strategy=NO_SHARD", "train.activation_checkpointing=full",
         "train.activation_checkpointing_every=2", "train.grad_accum_steps=2"}},

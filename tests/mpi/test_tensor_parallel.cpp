@@ -228,10 +228,10 @@ TEST(TensorParallel, InitFromAHuggingFaceFolderEqualsOneProcess) {
 // of N tokens, one micro-batch, no recompute, mesh R x S x T over W ranks, d = 4 bytes:
 //   FSDP over the shard group, on this rank's slices (FsdpVolume's formula, S_u the bytes
 //     of unit u's trainable shard, F_u of its frozen shard: LoRA's base, test_lora.cpp's
-//     formula): FULL_SHARD (S-1) (S_u + F_u) x (2 gathers; 1 for the head, 3 for a tied
-//     table, 1 for a frozen untied table, whose backward is skipped) + (S-1) S_u
-//     reduce-scatter; SHARD_GRAD_OP (S-1) (S_u + F_u) + (S-1) S_u; with R > 1 the
-//     replicate all-reduce 2 (R-1)/R S_u
+//     formula): FULL_SHARD and HYBRID_SHARD (S-1) (S_u + F_u) x (2 gathers; 1 for the head,
+//     3 for a tied table, 1 for a frozen untied table, whose backward is skipped) + (S-1)
+//     S_u reduce-scatter; SHARD_GRAD_OP and HYBRID_SHARD_ZERO2 (S-1) (S_u + F_u) + (S-1)
+//     S_u; with R > 1 the replicate all-reduce 2 (R-1)/R S_u
 //   the whole trainable slots' gradients over the tensor group: 2 (T-1)/T x (their
 //     elements) x d (the norms; LoRA's A on a column-parallel and B on a row-parallel base;
 //     Mixtral's router)
@@ -251,7 +251,6 @@ double expected_bytes(const train::Trainer& t, const dist::ProcessGroups& g, con
   const double S = mesh.shard, R = mesh.replicate, T = mesh.tensor, W = mesh.world_size();
   const bool tied = units.back().reads_unit == 0;
   const bool frozen_table = units.front().numel == 0;
-  const std::string strategy(config::to_string(cfg.fsdp.sharding_strategy));
   double total = 0;
   for (size_t u = 0; u < units.size(); ++u) {
     // shard_range pads an empty buffer to one element per rank; an empty one sends nothing
@@ -260,8 +259,8 @@ double expected_bytes(const train::Trainer& t, const dist::ProcessGroups& g, con
     const double Fu = units[u].frozen_bytes == 0 ? 0 : double(shard_range(units[u].frozen_bytes, int(S), 0).size);
     int gathers = u + 1 == units.size() ? 1 : (tied && u == 0 ? 3 : 2);
     if (u == 0 && frozen_table && !tied) gathers = 1;
-    if (strategy == "FULL_SHARD" || strategy == "HYBRID_SHARD") total += (S - 1) * (Su + Fu) * gathers + (S - 1) * Su;
-    if (strategy == "SHARD_GRAD_OP") total += (S - 1) * (Su + Fu) + (S - 1) * Su;
+    if (reshards_after_forward(cfg.fsdp.sharding_strategy)) total += (S - 1) * (Su + Fu) * gathers + (S - 1) * Su;
+    else total += (S - 1) * (Su + Fu) + (S - 1) * Su;  // NO_SHARD: S = 1
     total += 2 * (R - 1) / R * Su;
     double whole = 0;
     for (const model::ParamSlot& s : units[u].params)

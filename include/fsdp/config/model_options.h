@@ -43,7 +43,7 @@ std::vector<model::UnitLayout> checked_lora_units(const model::LlamaConfig& mode
 
 // The shard group's size on `world_size` ranks with `ranks_per_node` per node: the
 // data-parallel ranks (world / parallel.tensor) for FULL_SHARD and SHARD_GRAD_OP, 1 for
-// NO_SHARD, fsdp.shard_group_size for HYBRID_SHARD (0: one node's data-parallel ranks). A
+// NO_SHARD, fsdp.shard_group_size for HYBRID_SHARD(_ZERO2) (0: one node's data-parallel ranks). A
 // parallel.tensor that does not divide the world or a node's ranks, or a group that does not
 // divide the data-parallel ranks, is a ConfigError naming the key (exit 2, on every rank
 // count). The one layout validation: `train` runs it at start-up once the world's size is

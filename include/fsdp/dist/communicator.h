@@ -99,8 +99,8 @@ struct WorldInfo {
 // The process groups a run needs, each a group of the device mesh (mesh.h):
 //   world:     every rank
 //   shard:     the ranks that shard parameters among themselves (FULL_SHARD,
-//              SHARD_GRAD_OP: every data-parallel rank; HYBRID_SHARD: shard_group_size of
-//              them; NO_SHARD: only this rank)
+//              SHARD_GRAD_OP: every data-parallel rank; HYBRID_SHARD, HYBRID_SHARD_ZERO2:
+//              shard_group_size of them; NO_SHARD: only this rank)
 //   replicate: the ranks holding the same shard (data-parallel ranks / shard)
 //   tensor:    the ranks holding the other tensor-parallel slices (parallel.tensor of
 //              them; this rank alone without tensor parallelism)
@@ -128,8 +128,8 @@ struct ProcessGroups {
 // (mesh_problem) is an error naming the key and the rank. Call once per process.
 ProcessGroups init_process_groups(const MeshSpec& spec);
 // Without tensor parallelism: shard_group_size must divide the world size (error naming
-// both, and the rank); 0 means the whole world and -1 the ranks of one node (HYBRID_SHARD's
-// default; every node must then run the same number of ranks).
+// both, and the rank); 0 means the whole world and -1 the ranks of one node (the hybrid
+// strategies' default; every node must then run the same number of ranks).
 ProcessGroups init_process_groups(int shard_group_size);
 
 // init_process_groups' first half: MPI up (as above) and the world with its WorldInfo

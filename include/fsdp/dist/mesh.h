@@ -10,7 +10,7 @@
 // before tensor parallelism, over the data-parallel ranks:
 //   tensor      the T ranks holding the other slices of this rank's matrices
 //   shard       the S ranks that shard a unit's flat parameter among themselves
-//   replicate   the R ranks holding the same shard (HYBRID_SHARD, NO_SHARD)
+//   replicate   the R ranks holding the same shard (HYBRID_SHARD(_ZERO2), NO_SHARD)
 //   expert      the E ranks that split each MoE layer's experts among themselves and
 //               trade tokens by all-to-all (expert parallelism, borrowed from the
 //               data-parallel ranks as torchtitan's dp2ep); it sits between shard and

@@ -10,8 +10,9 @@
 // Per micro-batch, for unit u (see Note [FSDP unit lifecycle] in fsdp_engine.cpp):
 //   before_forward(u)   wait for u's all-gather (issued earlier as a prefetch, or now),
 //                       issue the all-gathers of the next units up to prefetch_limit
-//   after_forward(u)    FULL_SHARD frees u's full parameters (except the last unit, whose
-//                       backward follows at once); SHARD_GRAD_OP keeps them for backward
+//   after_forward(u)    FULL_SHARD and HYBRID_SHARD free u's full parameters (except the
+//                       last unit, whose backward follows at once); SHARD_GRAD_OP and
+//                       HYBRID_SHARD_ZERO2 keep them for backward
 //   before_backward(u)  re-gather u if it was freed, prefetch the unit backward needs next
 //   after_backward(u)   on the last micro-batch of a step, reduce-scatter u's gradient
 //                       (asynchronously: the next unit's backward overlaps it), free u's
@@ -19,15 +20,16 @@
 //                       micro-batches keep the full gradient and accumulate (FSDP's no_sync)
 //   skip_backward(u)    u's backward will not run this pass: backward prefetching passes it
 //   finish()            wait for outstanding reduce-scatters, replicate-group
-//                       all-reduce (HYBRID_SHARD), free whatever is still gathered
+//                       all-reduce (HYBRID_SHARD, HYBRID_SHARD_ZERO2), free whatever is still gathered
 //
 // A unit another unit reads (UnitLayout::reads_unit: the tied embedding the head reads) is
 // used twice per pass; its gradient is reduced after its last backward use only (Note
 // [Units used twice] in fsdp_engine.cpp).
 //
 // Strategies: FULL_SHARD, SHARD_GRAD_OP, NO_SHARD (every rank holds everything and
-// gradients are all-reduced, i.e. DDP), HYBRID_SHARD (shard within the shard group,
-// all-reduce shards across the replicate group).
+// gradients are all-reduced, i.e. DDP), HYBRID_SHARD (FULL_SHARD within the shard group,
+// all-reduce shards across the replicate group), HYBRID_SHARD_ZERO2 (the same with
+// SHARD_GRAD_OP within the group); PyTorch FSDP's names and behaviour (sharding_strategy.h).
 // Mixed precision (PyTorch FSDP's MixedPrecision): parameters are all-gathered in
 // param_dtype and handed to the model in its compute dtype; gradients come back in the
 // compute dtype and are reduce-scattered in reduce_dtype; master weights, gradient shards
@@ -50,7 +52,7 @@
 // expert unit holds this rank's experts of one block and is sharded over groups.expert_shard
 // (the shard group's ranks that hold the same experts) instead of the shard group, with
 // its own all-gathers and reduce-scatters on that group; it replicates over the replicate
-// group like every unit (HYBRID_SHARD). It is used right after its block in the schedule.
+// group like every unit (HYBRID_SHARD, HYBRID_SHARD_ZERO2). It is used right after its block in the schedule.
 // grad_norm needs nothing more: the shard group's ranks hold every expert unit's shards
 // between them (each expert rank its experts, each expert-shard rank its shard), so its
 // one all-reduce still counts every element once.

@@ -26,7 +26,7 @@ namespace fsdp::train {
 
 // The shard-group size to ask init_process_groups for: the whole world for FULL_SHARD and
 // SHARD_GRAD_OP, one rank for NO_SHARD, fsdp.shard_group_size (default: one node) for
-// HYBRID_SHARD.
+// HYBRID_SHARD and HYBRID_SHARD_ZERO2.
 int shard_group_size(const config::Config& cfg);
 // The device mesh the config asks for: parallel.tensor, that shard-group size and
 // parallel.expert.
