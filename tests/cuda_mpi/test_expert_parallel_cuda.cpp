@@ -24,7 +24,9 @@
 //        checkpointing;
 //   host waits (emulator, 2 ranks): as many per step as FSDP alone's on the same ranks: the
 //        count exchange's read-back replaces the group sizes', it adds none.
-// The reference runs on rank 0 alone (the emulator is slow); the comparison is there.
+// A second test holds LoRA on the experts (2 ranks) and E=2 x T=2 (4 ranks) to one CUDA
+// process's losses and routing. The reference runs on rank 0 alone (the emulator is slow);
+// the comparison is there.
 #include <gtest/gtest.h>
 
 #include <cmath>
