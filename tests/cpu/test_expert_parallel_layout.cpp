@@ -235,17 +235,23 @@ model::LlamaConfig tiny_moe(int64_t expert) {
   return c;
 }
 
-TEST(ExpertUnits, EveryExpertOnceNumberedAndInitialisedAsOneProcess) {
-  const std::vector<model::UnitLayout> one = model::llama_units(tiny_moe(1));
-  std::map<std::string, std::vector<float>> want;  // every slot's seeded values, one process
+// Every slot's seeded values (seed 7) in one process's units, by name.
+std::map<std::string, std::vector<float>> seeded_values(const std::vector<model::UnitLayout>& one) {
+  std::map<std::string, std::vector<float>> values;
   for (size_t u = 0; u < one.size(); ++u) {
     const Tensor flat = Tensor::zeros({one[u].numel}, DType::F32);
     model::init_unit(one[u], int(u), 7, 0.02, flat);
     for (const model::ParamSlot& s : one[u].params) {
       const Tensor v = flat.narrow(0, s.offset, s.numel);
-      want[s.name].assign(v.data<float>(), v.data<float>() + s.numel);
+      values[s.name].assign(v.data<float>(), v.data<float>() + s.numel);
     }
   }
+  return values;
+}
+
+TEST(ExpertUnits, EveryExpertOnceNumberedAndInitialisedAsOneProcess) {
+  const std::vector<model::UnitLayout> one = model::llama_units(tiny_moe(1));
+  const std::map<std::string, std::vector<float>> want = seeded_values(one);
   for (int E : {2, 4, 8}) {
     std::map<std::string, int> seen;
     for (int r = 0; r < E; ++r) {
@@ -291,15 +297,7 @@ TEST(ExpertUnits, LoraAdaptersLiveWithTheirExpertsNumberedAsOneProcess) {
     peft.lora.targets = {"all-linear"};
     peft.quantization = q;
     const std::vector<model::UnitLayout> one = model::lora_units(tiny_moe(1), peft);
-    std::map<std::string, std::vector<float>> want;
-    for (size_t u = 0; u < one.size(); ++u) {
-      const Tensor flat = Tensor::zeros({one[u].numel}, DType::F32);
-      model::init_unit(one[u], int(u), 7, 0.02, flat);
-      for (const model::ParamSlot& s : one[u].params) {
-        const Tensor v = flat.narrow(0, s.offset, s.numel);
-        want[s.name].assign(v.data<float>(), v.data<float>() + s.numel);
-      }
-    }
+    const std::map<std::string, std::vector<float>> want = seeded_values(one);
     for (int E : {2, 4}) {
       std::map<std::string, int> seen;
       for (int r = 0; r < E; ++r) {
@@ -344,15 +342,7 @@ TEST(ExpertUnits, LoraAdaptersLiveWithTheirExpertsNumberedAsOneProcess) {
 // router) on every rank; each initialised as one process's, element for element.
 TEST(ExpertUnits, UnderTensorParallelismEveryExpertSliceOnceAndInitialisedAsOneProcess) {
   const std::vector<model::UnitLayout> one = model::llama_units(tiny_moe(1));
-  std::map<std::string, std::vector<float>> want;
-  for (size_t u = 0; u < one.size(); ++u) {
-    const Tensor flat = Tensor::zeros({one[u].numel}, DType::F32);
-    model::init_unit(one[u], int(u), 7, 0.02, flat);
-    for (const model::ParamSlot& s : one[u].params) {
-      const Tensor v = flat.narrow(0, s.offset, s.numel);
-      want[s.name].assign(v.data<float>(), v.data<float>() + s.numel);
-    }
-  }
+  const std::map<std::string, std::vector<float>> want = seeded_values(one);
   constexpr int E = 2, T = 2;
   model::LlamaConfig c = tiny_moe(E);
   c.tensor_parallel = T;

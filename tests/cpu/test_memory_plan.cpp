@@ -22,6 +22,7 @@
 #include "fsdp/plan/memory_plan.h"
 #include "fsdp/train/setup.h"
 #include "fsdp/train/trainer.h"
+#include "memory_plan_checks.h"
 #include "test_util.h"
 
 namespace fsdp {
@@ -31,21 +32,9 @@ config::Config load(const std::vector<std::string>& o, const std::string& file =
   return file.empty() ? config::load_config_string("data:\n  source: synthetic\n", "test", o) : config::load_config(test::source_path(file), o);
 }
 
-plan::PlanTarget gpus(int ranks, double bytes = 80e9) {
-  plan::PlanTarget t;
-  t.ranks = ranks;
-  t.ranks_per_node = 8;
-  t.gpu = true;
-  t.device_bytes = bytes;
-  t.device_source = "test";
-  return t;
-}
+plan::PlanTarget gpus(int ranks, double bytes = 80e9) { return test::plan_target(ranks, 8, true, bytes); }
 
-double row(const plan::MemoryPlan& p, const std::string& name) {
-  for (const auto& r : p.rows)
-    if (r.name == name) return r.bytes;
-  return 0;
-}
+double row(const plan::MemoryPlan& p, const std::string& name) { return test::plan_row(p, name); }
 
 // A Hugging Face folder holding only the tiny preset's config.json with `layers` layers.
 std::string hf_folder(const std::string& name, int64_t layers) {

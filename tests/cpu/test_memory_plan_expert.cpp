@@ -15,6 +15,7 @@
 #include "fsdp/plan/memory_plan.h"
 #include "fsdp/plan/trainable_layout.h"
 #include "fsdp/train/setup.h"
+#include "memory_plan_checks.h"
 #include "test_util.h"
 
 namespace fsdp {
@@ -25,20 +26,10 @@ config::Config load(const std::vector<std::string>& o, const std::string& file) 
 }
 
 plan::PlanTarget target(int ranks, int per_node, bool gpu, double bytes) {
-  plan::PlanTarget t;
-  t.ranks = ranks;
-  t.ranks_per_node = per_node;
-  t.gpu = gpu;
-  t.device_bytes = bytes;
-  t.device_source = "test";
-  return t;
+  return test::plan_target(ranks, per_node, gpu, bytes);
 }
 
-double row(const plan::MemoryPlan& p, const std::string& name) {
-  for (const auto& r : p.rows)
-    if (r.name == name) return r.bytes;
-  return 0;
-}
+double row(const plan::MemoryPlan& p, const std::string& name) { return test::plan_row(p, name); }
 
 constexpr double kGiB = double(1ull << 30);
 
