@@ -47,8 +47,9 @@ bool holds(const config::Config& cfg, const PlanTarget& target, int ranks) {
   return data % expert == 0 && shard_group(cfg, target.with_ranks(ranks)) % expert == 0;
 }
 
-// The single changes that lower a rank's memory, for the config as it is, on `target`:
-// then a tensor-parallel degree (2, 4, 8) that the model's shape and the target's nodes
+// The single changes that lower a rank's memory, for the config as it is, on `target`
+// (under HYBRID_SHARD_ZERO2, HYBRID_SHARD first; then the batch, checkpointing, strategy
+// and prefetch keys); then a tensor-parallel degree (2, 4, 8) that the model's shape and the target's nodes
 // hold, which splits the activations and the gathered units over a node's ranks; last, for
 // a mixture of experts, each expert degree E above the config's that divides the experts
 // and the shard group, smallest first. None makes a layout the trainer refuses
@@ -56,6 +57,12 @@ bool holds(const config::Config& cfg, const PlanTarget& target, int ranks) {
 std::vector<Change> changes(const config::Config& cfg, const model::LlamaConfig& m, const PlanTarget& target) {
   std::vector<Change> out;
   const config::TrainConfig& t = cfg.train;
+  // HYBRID_SHARD_ZERO2 keeps every unit gathered from its forward to its backward; HYBRID_SHARD,
+  // over the same groups, frees it after forward for one more all-gather per unit: cheaper
+  // than recomputing activations or a smaller batch, so it comes first.
+  if (cfg.fsdp.sharding_strategy == config::ShardingStrategy::HYBRID_SHARD_ZERO2)
+    out.push_back({"fsdp.sharding_strategy: HYBRID_SHARD (resharded after forward, over the same groups)",
+                   [](config::Config& c) { c.fsdp.sharding_strategy = config::ShardingStrategy::HYBRID_SHARD; }});
   if (t.micro_batch_size > 1) out.push_back({"train.micro_batch_size: 1", [](config::Config& c) { c.train.micro_batch_size = 1; }});
   if (t.activation_checkpointing == "none")
     out.push_back({"train.activation_checkpointing: selective",

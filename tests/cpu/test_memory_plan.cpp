@@ -140,6 +140,16 @@ TEST(MemoryPlan, HybridStrategiesPlanAsTheirStrategyWithinTheGroup) {
   // 43 buffers of one block (every block kept, and the prefetched ones) against 5 in flight.
   EXPECT_GT(row(zero2, "gathered units in flight"), 8 * block);
   EXPECT_LT(hybrid.peak, zero2.peak);
+  // A HYBRID_SHARD_ZERO2 run that does not fit is told HYBRID_SHARD first (13B without
+  // checkpointing: 88 GiB under ZERO2, 64 GiB resharded), before recomputing activations.
+  const config::Config none = load({"fsdp.sharding_strategy=HYBRID_SHARD_ZERO2", "train.activation_checkpointing=none"},
+                                   "configs/llama2_13b.yaml");
+  const model::LlamaConfig m = config::training_model_config(none);
+  const plan::MemoryPlan over = plan::plan_memory(none, m, gpus(32));
+  ASSERT_FALSE(over.fits()) << plan::format_plan(over);
+  EXPECT_NE(plan::advise(none, m, over).find("fsdp.sharding_strategy: HYBRID_SHARD (resharded after forward"),
+            std::string::npos)
+      << plan::advise(none, m, over);
 }
 
 TEST(MemoryPlan, RefusesUnlessOversubscriptionIsAllowed) {
