@@ -142,7 +142,7 @@ int plan_command(int argc, char** argv) {
                 cfg.train.seq_len, plan::format_plan(memory_plan).c_str(), plan::format_searches(cfg, model, memory_plan).c_str());
     // A layout the trainer does not build yet is planned all the same (its figures are
     // arithmetic), and said.
-    if (const auto why = plan::unbuilt_layout(cfg, target.gpu))
+    if (const auto why = plan::unbuilt_layout(cfg))
       std::printf("note: %s: `fsdp_train train` refuses this layout for now; the figures above are its plan\n",
                   why->c_str());
     if (!memory_plan.fits()) std::printf("%s\n", plan::advise(cfg, model, memory_plan).c_str());

@@ -108,11 +108,11 @@ std::vector<Change> changes(const config::Config& cfg, const model::LlamaConfig&
                                E, n / E, n),
                    [E](config::Config& c) { c.parallel.expert = E; }, true});
   }
-  const bool built = !unbuilt_layout(cfg, target.gpu);
+  const bool built = !unbuilt_layout(cfg);
   std::erase_if(out, [&](const Change& c) {
     config::Config changed = cfg;
     c.edit(changed);
-    return built && unbuilt_layout(changed, target.gpu);
+    return built && unbuilt_layout(changed);
   });
   return out;
 }
@@ -187,7 +187,7 @@ std::string advise(const config::Config& cfg, const model::LlamaConfig& m, const
       config::Config changed = cfg;
       x.edit(changed);
       c.edit(changed);
-      if (unbuilt_layout(changed, plan.target.gpu) && !unbuilt_layout(cfg, plan.target.gpu)) continue;
+      if (unbuilt_layout(changed) && !unbuilt_layout(cfg)) continue;
       const MemoryPlan p = plan_memory(changed, m, plan.target);
       if (p.fits())
         return head + fmt::format("; {} with {} makes it fit ({} per rank)", x.what, c.what, human_bytes(p.peak));
@@ -203,7 +203,7 @@ std::string advise(const config::Config& cfg, const model::LlamaConfig& m, const
   for (const Change& c : options) {
     config::Config next = all;
     c.edit(next);
-    if (!unbuilt_layout(next, plan.target.gpu) || unbuilt_layout(cfg, plan.target.gpu)) all = next;
+    if (!unbuilt_layout(next) || unbuilt_layout(cfg)) all = next;
   }
   if (const auto n = fewest_ranks(all, m, plan.target, all.train.activation_checkpointing)) {
     tail += fmt::format("; all of them together fit on {} rank(s)", *n);

@@ -28,6 +28,7 @@
 #include "fsdp/obs/metrics.h"
 #include "fsdp/train/launch_checks.h"
 #include "fsdp/train/setup.h"
+#include "expert_parallel_start_up.h"
 #include "test_util.h"
 
 namespace fsdp {
@@ -128,56 +129,40 @@ TEST(ExpertParallelConfig, LayoutsTheWorldCannotHoldAreConfigErrors) {
             "multiple of 4");
 }
 
-// What the model is made as for a rank of a mesh with E > 1 (train::rank_model_config):
-// its expert degree, or the refusal of what is not built yet.
-std::string rank_model_error(const std::vector<std::string>& overrides, Device device = Device::cpu(),
-                             int tensor = 1) {
-  dist::ProcessGroups g = dist::local_process_groups();
-  dist::MeshShape shape;
-  shape.expert = 2;
-  shape.tensor = tensor;
-  g.mesh = dist::DeviceMesh(shape, std::vector<int>(size_t(2 * tensor), 0));
-  try {
-    const config::Config cfg = config::load_config_string("", "configs/x.yaml", overrides);
-    const model::LlamaConfig m = train::runs_on(train::rank_model_config(cfg, g), cfg, device);
-    return "expert_parallel " + std::to_string(m.expert_parallel);
-  } catch (const config::ConfigError& e) {
-    return e.what();
-  }
-}
+using test::expert_parallel_start_up;
 
 TEST(ExpertParallelConfig, AModelFoldersExpertsAndWhatIsNotBuiltAreCheckedAtStartUp) {
-  EXPECT_EQ(rank_model_error(with(kMoe, {"parallel.expert=2"})), "expert_parallel 2");
+  EXPECT_EQ(expert_parallel_start_up(with(kMoe, {"parallel.expert=2"})), "expert_parallel 2");
   // With parallel.tensor each expert rank holds its experts' tensor slices (Note [Experts
   // under expert and tensor parallelism]).
-  EXPECT_EQ(rank_model_error(with(kMoe, {"parallel.expert=2", "parallel.tensor=2"}), Device::cpu(), 2),
+  EXPECT_EQ(expert_parallel_start_up(with(kMoe, {"parallel.expert=2", "parallel.tensor=2"}), Device::cpu(), 2),
             "expert_parallel 2");
   // LoRA on the experts is built (Note [LoRA on expert-parallel experts]), QLoRA too; not
   // under expert and tensor parallelism together yet.
-  EXPECT_EQ(rank_model_error(with(kMoe, {"lora.enabled=true", "parallel.expert=2"})), "expert_parallel 2");
-  EXPECT_EQ(rank_model_error(with(kMoe, {"lora.enabled=true", "model.quantization=nf4", "parallel.expert=2"})),
+  EXPECT_EQ(expert_parallel_start_up(with(kMoe, {"lora.enabled=true", "parallel.expert=2"})), "expert_parallel 2");
+  EXPECT_EQ(expert_parallel_start_up(with(kMoe, {"lora.enabled=true", "model.quantization=nf4", "parallel.expert=2"})),
             "expert_parallel 2");
-  EXPECT_EQ(rank_model_error(with(kMoe, {"lora.enabled=true", "parallel.expert=2", "parallel.tensor=2"}),
+  EXPECT_EQ(expert_parallel_start_up(with(kMoe, {"lora.enabled=true", "parallel.expert=2", "parallel.tensor=2"}),
                              Device::cpu(), 2),
             "--set parallel.expert=2: key 'parallel.expert' is 2 with parallel.tensor 2 and lora.enabled, but LoRA "
             "under expert and tensor parallelism together is not built yet: set parallel.expert or parallel.tensor "
             "to 1");
   // On GPUs too (the NCCL expert group; Note [Expert counts on a GPU]), but the drop runs
   // on the host: moe.capacity_factor stays the CPU's, with or without expert parallelism.
-  EXPECT_EQ(rank_model_error(with(kMoe, {"parallel.expert=2", "train.device=cuda"}), Device::cuda(0)),
+  EXPECT_EQ(expert_parallel_start_up(with(kMoe, {"parallel.expert=2", "train.device=cuda"}), Device::cuda(0)),
             "expert_parallel 2");
-  EXPECT_EQ(rank_model_error(with(kMoe, {"parallel.expert=2", "train.device=cuda", "moe.capacity_factor=1.25"}),
+  EXPECT_EQ(expert_parallel_start_up(with(kMoe, {"parallel.expert=2", "train.device=cuda", "moe.capacity_factor=1.25"}),
                              Device::cuda(0)),
             "--set moe.capacity_factor=1.25: key 'moe.capacity_factor' is 1.25, but token dropping on GPUs "
             "(train.device: cuda) is not built yet: set moe.capacity_factor: 0 (dropless)");
   // A model folder's expert count is known only once its config.json is read: Mixtral's
   // tiny golden folder has 4 experts (it must be even for E = 2: fine) ...
   const std::string folder = std::string(FSDP_SOURCE_DIR) + "/tests/golden/mixtral_tiny";
-  EXPECT_EQ(rank_model_error({"model.init_from=" + folder, "parallel.expert=2", "train.seq_len=16"}),
+  EXPECT_EQ(expert_parallel_start_up({"model.init_from=" + folder, "parallel.expert=2", "train.seq_len=16"}),
             "expert_parallel 2");
   // ... and a dense folder has none.
   const std::string dense = std::string(FSDP_SOURCE_DIR) + "/tests/golden/llama_gqa_tiny";
-  EXPECT_EQ(rank_model_error({"model.init_from=" + dense, "parallel.expert=2", "train.seq_len=16"}),
+  EXPECT_EQ(expert_parallel_start_up({"model.init_from=" + dense, "parallel.expert=2", "train.seq_len=16"}),
             "--set parallel.expert=2: key 'parallel.expert' 2 needs a mixture of experts (model.num_experts > 0): a "
             "dense model has no experts to spread (" +
                 dense + "/config.json)");
@@ -380,13 +365,11 @@ TEST(ExpertUnits, UnderTensorParallelismEveryExpertSliceOnceAndInitialisedAsOneP
 
 TEST(ExpertParallelConfig, TheBinaryExitsTwoOnALayoutOneProcessCannotHold) {
   // One process is a world of one rank: parallel.expert 2 cannot start, and nothing runs.
-  const std::string cmd = std::string(FSDP_TRAIN_BIN) + " train --config " + FSDP_SOURCE_DIR +
-                          "/configs/tiny_moe.yaml --set data.source=synthetic --set parallel.expert=2 " +
-                          "--set train.max_steps=1 --set run.dir=/nonexistent/never";
-  const std::string log =
-      (std::filesystem::temp_directory_path() / ("fsdp_ep_layout_" + std::to_string(::getpid()) + ".log")).string();
-  const test::CommandResult r = test::run_command(cmd, log);
-  std::filesystem::remove(log);
+  const test::CommandResult r =
+      test::run_fsdp_train("train --config " + test::source_path("configs/tiny_moe.yaml") +
+                               " --set data.source=synthetic --set parallel.expert=2 --set train.max_steps=1 --set "
+                               "run.dir=/nonexistent/never",
+                           "fsdp_ep_layout");
   const std::string& out = r.out;
   EXPECT_EQ(r.code, 2) << out;
   EXPECT_NE(out.find("--set parallel.expert=2: key 'parallel.expert' 2 must divide the 1 data-parallel ranks"),

@@ -196,13 +196,11 @@ TEST(TensorParallelConfig, TheStepLineAndMetricsNameTheMesh) {
 
 TEST(TensorParallelConfig, TheBinaryExitsTwoOnALayoutOneProcessCannotHold) {
   // One process is a world of one rank: parallel.tensor 2 cannot start, and nothing runs.
-  const std::string cmd = std::string(FSDP_TRAIN_BIN) + " train --config " + FSDP_SOURCE_DIR +
-                          "/configs/tiny.yaml --set data.source=synthetic --set parallel.tensor=2 " +
-                          "--set train.max_steps=1 --set run.dir=/nonexistent/never";
-  const std::string log =
-      (std::filesystem::temp_directory_path() / ("fsdp_tp_layout_" + std::to_string(::getpid()) + ".log")).string();
-  const test::CommandResult r = test::run_command(cmd, log);
-  std::filesystem::remove(log);
+  const test::CommandResult r =
+      test::run_fsdp_train("train --config " + test::source_path("configs/tiny.yaml") +
+                               " --set data.source=synthetic --set parallel.tensor=2 --set train.max_steps=1 --set "
+                               "run.dir=/nonexistent/never",
+                           "fsdp_tp_layout");
   const std::string& out = r.out;
   EXPECT_EQ(r.code, 2) << out;
   EXPECT_NE(out.find("--set parallel.tensor=2: key 'parallel.tensor' 2 must divide the world size (1 ranks)"),

@@ -7,11 +7,13 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <sstream>
@@ -42,6 +44,18 @@ inline CommandResult run_command(const std::string& command, const std::string& 
 }
 
 inline std::string source_path(const std::string& rel) { return std::string(FSDP_SOURCE_DIR) + "/" + rel; }
+
+#if defined(FSDP_TRAIN_BIN)
+// `fsdp_train args`, its output through a scratch log named after `name` and this process
+// (removed after).
+inline CommandResult run_fsdp_train(const std::string& args, const std::string& name) {
+  const std::string log =
+      (std::filesystem::temp_directory_path() / (name + "_" + std::to_string(::getpid()) + ".log")).string();
+  CommandResult r = run_command(std::string(FSDP_TRAIN_BIN) + " " + args, log);
+  std::filesystem::remove(log);
+  return r;
+}
+#endif
 
 // Uniform values in [lo, hi), reproducible from the seed.
 inline Tensor random_tensor(const Dims& sizes, DType dtype, uint64_t seed, double lo = -1.0, double hi = 1.0) {

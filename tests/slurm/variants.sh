@@ -94,8 +94,8 @@ NAME="the Mixtral tensor-parallel preset"
 say "$NAME"
 GPUS_PER_NODE=4 run_variant preset_moe_tp --nodes=1 --ntasks-per-node=4 "$REPO/slurm/mixtral_8x7b_tp.sbatch"
 has "$REPO/configs/mixtral_8x7b_tp.yaml"
-# The expert-parallel preset is checked down to its srun line only: fsdp_train refuses expert
-# parallelism on GPUs until it is built (its plan: tests/cpu/test_memory_plan_expert.cpp).
+# The expert-parallel preset is checked down to its srun line only: it needs GPUs, 8 per
+# expert group (its plan: tests/cpu/test_memory_plan_expert.cpp).
 NAME="the Mixtral expert-parallel preset"
 say "$NAME"
 GPUS_PER_NODE=8 run_variant preset_moe_ep --nodes=1 --ntasks-per-node=8 "$REPO/slurm/mixtral_8x7b_ep.sbatch"

@@ -2,7 +2,8 @@
 // `plan` and the start-up refusal never propose a layout `train` would refuse. Each layout
 // not built yet is one constant below, the twin of one refusal naming parallel.expert in
 // train/setup.cpp; tests/cpu/test_memory_plan_expert.cpp holds each to its refusal, so
-// lifting a refusal there fails that test until its constant here is flipped to true.
+// lifting a refusal there fails that test until its constant here is flipped to true (and
+// its branch in trainable_layout.cpp goes).
 #pragma once
 
 #include <optional>
@@ -12,23 +13,14 @@
 
 namespace fsdp::plan {
 
-// Expert parallelism (parallel.expert > 1) together with parallel.tensor > 1: refused by
-// train::rank_model_config ("experts under both ... are not built yet").
-inline constexpr bool kExpertParallelWithTensorBuilt = true;
-// Expert parallelism with lora.enabled: refused by train::rank_model_config ("LoRA under
-// expert parallelism is not built yet").
-inline constexpr bool kExpertParallelWithLoraBuilt = true;
 // Expert parallelism with LoRA and parallel.tensor > 1 together: refused by
 // train::rank_model_config ("LoRA under expert and tensor parallelism together is not
 // built yet").
 inline constexpr bool kExpertParallelLoraWithTensorBuilt = false;
-// Expert parallelism on GPUs (train.device: cuda): refused by train::runs_on ("expert
-// parallelism on GPUs ... is not built yet").
-inline constexpr bool kExpertParallelOnGpuBuilt = true;
 
-// Why `cfg` cannot train as laid out on a GPU (`gpu`) or the CPU: the layout not built yet,
-// in a sentence naming parallel.expert; nullopt when the trainer builds it. The mesh's own
-// rules (E divides the experts and the shard group) are dist::mesh_problem's, not this.
-std::optional<std::string> unbuilt_layout(const config::Config& cfg, bool gpu);
+// Why `cfg` cannot train as laid out: the layout not built yet, in a sentence naming
+// parallel.expert; nullopt when the trainer builds it. The mesh's own rules (E divides the
+// experts and the shard group) are dist::mesh_problem's, not this.
+std::optional<std::string> unbuilt_layout(const config::Config& cfg);
 
 }  // namespace fsdp::plan
