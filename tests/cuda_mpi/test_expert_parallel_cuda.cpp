@@ -39,6 +39,7 @@
 
 #include "../common/distributed_train_checks.h"
 #include "../common/expert_parallel_bytes.h"
+#include "../common/moe_run.h"
 #include "cuda_mpi_test_env.h"
 #if defined(FSDP_CUDA_EMULATION)
 #include <cuda_runtime.h>  // the emulator's fsdpEmuHostBlockingCalls
@@ -103,15 +104,11 @@ class CudaExpertParallel : public ::testing::Test {
   }
 };
 
-struct EpRun {
-  std::vector<double> losses, aux, z;
-  std::vector<std::vector<std::vector<int64_t>>> load;  // [step][layer][expert]
-  std::vector<std::vector<float>> bias;
+// weights: every parameter on the host, whole: rank 0 of an expert-parallel run holds every
+// expert rank's experts too (all-gathered over its expert group), the other ranks their own.
+struct EpRun : test::MoeRun {
   std::vector<double> bytes, theory;  // per step: what the counters saw, and the theory
   unsigned long long host_waits = 0;   // in the second step (the emulator counts them)
-  // Every parameter on the host, whole: rank 0 of an expert-parallel run holds every
-  // expert rank's experts too (all-gathered over its expert group), the other ranks their own.
-  std::map<std::string, Tensor> weights;
 };
 
 // One step, counting the host's waits for the device (the emulator's count, 0 on a GPU).
@@ -160,10 +157,7 @@ EpRun train(const config::Config& cfg, const dist::ProcessGroups& host, std::opt
   EpRun r;
   for (int i = 0; i < steps; ++i) {
     const obs::StepMetrics m = i == 1 ? counting_host_waits(t, r.host_waits) : t.train_step();
-    r.losses.push_back(m.loss);
-    r.aux.push_back(m.aux_loss.value_or(-1));
-    r.z.push_back(m.z_loss.value_or(-1));
-    r.load.push_back(m.expert_load);
+    r.add_step(m);
     if (bytes_recompute) {
       r.bytes.push_back(double(m.comm_bytes));
       r.theory.push_back(test::expert_parallel_step_bytes(t, groups, *bytes_recompute));
@@ -349,15 +343,10 @@ TEST_F(CudaExpertParallel, CheckpointSavedAtE2ResumesAtE1) {
   dist::ProcessGroups groups2 = dist::split_process_groups(world, train::mesh_spec(straight));
   const EpRun want = train(straight, groups2, {}, 2 * K, false);
   const std::vector<std::string> keys = {"run.dir=" + dir + "/resumed"};
-  std::vector<double> losses;
-  std::vector<std::vector<std::vector<int64_t>>> load;
+  test::MoeRun got;
   {
     train::Trainer t(moe_config(2, n, keys), groups2);
-    for (int i = 0; i < K; ++i) {
-      const obs::StepMetrics m = t.train_step();
-      losses.push_back(m.loss);
-      load.push_back(m.expert_load);
-    }
+    for (int i = 0; i < K; ++i) got.add_step(t.train_step());
     t.save_checkpoint();
     t.finish_checkpoint();
   }
@@ -367,15 +356,11 @@ TEST_F(CudaExpertParallel, CheckpointSavedAtE2ResumesAtE1) {
   dist::ProcessGroups groups1 = dist::split_process_groups(world, train::mesh_spec(at1));
   train::Trainer t(at1, groups1);
   ASSERT_EQ(t.step(), K);
-  for (int i = 0; i < K; ++i) {
-    const obs::StepMetrics m = t.train_step();
-    losses.push_back(m.loss);
-    load.push_back(m.expert_load);
-  }
-  ASSERT_EQ(losses.size(), want.losses.size());
-  for (size_t i = 0; i < losses.size(); ++i)
-    EXPECT_NEAR(losses[i], want.losses[i], kTolerance * std::abs(want.losses[i])) << "step " << i + 1;
-  EXPECT_EQ(load, want.load) << "the global expert counts";
+  for (int i = 0; i < K; ++i) got.add_step(t.train_step());
+  ASSERT_EQ(got.losses.size(), want.losses.size());
+  for (size_t i = 0; i < got.losses.size(); ++i)
+    EXPECT_NEAR(got.losses[i], want.losses[i], kTolerance * std::abs(want.losses[i])) << "step " << i + 1;
+  EXPECT_EQ(got.load, want.load) << "the global expert counts";
 }
 
 }  // namespace

@@ -32,6 +32,7 @@
 
 #include "../common/distributed_train_checks.h"
 #include "../common/expert_parallel_bytes.h"
+#include "../common/moe_run.h"
 #include "../common/tensor_parallel_checks.h"
 #include "fsdp/fsdp/tensor_group.h"
 #include "fsdp/model/router_bias.h"
@@ -75,13 +76,8 @@ config::Config moe_config(const std::string& model, int expert, int data_ranks,
   return config::load_config_string("data:\n  source: synthetic\n", "test", o);
 }
 
-struct MoeRun {
-  std::vector<double> losses, aux, z;
-  std::vector<std::vector<std::vector<int64_t>>> load;  // [step][layer][expert]
-  std::vector<std::vector<float>> bias;
-  std::vector<int64_t> dropped;           // per step (moe.capacity_factor), -1 without
-  std::map<std::string, Tensor> weights;  // every parameter this rank holds (its experts), whole
-};
+// weights: every parameter this rank holds (its experts), whole.
+using test::MoeRun;
 
 // The data-parallel ranks of a world of n: its tensor groups read the same micro-batches.
 int data_parallel_ranks(int n, int tensor) { return n / tensor; }
@@ -89,14 +85,7 @@ int data_parallel_ranks(int n, int tensor) { return n / tensor; }
 MoeRun train(const config::Config& cfg, dist::ProcessGroups& groups, int steps) {
   train::Trainer t(cfg, groups);
   MoeRun r;
-  for (int i = 0; i < steps; ++i) {
-    const obs::StepMetrics m = t.train_step();
-    r.losses.push_back(m.loss);
-    r.aux.push_back(m.aux_loss.value_or(-1));
-    r.z.push_back(m.z_loss.value_or(-1));
-    r.load.push_back(m.expert_load);
-    r.dropped.push_back(m.dropped.value_or(-1));
-  }
+  for (int i = 0; i < steps; ++i) r.add_step(t.train_step());
   r.bias = t.model().router_bias()->values();
   // Under tensor parallelism each slot whole from the tensor group's slices.
   CommTensorGroup tensor(*groups.tensor);

@@ -28,6 +28,7 @@
 #include <map>
 
 #include "../common/distributed_train_checks.h"
+#include "../common/moe_run.h"
 #include "../common/tensor_parallel_checks.h"
 #include "fsdp/fsdp/tensor_group.h"
 #include "fsdp/model/router_bias.h"
@@ -62,24 +63,13 @@ config::Config tiny_moe(int tensor, int data_ranks, const std::vector<std::strin
   return config::load_config_string("data:\n  source: synthetic\n", "test", o);
 }
 
-struct MoeRun {
-  std::vector<double> losses, aux, z;
-  std::vector<std::vector<std::vector<int64_t>>> load;  // [step][layer][expert]
-  std::vector<std::vector<float>> bias;
-  std::map<std::string, Tensor> weights;  // every parameter, whole
-};
+using test::MoeRun;  // weights: every parameter, whole
 
 // `steps` steps, then (with `save`) a checkpoint.
 MoeRun train(const config::Config& cfg, dist::ProcessGroups& groups, int steps, bool save = false) {
   train::Trainer t(cfg, groups);
   MoeRun r;
-  for (int i = 0; i < steps; ++i) {
-    const obs::StepMetrics m = t.train_step();
-    r.losses.push_back(m.loss);
-    r.aux.push_back(m.aux_loss.value_or(-1));
-    r.z.push_back(m.z_loss.value_or(-1));
-    r.load.push_back(m.expert_load);
-  }
+  for (int i = 0; i < steps; ++i) r.add_step(t.train_step());
   r.bias = t.model().router_bias()->values();
   CommTensorGroup tensor(*groups.tensor);
   for (int u = 0; u < t.engine().num_units(); ++u) {
