@@ -10,7 +10,10 @@
 #include <vector>
 
 #include "fsdp/core/tensor.h"
+#include "fsdp/fsdp/tensor_group.h"
 #include "fsdp/obs/metrics.h"
+#include "fsdp/train/trainer.h"
+#include "tensor_parallel_checks.h"
 
 namespace fsdp::test {
 
@@ -29,5 +32,20 @@ struct MoeRun {
     dropped.push_back(m.dropped.value_or(-1));
   }
 };
+
+// `steps` steps of `t` (a CPU run on `groups`), then its routing biases and every parameter
+// this rank holds, each slot whole across the tensor group's slices.
+inline MoeRun run_moe(train::Trainer& t, dist::ProcessGroups& groups, int steps) {
+  MoeRun r;
+  for (int i = 0; i < steps; ++i) r.add_step(t.train_step());
+  r.bias = t.model().router_bias()->values();
+  CommTensorGroup tensor(*groups.tensor);
+  for (int u = 0; u < t.engine().num_units(); ++u) {
+    const Tensor local = t.engine().gather_full(u).clone();
+    for (const model::ParamSlot& s : t.model().units()[size_t(u)].params)
+      r.weights[s.name] = whole_parameter(s, local, groups.tensor->size() > 1 ? &tensor : nullptr);
+  }
+  return r;
+}
 
 }  // namespace fsdp::test

@@ -34,7 +34,6 @@
 #include "../common/expert_parallel_bytes.h"
 #include "../common/moe_run.h"
 #include "../common/tensor_parallel_checks.h"
-#include "fsdp/fsdp/tensor_group.h"
 #include "fsdp/model/router_bias.h"
 #include "fsdp/train/launch_checks.h"
 #include "fsdp/train/trainer.h"
@@ -84,17 +83,7 @@ int data_parallel_ranks(int n, int tensor) { return n / tensor; }
 
 MoeRun train(const config::Config& cfg, dist::ProcessGroups& groups, int steps) {
   train::Trainer t(cfg, groups);
-  MoeRun r;
-  for (int i = 0; i < steps; ++i) r.add_step(t.train_step());
-  r.bias = t.model().router_bias()->values();
-  // Under tensor parallelism each slot whole from the tensor group's slices.
-  CommTensorGroup tensor(*groups.tensor);
-  for (int u = 0; u < t.engine().num_units(); ++u) {
-    const Tensor local = t.engine().gather_full(u).clone();
-    for (const model::ParamSlot& s : t.model().units()[size_t(u)].params)
-      r.weights[s.name] = test::whole_parameter(s, local, groups.tensor->size() > 1 ? &tensor : nullptr);
-  }
-  return r;
+  return test::run_moe(t, groups, steps);
 }
 
 // One process over the same global batch (every rank computes it alone) with the layout's

@@ -30,7 +30,6 @@
 #include "../common/distributed_train_checks.h"
 #include "../common/moe_run.h"
 #include "../common/tensor_parallel_checks.h"
-#include "fsdp/fsdp/tensor_group.h"
 #include "fsdp/model/router_bias.h"
 #include "fsdp/train/launch_checks.h"
 #include "fsdp/train/trainer.h"
@@ -68,15 +67,7 @@ using test::MoeRun;  // weights: every parameter, whole
 // `steps` steps, then (with `save`) a checkpoint.
 MoeRun train(const config::Config& cfg, dist::ProcessGroups& groups, int steps, bool save = false) {
   train::Trainer t(cfg, groups);
-  MoeRun r;
-  for (int i = 0; i < steps; ++i) r.add_step(t.train_step());
-  r.bias = t.model().router_bias()->values();
-  CommTensorGroup tensor(*groups.tensor);
-  for (int u = 0; u < t.engine().num_units(); ++u) {
-    const Tensor local = t.engine().gather_full(u).clone();
-    for (const model::ParamSlot& s : t.model().units()[size_t(u)].params)
-      r.weights[s.name] = test::whole_parameter(s, local, groups.tensor->size() > 1 ? &tensor : nullptr);
-  }
+  MoeRun r = test::run_moe(t, groups, steps);
   if (save) {
     t.save_checkpoint();
     t.finish_checkpoint();
